@@ -1,0 +1,3 @@
+//! # dge
+//!
+//! (being built)

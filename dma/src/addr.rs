@@ -1,0 +1,421 @@
+//! The fabric's address spaces, documented in one place: the unified 64-bit [`FabricAddr`]
+//! map that DMA descriptors carry, and the 32-bit on-core [`Addr4`] encoding, with checked
+//! conversions between them and the single range check every access goes through.
+//!
+//! # The unified fabric map (the project's own layout)
+//!
+//! | window | base              | partition stride | bytes per partition          |
+//! |--------|-------------------|------------------|------------------------------|
+//! | HBM    | `0x0`             | (one region)     | capacity of the generation   |
+//! | SBUF   | `0x100_0000_0000` | `0x4_0000` (256 KiB) | 192/224/256/256 KiB (v2..v5) |
+//! | PSUM   | `0x100_1000_0000` | `0x4000` (16 KiB)    | 16 KiB                       |
+//!
+//! SBUF partition `p`, byte `o` is at `SBUF_BASE + p * SBUF_STRIDE + o`. The strides are the
+//! powers of two at or above the largest partition, so a partition's bytes are contiguous
+//! in the map and the gap between the end of one partition and the next stride is a hole:
+//! any access that touches a hole, or that runs from one partition into the next, is an
+//! error naming the address and the region.
+//!
+//! # ADDR4 (32-bit on-core address, the project's own encoding)
+//!
+//! `bits[31:30]` space (`0` SBUF, `1` PSUM; `2`, `3` rejected), `bits[29:23]` partition
+//! (0..=127), `bits[22:0]` byte offset inside the partition (checked against the
+//! generation's partition size on conversion to a fabric address).
+
+use crate::error::Error;
+use crate::generation::{Generation, PARTITIONS, PSUM_PARTITION_BYTES};
+
+/// Base of the SBUF window in the fabric map.
+pub const SBUF_BASE: u64 = 0x100_0000_0000;
+/// Distance between SBUF partitions in the fabric map.
+pub const SBUF_STRIDE: u64 = 0x4_0000;
+/// Base of the PSUM window in the fabric map.
+pub const PSUM_BASE: u64 = 0x100_1000_0000;
+/// Distance between PSUM partitions in the fabric map.
+pub const PSUM_STRIDE: u64 = 0x4000;
+
+/// A byte address in the unified 64-bit fabric map (what descriptors carry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct FabricAddr(pub u64);
+
+impl FabricAddr {
+    /// `self + bytes`, or `None` on 64-bit overflow.
+    pub fn checked_add(self, bytes: u64) -> Option<FabricAddr> {
+        self.0.checked_add(bytes).map(FabricAddr)
+    }
+
+    /// `self + delta` for a signed delta, or `None` if it leaves `0..=u64::MAX`.
+    pub fn checked_offset(self, delta: i64) -> Option<FabricAddr> {
+        self.0.checked_add_signed(delta).map(FabricAddr)
+    }
+
+    /// The raw 64-bit value.
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for FabricAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+/// A memory space of the fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Space {
+    Hbm,
+    Sbuf,
+    Psum,
+}
+
+impl Space {
+    /// Lower-case name as used in scenarios (`hbm`, `sbuf`, `psum`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Space::Hbm => "hbm",
+            Space::Sbuf => "sbuf",
+            Space::Psum => "psum",
+        }
+    }
+
+    /// Parses `hbm`, `sbuf` or `psum`.
+    pub fn from_name(name: &str) -> Result<Space, Error> {
+        [Space::Hbm, Space::Sbuf, Space::Psum]
+            .into_iter()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| Error::UnknownSpace {
+                name: name.to_string(),
+            })
+    }
+}
+
+/// A decoded fabric location: a space, a partition (0 for HBM) and a byte offset in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Location {
+    pub space: Space,
+    pub partition: u32,
+    pub offset: u64,
+}
+
+/// A contiguous region of the fabric: all of HBM, or one SBUF/PSUM partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Region {
+    pub space: Space,
+    pub partition: u32,
+    /// First fabric address of the region.
+    pub base: u64,
+    /// Bytes in the region.
+    pub len: u64,
+}
+
+impl std::fmt::Display for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let end = self.base + self.len;
+        match self.space {
+            Space::Hbm => write!(f, "HBM [{:#x}, {end:#x})", self.base),
+            s => write!(
+                f,
+                "{} partition {} [{:#x}, {end:#x})",
+                s.name().to_uppercase(),
+                self.partition,
+                self.base
+            ),
+        }
+    }
+}
+
+/// The address map of one generation's fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AddressMap {
+    generation: Generation,
+}
+
+impl AddressMap {
+    /// The map of `generation`.
+    pub fn new(generation: Generation) -> AddressMap {
+        AddressMap { generation }
+    }
+
+    /// The generation this map describes.
+    pub fn generation(&self) -> Generation {
+        self.generation
+    }
+
+    /// Bytes in one partition (or all of HBM) of `space`.
+    pub fn partition_bytes(&self, space: Space) -> u64 {
+        match space {
+            Space::Hbm => self.generation.hbm_bytes(),
+            Space::Sbuf => self.generation.sbuf_partition_bytes(),
+            Space::Psum => PSUM_PARTITION_BYTES,
+        }
+    }
+
+    /// Partitions in `space` (1 for HBM).
+    pub fn partitions(&self, space: Space) -> u32 {
+        match space {
+            Space::Hbm => 1,
+            Space::Sbuf | Space::Psum => PARTITIONS,
+        }
+    }
+
+    /// The region holding `addr`, or an error if `addr` is in no region (a hole).
+    pub fn region_of(&self, addr: FabricAddr) -> Result<Region, Error> {
+        let a = addr.0;
+        let (space, base, stride) = if a < SBUF_BASE {
+            (Space::Hbm, 0, u64::MAX)
+        } else if a < PSUM_BASE {
+            (Space::Sbuf, SBUF_BASE, SBUF_STRIDE)
+        } else {
+            (Space::Psum, PSUM_BASE, PSUM_STRIDE)
+        };
+        let rel = a - base;
+        let partition = rel / stride;
+        let len = self.partition_bytes(space);
+        if partition >= u64::from(self.partitions(space)) || rel % stride >= len {
+            return Err(Error::Unmapped { addr: a });
+        }
+        Ok(Region {
+            space,
+            partition: partition as u32,
+            base: base + partition * stride,
+            len,
+        })
+    }
+
+    /// Decodes `addr` into space, partition and offset.
+    pub fn locate(&self, addr: FabricAddr) -> Result<Location, Error> {
+        let r = self.region_of(addr)?;
+        Ok(Location {
+            space: r.space,
+            partition: r.partition,
+            offset: addr.0 - r.base,
+        })
+    }
+
+    /// The fabric address of a location, checked against the space's geometry.
+    pub fn fabric_addr(&self, loc: Location) -> Result<FabricAddr, Error> {
+        let len = self.partition_bytes(loc.space);
+        if loc.partition >= self.partitions(loc.space) || loc.offset >= len {
+            return Err(Error::BadLocation {
+                space: loc.space.name(),
+                partition: loc.partition,
+                offset: loc.offset,
+                partitions: self.partitions(loc.space),
+                bytes: len,
+            });
+        }
+        let (base, stride) = match loc.space {
+            Space::Hbm => (0, 0),
+            Space::Sbuf => (SBUF_BASE, SBUF_STRIDE),
+            Space::Psum => (PSUM_BASE, PSUM_STRIDE),
+        };
+        Ok(FabricAddr(
+            base + u64::from(loc.partition) * stride + loc.offset,
+        ))
+    }
+
+    /// The one range check: `[addr, addr + len)` must be non-empty, must not overflow 64
+    /// bits, and must lie inside a single region (HBM, or one SBUF/PSUM partition).
+    /// Returns that region.
+    pub fn check_range(&self, addr: FabricAddr, len: u64) -> Result<Region, Error> {
+        if len == 0 {
+            return Err(Error::EmptyAccess { addr: addr.0 });
+        }
+        let last = addr
+            .0
+            .checked_add(len - 1)
+            .ok_or(Error::AddressOverflow { addr: addr.0, len })?;
+        let region = self.region_of(addr)?;
+        if last >= region.base + region.len {
+            return Err(Error::OutOfRegion {
+                addr: addr.0,
+                len,
+                region: region.to_string(),
+            });
+        }
+        Ok(region)
+    }
+}
+
+/// A 32-bit on-core address (the ISA's ADDR4): space, partition and byte offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Addr4(pub u32);
+
+const ADDR4_OFFSET_BITS: u32 = 23;
+const ADDR4_PARTITION_BITS: u32 = 7;
+
+impl Addr4 {
+    /// Encodes an SBUF or PSUM location; HBM has no ADDR4 form.
+    pub fn encode(space: Space, partition: u32, offset: u32) -> Result<Addr4, Error> {
+        let space_bits = match space {
+            Space::Sbuf => 0u32,
+            Space::Psum => 1,
+            Space::Hbm => {
+                return Err(Error::Addr4Space {
+                    space: space.name(),
+                })
+            }
+        };
+        if partition >= 1 << ADDR4_PARTITION_BITS || offset >= 1 << ADDR4_OFFSET_BITS {
+            return Err(Error::Addr4Field { partition, offset });
+        }
+        Ok(Addr4(
+            space_bits << 30 | partition << ADDR4_OFFSET_BITS | offset,
+        ))
+    }
+
+    /// Decodes the three fields; the reserved space codes 2 and 3 are rejected.
+    pub fn decode(self) -> Result<(Space, u32, u32), Error> {
+        let space = match self.0 >> 30 {
+            0 => Space::Sbuf,
+            1 => Space::Psum,
+            code => return Err(Error::Addr4Reserved { raw: self.0, code }),
+        };
+        let partition = (self.0 >> ADDR4_OFFSET_BITS) & ((1 << ADDR4_PARTITION_BITS) - 1);
+        Ok((space, partition, self.0 & ((1 << ADDR4_OFFSET_BITS) - 1)))
+    }
+
+    /// The fabric address this ADDR4 names on `map`'s generation.
+    pub fn to_fabric(self, map: &AddressMap) -> Result<FabricAddr, Error> {
+        let (space, partition, offset) = self.decode()?;
+        map.fabric_addr(Location {
+            space,
+            partition,
+            offset: u64::from(offset),
+        })
+    }
+
+    /// The ADDR4 of an SBUF or PSUM fabric address.
+    pub fn from_fabric(addr: FabricAddr, map: &AddressMap) -> Result<Addr4, Error> {
+        let loc = map.locate(addr)?;
+        let offset = u32::try_from(loc.offset).map_err(|_| Error::Addr4Field {
+            partition: loc.partition,
+            offset: u32::MAX,
+        })?;
+        Addr4::encode(loc.space, loc.partition, offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn map(g: Generation) -> AddressMap {
+        AddressMap::new(g)
+    }
+
+    #[test]
+    fn hbm_edges() {
+        let m = map(Generation::Sunda);
+        let cap = 32u64 << 30;
+        assert!(m.check_range(FabricAddr(cap - 1), 1).is_ok());
+        assert!(m.check_range(FabricAddr(0), cap).is_ok());
+        let e = m
+            .check_range(FabricAddr(cap - 1), 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("0x7ffffffff") && e.contains("HBM"), "{e}");
+        assert!(matches!(
+            m.check_range(FabricAddr(cap), 1),
+            Err(Error::Unmapped { .. })
+        ));
+    }
+
+    #[test]
+    fn sbuf_partition_edges() {
+        for g in Generation::ALL {
+            let m = map(g);
+            let bytes = g.sbuf_partition_bytes();
+            let p3 = m
+                .fabric_addr(Location {
+                    space: Space::Sbuf,
+                    partition: 3,
+                    offset: 0,
+                })
+                .unwrap();
+            assert_eq!(p3.0, SBUF_BASE + 3 * SBUF_STRIDE);
+            assert!(m.check_range(p3.checked_add(bytes - 1).unwrap(), 1).is_ok());
+            // running into the next partition is a crossing, never an access
+            let e = m.check_range(p3.checked_add(bytes - 4).unwrap(), 8);
+            if bytes == SBUF_STRIDE {
+                let e = e.unwrap_err().to_string();
+                assert!(e.contains("SBUF partition 3"), "{e}");
+            } else {
+                assert!(matches!(e, Err(Error::OutOfRegion { .. })));
+            }
+            let last = m
+                .fabric_addr(Location {
+                    space: Space::Sbuf,
+                    partition: 127,
+                    offset: bytes - 1,
+                })
+                .unwrap();
+            assert!(m.check_range(last, 1).is_ok());
+            assert!(m.check_range(last.checked_add(1).unwrap(), 1).is_err());
+        }
+    }
+
+    #[test]
+    fn psum_edges() {
+        let m = map(Generation::Cayman);
+        let p0 = FabricAddr(PSUM_BASE);
+        assert!(m.check_range(p0, PSUM_PARTITION_BYTES).is_ok());
+        assert!(m.check_range(p0, PSUM_PARTITION_BYTES + 1).is_err());
+        assert!(m
+            .check_range(FabricAddr(PSUM_BASE + 128 * PSUM_STRIDE), 1)
+            .is_err());
+    }
+
+    #[test]
+    fn overflow_and_empty() {
+        let m = map(Generation::Cayman);
+        assert!(matches!(
+            m.check_range(FabricAddr(u64::MAX), 2),
+            Err(Error::AddressOverflow { .. })
+        ));
+        assert!(matches!(
+            m.check_range(FabricAddr(0), 0),
+            Err(Error::EmptyAccess { .. })
+        ));
+        assert_eq!(FabricAddr(u64::MAX).checked_add(1), None);
+        assert_eq!(FabricAddr(0).checked_offset(-1), None);
+        assert_eq!(FabricAddr(8).checked_offset(-8), Some(FabricAddr(0)));
+    }
+
+    #[test]
+    fn addr4_rejects_reserved_and_hbm() {
+        assert!(Addr4(0x8000_0000).decode().is_err());
+        assert!(Addr4(0xc000_0000).decode().is_err());
+        assert!(Addr4::encode(Space::Hbm, 0, 0).is_err());
+        assert!(Addr4::encode(Space::Sbuf, 128, 0).is_err());
+        assert!(Addr4::encode(Space::Sbuf, 0, 1 << 23).is_err());
+        let m = map(Generation::Sunda);
+        // offset inside ADDR4's field but past the v2 partition
+        let a = Addr4::encode(Space::Sbuf, 1, 192 * 1024).unwrap();
+        assert!(a.to_fabric(&m).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn addr4_round_trips(psum in any::<bool>(), p in 0u32..128, o in 0u32..(16 * 1024)) {
+            let space = if psum { Space::Psum } else { Space::Sbuf };
+            let m = map(Generation::Mariana);
+            let a = Addr4::encode(space, p, o).unwrap();
+            prop_assert_eq!(a.decode().unwrap(), (space, p, o));
+            let f = a.to_fabric(&m).unwrap();
+            prop_assert_eq!(Addr4::from_fabric(f, &m).unwrap(), a);
+            let loc = m.locate(f).unwrap();
+            prop_assert_eq!(m.fabric_addr(loc).unwrap(), f);
+        }
+
+        #[test]
+        fn check_range_never_panics(addr in any::<u64>(), len in any::<u64>()) {
+            let m = map(Generation::Maverick);
+            if let Ok(r) = m.check_range(FabricAddr(addr), len) {
+                prop_assert!(addr >= r.base && addr - r.base + len <= r.len);
+            }
+        }
+    }
+}

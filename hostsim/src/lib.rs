@@ -1,0 +1,1 @@
+//! hostsim library (being built)

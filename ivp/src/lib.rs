@@ -1,0 +1,3 @@
+//! # ivp
+//!
+//! (being built)

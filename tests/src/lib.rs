@@ -1,0 +1,1 @@
+//! Conformance helpers shared by the integration tests.
