@@ -35,4 +35,8 @@ pub enum Error {
     Addr4Field { partition: u32, offset: u32 },
     #[error("ADDR4 {raw:#010x} has reserved space code {code} (0 = SBUF, 1 = PSUM)")]
     Addr4Reserved { raw: u32, code: u32 },
+    #[error("unknown DGE_COMPUTE_OP code {code} (NONE=0 ADD=1 MULTIPLY=2 MAX=3 MIN=4)")]
+    UnknownComputeOp { code: u8 },
+    #[error("CCE_OP code {code} is not allowed (ADD=0 MAX=2 MIN=3; 1, multiply, is disabled)")]
+    UnknownCceOp { code: u8 },
 }

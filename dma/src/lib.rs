@@ -5,17 +5,28 @@
 //! - [`generation`]: the four generations and their fabric sizes;
 //! - [`addr`]: the unified 64-bit [`FabricAddr`] map (HBM, SBUF and PSUM windows) and the
 //!   32-bit on-core [`Addr4`] encoding, with the one range check every access uses;
-//! - [`dtype`]: element dtypes and their ISA codes.
+//! - [`dtype`]: element dtypes and their ISA codes;
+//! - [`compute`]: DGE_COMPUTE_OP / CCE_OP and their numpy-exact arithmetic;
+//! - [`fabric`]: HBM (sparse), SBUF and PSUM storage behind one bounds-checked access path;
+//! - [`descriptor`], [`queue_file`]: the DMA descriptor and the queue file format;
+//! - [`engine`], [`timing`]: the async multi-queue engine and its timing model.
 //!
 //! Data enters as bytes written through the bounds-checked fabric access path and leaves
 //! the same way; nothing in this crate knows about the IVP core or the ISA.
 
 pub mod addr;
+pub mod compute;
+pub mod descriptor;
 pub mod dtype;
+pub mod engine;
 pub mod error;
+pub mod fabric;
 pub mod generation;
+pub mod queue_file;
+pub mod timing;
 
 pub use addr::{Addr4, AddressMap, FabricAddr, Location, Region, Space};
+pub use compute::{CceOp, ComputeOp};
 pub use dtype::Dtype;
 pub use error::Error;
 pub use generation::{Confidence, Generation};
