@@ -41,6 +41,64 @@ pub enum Error {
         count: u64,
         limit: u64,
     },
+    #[error("{side} index {value} at position {position} is out of bounds (bound {bound}: indices must be below it)")]
+    IndexOutOfBounds {
+        side: &'static str,
+        position: u32,
+        value: u32,
+        bound: u64,
+    },
+    #[error("{side} index {value} at position {position} passes its bound but addresses {addr:#x}, whose row leaves the fabric")]
+    IndexOffFabric {
+        side: &'static str,
+        position: u32,
+        value: u32,
+        addr: u64,
+    },
+    #[error("{side} index at position {position} times step {step} overflows the 64-bit address")]
+    IndexOverflow {
+        side: &'static str,
+        position: u32,
+        step: i32,
+    },
+    #[error("eng_mask {eng_mask:#06x} selects no DMA queue (set at least one of bits 0..15)")]
+    NoQueues { eng_mask: u16 },
+    #[error(
+        "{side} indirection dimension {dim} does not exist (the pattern has {dims} dimensions)"
+    )]
+    IndirectDim {
+        side: &'static str,
+        dim: usize,
+        dims: usize,
+    },
+    #[error("{side} indirection has {count} indices, more than the limit of {limit}")]
+    TooManyIndices {
+        side: &'static str,
+        count: u64,
+        limit: u32,
+    },
+    #[error("destination indices at positions {first} and {second} both name {value}; set non_unique_dst_idx to allow duplicate destinations")]
+    DuplicateDestination { first: u32, second: u32, value: u32 },
+    #[error("{side} element size {size} does not match dtype {dtype} ({} bytes)", dtype.size())]
+    ElemSizeDtype {
+        side: &'static str,
+        size: u32,
+        dtype: dma::Dtype,
+    },
+    #[error("kind {kind:?} {} an indirection", if *has { "does not take" } else { "needs" })]
+    KindIndirection {
+        kind: crate::generate::Kind,
+        has: bool,
+    },
+    #[error("GATHER_TRANSPOSE needs a 2-D source [rows, cols] indirect on dimension 0 and a 2-D direct destination [cols, rows]")]
+    TransposeShape,
+    #[error("GATHER_TRANSPOSE source is [{rows}, {cols}] but destination is [{dst_rows}, {dst_cols}] (it must be [{cols}, {rows}])")]
+    TransposeCounts {
+        rows: u32,
+        cols: u32,
+        dst_rows: u32,
+        dst_cols: u32,
+    },
     #[error(transparent)]
     Fabric(#[from] dma::Error),
 }

@@ -5,9 +5,12 @@
 //! steps of the fabric map.
 
 pub mod error;
+pub mod generate;
+pub mod indirection;
 pub mod pattern;
 pub mod reshape;
 pub mod runs;
+pub mod spray;
 
 pub use error::Error;
 pub use pattern::{AccessPattern, ByteDim, BytePattern, Dim};

@@ -95,6 +95,18 @@ impl AccessPattern {
     /// Proves every element is on the fabric of `map` and converts steps to bytes.
     /// `side` names the pattern in errors (`"source"`, `"destination"`, ...).
     pub fn validate(&self, map: &AddressMap, side: &'static str) -> Result<BytePattern, Error> {
+        self.validate_except(map, side, None)
+    }
+
+    /// As [`AccessPattern::validate`], leaving dimension `skip` out of the extent check:
+    /// along an indirection dimension the addresses come from the indices, which are
+    /// checked one by one when they are read.
+    pub fn validate_except(
+        &self,
+        map: &AddressMap,
+        side: &'static str,
+        skip: Option<usize>,
+    ) -> Result<BytePattern, Error> {
         self.check_shape(side)?;
         let region = map
             .region_of(self.start)
@@ -132,7 +144,7 @@ impl AccessPattern {
             dims,
             elem_steps: self.dims.iter().map(|d| d.step).collect(),
         };
-        self.check_extent(map, &pattern, side)?;
+        self.check_extent(map, &pattern, side, skip)?;
         Ok(pattern)
     }
 
@@ -164,11 +176,13 @@ impl AccessPattern {
         map: &AddressMap,
         p: &BytePattern,
         side: &'static str,
+        skip: Option<usize>,
     ) -> Result<(), Error> {
         let start = map.locate(self.start)?;
         let (mut lo, mut hi) = (0i128, 0i128);
         let (mut plo, mut phi) = (0i128, 0i128);
-        for (i, (d, raw)) in p.dims.iter().zip(&self.dims).enumerate() {
+        let dims = p.dims.iter().zip(&self.dims).enumerate();
+        for (i, (d, raw)) in dims.filter(|(i, _)| Some(*i) != skip) {
             let ext = i128::from(d.step) * i128::from(d.count - 1);
             let partition_dim = i == 0 && start.space != Space::Hbm;
             if partition_dim {

@@ -31,6 +31,8 @@ pub struct Reshaped {
     pub dims: SmallVec<[ByteDim; MAX_DIMS]>,
     /// Position of the shared indirection dimension in `dims`.
     pub indirect_dim: Option<usize>,
+    /// Position of the SBUF/PSUM partition dimension in `dims`, if it was kept.
+    pub partition_dim: Option<usize>,
 }
 
 /// Reshapes `p`; `indirect_dim` is the indirection dimension in `p`'s own dims and
@@ -42,27 +44,32 @@ pub fn batman_reshape(
     side: &'static str,
 ) -> Reshaped {
     log_shape(p, side);
-    // (dim, keep-separate) pairs: the indirection and partition dims never merge.
-    let mut kept: SmallVec<[(ByteDim, bool, bool); MAX_DIMS]> = SmallVec::new();
+    // (dim, role): the indirection and partition dims are pinned and never merge.
+    let mut kept: SmallVec<[(ByteDim, Role); MAX_DIMS]> = SmallVec::new();
     for (i, d) in p.dims.iter().enumerate() {
-        let is_ind = indirect_dim == Some(i);
-        if d.count > 1 || is_ind {
-            kept.push((*d, is_ind, is_ind || (partition_dim && i == 0)));
+        let role = match (indirect_dim == Some(i), partition_dim && i == 0) {
+            (true, _) => Role::Indirect,
+            (false, true) => Role::Partition,
+            _ => Role::Free,
+        };
+        if d.count > 1 || role == Role::Indirect {
+            kept.push((*d, role));
         }
     }
-    let mut merged: SmallVec<[(ByteDim, bool, bool); MAX_DIMS]> = SmallVec::new();
-    for (d, is_ind, pinned) in kept.into_iter().rev() {
+    let mut merged: SmallVec<[(ByteDim, Role); MAX_DIMS]> = SmallVec::new();
+    for (d, role) in kept.into_iter().rev() {
         match merged.last_mut() {
-            Some((inner, _, false))
-                if !pinned && inner.step.checked_mul(inner.count as i64) == Some(d.step) =>
+            Some((inner, Role::Free))
+                if role == Role::Free
+                    && inner.step.checked_mul(inner.count as i64) == Some(d.step) =>
             {
                 inner.count *= d.count;
             }
-            _ => merged.push((d, is_ind, pinned)),
+            _ => merged.push((d, role)),
         }
     }
     merged.reverse();
-    let shared = merged.iter().position(|m| m.1);
+    let shared = merged.iter().position(|m| m.1 == Role::Indirect);
     if let Some(dim) = shared {
         debug!(
             side,
@@ -79,9 +86,17 @@ pub fn batman_reshape(
     Reshaped {
         start: p.start,
         elem_size: p.elem_size,
+        partition_dim: merged.iter().position(|m| m.1 == Role::Partition),
         dims: merged.into_iter().map(|m| m.0).collect(),
         indirect_dim: shared,
     }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Free,
+    Indirect,
+    Partition,
 }
 
 fn log_shape(p: &BytePattern, side: &'static str) {

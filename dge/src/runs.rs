@@ -195,6 +195,7 @@ mod tests {
                 .map(|&(step, count)| ByteDim { step, count })
                 .collect(),
             indirect_dim: ind,
+            partition_dim: None,
         }
     }
 

@@ -1,1 +1,675 @@
-//! (being built)
+//! The DMA timing model: what one descriptor costs on each generation ([`TimingModel`],
+//! constants in [`TIMING_TABLE`]) and when each descriptor of a set of queues starts and
+//! ends once semaphores order them ([`QueueTimeline`]). Times are integer picoseconds, so
+//! reports are bit-reproducible; they follow from the queues' contents alone, never from
+//! the wall clock or the order in which an engine happened to run them.
+//!
+//! # Cost of one descriptor
+//!
+//! `cost(len) = fixed + ceil(len * 1000 * k / bw)` ps, with `bw` the per-engine bandwidth
+//! in bytes per ns and `k = 2` for read-modify-write reductions (ADD, MULTIPLY, MAX, MIN)
+//! before v4 ("half throughput through the compute path"), `k = 1` otherwise.
+//!
+//! The fixed per-descriptor cost is derived, not measured: the public guidance says
+//! transfers under about 2 KiB are overhead-bound and 4 KiB and more approach full
+//! bandwidth. Taking "overhead-bound" to mean that the fixed cost is at least the data
+//! time, the knee is where both are equal: `fixed = ceil(2048 * 1000 / bw)` ps, the time
+//! the engine needs to move [`OVERHEAD_KNEE_BYTES`]. A copy then runs at
+//! `len / (len + 2048)` of full bandwidth: 11% at 256 B, 50% at 2 KiB, 67% at 4 KiB,
+//! 89% at 16 KiB, 97% at 64 KiB, on every generation.
+//!
+//! # Queues and semaphores
+//!
+//! Each queue runs on its own DMA engine (16 per core, one per ring), its descriptors back
+//! to back in order. A descriptor with WAIT(s, n) starts no earlier than the end of the
+//! n-th SIGNAL of `s` (by its single signalling queue) plus the semaphore-to-start
+//! latency. Engines do not contend for HBM: 16 engines at 17..33 B/ns stay below the HBM
+//! bandwidth of every generation (820 GB/s on v2).
+
+use std::collections::VecDeque;
+
+use crate::descriptor::{DescOp, Descriptor, SemId, SemWait, SemaphoreLedger, SEMAPHORES};
+use crate::error::Error;
+use crate::generation::{Confidence, Generation};
+use crate::queue_file::MAX_QUEUES;
+
+/// Transfers of this many bytes take exactly as long as the fixed per-descriptor cost.
+pub const OVERHEAD_KNEE_BYTES: u64 = 2048;
+
+/// One generation's DMA timing constants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GenerationTiming {
+    pub generation: Generation,
+    /// DMA engines per NeuronCore.
+    pub dma_engines: u32,
+    /// Per-engine bandwidth, bytes per ns.
+    pub engine_bytes_per_ns: u64,
+    /// Hardware DGE time per instruction, ns (`None`: v2 has no hardware DGE).
+    pub dge_instruction_ns: Option<u64>,
+    /// Throughput divisor of read-modify-write descriptors (2 before v4, 1 from v4).
+    pub rmw_divisor: u64,
+    /// Semaphore-to-start latency, ns.
+    pub semaphore_latency_ns: u64,
+    /// Whether the row is observed (v2..v4) or carried over from v4 (v5).
+    pub confidence: Confidence,
+}
+
+/// The constants, one row per generation. Sources (all from the public Neuron architecture
+/// and DMA guides, as summarised in `shared/FACTS.md`, "Neuron hardware"): 16 DMA engines
+/// per NeuronCore; about 17 / 23 / 33 B/ns per engine on v2 / v3 / v4 (another guide gives
+/// 27.2 and 38.4 GB/s; the lower figures are used); the hardware DGE (v3 and later) at about
+/// 600 ns per instruction; DMA read-add-write at full copy throughput from v4 and half
+/// before; about 1.3 us semaphore-to-start latency. v5 has no public figures and copies v4.
+pub const TIMING_TABLE: [GenerationTiming; 4] = [
+    row(Generation::Sunda, 17, None, 2, Confidence::Observed),
+    row(Generation::Cayman, 23, Some(600), 2, Confidence::Observed),
+    row(Generation::Mariana, 33, Some(600), 1, Confidence::Observed),
+    row(Generation::Maverick, 33, Some(600), 1, Confidence::Inferred),
+];
+
+const fn row(
+    generation: Generation,
+    engine_bytes_per_ns: u64,
+    dge_instruction_ns: Option<u64>,
+    rmw_divisor: u64,
+    confidence: Confidence,
+) -> GenerationTiming {
+    GenerationTiming {
+        generation,
+        dma_engines: 16,
+        engine_bytes_per_ns,
+        dge_instruction_ns,
+        rmw_divisor,
+        semaphore_latency_ns: 1300,
+        confidence,
+    }
+}
+
+const PS_PER_NS: u64 = 1000;
+
+/// The cost model of one generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimingModel {
+    constants: GenerationTiming,
+    fixed_ps: u64,
+}
+
+impl TimingModel {
+    /// The model of `generation` (its [`TIMING_TABLE`] row).
+    pub fn new(generation: Generation) -> TimingModel {
+        // Every generation has exactly one row; the test `table_has_every_generation` pins it.
+        let constants = TIMING_TABLE
+            .into_iter()
+            .find(|r| r.generation == generation)
+            .unwrap_or(TIMING_TABLE[0]);
+        TimingModel {
+            constants,
+            fixed_ps: (OVERHEAD_KNEE_BYTES * PS_PER_NS).div_ceil(constants.engine_bytes_per_ns),
+        }
+    }
+
+    /// The generation modelled.
+    pub fn generation(&self) -> Generation {
+        self.constants.generation
+    }
+
+    /// The table row in use.
+    pub fn constants(&self) -> &GenerationTiming {
+        &self.constants
+    }
+
+    /// The fixed per-descriptor cost, ps.
+    pub fn fixed_ps(&self) -> u64 {
+        self.fixed_ps
+    }
+
+    /// The cost of moving `len` bytes with `op`, ps.
+    pub fn transfer_ps(&self, len: u32, op: DescOp) -> u64 {
+        let k = if op.is_reduction() {
+            self.constants.rmw_divisor
+        } else {
+            1
+        };
+        let data = (u64::from(len) * PS_PER_NS * k).div_ceil(self.constants.engine_bytes_per_ns);
+        self.fixed_ps + data
+    }
+
+    /// The cost of one descriptor, ps.
+    pub fn descriptor_ps(&self, d: &Descriptor) -> u64 {
+        self.transfer_ps(d.len(), d.op())
+    }
+
+    /// Semaphore-to-start latency, ps.
+    pub fn semaphore_latency_ps(&self) -> u64 {
+        self.constants.semaphore_latency_ns * PS_PER_NS
+    }
+
+    /// Hardware DGE time per instruction, ps (`None` on v2, which has no hardware DGE).
+    pub fn dge_instruction_ps(&self) -> Option<u64> {
+        self.constants.dge_instruction_ns.map(|ns| ns * PS_PER_NS)
+    }
+}
+
+/// When one descriptor ran, ps from the start of the replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub start_ps: u64,
+    pub end_ps: u64,
+}
+
+/// One queue's timing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueTiming {
+    /// Descriptors timed.
+    pub descriptors: u64,
+    /// Bytes they move.
+    pub bytes: u64,
+    /// Time the engine spent moving them (waits excluded), ps.
+    pub busy_ps: u64,
+    /// End of the queue's last descriptor, ps.
+    pub end_ps: u64,
+    /// Each descriptor's span, in queue order (empty unless spans were asked for).
+    pub spans: Vec<Span>,
+}
+
+/// The timing of a set of queues.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimelineReport {
+    pub queues: Vec<QueueTiming>,
+    /// End of the last descriptor of any queue, ps.
+    pub makespan_ps: u64,
+}
+
+/// A descriptor reduced to what timing needs.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    cost_ps: u64,
+    len: u32,
+    wait: Option<SemWait>,
+    signal: Option<SemId>,
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    timing: QueueTiming,
+    /// Descriptors pushed but not yet timed: the head waits for a signal not yet timed.
+    pending: VecDeque<Pending>,
+}
+
+/// Accumulates the timing of a set of queues fed descriptor by descriptor, in any
+/// interleaving of the queues (the result does not depend on it). A descriptor is timed
+/// as soon as what it waits for is known; until then it and those behind it in its queue
+/// are held (see [`QueueTimeline::is_blocked`] and [`QueueTimeline::max_pending`]).
+/// Memory: the held descriptors (24 bytes each), one end time per SIGNAL, and the spans
+/// if asked for; descriptors without semaphores cost nothing once timed.
+#[derive(Debug)]
+pub struct QueueTimeline {
+    model: TimingModel,
+    queues: Vec<QueueState>,
+    /// Per semaphore, the end time of each SIGNAL so far (nondecreasing: one queue signals).
+    signal_ends: [Vec<u64>; SEMAPHORES as usize],
+    ledger: SemaphoreLedger,
+    spans: bool,
+    pending: usize,
+    max_pending: usize,
+}
+
+impl QueueTimeline {
+    /// A timeline of `queues` (1..=16) empty queues; `spans` records every descriptor's span.
+    pub fn new(model: TimingModel, queues: usize, spans: bool) -> Result<QueueTimeline, Error> {
+        if !(1..=MAX_QUEUES).contains(&queues) {
+            return Err(Error::QueueCount {
+                count: queues,
+                max: MAX_QUEUES,
+            });
+        }
+        Ok(QueueTimeline {
+            model,
+            queues: (0..queues).map(|_| QueueState::default()).collect(),
+            signal_ends: Default::default(),
+            ledger: SemaphoreLedger::new(),
+            spans,
+            pending: 0,
+            max_pending: 0,
+        })
+    }
+
+    /// Appends `d` to queue `queue` and times whatever that unblocks.
+    pub fn push(&mut self, queue: usize, d: &Descriptor) -> Result<(), Error> {
+        let queues = self.queues.len();
+        let state = self
+            .queues
+            .get_mut(queue)
+            .ok_or(Error::NoSuchQueue { queue, queues })?;
+        let index = state.timing.descriptors + state.pending.len() as u64;
+        self.ledger.record(queue, index, d)?;
+        state.pending.push_back(Pending {
+            cost_ps: self.model.descriptor_ps(d),
+            len: d.len(),
+            wait: d.wait(),
+            signal: d.signal(),
+        });
+        self.pending += 1;
+        let mut signalled = self.run_queue(queue);
+        while signalled {
+            signalled = false;
+            for q in 0..queues {
+                signalled |= self.run_queue(q);
+            }
+        }
+        self.max_pending = self.max_pending.max(self.pending);
+        Ok(())
+    }
+
+    /// Times queue `q`'s held descriptors until one waits for a signal not yet timed.
+    /// Returns whether any of them signalled.
+    fn run_queue(&mut self, q: usize) -> bool {
+        let latency = self.model.semaphore_latency_ps();
+        let mut signalled = false;
+        let Some(state) = self.queues.get_mut(q) else {
+            return false;
+        };
+        while let Some(head) = state.pending.front().copied() {
+            let mut start = state.timing.end_ps;
+            if let Some(w) = head.wait {
+                let nth = w.count.get() as usize - 1;
+                match self.signal_ends[w.sem.index()].get(nth) {
+                    Some(&t) => start = start.max(t.saturating_add(latency)),
+                    None => break,
+                }
+            }
+            state.pending.pop_front();
+            self.pending -= 1;
+            let end = start.saturating_add(head.cost_ps);
+            let t = &mut state.timing;
+            t.descriptors += 1;
+            t.bytes += u64::from(head.len);
+            t.busy_ps = t.busy_ps.saturating_add(head.cost_ps);
+            t.end_ps = end;
+            if self.spans {
+                t.spans.push(Span {
+                    start_ps: start,
+                    end_ps: end,
+                });
+            }
+            if let Some(s) = head.signal {
+                self.signal_ends[s.index()].push(end);
+                signalled = true;
+            }
+        }
+        signalled
+    }
+
+    /// Whether queue `queue` holds descriptors waiting for a signal (an unknown queue is
+    /// not blocked).
+    pub fn is_blocked(&self, queue: usize) -> bool {
+        self.queues
+            .get(queue)
+            .is_some_and(|s| !s.pending.is_empty())
+    }
+
+    /// The most descriptors ever held at once after a push.
+    pub fn max_pending(&self) -> usize {
+        self.max_pending
+    }
+
+    /// The report, or the first queue (lowest index) left waiting for a signal that never
+    /// comes (a wait cycle or a missing signal).
+    pub fn finish(self) -> Result<TimelineReport, Error> {
+        for (queue, state) in self.queues.iter().enumerate() {
+            if let Some(w) = state.pending.front().and_then(|p| p.wait) {
+                return Err(Error::SemaphoreDeadlock {
+                    queue,
+                    index: state.timing.descriptors,
+                    sem: w.sem.get(),
+                    count: w.count.get(),
+                    reached: self.signal_ends[w.sem.index()].len() as u64,
+                });
+            }
+        }
+        let queues: Vec<QueueTiming> = self.queues.into_iter().map(|s| s.timing).collect();
+        let makespan_ps = queues.iter().map(|q| q.end_ps).max().unwrap_or(0);
+        Ok(TimelineReport {
+            queues,
+            makespan_ps,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::FabricAddr;
+    use crate::dtype::Dtype;
+    use proptest::prelude::*;
+    use std::num::NonZeroU32;
+
+    fn copy(len: u32) -> Descriptor {
+        Descriptor::new(
+            DescOp::Copy,
+            FabricAddr(0),
+            FabricAddr(0x1000),
+            len,
+            Dtype::U8,
+        )
+        .unwrap()
+    }
+
+    fn add(len: u32) -> Descriptor {
+        Descriptor::new(
+            DescOp::Add,
+            FabricAddr(0),
+            FabricAddr(0x1000),
+            len,
+            Dtype::F32,
+        )
+        .unwrap()
+    }
+
+    fn sem(id: u8) -> SemId {
+        SemId::new(id).unwrap()
+    }
+
+    fn wait(id: u8, count: u32) -> SemWait {
+        SemWait {
+            sem: sem(id),
+            count: NonZeroU32::new(count).unwrap(),
+        }
+    }
+
+    fn run(generation: Generation, queues: &[Vec<Descriptor>]) -> Result<TimelineReport, Error> {
+        let mut t = QueueTimeline::new(TimingModel::new(generation), queues.len(), true)?;
+        for (q, descs) in queues.iter().enumerate() {
+            for d in descs {
+                t.push(q, d)?;
+            }
+        }
+        t.finish()
+    }
+
+    #[test]
+    fn table_has_every_generation() {
+        for g in Generation::ALL {
+            assert_eq!(TIMING_TABLE.iter().filter(|r| r.generation == g).count(), 1);
+            let m = TimingModel::new(g);
+            assert_eq!(m.generation(), g);
+            assert_eq!(m.constants().dma_engines, 16);
+            assert_eq!(m.semaphore_latency_ps(), 1_300_000);
+        }
+        let bw: Vec<u64> = TIMING_TABLE.iter().map(|r| r.engine_bytes_per_ns).collect();
+        assert_eq!(bw, vec![17, 23, 33, 33]);
+        let rmw: Vec<u64> = TIMING_TABLE.iter().map(|r| r.rmw_divisor).collect();
+        assert_eq!(rmw, vec![2, 2, 1, 1]);
+        let dge: Vec<Option<u64>> = Generation::ALL
+            .iter()
+            .map(|&g| TimingModel::new(g).dge_instruction_ps())
+            .collect();
+        assert_eq!(dge, vec![None, Some(600_000), Some(600_000), Some(600_000)]);
+        assert_eq!(TIMING_TABLE[3].confidence, Confidence::Inferred);
+        assert_eq!(TIMING_TABLE[2].confidence, Confidence::Observed);
+    }
+
+    #[test]
+    fn fixed_cost_is_the_time_of_two_kib() {
+        // ceil(2048 * 1000 / bw): 2_048_000 / 17 = 120_470.6, / 23 = 89_043.5, / 33 = 62_060.6
+        let fixed: Vec<u64> = Generation::ALL
+            .iter()
+            .map(|&g| TimingModel::new(g).fixed_ps())
+            .collect();
+        assert_eq!(fixed, vec![120_471, 89_044, 62_061, 62_061]);
+        // at the knee the data time equals the fixed cost (up to rounding)
+        let v2 = TimingModel::new(Generation::Sunda);
+        assert_eq!(v2.transfer_ps(2048, DescOp::Copy), 2 * 120_471);
+    }
+
+    #[test]
+    fn descriptor_costs_by_hand() {
+        let v2 = TimingModel::new(Generation::Sunda);
+        let v3 = TimingModel::new(Generation::Cayman);
+        let v4 = TimingModel::new(Generation::Mariana);
+        // v2 copy 4 KiB: 120_471 + ceil(4_096_000 / 17) = 120_471 + 240_942
+        assert_eq!(v2.descriptor_ps(&copy(4096)), 361_413);
+        // v2 add 4 KiB at half throughput: 120_471 + ceil(8_192_000 / 17) = 120_471 + 481_883
+        assert_eq!(v2.descriptor_ps(&add(4096)), 602_354);
+        // v3 add 4 KiB: 89_044 + ceil(8_192_000 / 23) = 89_044 + 356_174
+        assert_eq!(v3.descriptor_ps(&add(4096)), 445_218);
+        // v4 reductions at full throughput: 62_061 + ceil(4_096_000 / 33) = 62_061 + 124_122
+        assert_eq!(v4.descriptor_ps(&add(4096)), 186_183);
+        assert_eq!(v4.descriptor_ps(&copy(4096)), 186_183);
+        // 1 byte on v3: 89_044 + ceil(1000 / 23) = 89_044 + 44
+        assert_eq!(v3.descriptor_ps(&copy(1)), 89_088);
+        // 64 KiB on v4: 62_061 + ceil(65_536_000 / 33) = 62_061 + 1_985_940
+        assert_eq!(v4.descriptor_ps(&copy(65_536)), 2_048_001);
+        // a fill writes at copy speed
+        let fill = Descriptor::fill(FabricAddr(0), 4096, Dtype::F32, 0).unwrap();
+        assert_eq!(v2.descriptor_ps(&fill), 361_413);
+    }
+
+    #[test]
+    fn small_transfers_are_overhead_bound_and_large_ones_near_full_bandwidth() {
+        let m = TimingModel::new(Generation::Mariana);
+        let full = |len: u32| (u64::from(len) * 1000).div_ceil(33);
+        for len in [1u32, 256, 1024, 2047] {
+            assert!(m.fixed_ps() > full(len), "{len}");
+        }
+        let efficiency = |len: u32| full(len) as f64 / m.transfer_ps(len, DescOp::Copy) as f64;
+        assert!((efficiency(4096) - 2.0 / 3.0).abs() < 1e-3);
+        assert!(efficiency(65_536) > 0.96);
+    }
+
+    #[test]
+    fn independent_queues_run_back_to_back() {
+        let r = run(
+            Generation::Mariana,
+            &[vec![copy(4096), copy(256)], vec![copy(2048)]],
+        )
+        .unwrap();
+        // queue 0: [0, 186_183], [186_183, 186_183 + 69_819]
+        assert_eq!(
+            r.queues[0].spans,
+            vec![
+                Span {
+                    start_ps: 0,
+                    end_ps: 186_183
+                },
+                Span {
+                    start_ps: 186_183,
+                    end_ps: 256_002
+                }
+            ]
+        );
+        assert_eq!(
+            (r.queues[0].busy_ps, r.queues[0].end_ps),
+            (256_002, 256_002)
+        );
+        assert_eq!((r.queues[0].descriptors, r.queues[0].bytes), (2, 4352));
+        assert_eq!(
+            (r.queues[1].busy_ps, r.queues[1].end_ps),
+            (124_122, 124_122)
+        );
+        assert_eq!(r.makespan_ps, 256_002);
+    }
+
+    #[test]
+    fn a_wait_starts_after_the_signal_plus_latency() {
+        let q0 = vec![copy(2048).with_signal(sem(0)), copy(2048)];
+        let q1 = vec![copy(256).with_wait(wait(0, 1))];
+        let r = run(Generation::Mariana, &[q0, q1]).unwrap();
+        // signal at 124_122; start 124_122 + 1_300_000; end + 69_819
+        assert_eq!(
+            r.queues[1].spans,
+            vec![Span {
+                start_ps: 1_424_122,
+                end_ps: 1_493_941
+            }]
+        );
+        assert_eq!(r.queues[1].busy_ps, 69_819);
+        assert_eq!(r.queues[0].end_ps, 248_244);
+        assert_eq!(r.makespan_ps, 1_493_941);
+    }
+
+    #[test]
+    fn a_wait_counts_signals() {
+        // queue 0 signals semaphore 3 three times; queue 1 waits for the second
+        let q0 = vec![copy(2048).with_signal(sem(3)); 3];
+        let q1 = vec![copy(2048), copy(2048).with_wait(wait(3, 2))];
+        let pushed_late = |order: &[usize]| {
+            let mut t = QueueTimeline::new(TimingModel::new(Generation::Mariana), 2, true).unwrap();
+            for &q in order {
+                let descs = if q == 0 { &q0 } else { &q1 };
+                for d in descs {
+                    t.push(q, d).unwrap();
+                }
+            }
+            (t.max_pending(), t.finish().unwrap())
+        };
+        let (held, r) = pushed_late(&[1, 0]);
+        // second signal ends at 2 * 124_122 = 248_244; + 1.3 us
+        assert_eq!(r.queues[1].spans[1].start_ps, 1_548_244);
+        assert_eq!(held, 1);
+        let (held_in_order, r2) = pushed_late(&[0, 1]);
+        assert_eq!(r2, r);
+        assert_eq!(held_in_order, 0);
+    }
+
+    #[test]
+    fn a_wait_cycle_is_a_deadlock() {
+        let q0 = vec![copy(4).with_wait(wait(1, 1)).with_signal(sem(0))];
+        let q1 = vec![copy(4).with_wait(wait(0, 1)).with_signal(sem(1))];
+        let e = run(Generation::Cayman, &[q0, q1]).unwrap_err();
+        assert_eq!(
+            e,
+            Error::SemaphoreDeadlock {
+                queue: 0,
+                index: 0,
+                sem: 1,
+                count: 1,
+                reached: 0
+            }
+        );
+    }
+
+    #[test]
+    fn waiting_for_a_later_signal_of_the_same_queue_is_a_deadlock() {
+        let q0 = vec![
+            copy(4),
+            copy(4).with_wait(wait(2, 1)),
+            copy(4).with_signal(sem(2)),
+        ];
+        let e = run(Generation::Cayman, &[q0]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::SemaphoreDeadlock {
+                    queue: 0,
+                    index: 1,
+                    sem: 2,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_queue_counts_queues_and_second_signaller() {
+        let m = TimingModel::new(Generation::Sunda);
+        for n in [0, 17] {
+            let e = QueueTimeline::new(m, n, false).unwrap_err();
+            assert_eq!(e, Error::QueueCount { count: n, max: 16 });
+        }
+        let mut t = QueueTimeline::new(m, 2, false).unwrap();
+        assert_eq!(
+            t.push(2, &copy(1)).unwrap_err(),
+            Error::NoSuchQueue {
+                queue: 2,
+                queues: 2
+            }
+        );
+        t.push(0, &copy(1).with_signal(sem(5))).unwrap();
+        assert!(matches!(
+            t.push(1, &copy(1).with_signal(sem(5))),
+            Err(Error::SemaphoreOwner {
+                sem: 5,
+                owner: 0,
+                ..
+            })
+        ));
+        assert!(!t.is_blocked(0) && !t.is_blocked(7));
+        assert!(t.finish().unwrap().queues[0].spans.is_empty());
+    }
+
+    /// Random queues; queue `q` signals only semaphore `q`; waits are random (some never
+    /// met, some cyclic).
+    fn arb_queues() -> impl Strategy<Value = Vec<Vec<Descriptor>>> {
+        let desc = (
+            1u32..=65_536,
+            any::<bool>(),
+            proptest::option::of((0u8..4, 1u32..4)),
+            any::<bool>(),
+        );
+        proptest::collection::vec(proptest::collection::vec(desc, 0..40), 1..5).prop_map(|qs| {
+            qs.into_iter()
+                .enumerate()
+                .map(|(q, ds)| {
+                    ds.into_iter()
+                        .map(|(len, is_add, w, s)| {
+                            let mut d = if is_add {
+                                add(len / 4 * 4 + 4)
+                            } else {
+                                copy(len)
+                            };
+                            if let Some((id, n)) = w {
+                                d = d.with_wait(wait(id, n));
+                            }
+                            if s {
+                                d = d.with_signal(sem(q as u8));
+                            }
+                            d
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn timing_does_not_depend_on_push_order(queues in arb_queues(), seed in any::<u64>()) {
+            let model = TimingModel::new(Generation::Sunda);
+            let in_order = run(Generation::Sunda, &queues);
+            // push in a seeded pseudo-random interleaving of the queues
+            let mut t = QueueTimeline::new(model, queues.len(), true).unwrap();
+            let mut next = vec![0usize; queues.len()];
+            let mut x = seed | 1;
+            while next.iter().zip(&queues).any(|(n, q)| *n < q.len()) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let q = (x % queues.len() as u64) as usize;
+                if let Some(d) = queues[q].get(next[q]) {
+                    t.push(q, d).unwrap();
+                    next[q] += 1;
+                }
+            }
+            prop_assert_eq!(t.finish(), in_order);
+        }
+
+        #[test]
+        fn without_semaphores_a_queue_ends_at_the_sum_of_its_costs(
+            lens in proptest::collection::vec(1u32..=65_536, 1..50),
+        ) {
+            let model = TimingModel::new(Generation::Cayman);
+            let q: Vec<Descriptor> = lens.iter().map(|&l| copy(l)).collect();
+            let r = run(Generation::Cayman, std::slice::from_ref(&q)).unwrap();
+            let total: u64 = q.iter().map(|d| model.descriptor_ps(d)).sum();
+            prop_assert_eq!(r.queues[0].end_ps, total);
+            prop_assert_eq!(r.queues[0].busy_ps, total);
+            prop_assert_eq!(r.makespan_ps, total);
+            let contiguous = r.queues[0].spans.windows(2).all(|w| w[0].end_ps == w[1].start_ps);
+            prop_assert!(contiguous);
+        }
+    }
+}

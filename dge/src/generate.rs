@@ -1,0 +1,844 @@
+//! The DGE front door: a [`Request`] goes through the firmware's pipeline and comes out as
+//! descriptor queues ([`Generated`]).
+//!
+//! Stages, each with a tracing debug event carrying the fields the firmware logs:
+//!
+//! 1. [`IndirectionInfo`] per indirect side;
+//! 2. [`gen_spray_info`];
+//! 3. the Batman reshape ([`batman_reshape`]);
+//! 4. [`make_gather_pattern`];
+//! 5. and 6. [`do_indirection`], which reads the indices with `gather_indices`;
+//! 7. the descriptor loop ([`for_each_run`]) and the spray ([`spray::assign`]).
+//!
+//! Everything that can fail is checked before the first descriptor exists: patterns,
+//! element counts, index counts, bounds under the hard policy, duplicate destinations.
+
+use crate::error::Error;
+use crate::indirection::{
+    do_indirection, make_gather_pattern, FabricWindow, Indexed, Indirection, IndirectionInfo,
+    OobPolicy, RowExtent, SkippedIndex, MAX_INDICES,
+};
+use crate::pattern::{AccessPattern, BytePattern};
+use crate::reshape::{batman_reshape, Reshaped};
+use crate::runs::{for_each_run, Run, Walker};
+use crate::spray::{self, SprayMode, QUEUES};
+use dma::descriptor::{DescFlags, DescOp, Descriptor};
+use dma::fabric::Fabric;
+use dma::{ComputeOp, Dtype, FabricAddr, Space};
+use hashbrown::HashMap;
+use tracing::debug;
+
+/// The DGE's three descriptor kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// DGE DIRECT2D: a strided copy (DMA_DIRECT2D / DMA_MEMCPY 0xb8).
+    Direct2d,
+    /// DGE INDIRECT: gather, scatter, or both (DMA_INDIRECT 0xbb).
+    Indirect,
+    /// DGE GATHER TRANSPOSE (`tensor_reshape_indirect_transpose`): `dst[c][r] = src[idx[r]][c]`.
+    GatherTranspose,
+}
+
+impl Kind {
+    /// The `reshape_kind` code the firmware logs.
+    pub fn code(self) -> u8 {
+        match self {
+            Kind::Direct2d => 0,
+            Kind::Indirect => 1,
+            Kind::GatherTranspose => 2,
+        }
+    }
+}
+
+/// One descriptor-generation request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub kind: Kind,
+    pub src: AccessPattern,
+    pub dst: AccessPattern,
+    /// Indices applied to the source (gather).
+    pub src_indirection: Option<Indirection>,
+    /// Indices applied to the destination (scatter).
+    pub dst_indirection: Option<Indirection>,
+    pub op: ComputeOp,
+    pub dtype: Dtype,
+    /// Allow several indices to name one destination (`non_unique_dst_idx`).
+    pub non_unique_dst_idx: bool,
+    /// The DMA queues to spray over (bit `q` selects queue `q`).
+    pub eng_mask: u16,
+}
+
+impl Request {
+    /// A request of `kind` from `src` to `dst` with no indirection, plain copy, all queues.
+    pub fn new(kind: Kind, src: AccessPattern, dst: AccessPattern, dtype: Dtype) -> Request {
+        Request {
+            kind,
+            src,
+            dst,
+            src_indirection: None,
+            dst_indirection: None,
+            op: ComputeOp::None,
+            dtype,
+            non_unique_dst_idx: false,
+            eng_mask: 0xffff,
+        }
+    }
+}
+
+/// `gen_spray_info`'s summary of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SprayInfo {
+    pub reshape_kind: u8,
+    pub do_indirection: bool,
+    /// Whether the indices belong to the tensor being read (gather) rather than written.
+    pub is_our_tensor: bool,
+    pub hbm_to_hbm: bool,
+    pub ndma: usize,
+}
+
+/// The generated descriptors and what the bound checks did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Generated {
+    /// One descriptor list per DMA queue (always [`QUEUES`] lists; unselected ones empty).
+    pub queues: Vec<Vec<Descriptor>>,
+    /// Indices skipped under a soft policy, in position order per side.
+    pub skipped: Vec<SkippedIndex>,
+    /// Whether an OOB notification is raised (a soft skip with notification enabled).
+    pub oob_notification: bool,
+    /// Payload bytes moved.
+    pub bytes: u64,
+}
+
+impl Generated {
+    /// Total descriptors over all queues.
+    pub fn descriptor_count(&self) -> usize {
+        self.queues.iter().map(Vec::len).sum()
+    }
+}
+
+/// Stage 2: the spray summary.
+pub fn gen_spray_info(
+    req: &Request,
+    src: &BytePattern,
+    dst: &BytePattern,
+    ndma: usize,
+) -> SprayInfo {
+    let hbm = |a: u64| a < dma::addr::SBUF_BASE;
+    let info = SprayInfo {
+        reshape_kind: req.kind.code(),
+        do_indirection: req.src_indirection.is_some() || req.dst_indirection.is_some(),
+        is_our_tensor: req.src_indirection.is_some(),
+        hbm_to_hbm: hbm(src.start) && hbm(dst.start),
+        ndma,
+    };
+    debug!(
+        reshape_kind = info.reshape_kind,
+        do_indirection = info.do_indirection,
+        is_our_tensor = info.is_our_tensor,
+        hbm_to_hbm = info.hbm_to_hbm,
+        ndma = info.ndma,
+        "gen_spray_info"
+    );
+    info
+}
+
+/// One side after validation, reshape and indirection.
+struct Side {
+    shape: Reshaped,
+    indexed: Option<Indexed>,
+}
+
+/// Runs the whole pipeline for `req` against `fabric` (which holds the index tensors).
+pub fn generate(fabric: &Fabric, req: &Request) -> Result<Generated, Error> {
+    let map = fabric.map();
+    let dst_pattern = transposed_destination(req)?;
+    let skip = |i: Option<Indirection>| i.map(|i| i.dim);
+    let src = req
+        .src
+        .validate_except(map, "source", skip(req.src_indirection))?;
+    let dst = dst_pattern.validate_except(map, "destination", skip(req.dst_indirection))?;
+    check_request(req, &src, &dst)?;
+    let queues = spray::selected_queues(req.eng_mask)?;
+    let info = gen_spray_info(req, &src, &dst, queues.len());
+    let s = build_side(
+        fabric,
+        &src,
+        req.src_indirection,
+        "source",
+        info.reshape_kind,
+        req.eng_mask,
+    )?;
+    let d = build_side(
+        fabric,
+        &dst,
+        req.dst_indirection,
+        "destination",
+        info.reshape_kind,
+        req.eng_mask,
+    )?;
+    log_masks(req, &s, &d);
+    if let Some(ix) = &d.indexed {
+        check_duplicates(ix, req.non_unique_dst_idx)?;
+    }
+    let mut runs = Vec::new();
+    let elem = u64::from(src.elem_size);
+    for_each_run(
+        &mut Walker::new(&s.shape, s.indexed.as_ref().map(|i| &i.bases)),
+        &mut Walker::new(&d.shape, d.indexed.as_ref().map(|i| &i.bases)),
+        elem,
+        |r| runs.push(r),
+    );
+    let mode = spray_mode(req, &d);
+    let assigned = spray::assign(&runs, &queues, mode);
+    let mut out = emit(req, &runs, &assigned)?;
+    out.skipped = [s.indexed, d.indexed]
+        .into_iter()
+        .flatten()
+        .flat_map(|i| i.skipped)
+        .collect();
+    out.oob_notification = !out.skipped.is_empty() && notifying(req);
+    Ok(out)
+}
+
+/// GATHER TRANSPOSE iterates the destination `[C][R]` in the source's `(r, c)` order: its
+/// two dimensions are swapped. Other kinds use the destination as given.
+fn transposed_destination(req: &Request) -> Result<AccessPattern, Error> {
+    if req.kind != Kind::GatherTranspose {
+        return Ok(req.dst.clone());
+    }
+    let two = |p: &AccessPattern| p.dims.len() == 2;
+    let ind0 = req.src_indirection.map(|i| i.dim) == Some(0);
+    if !two(&req.src) || !two(&req.dst) || !ind0 || req.dst_indirection.is_some() {
+        return Err(Error::TransposeShape);
+    }
+    let (s, d) = (&req.src.dims, &req.dst.dims);
+    if s[0].count != d[1].count || s[1].count != d[0].count {
+        return Err(Error::TransposeCounts {
+            rows: s[0].count,
+            cols: s[1].count,
+            dst_rows: d[0].count,
+            dst_cols: d[1].count,
+        });
+    }
+    let mut t = req.dst.clone();
+    t.dims.swap(0, 1);
+    Ok(t)
+}
+
+fn check_request(req: &Request, src: &BytePattern, dst: &BytePattern) -> Result<(), Error> {
+    let size = req.dtype.size() as u32;
+    for (side, p) in [("source", src), ("destination", dst)] {
+        if p.elem_size != size {
+            return Err(Error::ElemSizeDtype {
+                side,
+                size: p.elem_size,
+                dtype: req.dtype,
+            });
+        }
+    }
+    if src.elements() != dst.elements() {
+        return Err(Error::ElementCountMismatch {
+            src: src.elements(),
+            dst: dst.elements(),
+        });
+    }
+    let indirect = req.src_indirection.is_some() || req.dst_indirection.is_some();
+    match (req.kind, indirect) {
+        (Kind::Direct2d, true) => Err(Error::KindIndirection {
+            kind: req.kind,
+            has: true,
+        }),
+        (Kind::Indirect | Kind::GatherTranspose, false) => Err(Error::KindIndirection {
+            kind: req.kind,
+            has: false,
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn build_side(
+    fabric: &Fabric,
+    p: &BytePattern,
+    ind: Option<Indirection>,
+    side: &'static str,
+    reshape_kind: u8,
+    eng_mask: u16,
+) -> Result<Side, Error> {
+    let partition_dim = fabric.map().locate(FabricAddr(p.start))?.space != Space::Hbm;
+    let Some(ind) = ind else {
+        return Ok(Side {
+            shape: batman_reshape(p, None, partition_dim, side),
+            indexed: None,
+        });
+    };
+    let dim = p.dims.get(ind.dim).ok_or(Error::IndirectDim {
+        side,
+        dim: ind.dim,
+        dims: p.dims.len(),
+    })?;
+    let count = u32::try_from(dim.count)
+        .ok()
+        .filter(|&c| c <= MAX_INDICES)
+        .ok_or(Error::TooManyIndices {
+            side,
+            count: dim.count,
+            limit: MAX_INDICES,
+        })?;
+    let info = IndirectionInfo::new(side, ind, count);
+    let shape = batman_reshape(p, Some(ind.dim), partition_dim, side);
+    let pattern = make_gather_pattern(&info, reshape_kind, eng_mask);
+    let port = FabricWindow::read(fabric, ind.indices, u64::from(count) * 4)?;
+    let row = row_extent(&shape);
+    let indexed = do_indirection(&port, fabric.map(), &info, &pattern, p.start, row)?;
+    Ok(Side {
+        shape,
+        indexed: Some(indexed),
+    })
+}
+
+/// The bytes a row spans around its base: all dimensions but the indirection one, the
+/// partition dimension apart.
+fn row_extent(p: &Reshaped) -> RowExtent {
+    let (mut lo, mut hi, mut parts) = (0i64, 0i64, (0i64, 0i64));
+    let rows = p
+        .dims
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| Some(*k) != p.indirect_dim);
+    for (k, d) in rows {
+        // validate() bounded every extent by the fabric's size, far inside i64.
+        let ext = d.step.saturating_mul(d.count as i64 - 1);
+        let (l, h) = match p.partition_dim == Some(k) {
+            true => (&mut parts.0, &mut parts.1),
+            false => (&mut lo, &mut hi),
+        };
+        *l += ext.min(0);
+        *h += ext.max(0);
+    }
+    RowExtent {
+        lo,
+        hi_end: hi + i64::from(p.elem_size),
+        partitions: parts,
+    }
+}
+
+fn log_masks(req: &Request, s: &Side, d: &Side) {
+    let mask = |side: &Side| {
+        side.indexed.as_ref().map_or(0u64, |i| {
+            i.bases
+                .valid
+                .iter()
+                .take(64)
+                .enumerate()
+                .fold(0u64, |m, (k, &v)| m | u64::from(v) << k)
+        })
+    };
+    let bound = |i: Option<Indirection>| i.and_then(|i| i.bound).unwrap_or(0);
+    debug!(
+        our_indices_valid = format_args!("{:#x}", mask(s)),
+        other_indices_valid = format_args!("{:#x}", mask(d)),
+        srx_idx_max = bound(req.src_indirection),
+        dst_idx_max = bound(req.dst_indirection),
+        "Indirection masks"
+    );
+}
+
+/// Without `non_unique_dst_idx`, two valid destination indices may not be equal.
+fn check_duplicates(ix: &Indexed, non_unique: bool) -> Result<(), Error> {
+    if non_unique {
+        return Ok(());
+    }
+    let mut seen: HashMap<u32, u32> = HashMap::with_capacity(ix.values.len());
+    for (pos, (&value, &valid)) in ix.values.iter().zip(&ix.bases.valid).enumerate() {
+        if !valid {
+            continue;
+        }
+        if let Some(&first) = seen.get(&value) {
+            return Err(Error::DuplicateDestination {
+                first,
+                second: pos as u32,
+                value,
+            });
+        }
+        seen.insert(value, pos as u32);
+    }
+    Ok(())
+}
+
+/// Disjoint spraying is safe when destinations cannot overlap: a direct destination whose
+/// pattern is injective, or indirect rows with distinct indices further apart than a row.
+fn spray_mode(req: &Request, d: &Side) -> SprayMode {
+    let injective = match (&d.indexed, req.dst_indirection) {
+        (None, _) => is_injective(&d.shape, None),
+        (Some(_), Some(ind)) => {
+            !req.non_unique_dst_idx && is_injective(&d.shape, Some(i64::from(ind.step)))
+        }
+        _ => false,
+    };
+    if injective {
+        SprayMode::Disjoint
+    } else {
+        SprayMode::Grouped
+    }
+}
+
+/// Sufficient test that distinct positions of `p` touch distinct bytes: sorted by |step|,
+/// every step clears the extent of all smaller ones. `ind_step` stands in for the
+/// indirection dimension's step (distinct indices, so distinct multiples of it).
+fn is_injective(p: &Reshaped, ind_step: Option<i64>) -> bool {
+    let mut dims: Vec<(u64, u64)> = p
+        .dims
+        .iter()
+        .enumerate()
+        .map(|(k, d)| {
+            let step = match (Some(k) == p.indirect_dim, ind_step) {
+                (true, Some(s)) => s,
+                _ => d.step,
+            };
+            (
+                step.unsigned_abs(),
+                if Some(k) == p.indirect_dim {
+                    u64::MAX
+                } else {
+                    d.count
+                },
+            )
+        })
+        .collect();
+    dims.sort_unstable();
+    let mut extent = u64::from(p.elem_size);
+    for (step, count) in dims {
+        if step < extent {
+            return false;
+        }
+        extent = step
+            .saturating_mul(count.saturating_sub(1))
+            .saturating_add(extent);
+    }
+    true
+}
+
+fn notifying(req: &Request) -> bool {
+    [req.src_indirection, req.dst_indirection]
+        .into_iter()
+        .flatten()
+        .any(|i| i.policy == OobPolicy::SoftSkip)
+}
+
+/// Stage 7's output: descriptors per queue, END_OF_INSTRUCTION on each queue's last.
+fn emit(req: &Request, runs: &[Run], assigned: &[u8]) -> Result<Generated, Error> {
+    let op = DescOp::from(req.op);
+    let mut queues: Vec<Vec<Descriptor>> = vec![Vec::new(); QUEUES];
+    let mut bytes = 0u64;
+    for (r, &q) in runs.iter().zip(assigned) {
+        // runs are at most MAX_RUN_BYTES (64 KiB) and whole elements of the dtype
+        let d = Descriptor::new(
+            op,
+            FabricAddr(r.src),
+            FabricAddr(r.dst),
+            r.len as u32,
+            req.dtype,
+        )?;
+        if let Some(list) = queues.get_mut(usize::from(q)) {
+            list.push(d);
+        }
+        bytes += r.len;
+    }
+    for list in &mut queues {
+        if let Some(last) = list.last_mut() {
+            *last = last.with_flags(DescFlags::END_OF_INSTRUCTION);
+        }
+    }
+    Ok(Generated {
+        queues,
+        bytes,
+        ..Generated::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dma::addr::{SBUF_BASE, SBUF_STRIDE};
+    use dma::compute;
+    use dma::Generation;
+    use proptest::prelude::*;
+
+    const IDX: u64 = SBUF_BASE + 1024;
+
+    fn fabric_with(indices: &[u32], table: (u64, u64)) -> Fabric {
+        let mut f = Fabric::new(Generation::Cayman);
+        let bytes: Vec<u8> = indices.iter().flat_map(|i| i.to_le_bytes()).collect();
+        if !bytes.is_empty() {
+            f.write(FabricAddr(IDX), &bytes).unwrap();
+        }
+        let (base, len) = table;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+        f.write(FabricAddr(base), &data).unwrap();
+        f
+    }
+
+    /// Element addresses of `p` in element order, with the indirection applied; `None`
+    /// for an index at or past its bound. Written independently of the DGE's walker.
+    fn element_addrs(f: &Fabric, p: &AccessPattern, ind: Option<Indirection>) -> Vec<Option<u64>> {
+        let sbuf = p.start.0 >= SBUF_BASE;
+        let n = p.dims.len();
+        let mut idx = vec![0u64; n];
+        let mut out = Vec::new();
+        loop {
+            let mut a = p.start.0 as i128;
+            let mut ok = true;
+            #[allow(clippy::needless_range_loop)] // k indexes dims and idx alike
+            for k in 0..n {
+                match ind {
+                    Some(i) if i.dim == k => {
+                        let mut b = [0u8; 4];
+                        f.read(FabricAddr(i.indices.0 + 4 * idx[k]), &mut b)
+                            .unwrap();
+                        let v = u32::from_le_bytes(b);
+                        ok &= i.bound.is_none_or(|bd| u64::from(v) < bd);
+                        a += i128::from(v) * i128::from(i.step);
+                    }
+                    _ => {
+                        let unit = if k == 0 && sbuf {
+                            SBUF_STRIDE as i128
+                        } else {
+                            i128::from(p.elem_size)
+                        };
+                        a += i128::from(p.dims[k].step) * unit * i128::from(idx[k]);
+                    }
+                }
+            }
+            out.push(ok.then_some(a as u64));
+            let mut k = n;
+            loop {
+                if k == 0 {
+                    return out;
+                }
+                k -= 1;
+                idx[k] += 1;
+                if idx[k] < u64::from(p.dims[k].count) {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+    }
+
+    /// The closed-form reference: every element move applied directly, in element order.
+    /// Returns the moves `(src, dst)` so the test can count the minimal runs.
+    fn reference(f: &mut Fabric, req: &Request) -> Vec<(u64, u64)> {
+        let src = element_addrs(f, &req.src, req.src_indirection);
+        let dst = if req.kind == Kind::GatherTranspose {
+            let (c, r) = (req.dst.dims[0], req.dst.dims[1]);
+            let es = i64::from(req.dst.elem_size);
+            (0..r.count as i64)
+                .flat_map(|ri| {
+                    (0..c.count as i64).map(move |ci| {
+                        Some((req.dst.start.0 as i64 + ci * c.step * es + ri * r.step * es) as u64)
+                    })
+                })
+                .collect()
+        } else {
+            element_addrs(f, &req.dst, req.dst_indirection)
+        };
+        let es = req.dtype.size();
+        let mut moves = Vec::new();
+        for (s, d) in src.into_iter().zip(dst) {
+            let (Some(s), Some(d)) = (s, d) else { continue };
+            let mut a = vec![0u8; es];
+            let mut b = vec![0u8; es];
+            f.read(FabricAddr(s), &mut a).unwrap();
+            f.read(FabricAddr(d), &mut b).unwrap();
+            compute::apply(req.op, req.dtype, &mut b, &a).unwrap();
+            f.write(FabricAddr(d), &b).unwrap();
+            moves.push((s, d));
+        }
+        moves
+    }
+
+    fn region(a: u64) -> u64 {
+        if a < SBUF_BASE {
+            0
+        } else {
+            1 + (a - SBUF_BASE) / SBUF_STRIDE
+        }
+    }
+
+    fn minimal_count(moves: &[(u64, u64)], es: u64) -> usize {
+        let mut count = 0;
+        let mut run = 0u64;
+        for (k, &(s, d)) in moves.iter().enumerate() {
+            let joined = k > 0 && {
+                let (ps, pd) = moves[k - 1];
+                ps + es == s && pd + es == d && region(ps) == region(s) && region(pd) == region(d)
+            };
+            if !joined {
+                count += run.div_ceil(65536) as usize;
+                run = 0;
+            }
+            run += es;
+        }
+        count + run.div_ceil(65536) as usize
+    }
+
+    fn replay(f: &mut Fabric, g: &Generated, reversed: bool) {
+        let mut order: Vec<&Vec<Descriptor>> = g.queues.iter().collect();
+        if reversed {
+            order.reverse();
+        }
+        for q in order {
+            for d in q {
+                match d.op().compute_op() {
+                    Some(ComputeOp::None) | None => {
+                        f.copy(d.src(), d.dst(), u64::from(d.len())).unwrap()
+                    }
+                    Some(op) => f
+                        .reduce(d.src(), d.dst(), u64::from(d.len()), d.dtype(), op)
+                        .unwrap(),
+                }
+            }
+        }
+    }
+
+    /// Generates, replays in two queue orders and compares against the reference.
+    fn check(f: &Fabric, req: &Request) -> Generated {
+        let g = generate(f, req).unwrap();
+        let mut expect = f.clone();
+        let moves = reference(&mut expect, req);
+        assert_eq!(
+            g.descriptor_count(),
+            minimal_count(&moves, req.dtype.size() as u64)
+        );
+        for reversed in [false, true] {
+            let mut got = f.clone();
+            replay(&mut got, &g, reversed);
+            assert_eq!(got.first_difference(&expect), None, "reversed={reversed}");
+        }
+        g
+    }
+
+    fn gather(rows: u32, cols: u32, n: u32, bound: Option<u64>, policy: OobPolicy) -> Request {
+        let src = AccessPattern::new(FabricAddr(0), 4, &[(i64::from(cols), n), (1, cols)]);
+        let dst = AccessPattern::new(FabricAddr(1 << 30), 4, &[(i64::from(cols), n), (1, cols)]);
+        let mut r = Request::new(Kind::Indirect, src, dst, Dtype::F32);
+        let _ = rows;
+        r.src_indirection = Some(Indirection {
+            dim: 0,
+            indices: FabricAddr(IDX),
+            step: (cols * 4) as i32,
+            bound,
+            policy,
+        });
+        r
+    }
+
+    #[test]
+    fn contiguous_copy_is_ceil_of_64k_descriptors() {
+        let f = fabric_with(&[], (0, 300_000));
+        let src = AccessPattern::new(FabricAddr(0), 4, &[(1, 75_000)]);
+        let dst = AccessPattern::new(FabricAddr(1 << 20), 4, &[(1, 75_000)]);
+        let g = check(&f, &Request::new(Kind::Direct2d, src, dst, Dtype::F32));
+        assert_eq!(g.descriptor_count(), 5);
+        assert_eq!(g.bytes, 300_000);
+        // round-robin: queues 0..4 hold one each, END_OF_INSTRUCTION on each
+        assert!(g.queues[..5]
+            .iter()
+            .all(|q| q.len() == 1 && q[0].flags().contains(DescFlags::END_OF_INSTRUCTION)));
+    }
+
+    #[test]
+    fn sorted_indices_collapse_into_one_descriptor() {
+        let idx: Vec<u32> = (10..42).collect();
+        let f = fabric_with(&idx, (0, 64 * 256));
+        let g = check(&f, &gather(64, 64, 32, Some(64), OobPolicy::HardError));
+        assert_eq!(g.descriptor_count(), 1);
+        assert_eq!(g.bytes, 32 * 256);
+    }
+
+    #[test]
+    fn hard_oob_fails_naming_position_value_and_bound() {
+        let f = fabric_with(&[1, 2, 64, 3], (0, 64 * 256));
+        let e = generate(&f, &gather(64, 64, 4, Some(64), OobPolicy::HardError)).unwrap_err();
+        assert_eq!(
+            e,
+            Error::IndexOutOfBounds {
+                side: "source",
+                position: 2,
+                value: 64,
+                bound: 64
+            }
+        );
+        assert!(
+            e.to_string()
+                .contains("index 64 at position 2 is out of bounds (bound 64"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn soft_skip_lists_positions_and_notifies_unless_silenced() {
+        let f = fabric_with(&[1, u32::MAX, 63, 64], (0, 64 * 256));
+        let g = check(&f, &gather(64, 64, 4, Some(64), OobPolicy::SoftSkip));
+        let pos: Vec<(u32, u32)> = g.skipped.iter().map(|s| (s.position, s.value)).collect();
+        assert_eq!(pos, vec![(1, u32::MAX), (3, 64)]);
+        assert!(g.oob_notification);
+        let g = check(&f, &gather(64, 64, 4, Some(64), OobPolicy::SoftSkipSilent));
+        assert_eq!(g.skipped.len(), 2);
+        assert!(!g.oob_notification);
+    }
+
+    #[test]
+    fn duplicate_scatter_needs_non_unique_and_then_accumulates_in_one_queue() {
+        let f = fabric_with(&[3, 1, 3, 3], (0, 1 << 16));
+        let src = AccessPattern::new(FabricAddr(0), 4, &[(16, 4), (1, 16)]);
+        let dst = AccessPattern::new(FabricAddr(1 << 20), 4, &[(16, 4), (1, 16)]);
+        let mut r = Request::new(Kind::Indirect, src, dst, Dtype::F32);
+        r.op = ComputeOp::Add;
+        r.dst_indirection = Some(Indirection {
+            dim: 0,
+            indices: FabricAddr(IDX),
+            step: 64,
+            bound: Some(8),
+            policy: OobPolicy::HardError,
+        });
+        let e = generate(&f, &r).unwrap_err();
+        assert_eq!(
+            e,
+            Error::DuplicateDestination {
+                first: 0,
+                second: 2,
+                value: 3
+            }
+        );
+        r.non_unique_dst_idx = true;
+        let g = check(&f, &r);
+        let with_row3: Vec<usize> = (0..QUEUES)
+            .filter(|&q| g.queues[q].iter().any(|d| d.dst().0 == (1 << 20) + 192))
+            .collect();
+        assert_eq!(with_row3.len(), 1);
+        assert_eq!(
+            g.queues[with_row3[0]]
+                .iter()
+                .filter(|d| d.dst().0 == (1 << 20) + 192)
+                .count(),
+            3
+        );
+    }
+
+    #[test]
+    fn gather_transpose_writes_columns() {
+        // 2-byte dtype, table 8 rows x 4 cols, gather rows [5, 0, 7] transposed into [4][3]
+        let f = fabric_with(&[5, 0, 7], (0, 64));
+        let src = AccessPattern::new(FabricAddr(0), 2, &[(4, 3), (1, 4)]);
+        let dst = AccessPattern::new(FabricAddr(1 << 20), 2, &[(3, 4), (1, 3)]);
+        let mut r = Request::new(Kind::GatherTranspose, src, dst, Dtype::Bf16);
+        r.src_indirection = Some(Indirection {
+            dim: 0,
+            indices: FabricAddr(IDX),
+            step: 8,
+            bound: Some(8),
+            policy: OobPolicy::HardError,
+        });
+        let g = check(&f, &r);
+        assert_eq!(g.descriptor_count(), 12);
+        let mut got = f.clone();
+        replay(&mut got, &g, false);
+        let mut out = [0u8; 24];
+        got.read(FabricAddr(1 << 20), &mut out).unwrap();
+        let table: Vec<u8> = (0..64u64).map(|i| (i * 7 + 3) as u8).collect();
+        let el = |r: usize, c: usize| [table[r * 8 + c * 2], table[r * 8 + c * 2 + 1]];
+        assert_eq!(out[0..2], el(5, 0));
+        assert_eq!(out[2..4], el(0, 0));
+        assert_eq!(out[6..8], el(5, 1));
+        assert_eq!(out[22..24], el(7, 3));
+    }
+
+    #[test]
+    fn request_rule_errors() {
+        let f = fabric_with(&[0; 8], (0, 1024));
+        let p = |n| AccessPattern::new(FabricAddr(0), 4, &[(1, n)]);
+        let e = generate(&f, &Request::new(Kind::Direct2d, p(4), p(5), Dtype::F32)).unwrap_err();
+        assert_eq!(e, Error::ElementCountMismatch { src: 4, dst: 5 });
+        let e = generate(&f, &Request::new(Kind::Direct2d, p(4), p(4), Dtype::U16)).unwrap_err();
+        assert!(matches!(e, Error::ElemSizeDtype { size: 4, .. }));
+        let e = generate(&f, &Request::new(Kind::Indirect, p(4), p(4), Dtype::F32)).unwrap_err();
+        assert!(matches!(e, Error::KindIndirection { has: false, .. }));
+        let mut r = Request::new(Kind::Direct2d, p(4), p(4), Dtype::F32);
+        r.eng_mask = 0;
+        assert!(matches!(generate(&f, &r), Err(Error::NoQueues { .. })));
+        let mut r = gather(4, 1, 4097, None, OobPolicy::HardError);
+        r.src.dims[1].count = 1;
+        r.dst = AccessPattern::new(FabricAddr(1 << 30), 4, &[(1, 4097)]);
+        assert!(matches!(
+            generate(&f, &r),
+            Err(Error::TooManyIndices { count: 4097, .. })
+        ));
+    }
+
+    #[test]
+    fn in_bound_index_whose_row_leaves_the_fabric_fails() {
+        let f = fabric_with(&[0, 1], (0, 64));
+        let mut r = gather(0, 16, 2, None, OobPolicy::SoftSkip);
+        r.src.start = FabricAddr(Generation::Cayman.hbm_bytes() - 64);
+        let e = generate(&f, &r).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::IndexOffFabric {
+                    position: 1,
+                    value: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        /// Random gathers / scatters / both, random indices with OOB and duplicates, every
+        /// policy and compute op: replay equals the reference and the count is minimal.
+        #[test]
+        fn random_requests_match_the_reference(
+            mode in 0u8..3,
+            op in 0u8..5,
+            cols in 1u32..6,
+            raw in proptest::collection::vec(0u32..12, 1..40),
+            raw2 in proptest::collection::vec(0u32..12, 40),
+            soft in any::<bool>(),
+            dst_sbuf in any::<bool>(),
+            mask in 1u16..,
+        ) {
+            let n = raw.len() as u32;
+            let rows = 10u64;
+            let mut idx = raw.clone();
+            idx.extend_from_slice(&raw2[..raw.len()]);
+            let f = fabric_with(&idx, (0, 4096));
+            let policy = if soft { OobPolicy::SoftSkip } else { OobPolicy::HardError };
+            let src = AccessPattern::new(FabricAddr(0), 2, &[(i64::from(cols), n), (1, cols)]);
+            let rows_dims = [(i64::from(cols), n), (1, cols)];
+            let (dst, dst_dim) = if dst_sbuf {
+                let dims = [(1, 1), rows_dims[0], rows_dims[1]];
+                (AccessPattern::new(FabricAddr(SBUF_BASE + 3 * SBUF_STRIDE), 2, &dims), 1)
+            } else {
+                (AccessPattern::new(FabricAddr(1 << 20), 2, &rows_dims), 0)
+            };
+            let mut r = Request::new(Kind::Indirect, src, dst, Dtype::Bf16);
+            r.op = ComputeOp::from_code(op).unwrap();
+            r.eng_mask = mask;
+            r.non_unique_dst_idx = true;
+            let ind = |dim, at: u64| Indirection { dim, indices: FabricAddr(at), step: (cols * 2) as i32, bound: Some(rows), policy };
+            if mode != 1 { r.src_indirection = Some(ind(0, IDX)); }
+            if mode != 0 { r.dst_indirection = Some(ind(dst_dim, IDX + 4 * u64::from(n))); }
+            let oob = |v: &[u32]| v.iter().any(|&i| u64::from(i) >= rows);
+            let src_oob = mode != 1 && oob(&raw);
+            let dst_oob = mode != 0 && oob(&raw2[..raw.len()]);
+            match generate(&f, &r) {
+                Err(Error::IndexOutOfBounds { .. }) => prop_assert!(!soft && (src_oob || dst_oob)),
+                Err(e) => prop_assert!(false, "unexpected {e}"),
+                Ok(_) => { prop_assert!(soft || !(src_oob || dst_oob)); check(&f, &r); }
+            }
+        }
+    }
+}
