@@ -180,7 +180,12 @@ pub fn generate(fabric: &Fabric, req: &Request) -> Result<Generated, Error> {
     if let Some(ix) = &d.indexed {
         check_duplicates(ix, req.non_unique_dst_idx)?;
     }
-    let mut runs = Vec::new();
+    let expected = [&s, &d]
+        .iter()
+        .filter_map(|x| x.indexed.as_ref())
+        .map(|i| i.values.len())
+        .max();
+    let mut runs = Vec::with_capacity(expected.unwrap_or(16));
     let elem = u64::from(src.elem_size);
     for_each_run(
         &mut Walker::new(&s.shape, s.indexed.as_ref().map(|i| &i.bases)),
@@ -428,7 +433,15 @@ fn notifying(req: &Request) -> bool {
 /// Stage 7's output: descriptors per queue, END_OF_INSTRUCTION on each queue's last.
 fn emit(req: &Request, runs: &[Run], assigned: &[u8]) -> Result<Generated, Error> {
     let op = DescOp::from(req.op);
-    let mut queues: Vec<Vec<Descriptor>> = vec![Vec::new(); QUEUES];
+    let per_queue = runs.len()
+        / assigned
+            .iter()
+            .copied()
+            .max()
+            .map_or(1, |m| usize::from(m) + 1)
+        + 1;
+    let mut queues: Vec<Vec<Descriptor>> =
+        (0..QUEUES).map(|_| Vec::with_capacity(per_queue)).collect();
     let mut bytes = 0u64;
     for (r, &q) in runs.iter().zip(assigned) {
         // runs are at most MAX_RUN_BYTES (64 KiB) and whole elements of the dtype

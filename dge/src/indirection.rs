@@ -152,7 +152,12 @@ impl MemPort for FabricWindow {
         let b = self
             .bytes
             .get(off..off.checked_add(elem_sz.bytes() as usize)?)?;
-        Some(b.iter().rev().fold(0u32, |acc, &x| acc << 8 | u32::from(x)))
+        Some(match *b {
+            [a] => u32::from(a),
+            [a, b] => u32::from(u16::from_le_bytes([a, b])),
+            [a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
+            _ => return None,
+        })
     }
 
     fn store(&mut self, addr: u64, elem_sz: ElemSize, value: u32) -> bool {
@@ -236,7 +241,16 @@ pub fn do_indirection<P: MemPort>(
     row: RowExtent,
 ) -> Result<Indexed, Error> {
     let mut core = SuperGather::new();
-    let mut out = Indexed::default();
+    let n = info.count as usize;
+    let mut out = Indexed {
+        bases: IndexedBases {
+            addrs: Vec::with_capacity(n),
+            valid: Vec::with_capacity(n),
+        },
+        values: Vec::with_capacity(n),
+        skipped: Vec::new(),
+    };
+    let mut extremes = Extremes::default();
     let step = alu::movva32(info.ind.step as u32);
     for v in 0..pattern.vectors() {
         let (idx, mask) = gather_indices(&mut core, port, pattern, v);
@@ -268,7 +282,7 @@ pub fn do_indirection<P: MemPort>(
             let value = idx.n_2x32()[k];
             let ok = valid >> k & 1 == 1;
             if ok {
-                check_row(map, info, position, value, addrs.lanes()[k], row)?;
+                extremes.see(position, value, addrs.lanes()[k]);
             } else {
                 reject(info, position, value, &mut out.skipped)?;
             }
@@ -277,7 +291,58 @@ pub fn do_indirection<P: MemPort>(
             out.values.push(value);
         }
     }
+    check_rows(map, info, &out, extremes, row)?;
     Ok(out)
+}
+
+/// The valid positions with the lowest and highest address.
+#[derive(Clone, Copy, Default)]
+struct Extremes {
+    lo: Option<(u32, u32, u64)>,
+    hi: Option<(u32, u32, u64)>,
+}
+
+impl Extremes {
+    fn see(&mut self, position: u32, value: u32, addr: u64) {
+        if self.lo.is_none_or(|l| addr < l.2) {
+            self.lo = Some((position, value, addr));
+        }
+        if self.hi.is_none_or(|h| addr > h.2) {
+            self.hi = Some((position, value, addr));
+        }
+    }
+}
+
+/// Every valid row must be on the fabric. Rows lie between the lowest and the highest
+/// address, so when those two rows are on the fabric in one region, all rows are (a
+/// region is contiguous); otherwise each row is checked and the first failure named.
+fn check_rows(
+    map: &dma::AddressMap,
+    info: &IndirectionInfo,
+    ix: &Indexed,
+    e: Extremes,
+    row: RowExtent,
+) -> Result<(), Error> {
+    let (Some(lo), Some(hi)) = (e.lo, e.hi) else {
+        return Ok(());
+    };
+    let same_region = map.region_of(FabricAddr(lo.2)).ok() == map.region_of(FabricAddr(hi.2)).ok();
+    let ends = check_row(map, info, lo.0, lo.1, lo.2, row)
+        .and(check_row(map, info, hi.0, hi.1, hi.2, row));
+    if same_region && ends.is_ok() {
+        return Ok(());
+    }
+    let rows = ix
+        .bases
+        .addrs
+        .iter()
+        .zip(&ix.bases.valid)
+        .zip(&ix.values)
+        .enumerate();
+    for (pos, ((&addr, _), &value)) in rows.filter(|(_, ((_, &ok), _))| ok) {
+        check_row(map, info, pos as u32, value, addr, row)?;
+    }
+    Ok(())
 }
 
 /// The in-bound lanes: `index < bound` (unsigned), every lane when the check is disabled
