@@ -1,0 +1,744 @@
+//! Validity of the DMA-level instructions: DMA_INDIRECT 0xbb, PSEUDO_EMBEDDING_UPDATE
+//! 0xca and DMA_MEMCPY 0xb8 (DMA_DIRECT2D).
+
+use dma::{Addr4, AddressMap, Dtype, FabricAddr, Generation, Space};
+
+use super::pool_ops::MAX_INDICES;
+use super::{addr4_span, fabric_span, run_bytes};
+use crate::error::Error;
+use crate::isa::fields::{BoundCheckReg, IndirectDim};
+use crate::isa::rule::{self, ensure, FieldPath, Rule};
+use crate::isa::structs::{DmaDirect2d, DmaIndirect1d, Operand, PseudoEmbeddingUpdate};
+
+/// Bytes per DMA_INDIRECT / EMBEDDING_UPDATE index (u32).
+const INDEX_BYTES: u64 = 4;
+
+/// DMA_INDIRECT: equal counts of 1..=4096, equal element sizes that hold whole dtype
+/// elements, a queue, indirect dims X without a shape register, and per side either
+/// indices (SBUF partition 0, a usable bound register, a mapped base) or a direct run on
+/// the fabric with no index address and no bound.
+pub fn dma_indirect(generation: Generation, d: &DmaIndirect1d) -> Result<(), Error> {
+    d.check_decode()?;
+    let at = DmaIndirect1d::at;
+    let mode = d.flags().indirect_mode()?;
+    d.compute_op()?;
+    let n = d.src_num_elem();
+    rule::equal(
+        at("dst_num_elem"),
+        d.dst_num_elem(),
+        n,
+        Rule::DmaIndirectCountsEqual,
+    )?;
+    rule::nonzero(at("src_num_elem"), n)?;
+    rule::at_most(at("src_num_elem"), n, MAX_INDICES, Rule::IndexCount)?;
+    let size = d.src_elem_size();
+    rule::nonzero(at("src_elem_size"), size)?;
+    rule::equal(
+        at("dst_elem_size"),
+        d.dst_elem_size(),
+        size,
+        Rule::ElemSizeEqual,
+    )?;
+    elem_size_fits(at("src_elem_size"), size, d.dtype()?)?;
+    queues(at("eng_mask"), d.eng_mask())?;
+    shape(d)?;
+    let map = AddressMap::new(generation);
+    let src = Side {
+        indirect: mode.gathers(),
+        start: (at("src_start_addr"), d.src_start_addr()),
+        index: (at("src_idx_start_addr"), d.src_idx_start_addr()),
+        bound: (at("src_idx_bound_reg"), d.src_idx_bound_reg()),
+        step: d.src_step_elem(),
+    };
+    src.check(&map, n, size)?;
+    let dst = Side {
+        indirect: mode.scatters(),
+        start: (at("dst_start_addr"), d.dst_start_addr()),
+        index: (at("dst_idx_start_addr"), d.dst_idx_start_addr()),
+        bound: (at("dst_idx_bound_reg"), d.dst_idx_bound_reg()),
+        step: d.dst_step_elem(),
+    };
+    dst.check(&map, n, size)
+}
+
+/// `eng_mask` enables at least one queue.
+fn queues(at: FieldPath, eng_mask: u16) -> Result<(), Error> {
+    ensure(eng_mask != 0, at, eng_mask, Rule::EngineMask)
+}
+
+/// A whole number of dtype elements per row.
+fn elem_size_fits(at: FieldPath, size: u32, dtype: Dtype) -> Result<(), Error> {
+    let whole = (size as usize).is_multiple_of(dtype.size());
+    ensure(whole, at, size, Rule::ElemSizeDtype)
+}
+
+/// Without a shape register both indirect dims are X; with one, its four registers exist.
+fn shape(d: &DmaIndirect1d) -> Result<(), Error> {
+    let at = DmaIndirect1d::at;
+    let shape = d.shape_reg();
+    if shape.present() {
+        return rule::at_most(at("shape_reg"), shape.reg(), 60, Rule::ShapeRegisterRange);
+    }
+    let flags = d.flags();
+    let dims = [
+        ("flags.gather_dim", flags.gather_dim()),
+        ("flags.scatter_dim", flags.scatter_dim()),
+    ];
+    for (name, dim) in dims {
+        rule::equal(
+            at(name),
+            dim.code(),
+            IndirectDim::X.code(),
+            Rule::IndirectDimWithoutShapeReg,
+        )?;
+    }
+    Ok(())
+}
+
+/// One side of a DMA_INDIRECT, each field with its path.
+struct Side {
+    indirect: bool,
+    start: (FieldPath, FabricAddr),
+    index: (FieldPath, Addr4),
+    bound: (FieldPath, BoundCheckReg),
+    step: u16,
+}
+
+impl Side {
+    /// An indirect side: indices in SBUF partition 0, a usable bound, a mapped base. A
+    /// direct side: no index address, no bound, and its whole run on the fabric.
+    fn check(&self, map: &AddressMap, n: u16, elem_size: u32) -> Result<(), Error> {
+        let (index_at, index) = self.index;
+        let (bound_at, bound) = self.bound;
+        let (start_at, start) = self.start;
+        if !self.indirect {
+            rule::equal(index_at, index.0, 0, Rule::UnusedIndexAddr)?;
+            ensure(
+                !bound.bc_enabled(),
+                bound_at,
+                bound.bits(),
+                Rule::UnusedBoundReg,
+            )?;
+            let run = run_bytes(&[(n, self.step)], elem_size);
+            return fabric_span(map, start_at, start, run);
+        }
+        let (space, partition) = addr4_span(map, index_at, index, u64::from(n) * INDEX_BYTES)?;
+        let partition0 = space == Space::Sbuf && partition == 0;
+        ensure(partition0, index_at, index.0, Rule::IndexInSbufPartition0)?;
+        let wide_ok = !bound.bc_enabled() || bound.bc_reg() <= 62;
+        ensure(wide_ok, bound_at, bound.bc_reg(), Rule::WideBoundRegister)?;
+        // Rows an index selects are bounds-checked at run time; the base must be mapped.
+        map.region_of(start)
+            .map(drop)
+            .map_err(rule::dma_at(start_at))
+    }
+}
+
+/// PSEUDO_EMBEDDING_UPDATE: u32 indices, 1..=4096 of them, a non-empty table whose stride
+/// covers a row, a queue, and the table, indices and data on the fabric.
+pub fn embedding_update(generation: Generation, e: &PseudoEmbeddingUpdate) -> Result<(), Error> {
+    e.check_decode()?;
+    let at = PseudoEmbeddingUpdate::at;
+    e.cce_op()?;
+    let index = e.index_dtype()?.code();
+    rule::equal(
+        at("index_dtype"),
+        index,
+        Dtype::U32.code(),
+        Rule::EmbeddingIndexDtype,
+    )?;
+    let seq = e.sequence_length();
+    rule::nonzero(at("sequence_length"), seq)?;
+    rule::at_most(at("sequence_length"), seq, MAX_INDICES, Rule::IndexCount)?;
+    let t = e.table();
+    rule::nonzero(at("embedding_table_num_entries"), t.num_entries)?;
+    rule::nonzero(at("embed_entry_num_elements"), t.num_elements)?;
+    let row_bytes = u64::from(t.num_elements) * e.dtype()?.size() as u64;
+    let stride_ok = u64::from(t.stride_bytes) >= row_bytes;
+    ensure(
+        stride_ok,
+        at("embed_entry_stride_bytes"),
+        t.stride_bytes,
+        Rule::EmbeddingStride,
+    )?;
+    queues(at("eng_mask"), e.eng_mask())?;
+    embedding_spans(&AddressMap::new(generation), e, row_bytes)
+}
+
+/// The table, the indices and the data rows of a checked embedding update on the fabric.
+fn embedding_spans(
+    map: &AddressMap,
+    e: &PseudoEmbeddingUpdate,
+    row_bytes: u64,
+) -> Result<(), Error> {
+    let at = PseudoEmbeddingUpdate::at;
+    let t = e.table();
+    // num_entries >= 1 was checked by the caller.
+    let rows = u128::from(t.num_entries.saturating_sub(1));
+    let table_bytes = rows * u128::from(t.stride_bytes) + u128::from(row_bytes);
+    fabric_span(
+        map,
+        at("embedding_table_base_addr"),
+        t.base_addr,
+        table_bytes,
+    )?;
+    let seq = u64::from(e.sequence_length());
+    addr4_span(
+        map,
+        at("embed_index_addr"),
+        e.embed_index_addr(),
+        seq * INDEX_BYTES,
+    )?;
+    // seq <= 4096 and row_bytes < 2^35, so the product fits in u64.
+    addr4_span(
+        map,
+        at("embed_data_addr"),
+        e.embed_data_addr(),
+        seq * row_bytes,
+    )
+    .map(drop)
+}
+
+/// DMA_MEMCPY: non-zero counts, an element size holding whole dtype elements, a queue,
+/// and both 2-D runs on the fabric.
+pub fn dma_memcpy(generation: Generation, d: &DmaDirect2d) -> Result<(), Error> {
+    d.check_decode()?;
+    let at = DmaDirect2d::at;
+    d.compute_op()?;
+    let size = d.elem_size();
+    rule::nonzero(at("elem_size"), size)?;
+    elem_size_fits(at("elem_size"), size, d.dtype()?)?;
+    let [n0, n1] = d.num_elem();
+    rule::nonzero(at("num_elem"), n0.min(n1))?;
+    queues(at("eng_mask"), d.eng_mask())?;
+    let map = AddressMap::new(generation);
+    for (name, side) in [("src_start_addr", d.src()), ("dst_start_addr", d.dst())] {
+        let [s0, s1] = side.step_elem;
+        let run = run_bytes(&[(n0, s0), (n1, s1)], size);
+        fabric_span(&map, at(name), side.start_addr, run)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::fields::{DmaIndirectFlags, IndirectMode, ShapeReg};
+    use crate::isa::structs::{Direct2dSide, DmaSide, EmbeddingTable};
+    use crate::isa::validate::{assert_fabric, assert_rule};
+    use dma::{CceOp, ComputeOp};
+
+    const SUNDA: Generation = Generation::Sunda;
+    const SBUF_P1: u64 = dma::addr::SBUF_BASE + dma::addr::SBUF_STRIDE;
+
+    fn sbuf(partition: u32, offset: u32) -> Addr4 {
+        Addr4::encode(Space::Sbuf, partition, offset).unwrap()
+    }
+
+    fn side(start: u64, index: Addr4, bound: BoundCheckReg) -> DmaSide {
+        DmaSide {
+            start_addr: FabricAddr(start),
+            idx_start_addr: index,
+            elem_size: 256,
+            step_elem: 1,
+            bound,
+        }
+    }
+
+    fn flags(
+        mode: IndirectMode,
+        gather_dim: IndirectDim,
+        scatter_dim: IndirectDim,
+    ) -> DmaIndirectFlags {
+        DmaIndirectFlags::new(mode, true, false, gather_dim, scatter_dim)
+    }
+
+    /// A gather of 4096 rows of 256 bytes from HBM into SBUF partition 1.
+    fn gather_dma() -> DmaIndirect1d {
+        let bc = BoundCheckReg::enabled(62, false).unwrap();
+        let src = side(0, sbuf(0, 0), bc);
+        let dst = side(SBUF_P1, Addr4(0), BoundCheckReg::DISABLED);
+        let f = flags(IndirectMode::Src, IndirectDim::X, IndirectDim::X);
+        DmaIndirect1d::new(
+            f,
+            DmaSide {
+                step_elem: 0,
+                ..src
+            },
+            DmaSide {
+                step_elem: 0,
+                ..dst
+            },
+            4096,
+            Dtype::F32,
+            ComputeOp::None,
+        )
+    }
+
+    /// A scatter-add of 10 rows from HBM into HBM rows.
+    fn scatter_dma(src_bound: BoundCheckReg) -> DmaIndirect1d {
+        let src = side(0x1000, Addr4(0), src_bound);
+        let dst = side(
+            0x100_0000,
+            sbuf(0, 0x40),
+            BoundCheckReg::enabled(0, true).unwrap(),
+        );
+        let f = flags(IndirectMode::Dst, IndirectDim::X, IndirectDim::X);
+        DmaIndirect1d::new(f, src, dst, 10, Dtype::Bf16, ComputeOp::Add)
+    }
+
+    fn embedding(table: EmbeddingTable, seq: u32) -> PseudoEmbeddingUpdate {
+        PseudoEmbeddingUpdate::new(
+            table,
+            sbuf(0, 0),
+            sbuf(0, 0x4000),
+            seq,
+            Dtype::F32,
+            CceOp::Add,
+        )
+    }
+
+    fn table() -> EmbeddingTable {
+        EmbeddingTable {
+            base_addr: FabricAddr(0x10_0000),
+            num_entries: 50_000,
+            stride_bytes: 64,
+            num_elements: 8,
+        }
+    }
+
+    fn memcpy(elem_size: u32, num_elem: [u16; 2], dtype: Dtype) -> DmaDirect2d {
+        let src = Direct2dSide {
+            start_addr: FabricAddr(0),
+            step_elem: [1, 64],
+        };
+        let dst = Direct2dSide {
+            start_addr: FabricAddr(SBUF_P1),
+            step_elem: [1, 16],
+        };
+        DmaDirect2d::new(src, dst, elem_size, num_elem, dtype, ComputeOp::Max)
+    }
+
+    #[test]
+    fn good_instructions_pass_everywhere() {
+        for g in Generation::ALL {
+            dma_indirect(g, &gather_dma()).unwrap();
+            dma_indirect(g, &scatter_dma(BoundCheckReg::DISABLED)).unwrap();
+            embedding_update(g, &embedding(table(), 4096)).unwrap();
+            dma_memcpy(g, &memcpy(4, [16, 8], Dtype::F32)).unwrap();
+        }
+    }
+
+    #[test]
+    fn dma_indirect_counts_equal_and_limits() {
+        assert_rule(
+            dma_indirect(SUNDA, &gather_dma().with_num_elem(4096, 4095)),
+            "DMA_INDIRECT1D.dst_num_elem",
+            4095,
+            Rule::DmaIndirectCountsEqual,
+        );
+        assert_rule(
+            dma_indirect(SUNDA, &gather_dma().with_num_elem(4097, 4097)),
+            "DMA_INDIRECT1D.src_num_elem",
+            4097,
+            Rule::IndexCount,
+        );
+        assert_rule(
+            dma_indirect(SUNDA, &gather_dma().with_num_elem(0, 0)),
+            "DMA_INDIRECT1D.src_num_elem",
+            0,
+            Rule::NonZero,
+        );
+    }
+
+    #[test]
+    fn dma_indirect_elem_sizes() {
+        let f = flags(IndirectMode::Src, IndirectDim::X, IndirectDim::X);
+        let src = side(0, sbuf(0, 0), BoundCheckReg::DISABLED);
+        let dst = DmaSide {
+            idx_start_addr: Addr4(0),
+            elem_size: 128,
+            ..src
+        };
+        let d = DmaIndirect1d::new(f, src, dst, 4, Dtype::F32, ComputeOp::None);
+        assert_rule(
+            dma_indirect(SUNDA, &d),
+            "DMA_INDIRECT1D.dst_elem_size",
+            128,
+            Rule::ElemSizeEqual,
+        );
+        let odd = DmaSide {
+            elem_size: 6,
+            ..src
+        };
+        let d = DmaIndirect1d::new(
+            f,
+            odd,
+            DmaSide {
+                idx_start_addr: Addr4(0),
+                ..odd
+            },
+            4,
+            Dtype::F32,
+            ComputeOp::Add,
+        );
+        assert_rule(
+            dma_indirect(SUNDA, &d),
+            "DMA_INDIRECT1D.src_elem_size",
+            6,
+            Rule::ElemSizeDtype,
+        );
+        let zero = DmaSide {
+            elem_size: 0,
+            ..src
+        };
+        let d = DmaIndirect1d::new(
+            f,
+            zero,
+            DmaSide {
+                idx_start_addr: Addr4(0),
+                ..zero
+            },
+            4,
+            Dtype::F32,
+            ComputeOp::Add,
+        );
+        assert_rule(
+            dma_indirect(SUNDA, &d),
+            "DMA_INDIRECT1D.src_elem_size",
+            0,
+            Rule::NonZero,
+        );
+    }
+
+    #[test]
+    fn dma_indirect_engine_mask() {
+        assert_rule(
+            dma_indirect(SUNDA, &gather_dma().with_eng_mask(0)),
+            "DMA_INDIRECT1D.eng_mask",
+            0,
+            Rule::EngineMask,
+        );
+    }
+
+    #[test]
+    fn dma_indirect_index_in_sbuf_partition0() {
+        let mut d = gather_dma();
+        for bad in [sbuf(1, 0), Addr4::encode(Space::Psum, 0, 0).unwrap()] {
+            let src = side(0, bad, BoundCheckReg::DISABLED);
+            let dst = side(SBUF_P1, Addr4(0), BoundCheckReg::DISABLED);
+            d = DmaIndirect1d::new(
+                d.flags(),
+                src,
+                DmaSide {
+                    step_elem: 0,
+                    ..dst
+                },
+                16,
+                Dtype::F32,
+                ComputeOp::None,
+            );
+            assert_rule(
+                dma_indirect(SUNDA, &d),
+                "DMA_INDIRECT1D.src_idx_start_addr",
+                bad.0.into(),
+                Rule::IndexInSbufPartition0,
+            );
+        }
+        // 4096 u32 indices must fit partition 0 after the start offset
+        let src = side(0, sbuf(0, 192 * 1024 - 4 * 4095), BoundCheckReg::DISABLED);
+        let d = DmaIndirect1d::new(
+            d.flags(),
+            src,
+            side(SBUF_P1, Addr4(0), BoundCheckReg::DISABLED),
+            4096,
+            Dtype::F32,
+            ComputeOp::None,
+        );
+        assert_fabric(dma_indirect(SUNDA, &d), "DMA_INDIRECT1D.src_idx_start_addr");
+    }
+
+    #[test]
+    fn dma_indirect_unused_index_addr_and_bound() {
+        let f = flags(IndirectMode::Dst, IndirectDim::X, IndirectDim::X);
+        let good = scatter_dma(BoundCheckReg::DISABLED);
+        let src = side(0x1000, sbuf(0, 4), BoundCheckReg::DISABLED);
+        let dst = side(0x100_0000, sbuf(0, 0x40), BoundCheckReg::DISABLED);
+        let d = DmaIndirect1d::new(f, src, dst, 10, Dtype::Bf16, ComputeOp::Add);
+        assert_rule(
+            dma_indirect(SUNDA, &d),
+            "DMA_INDIRECT1D.src_idx_start_addr",
+            4,
+            Rule::UnusedIndexAddr,
+        );
+        let bc = BoundCheckReg::enabled(3, false).unwrap();
+        assert_rule(
+            dma_indirect(SUNDA, &scatter_dma(bc)),
+            "DMA_INDIRECT1D.src_idx_bound_reg",
+            bc.bits().into(),
+            Rule::UnusedBoundReg,
+        );
+        dma_indirect(SUNDA, &good).unwrap();
+    }
+
+    #[test]
+    fn dma_indirect_wide_bound_register() {
+        let f = flags(IndirectMode::Src, IndirectDim::X, IndirectDim::X);
+        let src = side(0, sbuf(0, 0), BoundCheckReg::enabled(63, false).unwrap());
+        let dst = side(SBUF_P1, Addr4(0), BoundCheckReg::DISABLED);
+        let d = DmaIndirect1d::new(
+            f,
+            src,
+            DmaSide {
+                step_elem: 0,
+                ..dst
+            },
+            8,
+            Dtype::F32,
+            ComputeOp::None,
+        );
+        assert_rule(
+            dma_indirect(SUNDA, &d),
+            "DMA_INDIRECT1D.src_idx_bound_reg",
+            63,
+            Rule::WideBoundRegister,
+        );
+    }
+
+    #[test]
+    fn dma_indirect_dim_without_shape_register() {
+        let src = side(0, sbuf(0, 0), BoundCheckReg::DISABLED);
+        let dst = side(0x10_0000, sbuf(0, 0x4000), BoundCheckReg::DISABLED);
+        let both = |g, s| {
+            DmaIndirect1d::new(
+                flags(IndirectMode::SrcDst, g, s),
+                src,
+                dst,
+                8,
+                Dtype::U8,
+                ComputeOp::None,
+            )
+        };
+        assert_rule(
+            dma_indirect(SUNDA, &both(IndirectDim::Y, IndirectDim::X)),
+            "DMA_INDIRECT1D.flags.gather_dim",
+            1,
+            Rule::IndirectDimWithoutShapeReg,
+        );
+        assert_rule(
+            dma_indirect(SUNDA, &both(IndirectDim::X, IndirectDim::W)),
+            "DMA_INDIRECT1D.flags.scatter_dim",
+            3,
+            Rule::IndirectDimWithoutShapeReg,
+        );
+        let shaped = both(IndirectDim::Z, IndirectDim::W).with_shape_reg(ShapeReg::at(60).unwrap());
+        dma_indirect(SUNDA, &shaped).unwrap();
+        let shaped = shaped.with_shape_reg(ShapeReg::at(61).unwrap());
+        assert_rule(
+            dma_indirect(SUNDA, &shaped),
+            "DMA_INDIRECT1D.shape_reg",
+            61,
+            Rule::ShapeRegisterRange,
+        );
+    }
+
+    #[test]
+    fn dma_indirect_addresses_off_the_fabric() {
+        // the direct destination: 10 rows of 256 bytes from 1 KiB before the end of v2 HBM
+        let src = side(0x1000, Addr4(0), BoundCheckReg::DISABLED);
+        let dst = side(0, sbuf(0, 0), BoundCheckReg::DISABLED);
+        let f = flags(IndirectMode::Src, IndirectDim::X, IndirectDim::X);
+        let near_end = DmaSide {
+            start_addr: FabricAddr((32 << 30) - 1024),
+            idx_start_addr: Addr4(0),
+            ..dst
+        };
+        let d = DmaIndirect1d::new(
+            f,
+            DmaSide {
+                idx_start_addr: sbuf(0, 0),
+                ..src
+            },
+            near_end,
+            10,
+            Dtype::F32,
+            ComputeOp::None,
+        );
+        assert_fabric(dma_indirect(SUNDA, &d), "DMA_INDIRECT1D.dst_start_addr");
+        dma_indirect(Generation::Cayman, &d).unwrap();
+        // an indirect base in an SBUF partition gap is unmapped
+        let gap = DmaSide {
+            start_addr: FabricAddr(dma::addr::SBUF_BASE + 240 * 1024),
+            ..src
+        };
+        let d = DmaIndirect1d::new(
+            f,
+            DmaSide {
+                idx_start_addr: sbuf(0, 0),
+                ..gap
+            },
+            near_end,
+            10,
+            Dtype::F32,
+            ComputeOp::None,
+        );
+        assert_fabric(
+            dma_indirect(Generation::Cayman, &d),
+            "DMA_INDIRECT1D.src_start_addr",
+        );
+    }
+
+    #[test]
+    fn embedding_index_dtype() {
+        let e = embedding(table(), 8).with_index_dtype(Dtype::U16);
+        assert_rule(
+            embedding_update(SUNDA, &e),
+            "PSEUDO_EMBEDDING_UPDATE.index_dtype",
+            0x5,
+            Rule::EmbeddingIndexDtype,
+        );
+    }
+
+    #[test]
+    fn embedding_sequence_length_limits() {
+        assert_rule(
+            embedding_update(SUNDA, &embedding(table(), 4097)),
+            "PSEUDO_EMBEDDING_UPDATE.sequence_length",
+            4097,
+            Rule::IndexCount,
+        );
+        assert_rule(
+            embedding_update(SUNDA, &embedding(table(), 0)),
+            "PSEUDO_EMBEDDING_UPDATE.sequence_length",
+            0,
+            Rule::NonZero,
+        );
+    }
+
+    #[test]
+    fn embedding_table_shape() {
+        let t = EmbeddingTable {
+            num_entries: 0,
+            ..table()
+        };
+        assert_rule(
+            embedding_update(SUNDA, &embedding(t, 8)),
+            "PSEUDO_EMBEDDING_UPDATE.embedding_table_num_entries",
+            0,
+            Rule::NonZero,
+        );
+        let t = EmbeddingTable {
+            num_elements: 0,
+            ..table()
+        };
+        assert_rule(
+            embedding_update(SUNDA, &embedding(t, 8)),
+            "PSEUDO_EMBEDDING_UPDATE.embed_entry_num_elements",
+            0,
+            Rule::NonZero,
+        );
+        let t = EmbeddingTable {
+            stride_bytes: 31,
+            ..table()
+        };
+        assert_rule(
+            embedding_update(SUNDA, &embedding(t, 8)),
+            "PSEUDO_EMBEDDING_UPDATE.embed_entry_stride_bytes",
+            31,
+            Rule::EmbeddingStride,
+        );
+        assert_rule(
+            embedding_update(SUNDA, &embedding(table(), 8).with_eng_mask(0)),
+            "PSEUDO_EMBEDDING_UPDATE.eng_mask",
+            0,
+            Rule::EngineMask,
+        );
+    }
+
+    #[test]
+    fn embedding_off_the_fabric() {
+        // 2^32 - 1 rows of 16 bytes past 4 GiB: 64 GiB, beyond v2 and inside v3 HBM
+        let t = EmbeddingTable {
+            base_addr: FabricAddr(0),
+            num_entries: u32::MAX,
+            stride_bytes: 16,
+            num_elements: 4,
+        };
+        assert_fabric(
+            embedding_update(SUNDA, &embedding(t, 8)),
+            "PSEUDO_EMBEDDING_UPDATE.embedding_table_base_addr",
+        );
+        embedding_update(Generation::Cayman, &embedding(t, 8)).unwrap();
+        // 4096 rows of 64 bytes (256 KiB) after 16 KiB of indices overflow even a v4 partition
+        let e = embedding(
+            EmbeddingTable {
+                num_elements: 16,
+                ..table()
+            },
+            4096,
+        );
+        assert_fabric(
+            embedding_update(Generation::Mariana, &e),
+            "PSEUDO_EMBEDDING_UPDATE.embed_data_addr",
+        );
+        // 3100 rows of 32 bytes = 99 200 bytes from offset 100 000 pass the v2 partition end
+        let e = PseudoEmbeddingUpdate::new(
+            table(),
+            sbuf(0, 0),
+            sbuf(0, 100_000),
+            3100,
+            Dtype::F32,
+            CceOp::Min,
+        );
+        assert_fabric(
+            embedding_update(SUNDA, &e),
+            "PSEUDO_EMBEDDING_UPDATE.embed_data_addr",
+        );
+        let e = PseudoEmbeddingUpdate::new(
+            table(),
+            sbuf(0, 192 * 1024 - 8),
+            sbuf(1, 0),
+            3,
+            Dtype::F32,
+            CceOp::Min,
+        );
+        assert_fabric(
+            embedding_update(SUNDA, &e),
+            "PSEUDO_EMBEDDING_UPDATE.embed_index_addr",
+        );
+    }
+
+    #[test]
+    fn memcpy_rules() {
+        assert_rule(
+            dma_memcpy(SUNDA, &memcpy(4, [0, 8], Dtype::F32)),
+            "DMA_DIRECT2D.num_elem",
+            0,
+            Rule::NonZero,
+        );
+        assert_rule(
+            dma_memcpy(SUNDA, &memcpy(0, [1, 1], Dtype::F32)),
+            "DMA_DIRECT2D.elem_size",
+            0,
+            Rule::NonZero,
+        );
+        assert_rule(
+            dma_memcpy(SUNDA, &memcpy(6, [1, 1], Dtype::F32)),
+            "DMA_DIRECT2D.elem_size",
+            6,
+            Rule::ElemSizeDtype,
+        );
+        assert_rule(
+            dma_memcpy(SUNDA, &memcpy(4, [1, 1], Dtype::F32).with_eng_mask(0)),
+            "DMA_DIRECT2D.eng_mask",
+            0,
+            Rule::EngineMask,
+        );
+        // dst rows: (8 - 1) * 16 + 16 elements of 1 KiB = 128 KiB fits v2; 200 rows do not
+        dma_memcpy(SUNDA, &memcpy(1024, [16, 8], Dtype::U8)).unwrap();
+        assert_fabric(
+            dma_memcpy(SUNDA, &memcpy(1024, [16, 200], Dtype::U8)),
+            "DMA_DIRECT2D.dst_start_addr",
+        );
+    }
+}
