@@ -1,7 +1,42 @@
 //! Compute ops: the DGE_COMPUTE_OP and CCE_OP enums with the seed's codes, and their
-//! element-wise application to byte slices of any dtype.
+//! element-wise application to little-endian byte slices of any [`Dtype`], with numpy's
+//! ufunc semantics (`np.add`, `np.multiply`, `np.maximum`, `np.minimum` on the same dtype).
+//!
+//! Every op reads the destination `B` and the source `A` and writes `B = op(B, A)`: the
+//! destination is numpy's first argument. [`apply`] checks the operands, dispatches on the
+//! dtype and the op once, and runs a loop monomorphised for one [`Element`] type over the
+//! byte slices viewed as fixed-size element images ([`images`]), so there is no
+//! per-element match or length check and the loops vectorise. f16 and bf16 run in blocks
+//! of 128: both operands widened to f32, the f32 op, then narrowed back.
+//!
+//! # Exact semantics
+//!
+//! - **NONE**: `B = A`, a byte copy whatever the dtype.
+//! - **Integers** (u8 i8 u16 i16 u32 i32): ADD and MULTIPLY wrap modulo 2^bits; MAX and
+//!   MIN compare with the dtype's signedness.
+//! - **f32 ADD / MULTIPLY**: IEEE-754 binary32, round to nearest even, no flush to zero. A
+//!   NaN result is made deterministic: if `B` is NaN the result is `B` quieted (quiet bit
+//!   `0x0040_0000` set, payload and sign kept), else if `A` is NaN it is `A` quieted, else
+//!   (an invalid operation such as `inf - inf` or `0 * inf`) it is [`F32_DEFAULT_NAN`]
+//!   `0xffc0_0000`. That is what numpy gives on x86-64 hosts; it is fixed here so that every
+//!   host and every loop shape (vector body or tail) produces the same bits.
+//! - **MAX**: `if B >= A || isnan(B) { B } else { A }`; **MIN**: `if B <= A || isnan(B)
+//!   { B } else { A }` — numpy's scalar rule. A NaN operand is returned unchanged (not
+//!   quieted): `B`'s bits when `B` is NaN, `A`'s bits when only `A` is. Equal operands
+//!   return `B`, so `max(-0.0, +0.0) = -0.0`, `max(+0.0, -0.0) = +0.0`, and the same for
+//!   MIN (numpy's SIMD loops may differ here on some hosts; the scalar rule is the model's).
+//! - **f16 and bf16**: both operands widen exactly to f32, the f32 rule above applies, and
+//!   ADD/MULTIPLY round back to nearest even (overflow gives ±inf; a NaN keeps its sign and
+//!   top payload bits with the quiet bit set, so f16 `inf - inf` is `0xfe00` and bf16 is
+//!   `0xffc0`). MAX/MIN compare the widened values and return the chosen operand's
+//!   original bits. (A sum rounded first to f32 then to f16/bf16 equals the directly
+//!   rounded sum, since f32 carries more than twice their precision plus two bits.)
 
+use crate::dtype::Dtype;
 use crate::error::Error;
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+use half::{bf16, f16};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// DGE_COMPUTE_OP (seed 000 section 3c): how a DMA writes its destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -91,6 +126,723 @@ impl CceOp {
             CceOp::Add => ComputeOp::Add,
             CceOp::Max => ComputeOp::Max,
             CceOp::Min => ComputeOp::Min,
+        }
+    }
+}
+
+/// The NaN an invalid f32 operation (`inf - inf`, `0 * inf`) produces: x86's default NaN.
+pub const F32_DEFAULT_NAN: u32 = 0xffc0_0000;
+const F32_QUIET_BIT: u32 = 0x0040_0000;
+
+/// One element type of the fabric: its little-endian encoding and the four reductions of
+/// DGE_COMPUTE_OP (with the semantics in the module docs). Implemented for `u8`, `i8`,
+/// `u16`, `i16`, `u32`, `i32`, [`f16`], [`bf16`] and `f32`.
+pub trait Element: Copy + PartialEq + std::fmt::Debug + Send + Sync + 'static {
+    /// The dtype this type stores.
+    const DTYPE: Dtype;
+    /// The little-endian byte image, `[u8; size]` (a zerocopy type, so byte slices can be
+    /// viewed as slices of images without copying).
+    type Bytes: Copy + FromBytes + IntoBytes + Immutable + KnownLayout + Unaligned;
+    /// Decodes a little-endian image.
+    fn from_le(bytes: Self::Bytes) -> Self;
+    /// Encodes as a little-endian image.
+    fn to_le(self) -> Self::Bytes;
+    /// ADD: `self + src`.
+    fn op_add(self, src: Self) -> Self;
+    /// MULTIPLY: `self * src`.
+    fn op_mul(self, src: Self) -> Self;
+    /// MAX: `np.maximum(self, src)`.
+    fn op_max(self, src: Self) -> Self;
+    /// MIN: `np.minimum(self, src)`.
+    fn op_min(self, src: Self) -> Self;
+}
+
+macro_rules! int_element {
+    ($($t:ty => $d:ident),*) => {$(
+        impl Element for $t {
+            const DTYPE: Dtype = Dtype::$d;
+            type Bytes = [u8; core::mem::size_of::<$t>()];
+            fn from_le(bytes: Self::Bytes) -> Self {
+                <$t>::from_le_bytes(bytes)
+            }
+            fn to_le(self) -> Self::Bytes {
+                self.to_le_bytes()
+            }
+            fn op_add(self, src: Self) -> Self {
+                self.wrapping_add(src)
+            }
+            fn op_mul(self, src: Self) -> Self {
+                self.wrapping_mul(src)
+            }
+            fn op_max(self, src: Self) -> Self {
+                Ord::max(self, src)
+            }
+            fn op_min(self, src: Self) -> Self {
+                Ord::min(self, src)
+            }
+        }
+    )*};
+}
+
+int_element!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32);
+
+/// The deterministic NaN of an f32 ADD/MULTIPLY whose exact result `r` was computed from
+/// `dst` and `src` (see the module docs). Written as selects, not branches, so that the
+/// loops around it vectorise.
+fn settle_nan(dst: f32, src: f32, r: f32) -> f32 {
+    let operand = if dst.is_nan() {
+        dst.to_bits()
+    } else {
+        src.to_bits()
+    };
+    let nan = if dst.is_nan() | src.is_nan() {
+        operand | F32_QUIET_BIT
+    } else {
+        F32_DEFAULT_NAN
+    };
+    if r.is_nan() {
+        f32::from_bits(nan)
+    } else {
+        r
+    }
+}
+
+/// numpy's maximum/minimum selection: `dst` when `keep_dst` or `dst` is NaN, else `src`.
+fn select<T>(dst_is_nan: bool, keep_dst: bool, dst: T, src: T) -> T {
+    if keep_dst | dst_is_nan {
+        dst
+    } else {
+        src
+    }
+}
+
+impl Element for f32 {
+    const DTYPE: Dtype = Dtype::F32;
+    type Bytes = [u8; 4];
+    fn from_le(bytes: [u8; 4]) -> Self {
+        f32::from_le_bytes(bytes)
+    }
+    fn to_le(self) -> [u8; 4] {
+        self.to_le_bytes()
+    }
+    fn op_add(self, src: Self) -> Self {
+        settle_nan(self, src, self + src)
+    }
+    fn op_mul(self, src: Self) -> Self {
+        settle_nan(self, src, self * src)
+    }
+    fn op_max(self, src: Self) -> Self {
+        select(self.is_nan(), self >= src, self, src)
+    }
+    fn op_min(self, src: Self) -> Self {
+        select(self.is_nan(), self <= src, self, src)
+    }
+}
+
+macro_rules! half_element {
+    ($($t:ident => $d:ident),*) => {$(
+        impl Element for $t {
+            const DTYPE: Dtype = Dtype::$d;
+            type Bytes = [u8; 2];
+            fn from_le(bytes: [u8; 2]) -> Self {
+                $t::from_le_bytes(bytes)
+            }
+            fn to_le(self) -> [u8; 2] {
+                self.to_le_bytes()
+            }
+            fn op_add(self, src: Self) -> Self {
+                $t::from_f32(self.to_f32().op_add(src.to_f32()))
+            }
+            fn op_mul(self, src: Self) -> Self {
+                $t::from_f32(self.to_f32().op_mul(src.to_f32()))
+            }
+            fn op_max(self, src: Self) -> Self {
+                select(self.is_nan(), self.to_f32() >= src.to_f32(), self, src)
+            }
+            fn op_min(self, src: Self) -> Self {
+                select(self.is_nan(), self.to_f32() <= src.to_f32(), self, src)
+            }
+        }
+    )*};
+}
+
+half_element!(f16 => F16, bf16 => Bf16);
+
+/// Applies `op` element-wise: `dst[i] = op(dst[i], src[i])` over little-endian elements of
+/// `dtype`. Both slices must have the same length, a whole number of elements.
+pub fn apply(op: ComputeOp, dtype: Dtype, dst: &mut [u8], src: &[u8]) -> Result<(), Error> {
+    check_operands(dtype, dst.len(), src.len())?;
+    // The lengths are checked: every loop below sees whole, equal-length operands.
+    match dtype {
+        Dtype::U8 => run::<u8>(op, dst, src),
+        Dtype::I8 => run::<i8>(op, dst, src),
+        Dtype::U16 => run::<u16>(op, dst, src),
+        Dtype::I16 => run::<i16>(op, dst, src),
+        Dtype::U32 => run::<u32>(op, dst, src),
+        Dtype::I32 => run::<i32>(op, dst, src),
+        Dtype::F16 => run_widened::<f16>(op, dst, src),
+        Dtype::Bf16 => run_widened::<bf16>(op, dst, src),
+        Dtype::F32 => run::<f32>(op, dst, src),
+    }
+    Ok(())
+}
+
+/// Checks that a `dst`/`src` pair of byte lengths is a valid operand pair for `dtype`.
+pub fn check_operands(dtype: Dtype, dst: usize, src: usize) -> Result<(), Error> {
+    if dst != src {
+        return Err(Error::OperandLengthMismatch { dst, src });
+    }
+    check_whole_elements(dtype, dst as u64)
+}
+
+/// Checks that `len` bytes are a whole number of `dtype` elements.
+pub fn check_whole_elements(dtype: Dtype, len: u64) -> Result<(), Error> {
+    let partial_bytes = len % dtype.size() as u64;
+    if partial_bytes != 0 {
+        return Err(partial_element(dtype, len));
+    }
+    Ok(())
+}
+
+fn partial_element(dtype: Dtype, len: u64) -> Error {
+    Error::PartialElement {
+        len,
+        dtype: dtype.name(),
+        size: dtype.size(),
+    }
+}
+
+/// The hot loop for one element type, one op per call.
+fn run<E: Element>(op: ComputeOp, dst: &mut [u8], src: &[u8]) {
+    match op {
+        ComputeOp::None => dst.copy_from_slice(src),
+        ComputeOp::Add => zip_with(dst, src, E::op_add),
+        ComputeOp::Multiply => zip_with(dst, src, E::op_mul),
+        ComputeOp::Max => zip_with(dst, src, E::op_max),
+        ComputeOp::Min => zip_with(dst, src, E::op_min),
+    }
+}
+
+/// `dst[i] = f(dst[i], src[i])` over whole elements, on the byte slices viewed as slices
+/// of element images (fixed-size elements, no per-element length check: this vectorises).
+fn zip_with<E: Element>(dst: &mut [u8], src: &[u8], f: impl Fn(E, E) -> E) {
+    // The caller checked both lengths are equal whole multiples, so both views succeed.
+    let (Ok(d), Ok(s)) = (images_mut::<E>(dst), images::<E>(src)) else {
+        return;
+    };
+    for (d, s) in d.iter_mut().zip(s) {
+        *d = f(E::from_le(*d), E::from_le(*s)).to_le();
+    }
+}
+
+/// `bytes` viewed as element images; an error if the length is not a whole number of them.
+pub fn images<E: Element>(bytes: &[u8]) -> Result<&[E::Bytes], Error> {
+    <[E::Bytes]>::ref_from_bytes(bytes).map_err(|_| partial_element(E::DTYPE, bytes.len() as u64))
+}
+
+/// `bytes` viewed as mutable element images.
+pub fn images_mut<E: Element>(bytes: &mut [u8]) -> Result<&mut [E::Bytes], Error> {
+    let len = bytes.len();
+    <[E::Bytes]>::mut_from_bytes(bytes).map_err(|_| partial_element(E::DTYPE, len as u64))
+}
+
+/// A 16-bit float dtype computed through f32, a block of raw bits at a time.
+trait Widened {
+    /// The bits of +inf: a value is NaN when `bits & 0x7fff > INF_BITS`.
+    const INF_BITS: u16;
+    /// Exact conversion of a block to f32 (`out.len() == bits.len()`).
+    fn widen(bits: &[u16], out: &mut [f32]);
+    /// Round-to-nearest-even conversion back (`out.len() == vals.len()`).
+    fn narrow(vals: &[f32], out: &mut [u16]);
+}
+
+impl Widened for f16 {
+    const INF_BITS: u16 = 0x7c00;
+    fn widen(bits: &[u16], out: &mut [f32]) {
+        bits.reinterpret_cast::<f16>().convert_to_f32_slice(out);
+    }
+    fn narrow(vals: &[f32], out: &mut [u16]) {
+        out.reinterpret_cast_mut::<f16>()
+            .convert_from_f32_slice(vals);
+    }
+}
+
+impl Widened for bf16 {
+    const INF_BITS: u16 = 0x7f80;
+    fn widen(bits: &[u16], out: &mut [f32]) {
+        // bf16 is the top half of an f32: widening is a shift (a NaN stays a NaN, and the
+        // f32 op quietens it exactly as bf16::to_f32 would).
+        for (o, b) in out.iter_mut().zip(bits) {
+            *o = f32::from_bits(u32::from(*b) << 16);
+        }
+    }
+    fn narrow(vals: &[f32], out: &mut [u16]) {
+        // The rounding of `bf16::from_f32` (nearest even; a NaN keeps its top bits and is
+        // quietened), written branch-free so that it vectorises.
+        for (o, v) in out.iter_mut().zip(vals) {
+            let x = v.to_bits();
+            let rounded = x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16;
+            let quiet = (x >> 16) | 0x40;
+            *o = if v.is_nan() { quiet } else { rounded } as u16;
+        }
+    }
+}
+
+const BLOCK: usize = 128;
+
+/// f16 / bf16: each block of both operands is widened to f32 (vectorised conversions), the
+/// f32 element op runs on it, and ADD/MULTIPLY results are narrowed back; MAX/MIN keep the
+/// chosen operand's original bits. Same results as the scalar [`Element`] impls.
+fn run_widened<H: Widened>(op: ComputeOp, dst: &mut [u8], src: &[u8]) {
+    let (mut d, mut s) = ([0u16; BLOCK], [0u16; BLOCK]);
+    let (mut wd, mut ws) = ([0f32; BLOCK], [0f32; BLOCK]);
+    // The caller checked both lengths are equal whole multiples, so both views succeed.
+    let (Ok(dst), Ok(src)) = (images_mut::<u16>(dst), images::<u16>(src)) else {
+        return;
+    };
+    for (db, sb) in dst.chunks_mut(BLOCK).zip(src.chunks(BLOCK)) {
+        let n = db.len();
+        let (d, s, wd, ws) = (&mut d[..n], &mut s[..n], &mut wd[..n], &mut ws[..n]);
+        for (e, b) in d.iter_mut().zip(&*db) {
+            *e = u16::from_le_bytes(*b);
+        }
+        for (e, b) in s.iter_mut().zip(sb) {
+            *e = u16::from_le_bytes(*b);
+        }
+        H::widen(d, wd);
+        H::widen(s, ws);
+        match op {
+            ComputeOp::Add => zip_f32::<H>(wd, ws, d, f32::op_add),
+            ComputeOp::Multiply => zip_f32::<H>(wd, ws, d, f32::op_mul),
+            ComputeOp::Max => select_all::<H>(wd, ws, d, s, |a, b| a >= b),
+            ComputeOp::Min => select_all::<H>(wd, ws, d, s, |a, b| a <= b),
+            ComputeOp::None => d.copy_from_slice(s),
+        }
+        for (e, b) in d.iter().zip(db) {
+            *b = e.to_le_bytes();
+        }
+    }
+}
+
+/// `out = narrow(f(wd, ws))` element-wise (the result overwrites `wd` first).
+fn zip_f32<H: Widened>(wd: &mut [f32], ws: &[f32], out: &mut [u16], f: fn(f32, f32) -> f32) {
+    for (a, b) in wd.iter_mut().zip(ws) {
+        *a = f(*a, *b);
+    }
+    H::narrow(wd, out);
+}
+
+/// numpy's maximum/minimum on a block of bits: `d[i]` stays when `keep(wd[i], ws[i])` or
+/// it is NaN, else it becomes `s[i]`.
+fn select_all<H: Widened>(
+    wd: &[f32],
+    ws: &[f32],
+    d: &mut [u16],
+    s: &[u16],
+    keep: fn(f32, f32) -> bool,
+) {
+    for (((e, src), a), b) in d.iter_mut().zip(s).zip(wd).zip(ws) {
+        // `select` as a mask on the loaded values, so the loop vectorises
+        let stay = u16::from(keep(*a, *b) | (*e & 0x7fff > H::INF_BITS)).wrapping_neg();
+        *e = (*e & stay) | (*src & !stay);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Applies `op` to one element pair given as little-endian images and returns the result.
+    fn one(op: ComputeOp, dtype: Dtype, dst: &[u8], src: &[u8]) -> Vec<u8> {
+        let mut d = dst.to_vec();
+        apply(op, dtype, &mut d, src).unwrap();
+        d
+    }
+
+    fn u16s(op: ComputeOp, dtype: Dtype, dst: u16, src: u16) -> u16 {
+        u16::from_le_bytes(
+            one(op, dtype, &dst.to_le_bytes(), &src.to_le_bytes())
+                .try_into()
+                .unwrap(),
+        )
+    }
+
+    fn u32s(op: ComputeOp, dtype: Dtype, dst: u32, src: u32) -> u32 {
+        u32::from_le_bytes(
+            one(op, dtype, &dst.to_le_bytes(), &src.to_le_bytes())
+                .try_into()
+                .unwrap(),
+        )
+    }
+
+    fn f32s(op: ComputeOp, dst: f32, src: f32) -> u32 {
+        u32s(op, Dtype::F32, dst.to_bits(), src.to_bits())
+    }
+
+    use ComputeOp::{Add, Max, Min, Multiply, None as Copy};
+
+    #[test]
+    fn u8_and_i8() {
+        let u = |op, a: u8, b: u8| one(op, Dtype::U8, &[a], &[b])[0];
+        assert_eq!(u(Add, 250, 10), 4);
+        assert_eq!(u(Multiply, 16, 17), 16); // 272 mod 256
+        assert_eq!(u(Max, 3, 200), 200);
+        assert_eq!(u(Min, 3, 200), 3);
+        assert_eq!(u(Copy, 3, 200), 200);
+        let i = |op, a: i8, b: i8| one(op, Dtype::I8, &[a as u8], &[b as u8])[0] as i8;
+        assert_eq!(i(Add, 127, 1), -128);
+        assert_eq!(i(Multiply, -128, -1), -128);
+        assert_eq!(i(Multiply, 16, 9), -112); // 144 - 256
+        assert_eq!(i(Max, -5, 3), 3);
+        assert_eq!(i(Min, -5, 3), -5);
+        assert_eq!(i(Copy, -5, 3), 3);
+    }
+
+    #[test]
+    fn u16_and_i16() {
+        assert_eq!(u16s(Add, Dtype::U16, 65535, 2), 1);
+        assert_eq!(u16s(Multiply, Dtype::U16, 300, 300), 24464); // 90000 - 65536
+        assert_eq!(u16s(Max, Dtype::U16, 0x8000, 0x7fff), 0x8000);
+        assert_eq!(u16s(Min, Dtype::U16, 0x8000, 0x7fff), 0x7fff);
+        assert_eq!(u16s(Copy, Dtype::U16, 1, 0xbeef), 0xbeef);
+        let i = |op, a: i16, b: i16| u16s(op, Dtype::I16, a as u16, b as u16) as i16;
+        assert_eq!(i(Add, 32767, 1), -32768);
+        assert_eq!(i(Multiply, 200, 200), -25536); // 40000 - 65536
+        assert_eq!(i(Max, -32768, 32767), 32767);
+        assert_eq!(i(Min, -32768, 32767), -32768);
+    }
+
+    #[test]
+    fn u32_and_i32() {
+        assert_eq!(u32s(Add, Dtype::U32, u32::MAX, 1), 0);
+        assert_eq!(u32s(Multiply, Dtype::U32, 65536, 65536), 0);
+        assert_eq!(u32s(Multiply, Dtype::U32, 0x1_0001, 0x1_0001), 0x2_0001);
+        assert_eq!(u32s(Max, Dtype::U32, 0x8000_0000, 7), 0x8000_0000);
+        assert_eq!(u32s(Min, Dtype::U32, 0x8000_0000, 7), 7);
+        let i = |op, a: i32, b: i32| u32s(op, Dtype::I32, a as u32, b as u32) as i32;
+        assert_eq!(i(Add, i32::MAX, 1), i32::MIN);
+        assert_eq!(i(Multiply, 46341, 46341), -2_147_479_015); // 2147488281 - 2^32
+        assert_eq!(i(Multiply, 65536, 65536), 0);
+        assert_eq!(i(Max, i32::MIN, -1), -1);
+        assert_eq!(i(Min, i32::MIN, -1), i32::MIN);
+        assert_eq!(i(Copy, 5, -9), -9);
+    }
+
+    #[test]
+    fn f32_arithmetic_and_rounding() {
+        assert_eq!(f32s(Add, 1.5, 2.25), 3.75f32.to_bits());
+        // 1 + 2^-24 is half an ulp above 1: the tie goes to the even neighbour, 1.0.
+        assert_eq!(f32s(Add, 1.0, 2f32.powi(-24)), 1.0f32.to_bits());
+        // 1 + 1.5 ulp rounds to 1 + 2 ulp.
+        assert_eq!(f32s(Add, 1.0, 3.0 * 2f32.powi(-24)), 0x3f80_0002);
+        assert_eq!(f32s(Multiply, 3.0, -0.5), (-1.5f32).to_bits());
+        assert_eq!(f32s(Multiply, 3e38, 10.0), f32::INFINITY.to_bits());
+        assert_eq!(f32s(Max, 1.0, 2.0), 2.0f32.to_bits());
+        assert_eq!(f32s(Min, 1.0, 2.0), 1.0f32.to_bits());
+        assert_eq!(f32s(Copy, 1.0, 2.0), 2.0f32.to_bits());
+        // subnormals are kept, not flushed
+        assert_eq!(u32s(Add, Dtype::F32, 1, 1), 2);
+    }
+
+    #[test]
+    fn f32_nan_rules() {
+        let nan_a = f32::from_bits(0x7fc0_0123);
+        let nan_b = f32::from_bits(0xffc0_0456);
+        let snan = f32::from_bits(0x7f80_0001);
+        assert_eq!(f32s(Add, f32::INFINITY, f32::NEG_INFINITY), F32_DEFAULT_NAN);
+        assert_eq!(f32s(Multiply, 0.0, f32::INFINITY), F32_DEFAULT_NAN);
+        assert_eq!(f32s(Add, nan_a, 1.0), 0x7fc0_0123);
+        assert_eq!(f32s(Add, 1.0, nan_b), 0xffc0_0456);
+        assert_eq!(f32s(Multiply, nan_a, nan_b), 0x7fc0_0123);
+        assert_eq!(f32s(Add, snan, 1.0), 0x7fc0_0001); // quietened
+                                                       // maximum / minimum return the NaN operand unchanged, dst first
+        assert_eq!(f32s(Max, nan_a, 1.0), 0x7fc0_0123);
+        assert_eq!(f32s(Max, 1.0, nan_b), 0xffc0_0456);
+        assert_eq!(f32s(Min, nan_a, nan_b), 0x7fc0_0123);
+        assert_eq!(f32s(Min, 1.0, snan), 0x7f80_0001);
+        assert_eq!(f32s(Max, f32::NEG_INFINITY, snan), 0x7f80_0001);
+    }
+
+    #[test]
+    fn f32_signed_zero_keeps_dst() {
+        let (neg, pos) = (0x8000_0000u32, 0u32);
+        assert_eq!(f32s(Max, -0.0, 0.0), neg);
+        assert_eq!(f32s(Max, 0.0, -0.0), pos);
+        assert_eq!(f32s(Min, -0.0, 0.0), neg);
+        assert_eq!(f32s(Min, 0.0, -0.0), pos);
+        assert_eq!(f32s(Add, -0.0, 0.0), pos);
+        assert_eq!(f32s(Add, -0.0, -0.0), neg);
+    }
+
+    #[test]
+    fn f16_cases() {
+        let h = |op, a: u16, b: u16| u16s(op, Dtype::F16, a, b);
+        assert_eq!(h(Add, 0x3c00, 0x3c00), 0x4000); // 1 + 1 = 2
+        assert_eq!(h(Add, 0x3c00, 0x1000), 0x3c00); // 1 + 2^-11: tie to even
+        assert_eq!(h(Add, 0x3c00, 0x1600), 0x3c02); // 1 + 1.5 ulp -> 1 + 2 ulp
+        assert_eq!(h(Add, 0x7bff, 0x7bff), 0x7c00); // 65504 + 65504 overflows to inf
+        assert_eq!(h(Add, 0x7bff, 0x4c00), 0x7c00); // 65504 + 16 = 65520: tie -> 65536 -> inf
+        assert_eq!(h(Add, 0x7bff, 0x4b80), 0x7bff); // 65504 + 15 rounds back down
+        assert_eq!(h(Multiply, 0x5cb0, 0x5cb0), 0x7c00); // 300 * 300 = inf
+        assert_eq!(h(Multiply, 0x4200, 0xb800), 0xbe00); // 3 * -0.5 = -1.5
+        assert_eq!(h(Add, 0x7c00, 0xfc00), 0xfe00); // inf - inf
+        assert_eq!(h(Add, 0x7c01, 0x3c00), 0x7e01); // sNaN quietened, payload kept
+        assert_eq!(h(Add, 0x3c00, 0xfe05), 0xfe05);
+        assert_eq!(h(Max, 0x7c01, 0x3c00), 0x7c01); // NaN operand unchanged
+        assert_eq!(h(Min, 0x3c00, 0x7c01), 0x7c01);
+        assert_eq!(h(Max, 0x8000, 0x0000), 0x8000);
+        assert_eq!(h(Min, 0x0000, 0x8000), 0x0000);
+        assert_eq!(h(Max, 0xc000, 0x3c00), 0x3c00); // max(-2, 1)
+        assert_eq!(h(Min, 0xc000, 0x3c00), 0xc000);
+        assert_eq!(h(Copy, 0xc000, 0x3c00), 0x3c00);
+    }
+
+    #[test]
+    fn bf16_cases() {
+        let b = |op, a: u16, b: u16| u16s(op, Dtype::Bf16, a, b);
+        assert_eq!(b(Add, 0x3f80, 0x3b80), 0x3f80); // 1 + 2^-8: tie to even
+        assert_eq!(b(Add, 0x3f80, 0x3c40), 0x3f82); // 1 + 1.5 ulp -> 1 + 2 ulp
+        assert_eq!(b(Add, 0x3f81, 0x3b80), 0x3f82); // (1 + ulp) + ulp/2: tie to even, up
+        assert_eq!(b(Add, 0x3f80, 0x3f80), 0x4000);
+        assert_eq!(b(Multiply, 0x7f7f, 0x4000), 0x7f80); // max * 2 = inf
+        assert_eq!(b(Multiply, 0x4040, 0xbf00), 0xbfc0); // 3 * -0.5 = -1.5
+        assert_eq!(b(Add, 0x7f80, 0xff80), 0xffc0); // inf - inf
+        assert_eq!(b(Add, 0x7f81, 0x3f80), 0x7fc1); // sNaN quietened
+        assert_eq!(b(Max, 0x3f80, 0x7f81), 0x7f81);
+        assert_eq!(b(Min, 0xffc1, 0x3f80), 0xffc1);
+        assert_eq!(b(Max, 0x8000, 0x0000), 0x8000);
+        assert_eq!(b(Max, 0xbf80, 0x3f80), 0x3f80);
+        assert_eq!(b(Min, 0xbf80, 0x3f80), 0xbf80);
+        assert_eq!(b(Copy, 0xbf80, 0x3f80), 0x3f80);
+    }
+
+    #[test]
+    fn cce_ops_apply_their_compute_op() {
+        let d = [5u8, 200];
+        assert_eq!(
+            one(CceOp::Add.compute_op(), Dtype::U8, &d, &[3, 100]),
+            vec![8, 44]
+        );
+        assert_eq!(
+            one(CceOp::Max.compute_op(), Dtype::U8, &d, &[3, 250]),
+            vec![5, 250]
+        );
+        assert_eq!(
+            one(CceOp::Min.compute_op(), Dtype::U8, &d, &[3, 250]),
+            vec![3, 200]
+        );
+        assert!(CceOp::from_code(1).is_err());
+    }
+
+    #[test]
+    fn operand_errors() {
+        let mut d = [0u8; 4];
+        let e = apply(Add, Dtype::U8, &mut d, &[0; 3]).unwrap_err();
+        assert_eq!(e, Error::OperandLengthMismatch { dst: 4, src: 3 });
+        let mut d = [0u8; 3];
+        let e = apply(Add, Dtype::U16, &mut d, &[0; 3]).unwrap_err();
+        assert!(
+            e.to_string().contains("3 bytes") && e.to_string().contains("u16"),
+            "{e}"
+        );
+        assert!(apply(Add, Dtype::F32, &mut [0; 6], &[0; 6]).is_err());
+        // a failed apply leaves dst untouched
+        let mut d = [9u8; 6];
+        assert!(apply(Copy, Dtype::F32, &mut d, &[1; 6]).is_err());
+        assert_eq!(d, [9; 6]);
+        assert!(apply(Add, Dtype::F32, &mut [], &[]).is_ok());
+    }
+
+    // ---- independent scalar reference ----------------------------------------------
+
+    /// numpy-rule reference for integer dtypes, computed in i128 and truncated.
+    fn ref_int(op: ComputeOp, bits: u32, signed: bool, a: u64, b: u64) -> u64 {
+        let mask = (1u128 << bits) - 1;
+        let widen = |v: u64| {
+            let v = v as u128 & mask;
+            if signed && v >> (bits - 1) == 1 {
+                v as i128 - (1i128 << bits)
+            } else {
+                v as i128
+            }
+        };
+        let (x, y) = (widen(a), widen(b));
+        let r = match op {
+            Copy => y,
+            Add => x + y,
+            Multiply => x * y,
+            Max => x.max(y),
+            Min => x.min(y),
+        };
+        (r as u128 & mask) as u64
+    }
+
+    /// Float reference on raw bits: values widened to f64, rounded once to the target.
+    struct FloatFmt {
+        to_f64: fn(u64) -> f64,
+        from_f64: fn(f64) -> u64,
+        quiet: u64,
+        default_nan: u64,
+    }
+
+    const F32: FloatFmt = FloatFmt {
+        to_f64: |b| f32::from_bits(b as u32) as f64,
+        from_f64: |v| (v as f32).to_bits() as u64,
+        quiet: 0x0040_0000,
+        default_nan: 0xffc0_0000,
+    };
+    const F16: FloatFmt = FloatFmt {
+        to_f64: |b| f16::from_bits(b as u16).to_f64(),
+        from_f64: |v| f16::from_f64(v).to_bits() as u64,
+        quiet: 0x0200,
+        default_nan: 0xfe00,
+    };
+    const BF16: FloatFmt = FloatFmt {
+        to_f64: |b| bf16::from_bits(b as u16).to_f64(),
+        from_f64: |v| bf16::from_f64(v).to_bits() as u64,
+        quiet: 0x0040,
+        default_nan: 0xffc0,
+    };
+
+    fn ref_float(op: ComputeOp, f: &FloatFmt, a: u64, b: u64) -> u64 {
+        let (x, y) = ((f.to_f64)(a), (f.to_f64)(b));
+        let arith = |r: f64| {
+            if x.is_nan() {
+                a | f.quiet
+            } else if y.is_nan() {
+                b | f.quiet
+            } else if r.is_nan() {
+                f.default_nan
+            } else {
+                (f.from_f64)(r)
+            }
+        };
+        match op {
+            Copy => b,
+            Add => arith(x + y),
+            Multiply => arith(x * y),
+            Max if x.is_nan() || x >= y => a,
+            Min if x.is_nan() || x <= y => a,
+            Max | Min => b,
+        }
+    }
+
+    fn reference(op: ComputeOp, dtype: Dtype, a: u64, b: u64) -> u64 {
+        match dtype {
+            Dtype::U8 => ref_int(op, 8, false, a, b),
+            Dtype::I8 => ref_int(op, 8, true, a, b),
+            Dtype::U16 => ref_int(op, 16, false, a, b),
+            Dtype::I16 => ref_int(op, 16, true, a, b),
+            Dtype::U32 => ref_int(op, 32, false, a, b),
+            Dtype::I32 => ref_int(op, 32, true, a, b),
+            Dtype::F16 => ref_float(op, &F16, a, b),
+            Dtype::Bf16 => ref_float(op, &BF16, a, b),
+            Dtype::F32 => ref_float(op, &F32, a, b),
+        }
+    }
+
+    /// The scalar [`Element`] ops, element by element (what typed callers use).
+    fn scalar<E: Element>(op: ComputeOp, dst: &[u8], src: &[u8]) -> Vec<u8> {
+        let (d, s) = (images::<E>(dst).unwrap(), images::<E>(src).unwrap());
+        let f = |a: E, b: E| match op {
+            Copy => b,
+            Add => a.op_add(b),
+            Multiply => a.op_mul(b),
+            Max => a.op_max(b),
+            Min => a.op_min(b),
+        };
+        let out = d
+            .iter()
+            .zip(s)
+            .map(|(a, b)| f(E::from_le(*a), E::from_le(*b)).to_le());
+        out.flat_map(|image| image.as_bytes().to_vec()).collect()
+    }
+
+    fn scalar_ops(op: ComputeOp, dtype: Dtype, dst: &[u8], src: &[u8]) -> Vec<u8> {
+        match dtype {
+            Dtype::U8 => scalar::<u8>(op, dst, src),
+            Dtype::I8 => scalar::<i8>(op, dst, src),
+            Dtype::U16 => scalar::<u16>(op, dst, src),
+            Dtype::I16 => scalar::<i16>(op, dst, src),
+            Dtype::U32 => scalar::<u32>(op, dst, src),
+            Dtype::I32 => scalar::<i32>(op, dst, src),
+            Dtype::F16 => scalar::<f16>(op, dst, src),
+            Dtype::Bf16 => scalar::<bf16>(op, dst, src),
+            Dtype::F32 => scalar::<f32>(op, dst, src),
+        }
+    }
+
+    /// Element bit patterns: random, or one of the edge values of the dtype.
+    fn element(dtype: Dtype) -> impl Strategy<Value = u64> {
+        let edges: Vec<u64> = match dtype {
+            Dtype::F32 => vec![
+                0,
+                0x8000_0000,
+                0x7f80_0000,
+                0xff80_0000,
+                0x7fc0_0000,
+                0x7f80_0001,
+                0xffc0_1234,
+                0x3f80_0000,
+                0x7f7f_ffff,
+                1,
+                0x3380_0000,
+            ],
+            Dtype::F16 => vec![
+                0, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe33, 0x3c00, 0x7bff, 0x0001, 0x1000,
+            ],
+            Dtype::Bf16 => vec![
+                0, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffc3, 0x3f80, 0x7f7f, 0x0001, 0x3b80,
+            ],
+            _ => vec![
+                0,
+                1,
+                u64::MAX,
+                0x7fff_ffff,
+                0x8000_0000,
+                0x7f,
+                0x80,
+                0x7fff,
+                0x8000,
+            ],
+        };
+        let mask = if dtype.size() == 4 {
+            u32::MAX as u64
+        } else {
+            (1u64 << (8 * dtype.size())) - 1
+        };
+        prop_oneof![any::<u64>(), proptest::sample::select(edges)].prop_map(move |v| v & mask)
+    }
+
+    fn case() -> impl Strategy<Value = (ComputeOp, Dtype, Vec<(u64, u64)>)> {
+        (
+            proptest::sample::select(ComputeOp::ALL.to_vec()),
+            proptest::sample::select(Dtype::ALL.to_vec()),
+        )
+            .prop_flat_map(|(op, dtype)| {
+                let pair = (element(dtype), element(dtype));
+                (
+                    Just(op),
+                    Just(dtype),
+                    proptest::collection::vec(pair, 0..300),
+                )
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn apply_matches_scalar_reference((op, dtype, pairs) in case()) {
+            let size = dtype.size();
+            let enc = |v: u64| v.to_le_bytes()[..size].to_vec();
+            let mut dst: Vec<u8> = pairs.iter().flat_map(|p| enc(p.0)).collect();
+            let src: Vec<u8> = pairs.iter().flat_map(|p| enc(p.1)).collect();
+            let want: Vec<u8> = pairs.iter().flat_map(|&(a, b)| enc(reference(op, dtype, a, b))).collect();
+            prop_assert_eq!(&scalar_ops(op, dtype, &dst, &src), &want);
+            apply(op, dtype, &mut dst, &src).unwrap();
+            prop_assert_eq!(dst, want);
         }
     }
 }

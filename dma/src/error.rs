@@ -39,4 +39,81 @@ pub enum Error {
     UnknownComputeOp { code: u8 },
     #[error("CCE_OP code {code} is not allowed (ADD=0 MAX=2 MIN=3; 1, multiply, is disabled)")]
     UnknownCceOp { code: u8 },
+    #[error("compute op on {dst} destination bytes and {src} source bytes: both operands must have the same length")]
+    OperandLengthMismatch { dst: usize, src: usize },
+    #[error("{len} bytes is not a whole number of {dtype} elements ({size} bytes each)")]
+    PartialElement {
+        len: u64,
+        dtype: &'static str,
+        size: usize,
+    },
+    #[error("fabric page at {page:#x} was not reserved: shared execution writes only pages that Fabric::reserve materialised during validation")]
+    NotReserved { page: u64 },
+    #[error("fill of {len:#x} bytes at {addr:#x} has an empty pattern (a fill needs at least one pattern byte)")]
+    EmptyPattern { addr: u64, len: u64 },
+    #[error("dtype {dtype} is not an index dtype (indices are u8, u16 or u32)")]
+    NotIndexDtype { dtype: &'static str },
+    #[error("descriptor field `{field}` = {value} ({value:#x}) is invalid: {rule}")]
+    BadDescriptor {
+        field: &'static str,
+        value: u64,
+        rule: String,
+    },
+    #[error("queue {queue} descriptor {index} signals semaphore {sem}, which queue {owner} already signals (each semaphore has one signalling queue)")]
+    SemaphoreOwner {
+        sem: u8,
+        queue: usize,
+        index: u64,
+        owner: usize,
+    },
+    #[error("queue {queue} descriptor {index} waits for semaphore {sem} to be signalled {count} times but it is signalled only {signals} times in all")]
+    SemaphoreNeverReached {
+        sem: u8,
+        count: u32,
+        queue: usize,
+        index: u64,
+        signals: u64,
+    },
+    #[error("queue {queue} descriptor {index} waits for semaphore {sem} to be signalled {count} times but every queue stalls with it at {reached} (a wait cycle or a missing signal)")]
+    SemaphoreDeadlock {
+        queue: usize,
+        index: u64,
+        sem: u8,
+        count: u32,
+        reached: u64,
+    },
+    #[error("queue count {count} is out of range (1..={max})")]
+    QueueCount { count: usize, max: usize },
+    #[error("queue {queue} does not exist ({queues} queues)")]
+    NoSuchQueue { queue: usize, queues: usize },
+    #[error("descriptor for queue {queue} pushed after queue {current}: a queue file holds its queues in order")]
+    QueueOrder { queue: usize, current: usize },
+    #[error("queue file header field `{field}` at byte {offset} is {value:#x}: {rule}")]
+    QueueFileHeader {
+        field: &'static str,
+        offset: u64,
+        value: u64,
+        rule: &'static str,
+    },
+    #[error("queue file truncated at byte {offset}: {what} needs bytes up to {needed}")]
+    QueueFileTruncated {
+        offset: u64,
+        needed: u64,
+        what: String,
+    },
+    #[error(
+        "queue file has trailing bytes from byte {offset}: its header's counts say it ends there"
+    )]
+    QueueFileTrailing { offset: u64 },
+    #[error("queue file checksum (byte 16) is {stored:#018x} but the file hashes to {computed:#018x}: the file is corrupted")]
+    QueueFileChecksum { stored: u64, computed: u64 },
+    #[error("queue file queue {queue} descriptor {index} at byte {offset}: {source}")]
+    QueueFileDescriptor {
+        queue: usize,
+        index: u64,
+        offset: u64,
+        source: Box<Error>,
+    },
+    #[error("queue file I/O error at byte {offset}: {message}")]
+    QueueFileIo { offset: u64, message: String },
 }

@@ -26,7 +26,15 @@ pub mod queue_file;
 pub mod timing;
 
 pub use addr::{Addr4, AddressMap, FabricAddr, Location, Region, Space};
-pub use compute::{CceOp, ComputeOp};
+pub use compute::{apply, CceOp, ComputeOp, Element};
+pub use descriptor::{
+    DescFlags, DescOp, Descriptor, RawDescriptor, SemId, SemWait, SemaphoreLedger,
+};
 pub use dtype::Dtype;
 pub use error::Error;
+pub use fabric::{Fabric, PAGE_BYTES};
 pub use generation::{Confidence, Generation};
+pub use queue_file::{
+    verify, QueueFileReader, QueueFileSummary, QueueFileWriter, VerifiedQueueFile,
+};
+pub use timing::{QueueTimeline, TimelineReport, TimingModel};
