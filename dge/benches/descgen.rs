@@ -4,7 +4,7 @@
 //!
 //! Run: `cargo bench -p dge --bench descgen`
 
-use dge::generate::{generate, Kind, Request};
+use dge::generate::{generate, generate_into, Generated, Kind, Request};
 use dge::indirection::{Indirection, OobPolicy};
 use dge::AccessPattern;
 use dma::addr::SBUF_BASE;
@@ -44,13 +44,18 @@ fn row_gather(fabric: &mut Fabric) -> Request {
 fn main() {
     let mut fabric = Fabric::new(Generation::Cayman);
     let req = row_gather(&mut fabric);
-    let reps = std::env::var("DESCGEN_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
+    let reps = std::env::var("DESCGEN_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
     let mut rates = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
         let mut n = 0;
+        let mut out = Generated::default();
         for _ in 0..reps {
-            n += generate(&fabric, &req).unwrap().descriptor_count();
+            generate_into(&fabric, &req, &mut out).unwrap();
+            n += out.descriptor_count();
         }
         rates.push(n as f64 / t.elapsed().as_secs_f64());
     }

@@ -150,6 +150,18 @@ struct Side {
 
 /// Runs the whole pipeline for `req` against `fabric` (which holds the index tensors).
 pub fn generate(fabric: &Fabric, req: &Request) -> Result<Generated, Error> {
+    let mut out = Generated::default();
+    generate_into(fabric, req, &mut out)?;
+    Ok(out)
+}
+
+/// As [`generate`], reusing `out`'s queue buffers (a runtime issuing many instructions
+/// keeps one `Generated` and allocates nothing per descriptor once it is warm). On error
+/// `out` holds no descriptors.
+pub fn generate_into(fabric: &Fabric, req: &Request, out: &mut Generated) -> Result<(), Error> {
+    let mut queues_buf = std::mem::take(&mut out.queues);
+    queues_buf.iter_mut().for_each(Vec::clear);
+    *out = Generated::default();
     let map = fabric.map();
     let dst_pattern = transposed_destination(req)?;
     let skip = |i: Option<Indirection>| i.map(|i| i.dim);
@@ -180,29 +192,35 @@ pub fn generate(fabric: &Fabric, req: &Request) -> Result<Generated, Error> {
     if let Some(ix) = &d.indexed {
         check_duplicates(ix, req.non_unique_dst_idx)?;
     }
-    let expected = [&s, &d]
-        .iter()
-        .filter_map(|x| x.indexed.as_ref())
-        .map(|i| i.values.len())
-        .max();
-    let mut runs = Vec::with_capacity(expected.unwrap_or(16));
+    let mut src_walk = Walker::new(&s.shape, s.indexed.as_ref().map(|i| &i.bases));
+    let mut dst_walk = Walker::new(&d.shape, d.indexed.as_ref().map(|i| &i.bases));
     let elem = u64::from(src.elem_size);
-    for_each_run(
-        &mut Walker::new(&s.shape, s.indexed.as_ref().map(|i| &i.bases)),
-        &mut Walker::new(&d.shape, d.indexed.as_ref().map(|i| &i.bases)),
-        elem,
-        |r| runs.push(r),
-    );
-    let mode = spray_mode(req, &d);
-    let assigned = spray::assign(&runs, &queues, mode);
-    let mut out = emit(req, &runs, &assigned)?;
+    let mut emitter = Emitter::new(req, queues_buf);
+    match spray_mode(req, &d) {
+        SprayMode::Disjoint => {
+            let mut i = 0usize;
+            for_each_run(&mut src_walk, &mut dst_walk, elem, |r| {
+                emitter.push(r, queues[i % queues.len()]);
+                i += 1;
+            });
+        }
+        SprayMode::Grouped => {
+            let mut runs = Vec::new();
+            for_each_run(&mut src_walk, &mut dst_walk, elem, |r| runs.push(r));
+            let assigned = spray::assign(&runs, &queues, SprayMode::Grouped);
+            runs.iter()
+                .zip(assigned)
+                .for_each(|(&r, q)| emitter.push(r, q));
+        }
+    }
+    *out = emitter.finish()?;
     out.skipped = [s.indexed, d.indexed]
         .into_iter()
         .flatten()
         .flat_map(|i| i.skipped)
         .collect();
     out.oob_notification = !out.skipped.is_empty() && notifying(req);
-    Ok(out)
+    Ok(())
 }
 
 /// GATHER TRANSPOSE iterates the destination `[C][R]` in the source's `(r, c)` order: its
@@ -431,42 +449,63 @@ fn notifying(req: &Request) -> bool {
 }
 
 /// Stage 7's output: descriptors per queue, END_OF_INSTRUCTION on each queue's last.
-fn emit(req: &Request, runs: &[Run], assigned: &[u8]) -> Result<Generated, Error> {
-    let op = DescOp::from(req.op);
-    let per_queue = runs.len()
-        / assigned
-            .iter()
-            .copied()
-            .max()
-            .map_or(1, |m| usize::from(m) + 1)
-        + 1;
-    let mut queues: Vec<Vec<Descriptor>> =
-        (0..QUEUES).map(|_| Vec::with_capacity(per_queue)).collect();
-    let mut bytes = 0u64;
-    for (r, &q) in runs.iter().zip(assigned) {
-        // runs are at most MAX_RUN_BYTES (64 KiB) and whole elements of the dtype
-        let d = Descriptor::new(
-            op,
+struct Emitter {
+    op: DescOp,
+    dtype: Dtype,
+    queues: Vec<Vec<Descriptor>>,
+    bytes: u64,
+    error: Option<dma::Error>,
+}
+
+impl Emitter {
+    /// An emitter writing into `queues` (emptied buffers to reuse, or none).
+    fn new(req: &Request, mut queues: Vec<Vec<Descriptor>>) -> Emitter {
+        queues.resize_with(QUEUES, Vec::new);
+        Emitter {
+            op: DescOp::from(req.op),
+            dtype: req.dtype,
+            queues,
+            bytes: 0,
+            error: None,
+        }
+    }
+
+    fn push(&mut self, r: Run, queue: u8) {
+        // Runs are at most MAX_RUN_BYTES (64 KiB) and whole elements of the dtype (the
+        // patterns' element size equals the dtype's), so this cannot fail; an error is
+        // still kept and returned rather than dropped.
+        match Descriptor::new(
+            self.op,
             FabricAddr(r.src),
             FabricAddr(r.dst),
             r.len as u32,
-            req.dtype,
-        )?;
-        if let Some(list) = queues.get_mut(usize::from(q)) {
-            list.push(d);
+            self.dtype,
+        ) {
+            Ok(d) => {
+                if let Some(list) = self.queues.get_mut(usize::from(queue)) {
+                    list.push(d);
+                }
+                self.bytes += r.len;
+            }
+            Err(e) => self.error = self.error.take().or(Some(e)),
         }
-        bytes += r.len;
     }
-    for list in &mut queues {
-        if let Some(last) = list.last_mut() {
-            *last = last.with_flags(DescFlags::END_OF_INSTRUCTION);
+
+    fn finish(mut self) -> Result<Generated, Error> {
+        if let Some(e) = self.error {
+            return Err(e.into());
         }
+        for list in &mut self.queues {
+            if let Some(last) = list.last_mut() {
+                *last = last.with_flags(DescFlags::END_OF_INSTRUCTION);
+            }
+        }
+        Ok(Generated {
+            queues: self.queues,
+            bytes: self.bytes,
+            ..Generated::default()
+        })
     }
-    Ok(Generated {
-        queues,
-        bytes,
-        ..Generated::default()
-    })
 }
 
 #[cfg(test)]

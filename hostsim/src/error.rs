@@ -40,6 +40,9 @@ pub enum Error {
     /// A `dma` error without a field to name.
     #[error(transparent)]
     Dma(#[from] dma::Error),
+    /// A descriptor-generation error.
+    #[error(transparent)]
+    Dge(#[from] dge::Error),
 }
 
 impl Error {
