@@ -847,6 +847,94 @@ mod tests {
         );
     }
 
+    #[test]
+    fn gather_transpose_for_1_2_and_4_byte_dtypes() {
+        for (dtype, es) in [(Dtype::U8, 1u32), (Dtype::Bf16, 2), (Dtype::F32, 4)] {
+            let f = fabric_with(&[2, 9, 4, 4, 0], (0, 4096));
+            let src = AccessPattern::new(FabricAddr(0), es, &[(6, 5), (1, 6)]);
+            let dst = AccessPattern::new(FabricAddr(1 << 20), es, &[(5, 6), (1, 5)]);
+            let mut r = Request::new(Kind::GatherTranspose, src, dst, dtype);
+            let step = (6 * es) as i32;
+            r.src_indirection = Some(Indirection {
+                dim: 0,
+                indices: FabricAddr(IDX),
+                step,
+                bound: Some(10),
+                policy: OobPolicy::HardError,
+            });
+            let g = check(&f, &r);
+            // no two consecutive (r, c) elements are contiguous in the destination
+            assert_eq!(g.descriptor_count(), 30, "{dtype}");
+        }
+    }
+
+    #[test]
+    fn transpose_shape_rules() {
+        let f = fabric_with(&[0; 4], (0, 64));
+        let src = AccessPattern::new(FabricAddr(0), 4, &[(2, 4), (1, 2)]);
+        let dst = AccessPattern::new(FabricAddr(1 << 20), 4, &[(4, 4), (1, 2)]);
+        let mut r = Request::new(Kind::GatherTranspose, src, dst, Dtype::F32);
+        r.src_indirection = Some(Indirection {
+            dim: 0,
+            indices: FabricAddr(IDX),
+            step: 8,
+            bound: None,
+            policy: OobPolicy::HardError,
+        });
+        let e = generate(&f, &r).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::TransposeCounts {
+                    rows: 4,
+                    cols: 2,
+                    dst_rows: 4,
+                    dst_cols: 2
+                }
+            ),
+            "{e}"
+        );
+        r.dst.dims.pop();
+        assert_eq!(generate(&f, &r).unwrap_err(), Error::TransposeShape);
+    }
+
+    fn dims_strategy() -> impl Strategy<Value = Vec<(i64, u32)>> {
+        proptest::collection::vec((-3i64..4, 1u32..4), 1..6)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// Random direct 1- to 5-D patterns (negative, zero and overlapping steps), the
+        /// destination a shuffled, re-strided copy of the source's shape: replay in either
+        /// queue order equals the element-order reference and the count is minimal.
+        #[test]
+        fn random_direct_patterns_match_the_reference(
+            dims in dims_strategy(),
+            dst_steps in proptest::collection::vec(-3i64..4, 5),
+            order in Just(()).prop_perturb(|_, mut rng| rng.random::<u64>()),
+            op in 0u8..5,
+            dst_sbuf in any::<bool>(),
+        ) {
+            let f = fabric_with(&[], (0, 4096));
+            let src = AccessPattern::new(FabricAddr(2048), 4, &dims);
+            let mut shape: Vec<u32> = dims.iter().map(|d| d.1).collect();
+            let n = shape.len();
+            for i in 0..n { shape.swap(i, (order as usize >> (i * 3)) % n); }
+            let mut dst_dims: Vec<(i64, u32)> = shape.iter().zip(&dst_steps).map(|(&c, &s)| (s, c)).collect();
+            let base = if dst_sbuf && n < 5 {
+                dst_dims.insert(0, (1, 1));
+                SBUF_BASE + 5 * SBUF_STRIDE + 2048
+            } else {
+                1 << 20
+            };
+            let dst = AccessPattern::new(FabricAddr(base), 4, &dst_dims);
+            let mut r = Request::new(Kind::Direct2d, src, dst, Dtype::I32);
+            r.op = ComputeOp::from_code(op).unwrap();
+            r.eng_mask = 0b1011;
+            check(&f, &r);
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(96))]
         /// Random gathers / scatters / both, random indices with OOB and duplicates, every
