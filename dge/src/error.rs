@@ -99,6 +99,8 @@ pub enum Error {
         dst_rows: u32,
         dst_cols: u32,
     },
+    #[error("the request reads bytes [{lo:#x}, {hi:#x}) that it also writes; one request does not order its reads after its own writes (use two requests)")]
+    SourceOverlapsDestination { lo: u64, hi: u64 },
     #[error(transparent)]
     Fabric(#[from] dma::Error),
 }

@@ -15,7 +15,7 @@
 
 use crate::error::Error;
 use crate::indirection::{
-    do_indirection, make_gather_pattern, FabricWindow, Indexed, Indirection, IndirectionInfo,
+    do_indirection, fabric_window, make_gather_pattern, Indexed, Indirection, IndirectionInfo,
     OobPolicy, RowExtent, SkippedIndex, MAX_INDICES,
 };
 use crate::pattern::{AccessPattern, BytePattern};
@@ -159,9 +159,28 @@ pub fn generate(fabric: &Fabric, req: &Request) -> Result<Generated, Error> {
 /// keeps one `Generated` and allocates nothing per descriptor once it is warm). On error
 /// `out` holds no descriptors.
 pub fn generate_into(fabric: &Fabric, req: &Request, out: &mut Generated) -> Result<(), Error> {
-    let mut queues_buf = std::mem::take(&mut out.queues);
-    queues_buf.iter_mut().for_each(Vec::clear);
-    *out = Generated::default();
+    let mut buffers = std::mem::take(&mut out.queues);
+    buffers.iter_mut().for_each(Vec::clear);
+    *out = Generated {
+        queues: buffers,
+        ..Generated::default()
+    };
+    let (s, d, queues, elem) = prepare(fabric, req)?;
+    let mut emitter = Emitter::new(req, std::mem::take(&mut out.queues));
+    spray_runs(req, &s, &d, elem, &queues, &mut emitter)?;
+    *out = emitter.finish()?;
+    out.skipped = [s.indexed, d.indexed]
+        .into_iter()
+        .flatten()
+        .flat_map(|i| i.skipped)
+        .collect();
+    out.oob_notification = notifying(req, &out.skipped);
+    Ok(())
+}
+
+/// Stages 1 to 6: validation, the spray summary, both sides reshaped and indexed, and the
+/// duplicate-destination rule. Nothing is emitted before all of it has passed.
+fn prepare(fabric: &Fabric, req: &Request) -> Result<(Side, Side, QueueIds, u64), Error> {
     let map = fabric.map();
     let dst_pattern = transposed_destination(req)?;
     let skip = |i: Option<Indirection>| i.map(|i| i.dim);
@@ -172,54 +191,53 @@ pub fn generate_into(fabric: &Fabric, req: &Request, out: &mut Generated) -> Res
     check_request(req, &src, &dst)?;
     let queues = spray::selected_queues(req.eng_mask)?;
     let info = gen_spray_info(req, &src, &dst, queues.len());
-    let s = build_side(
-        fabric,
-        &src,
-        req.src_indirection,
-        "source",
-        info.reshape_kind,
-        req.eng_mask,
-    )?;
-    let d = build_side(
-        fabric,
-        &dst,
-        req.dst_indirection,
-        "destination",
-        info.reshape_kind,
-        req.eng_mask,
-    )?;
+    let side = |p, ind, name| build_side(fabric, p, ind, name, info.reshape_kind, req.eng_mask);
+    let s = side(&src, req.src_indirection, "source")?;
+    let d = side(&dst, req.dst_indirection, "destination")?;
     log_masks(req, &s, &d);
     if let Some(ix) = &d.indexed {
         check_duplicates(ix, req.non_unique_dst_idx)?;
     }
-    let mut src_walk = Walker::new(&s.shape, s.indexed.as_ref().map(|i| &i.bases));
-    let mut dst_walk = Walker::new(&d.shape, d.indexed.as_ref().map(|i| &i.bases));
-    let elem = u64::from(src.elem_size);
-    let mut emitter = Emitter::new(req, queues_buf);
-    match spray_mode(req, &d) {
-        SprayMode::Disjoint => {
-            let mut i = 0usize;
-            for_each_run(&mut src_walk, &mut dst_walk, elem, |r| {
-                emitter.push(r, queues[i % queues.len()]);
-                i += 1;
-            });
+    Ok((s, d, queues, u64::from(src.elem_size)))
+}
+
+type QueueIds = smallvec::SmallVec<[u8; QUEUES]>;
+
+/// Stage 7: the descriptor loop and the spray. Disjoint destinations are dealt
+/// round-robin as they come; if the bytes read and written turn out to share an address
+/// range, the runs are walked again, an exact overlap is an error (one request does not
+/// order its reads after its own writes), and otherwise they are grouped.
+fn spray_runs(
+    req: &Request,
+    s: &Side,
+    d: &Side,
+    elem: u64,
+    queues: &[u8],
+    emitter: &mut Emitter,
+) -> Result<(), Error> {
+    let walk = |f: &mut dyn FnMut(Run)| {
+        let mut src = Walker::new(&s.shape, s.indexed.as_ref().map(|i| &i.bases));
+        let mut dst = Walker::new(&d.shape, d.indexed.as_ref().map(|i| &i.bases));
+        for_each_run(&mut src, &mut dst, elem, f);
+    };
+    if spray_mode(req, d) == SprayMode::Disjoint {
+        let mut i = 0usize;
+        walk(&mut |r| {
+            emitter.push(r, queues[i % queues.len()]);
+            i += 1;
+        });
+        if !emitter.hulls_meet() {
+            return Ok(());
         }
-        SprayMode::Grouped => {
-            let mut runs = Vec::new();
-            for_each_run(&mut src_walk, &mut dst_walk, elem, |r| runs.push(r));
-            let assigned = spray::assign(&runs, &queues, SprayMode::Grouped);
-            runs.iter()
-                .zip(assigned)
-                .for_each(|(&r, q)| emitter.push(r, q));
-        }
+        emitter.clear();
     }
-    *out = emitter.finish()?;
-    out.skipped = [s.indexed, d.indexed]
-        .into_iter()
-        .flatten()
-        .flat_map(|i| i.skipped)
-        .collect();
-    out.oob_notification = !out.skipped.is_empty() && notifying(req);
+    let mut runs = Vec::new();
+    walk(&mut |r| runs.push(r));
+    spray::check_no_overlap(&runs)?;
+    let assigned = spray::assign(&runs, queues, SprayMode::Grouped);
+    runs.iter()
+        .zip(assigned)
+        .for_each(|(&r, q)| emitter.push(r, q));
     Ok(())
 }
 
@@ -310,7 +328,7 @@ fn build_side(
     let info = IndirectionInfo::new(side, ind, count);
     let shape = batman_reshape(p, Some(ind.dim), partition_dim, side);
     let pattern = make_gather_pattern(&info, reshape_kind, eng_mask);
-    let port = FabricWindow::read(fabric, ind.indices, u64::from(count) * 4)?;
+    let port = fabric_window(fabric, ind.indices, u64::from(count) * 4)?;
     let row = row_extent(&shape);
     let indexed = do_indirection(&port, fabric.map(), &info, &pattern, p.start, row)?;
     Ok(Side {
@@ -441,11 +459,16 @@ fn is_injective(p: &Reshaped, ind_step: Option<i64>) -> bool {
     true
 }
 
-fn notifying(req: &Request) -> bool {
-    [req.src_indirection, req.dst_indirection]
-        .into_iter()
-        .flatten()
-        .any(|i| i.policy == OobPolicy::SoftSkip)
+/// The OOB notification is raised when a skipped index comes from a side whose policy
+/// notifies (a silenced side's skips raise nothing).
+fn notifying(req: &Request, skipped: &[SkippedIndex]) -> bool {
+    let policy = |side: &str| match side {
+        "source" => req.src_indirection.map(|i| i.policy),
+        _ => req.dst_indirection.map(|i| i.policy),
+    };
+    skipped
+        .iter()
+        .any(|s| policy(s.side) == Some(OobPolicy::SoftSkip))
 }
 
 /// Stage 7's output: descriptors per queue, END_OF_INSTRUCTION on each queue's last.
@@ -455,6 +478,9 @@ struct Emitter {
     queues: Vec<Vec<Descriptor>>,
     bytes: u64,
     error: Option<dma::Error>,
+    /// `[lo, hi)` of the bytes read and of the bytes written so far.
+    src_hull: (u64, u64),
+    dst_hull: (u64, u64),
 }
 
 impl Emitter {
@@ -467,7 +493,20 @@ impl Emitter {
             queues,
             bytes: 0,
             error: None,
+            src_hull: (u64::MAX, 0),
+            dst_hull: (u64::MAX, 0),
         }
+    }
+
+    /// Whether the hull of the bytes read meets the hull of the bytes written.
+    fn hulls_meet(&self) -> bool {
+        self.src_hull.0 < self.dst_hull.1 && self.dst_hull.0 < self.src_hull.1
+    }
+
+    /// Forgets every descriptor pushed so far (the buffers stay).
+    fn clear(&mut self) {
+        self.queues.iter_mut().for_each(Vec::clear);
+        self.bytes = 0;
     }
 
     fn push(&mut self, r: Run, queue: u8) {
@@ -486,6 +525,9 @@ impl Emitter {
                     list.push(d);
                 }
                 self.bytes += r.len;
+                let grow = |h: &mut (u64, u64), a: u64| *h = (h.0.min(a), h.1.max(a + r.len));
+                grow(&mut self.src_hull, r.src);
+                grow(&mut self.dst_hull, r.dst);
             }
             Err(e) => self.error = self.error.take().or(Some(e)),
         }
@@ -670,11 +712,10 @@ mod tests {
         g
     }
 
-    fn gather(rows: u32, cols: u32, n: u32, bound: Option<u64>, policy: OobPolicy) -> Request {
+    fn gather(cols: u32, n: u32, bound: Option<u64>, policy: OobPolicy) -> Request {
         let src = AccessPattern::new(FabricAddr(0), 4, &[(i64::from(cols), n), (1, cols)]);
         let dst = AccessPattern::new(FabricAddr(1 << 30), 4, &[(i64::from(cols), n), (1, cols)]);
         let mut r = Request::new(Kind::Indirect, src, dst, Dtype::F32);
-        let _ = rows;
         r.src_indirection = Some(Indirection {
             dim: 0,
             indices: FabricAddr(IDX),
@@ -703,7 +744,7 @@ mod tests {
     fn sorted_indices_collapse_into_one_descriptor() {
         let idx: Vec<u32> = (10..42).collect();
         let f = fabric_with(&idx, (0, 64 * 256));
-        let g = check(&f, &gather(64, 64, 32, Some(64), OobPolicy::HardError));
+        let g = check(&f, &gather(64, 32, Some(64), OobPolicy::HardError));
         assert_eq!(g.descriptor_count(), 1);
         assert_eq!(g.bytes, 32 * 256);
     }
@@ -711,7 +752,7 @@ mod tests {
     #[test]
     fn hard_oob_fails_naming_position_value_and_bound() {
         let f = fabric_with(&[1, 2, 64, 3], (0, 64 * 256));
-        let e = generate(&f, &gather(64, 64, 4, Some(64), OobPolicy::HardError)).unwrap_err();
+        let e = generate(&f, &gather(64, 4, Some(64), OobPolicy::HardError)).unwrap_err();
         assert_eq!(
             e,
             Error::IndexOutOfBounds {
@@ -731,11 +772,11 @@ mod tests {
     #[test]
     fn soft_skip_lists_positions_and_notifies_unless_silenced() {
         let f = fabric_with(&[1, u32::MAX, 63, 64], (0, 64 * 256));
-        let g = check(&f, &gather(64, 64, 4, Some(64), OobPolicy::SoftSkip));
+        let g = check(&f, &gather(64, 4, Some(64), OobPolicy::SoftSkip));
         let pos: Vec<(u32, u32)> = g.skipped.iter().map(|s| (s.position, s.value)).collect();
         assert_eq!(pos, vec![(1, u32::MAX), (3, 64)]);
         assert!(g.oob_notification);
-        let g = check(&f, &gather(64, 64, 4, Some(64), OobPolicy::SoftSkipSilent));
+        let g = check(&f, &gather(64, 4, Some(64), OobPolicy::SoftSkipSilent));
         assert_eq!(g.skipped.len(), 2);
         assert!(!g.oob_notification);
     }
@@ -819,7 +860,7 @@ mod tests {
         let mut r = Request::new(Kind::Direct2d, p(4), p(4), Dtype::F32);
         r.eng_mask = 0;
         assert!(matches!(generate(&f, &r), Err(Error::NoQueues { .. })));
-        let mut r = gather(4, 1, 4097, None, OobPolicy::HardError);
+        let mut r = gather(1, 4097, None, OobPolicy::HardError);
         r.src.dims[1].count = 1;
         r.dst = AccessPattern::new(FabricAddr(1 << 30), 4, &[(1, 4097)]);
         assert!(matches!(
@@ -829,9 +870,93 @@ mod tests {
     }
 
     #[test]
+    fn an_indexed_row_spanning_partitions_past_the_last_fails() {
+        // rows span 4 partitions from the indexed one: index 126 reaches partition 129
+        let f = fabric_with(&[0, 126], (0, 64));
+        let stride = SBUF_STRIDE as i32;
+        let src = AccessPattern::new(FabricAddr(SBUF_BASE), 4, &[(1, 4), (0, 2), (1, 16)]);
+        let dst = AccessPattern::new(FabricAddr(1 << 20), 4, &[(1, 128)]);
+        let mut r = Request::new(Kind::Indirect, src, dst, Dtype::F32);
+        r.src_indirection = Some(Indirection {
+            dim: 1,
+            indices: FabricAddr(IDX),
+            step: stride,
+            bound: Some(1000),
+            policy: OobPolicy::HardError,
+        });
+        let e = generate(&f, &r).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::IndexOffFabric {
+                    position: 1,
+                    value: 126,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_silenced_side_raises_no_notification() {
+        let f = fabric_with(&[1, 99, 2, 3], (0, 1 << 12));
+        let p = |at| AccessPattern::new(FabricAddr(at), 4, &[(4, 2), (1, 4)]);
+        let mut r = Request::new(Kind::Indirect, p(0), p(1 << 20), Dtype::F32);
+        let ind = |at, policy| Indirection {
+            dim: 0,
+            indices: FabricAddr(at),
+            step: 16,
+            bound: Some(8),
+            policy,
+        };
+        r.src_indirection = Some(ind(IDX, OobPolicy::SoftSkipSilent));
+        r.dst_indirection = Some(ind(IDX + 8, OobPolicy::SoftSkip));
+        let g = check(&f, &r);
+        assert_eq!(g.skipped.len(), 1);
+        assert!(!g.oob_notification);
+    }
+
+    #[test]
+    fn overlapping_reads_and_writes_are_rejected_interleaved_ones_are_not() {
+        let f = fabric_with(&[], (0, 1 << 18));
+        let p = |at, step| AccessPattern::new(FabricAddr(at), 4, &[(step, 40_000)]);
+        let shifted = Request::new(Kind::Direct2d, p(0, 1), p(4, 1), Dtype::F32);
+        let e = generate(&f, &shifted).unwrap_err();
+        assert!(matches!(e, Error::SourceOverlapsDestination { .. }), "{e}");
+        // even elements to odd elements of one buffer: hulls meet, bytes do not
+        let interleaved = Request::new(Kind::Direct2d, p(0, 2), p(4, 2), Dtype::F32);
+        let g = check(&f, &interleaved);
+        assert_eq!(g.descriptor_count(), 40_000);
+    }
+
+    #[test]
+    fn index_overflow_names_the_failing_position() {
+        let f = fabric_with(&[0, 0, 0, u32::MAX], (0, 64));
+        let mut r = gather(1, 4, None, OobPolicy::HardError);
+        r.src.start = FabricAddr(Generation::Cayman.hbm_bytes() - 64);
+        r.src_indirection = Some(Indirection {
+            dim: 0,
+            indices: FabricAddr(IDX),
+            step: i32::MAX,
+            bound: None,
+            policy: OobPolicy::HardError,
+        });
+        let e = generate(&f, &r).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::IndexOffFabric { position: 3, .. }
+                    | Error::IndexOverflow { position: 3, .. }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn in_bound_index_whose_row_leaves_the_fabric_fails() {
         let f = fabric_with(&[0, 1], (0, 64));
-        let mut r = gather(0, 16, 2, None, OobPolicy::SoftSkip);
+        let mut r = gather(16, 2, None, OobPolicy::SoftSkip);
         r.src.start = FabricAddr(Generation::Cayman.hbm_bytes() - 64);
         let e = generate(&f, &r).unwrap_err();
         assert!(
@@ -948,6 +1073,7 @@ mod tests {
             raw2 in proptest::collection::vec(0u32..12, 40),
             soft in any::<bool>(),
             dst_sbuf in any::<bool>(),
+            parts in 1u32..4,
             mask in 1u16..,
         ) {
             let n = raw.len() as u32;
@@ -956,20 +1082,22 @@ mod tests {
             idx.extend_from_slice(&raw2[..raw.len()]);
             let f = fabric_with(&idx, (0, 4096));
             let policy = if soft { OobPolicy::SoftSkip } else { OobPolicy::HardError };
-            let src = AccessPattern::new(FabricAddr(0), 2, &[(i64::from(cols), n), (1, cols)]);
+            // an outer dimension repeats the rows: over partitions on SBUF
             let rows_dims = [(i64::from(cols), n), (1, cols)];
+            let src = AccessPattern::new(FabricAddr(0), 2, &[(0, parts), rows_dims[0], rows_dims[1]]);
             let (dst, dst_dim) = if dst_sbuf {
-                let dims = [(1, 1), rows_dims[0], rows_dims[1]];
+                let dims = [(1, parts), rows_dims[0], rows_dims[1]];
                 (AccessPattern::new(FabricAddr(SBUF_BASE + 3 * SBUF_STRIDE), 2, &dims), 1)
             } else {
-                (AccessPattern::new(FabricAddr(1 << 20), 2, &rows_dims), 0)
+                let dims = [(i64::from(n * cols), parts), rows_dims[0], rows_dims[1]];
+                (AccessPattern::new(FabricAddr(1 << 20), 2, &dims), 1)
             };
             let mut r = Request::new(Kind::Indirect, src, dst, Dtype::Bf16);
             r.op = ComputeOp::from_code(op).unwrap();
             r.eng_mask = mask;
             r.non_unique_dst_idx = true;
             let ind = |dim, at: u64| Indirection { dim, indices: FabricAddr(at), step: (cols * 2) as i32, bound: Some(rows), policy };
-            if mode != 1 { r.src_indirection = Some(ind(0, IDX)); }
+            if mode != 1 { r.src_indirection = Some(ind(1, IDX)); }
             if mode != 0 { r.dst_indirection = Some(ind(dst_dim, IDX + 4 * u64::from(n))); }
             let oob = |v: &[u32]| v.iter().any(|&i| u64::from(i) >= rows);
             let src_oob = mode != 1 && oob(&raw);

@@ -3,7 +3,7 @@
 //!
 //! Indices are `u32` (the DGE replaces the index-read step with `sizeof(uint32_t)`). They
 //! are read 16 lanes at a time through the IVP SuperGather core (`gatheran_2x32t` then
-//! `gatherdn_2x32`) from a [`FabricWindow`] port over the index tensor, predicated by the
+//! `gatherdn_2x32`) from a [`fabric_window`] port over the index tensor, predicated by the
 //! gather pattern's lane mask. Each index then becomes an address with the unsigned-index x
 //! signed-step 64-bit MAC `mulusan_2x32`, and its bound check is the unsigned compare
 //! `ltun_2x32(index, idx_max)`.
@@ -13,7 +13,7 @@ use crate::reshape::INDEX_READ_STEP;
 use crate::runs::IndexedBases;
 use dma::fabric::Fabric;
 use dma::FabricAddr;
-use ivp::{alu, AddrVec, ElemSize, Gr, LaneView, MemPort, SuperGather, VBool, VecReg, Width};
+use ivp::{alu, AddrVec, Gr, LaneView, MemPort, MemTable, SuperGather, VBool, VecReg, Width};
 use tracing::debug;
 
 /// The most indices one DGE instruction takes.
@@ -123,60 +123,14 @@ pub fn make_gather_pattern(
     p
 }
 
-/// A memory port over one window of the fabric (for the DGE, the index tensor), read
-/// once through the fabric's bounds-checked path. Lanes outside the window are refused.
-pub struct FabricWindow {
-    base: u64,
-    bytes: Vec<u8>,
-}
-
-impl FabricWindow {
-    /// Reads `[base, base + len)` from `fabric` (an error if that range is off the fabric).
-    pub fn read(fabric: &Fabric, base: FabricAddr, len: u64) -> Result<FabricWindow, Error> {
-        let mut bytes = vec![
-            0u8;
-            usize::try_from(len)
-                .map_err(|_| dma::Error::AddressOverflow { addr: base.0, len })?
-        ];
-        fabric.read(base, &mut bytes)?;
-        Ok(FabricWindow {
-            base: base.0,
-            bytes,
-        })
-    }
-}
-
-impl MemPort for FabricWindow {
-    fn load(&self, addr: u64, elem_sz: ElemSize) -> Option<u32> {
-        let off = usize::try_from(addr.checked_sub(self.base)?).ok()?;
-        let b = self
-            .bytes
-            .get(off..off.checked_add(elem_sz.bytes() as usize)?)?;
-        Some(match *b {
-            [a] => u32::from(a),
-            [a, b] => u32::from(u16::from_le_bytes([a, b])),
-            [a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
-            _ => return None,
-        })
-    }
-
-    fn store(&mut self, addr: u64, elem_sz: ElemSize, value: u32) -> bool {
-        let Some(off) = addr
-            .checked_sub(self.base)
-            .and_then(|o| usize::try_from(o).ok())
-        else {
-            return false;
-        };
-        let n = elem_sz.bytes() as usize;
-        let end = off.saturating_add(n);
-        match self.bytes.get_mut(off..end) {
-            Some(b) => {
-                b.copy_from_slice(&value.to_le_bytes()[..n]);
-                true
-            }
-            None => false,
-        }
-    }
+/// Reads `[base, base + len)` of the fabric once, through its bounds-checked path, into a
+/// memory port over exactly that window (for the DGE, the index tensor): lanes outside it
+/// are refused by the port and drain as dead.
+pub fn fabric_window(fabric: &Fabric, base: FabricAddr, len: u64) -> Result<MemTable, Error> {
+    let n = usize::try_from(len).map_err(|_| dma::Error::AddressOverflow { addr: base.0, len })?;
+    let mut bytes = vec![0u8; n];
+    fabric.read(base, &mut bytes)?;
+    Ok(MemTable::window_at(base.0, bytes))
 }
 
 /// Stage 5: reads the indices of vector `v` through the IVP gather, predicated by the
@@ -251,32 +205,9 @@ pub fn do_indirection<P: MemPort>(
         skipped: Vec::new(),
     };
     let mut extremes = Extremes::default();
-    let step = alu::movva32(info.ind.step as u32);
     for v in 0..pattern.vectors() {
         let (idx, mask) = gather_indices(&mut core, port, pattern, v);
-        let in_bounds = lane_bounds(&idx, info.ind.bound);
-        let valid = in_bounds.lane_mask(LaneView::N2x32) as u16 & mask;
-        let safe = alu::mov2nx8t(
-            &idx,
-            &VecReg::ZERO,
-            VBool::from_lanes(LaneView::N2x32, u64::from(valid)),
-        );
-        debug!(
-            dim = info.ind.dim,
-            last_indices = format_args!("{:#x}", idx.n_2x32()[0]),
-            indirection_step = format_args!("{:#x}", info.ind.step),
-            "do_indirection START"
-        );
-        let addrs = alu::checked_mulusan_2x32(&AddrVec::new([start; LANES]), &safe, &step)
-            .map_err(|_| Error::IndexOverflow {
-                side: info.side,
-                position: (v * LANES) as u32,
-                step: info.ind.step,
-            })?;
-        debug!(
-            address = format_args!("{:#x}", addrs.lanes()[0]),
-            "After IVP_MULUSAN_2X32"
-        );
+        let (addrs, valid) = index_addresses(info, &idx, mask, start, v)?;
         for k in (0..LANES).filter(|k| mask >> k & 1 == 1) {
             let position = (v * LANES + k) as u32;
             let value = idx.n_2x32()[k];
@@ -293,6 +224,47 @@ pub fn do_indirection<P: MemPort>(
     }
     check_rows(map, info, &out, extremes, row)?;
     Ok(out)
+}
+
+/// One vector of indices: the in-bound lanes (`ltun_2x32` against the bound, within the
+/// pattern mask), the failing lanes replaced by 0 (`mov2nx8t`), and the 64-bit addresses
+/// `start + index * step` (`mulusan_2x32`). An address past 64 bits names its position.
+fn index_addresses(
+    info: &IndirectionInfo,
+    idx: &VecReg,
+    mask: u16,
+    start: u64,
+    v: usize,
+) -> Result<(AddrVec, u16), Error> {
+    let valid = lane_bounds(idx, info.ind.bound).lane_mask(LaneView::N2x32) as u16 & mask;
+    let safe = alu::mov2nx8t(
+        idx,
+        &VecReg::ZERO,
+        VBool::from_lanes(LaneView::N2x32, u64::from(valid)),
+    );
+    debug!(
+        dim = info.ind.dim,
+        last_indices = format_args!("{:#x}", idx.n_2x32()[0]),
+        indirection_step = format_args!("{:#x}", info.ind.step),
+        "do_indirection START"
+    );
+    let step = alu::movva32(info.ind.step as u32);
+    let addrs = alu::checked_mulusan_2x32(&AddrVec::splat(start), &safe, &step).map_err(|e| {
+        let lane = match e {
+            ivp::Error::AddressOverflow { lane, .. } => lane,
+            _ => 0,
+        };
+        Error::IndexOverflow {
+            side: info.side,
+            position: (v * LANES + lane) as u32,
+            step: info.ind.step,
+        }
+    })?;
+    debug!(
+        address = format_args!("{:#x}", addrs.lanes()[0]),
+        "After IVP_MULUSAN_2X32"
+    );
+    Ok((addrs, valid))
 }
 
 /// The valid positions with the lowest and highest address.
@@ -376,6 +348,8 @@ fn reject(
     Ok(())
 }
 
+/// The row at `base` must be on the fabric: its box inside its first and its last
+/// partition (every partition between them then exists too and holds the same box).
 fn check_row(
     map: &dma::AddressMap,
     info: &IndirectionInfo,
@@ -384,15 +358,20 @@ fn check_row(
     base: u64,
     row: RowExtent,
 ) -> Result<(), Error> {
-    let first = base.checked_add_signed(row.lo);
     let len = u64::try_from(row.hi_end - row.lo).ok();
-    match (first, len) {
-        (Some(first), Some(len)) if map.check_range(FabricAddr(first), len).is_ok() => Ok(()),
-        _ => Err(Error::IndexOffFabric {
-            side: info.side,
-            position,
-            value,
-            addr: base,
-        }),
+    let fits = |partition: i64| {
+        let first = base
+            .checked_add_signed(partition)
+            .and_then(|a| a.checked_add_signed(row.lo));
+        matches!((first, len), (Some(f), Some(l)) if map.check_range(FabricAddr(f), l).is_ok())
+    };
+    if fits(row.partitions.0) && fits(row.partitions.1) {
+        return Ok(());
     }
+    Err(Error::IndexOffFabric {
+        side: info.side,
+        position,
+        value,
+        addr: base,
+    })
 }

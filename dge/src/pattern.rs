@@ -9,7 +9,7 @@
 
 use crate::error::Error;
 use dma::addr::{PSUM_STRIDE, SBUF_STRIDE};
-use dma::{AddressMap, FabricAddr, Space};
+use dma::{AddressMap, FabricAddr, Location, Space};
 use smallvec::SmallVec;
 
 /// The most dimensions a DGE pattern has.
@@ -169,8 +169,8 @@ impl AccessPattern {
 
     /// Grows the bounding box of the pattern one dimension at a time; the first dimension
     /// whose extent takes an element off the start's region (or, on SBUF/PSUM, off the
-    /// partitions or out of its partition) is named in the error. The box is exact: its
-    /// corners are elements of the pattern.
+    /// partitions or out of its partition) is named in the error, with the address of the
+    /// offending corner. The box is exact: its corners are elements of the pattern.
     fn check_extent(
         &self,
         map: &AddressMap,
@@ -179,57 +179,82 @@ impl AccessPattern {
         skip: Option<usize>,
     ) -> Result<(), Error> {
         let start = map.locate(self.start)?;
-        let (mut lo, mut hi) = (0i128, 0i128);
-        let (mut plo, mut phi) = (0i128, 0i128);
+        let mut bx = Extent::default();
         let dims = p.dims.iter().zip(&self.dims).enumerate();
         for (i, (d, raw)) in dims.filter(|(i, _)| Some(*i) != skip) {
-            let ext = i128::from(d.step) * i128::from(d.count - 1);
-            let partition_dim = i == 0 && start.space != Space::Hbm;
-            if partition_dim {
-                let steps = i128::from(raw.step) * i128::from(d.count - 1);
-                plo += steps.min(0);
-                phi += steps.max(0);
-            } else {
-                lo += ext.min(0);
-                hi += ext.max(0);
-            }
-            let outside = |addr: i128| Error::PatternOutside {
-                side,
-                dim: i,
-                step: raw.step,
-                count: raw.count,
-                addr: addr.clamp(0, i128::from(u64::MAX)) as u64,
-                region: format!(
-                    "{} ({} partitions of {:#x} bytes)",
-                    start.space.name(),
-                    map.partitions(start.space),
-                    map.partition_bytes(start.space)
-                ),
-            };
-            let part = i128::from(start.partition);
-            let (first_p, last_p) = (part + plo, part + phi);
-            if first_p < 0 || last_p >= i128::from(map.partitions(start.space)) {
-                return Err(outside(
-                    i128::from(self.start.0) + plo * i128::from(SBUF_STRIDE),
-                ));
-            }
-            let first = i128::from(start.offset) + lo;
-            let end = i128::from(start.offset) + hi + i128::from(self.elem_size);
-            if first < 0 {
-                return Err(outside(i128::from(self.start.0) + lo));
-            }
-            if end > i128::from(map.partition_bytes(start.space)) {
-                return Err(outside(i128::from(self.start.0) + hi));
+            bx.grow(
+                i == 0 && start.space != Space::Hbm,
+                raw.step,
+                d.step,
+                d.count,
+            );
+            if let Some(corner) = bx.violation(map, start, self.elem_size) {
+                return Err(Error::PatternOutside {
+                    side,
+                    dim: i,
+                    step: raw.step,
+                    count: raw.count,
+                    addr: (i128::from(self.start.0) + corner).clamp(0, i128::from(u64::MAX)) as u64,
+                    region: format!(
+                        "{} ({} partitions of {:#x} bytes)",
+                        start.space.name(),
+                        map.partitions(start.space),
+                        map.partition_bytes(start.space)
+                    ),
+                });
             }
         }
         Ok(())
     }
 }
 
+/// A pattern's bounding box relative to its start: byte offsets `[lo, hi]` inside a
+/// partition (or HBM) and partition steps `[plo, phi]`.
+#[derive(Default)]
+struct Extent {
+    lo: i128,
+    hi: i128,
+    plo: i128,
+    phi: i128,
+    stride: i128,
+}
+
+impl Extent {
+    fn grow(&mut self, partition_dim: bool, raw_step: i64, byte_step: i64, count: u64) {
+        let reach = |step: i64| i128::from(step) * i128::from(count - 1);
+        if partition_dim {
+            let r = reach(raw_step);
+            (self.plo, self.phi) = (self.plo + r.min(0), self.phi + r.max(0));
+            if raw_step != 0 {
+                self.stride = i128::from(byte_step / raw_step);
+            }
+        } else {
+            let r = reach(byte_step);
+            (self.lo, self.hi) = (self.lo + r.min(0), self.hi + r.max(0));
+        }
+    }
+
+    /// The byte offset (from the start) of a corner that is off the fabric, if any.
+    fn violation(&self, map: &AddressMap, start: Location, elem: u32) -> Option<i128> {
+        let (part, off) = (i128::from(start.partition), i128::from(start.offset));
+        if part + self.plo < 0 {
+            return Some(self.plo * self.stride);
+        }
+        if part + self.phi >= i128::from(map.partitions(start.space)) {
+            return Some(self.phi * self.stride);
+        }
+        if off + self.lo < 0 {
+            return Some(self.lo);
+        }
+        let end = off + self.hi + i128::from(elem);
+        (end > i128::from(map.partition_bytes(start.space))).then_some(self.hi)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dma::addr::SBUF_BASE;
+    use dma::addr::{PSUM_STRIDE, SBUF_BASE};
     use dma::Generation;
     use proptest::prelude::*;
 
@@ -342,39 +367,45 @@ mod tests {
         /// compared against brute force over all elements.
         #[test]
         fn validation_matches_brute_force(
-            sbuf in any::<bool>(),
+            space in 0u8..3,
+            es in prop_oneof![Just(1u32), Just(2), Just(4)],
             off in 0u64..4096,
             dims in proptest::collection::vec((-40i64..40, 1u32..5), 1..4),
         ) {
             let m = AddressMap::new(Generation::Sunda);
-            let base = if sbuf { SBUF_BASE + 60 * SBUF_STRIDE } else { m.partition_bytes(Space::Hbm) - 8192 };
-            let dims: Vec<(i64, u32)> = dims;
-            let p = AccessPattern::new(FabricAddr(base + off), 4, &dims);
+            let (space, base, stride) = match space {
+                0 => (Space::Hbm, m.partition_bytes(Space::Hbm) - 8192, 0),
+                1 => (Space::Sbuf, SBUF_BASE + 60 * SBUF_STRIDE, SBUF_STRIDE),
+                _ => (Space::Psum, dma::addr::PSUM_BASE + 60 * PSUM_STRIDE, PSUM_STRIDE),
+            };
+            let off = if space == Space::Psum { off % 1024 } else { off };
+            let p = AccessPattern::new(FabricAddr(base + off), es, &dims);
             let mut all_ok = true;
             let mut idx = vec![0u64; dims.len()];
-            let brute = AccessPattern { elem_size: 4, ..p.clone() };
-            loop {
+            'walk: loop {
                 let mut a: i128 = i128::from(base + off);
                 for (k, &(s, _)) in dims.iter().enumerate() {
-                    let unit = if k == 0 && sbuf { SBUF_STRIDE as i128 } else { 4 };
+                    let unit = if k == 0 && space != Space::Hbm { i128::from(stride) } else { i128::from(es) };
                     a += i128::from(s) * unit * i128::from(idx[k]);
                 }
-                let fits = a >= 0 && a <= i128::from(u64::MAX)
-                    && m.check_range(FabricAddr(a as u64), 4).is_ok()
-                    && (!sbuf || m.locate(FabricAddr(a as u64)).map(|l| l.space == Space::Sbuf).unwrap_or(false));
+                // the element's partition is the start's plus the partition dim's steps
+                let partition = match space {
+                    Space::Hbm => 0,
+                    _ => 60 + i128::from(dims[0].0) * i128::from(idx[0]),
+                };
+                let fits = (0..=i128::from(u64::MAX)).contains(&a)
+                    && m.check_range(FabricAddr(a as u64), u64::from(es)).is_ok()
+                    && m.locate(FabricAddr(a as u64))
+                        .is_ok_and(|l| l.space == space && i128::from(l.partition) == partition);
                 all_ok &= fits;
-                let mut k = dims.len();
-                loop {
-                    if k == 0 { break; }
-                    k -= 1;
+                for k in (0..dims.len()).rev() {
                     idx[k] += 1;
-                    if idx[k] < u64::from(dims[k].1) { break; }
+                    if idx[k] < u64::from(dims[k].1) { continue 'walk; }
                     idx[k] = 0;
-                    if k == 0 { k = usize::MAX; break; }
                 }
-                if k == usize::MAX || dims.is_empty() { break; }
+                break;
             }
-            prop_assert_eq!(brute.validate(&m, "source").is_ok(), all_ok);
+            prop_assert_eq!(p.validate(&m, "source").is_ok(), all_ok);
         }
     }
 }

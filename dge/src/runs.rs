@@ -9,10 +9,11 @@
 //! marked invalid: it moves nothing, on either side.
 
 use crate::reshape::Reshaped;
-use dma::addr::{PSUM_BASE, PSUM_STRIDE, SBUF_BASE, SBUF_STRIDE};
+use dma::addr::region_slot;
+use dma::descriptor::MAX_DESCRIPTOR_LEN;
 
 /// Most bytes one descriptor moves.
-pub const MAX_RUN_BYTES: u64 = 64 * 1024;
+pub const MAX_RUN_BYTES: u64 = MAX_DESCRIPTOR_LEN as u64;
 
 /// One contiguous move: `len` bytes from `src` to `dst`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -110,17 +111,6 @@ impl<'a> Walker<'a> {
     }
 }
 
-/// A key equal for two addresses exactly when they are in the same fabric region.
-fn region_key(addr: u64) -> u64 {
-    if addr < SBUF_BASE {
-        0
-    } else if addr < PSUM_BASE {
-        1 + (addr - SBUF_BASE) / SBUF_STRIDE
-    } else {
-        (1 << 32) + (addr - PSUM_BASE) / PSUM_STRIDE
-    }
-}
-
 /// Walks both sides in lockstep and calls `emit` for every maximal run, split at
 /// [`MAX_RUN_BYTES`]. The two sides must have equal element counts (validated upstream).
 pub fn for_each_run(src: &mut Walker, dst: &mut Walker, elem: u64, mut emit: impl FnMut(Run)) {
@@ -157,8 +147,8 @@ fn extend_or_flush(
     if let Some(run) = cur {
         let contiguous = run.src.wrapping_add(run.len) == src
             && run.dst.wrapping_add(run.len) == dst
-            && region_key(run.src) == region_key(src)
-            && region_key(run.dst) == region_key(dst);
+            && region_slot(run.src) == region_slot(src)
+            && region_slot(run.dst) == region_slot(dst);
         if contiguous {
             run.len += len;
             return;
@@ -185,6 +175,7 @@ fn split(run: Run, emit: &mut impl FnMut(Run)) {
 mod tests {
     use super::*;
     use crate::pattern::ByteDim;
+    use dma::addr::{SBUF_BASE, SBUF_STRIDE};
 
     fn shape(start: u64, es: u32, dims: &[(i64, u64)], ind: Option<usize>) -> Reshaped {
         Reshaped {
@@ -279,6 +270,6 @@ mod tests {
         assert_eq!(r.len(), 8);
         assert!(r
             .iter()
-            .all(|r| region_key(r.src) == region_key(r.src + r.len - 1)));
+            .all(|r| region_slot(r.src) == region_slot(r.src + r.len - 1)));
     }
 }

@@ -17,7 +17,7 @@ use crate::runs::Run;
 use smallvec::SmallVec;
 
 /// Queues of one DMA engine set (the 16 DMA rings).
-pub const QUEUES: usize = 16;
+pub const QUEUES: usize = dma::queue_file::MAX_QUEUES;
 
 /// How runs are dealt to queues.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -48,6 +48,37 @@ pub fn assign(runs: &[Run], queues: &[u8], mode: SprayMode) -> Vec<u8> {
             groups.into_iter().map(pick).collect()
         }
     }
+}
+
+/// Fails if any byte some run reads is a byte some run writes: one request does not order
+/// its reads after its own writes, so such a request has no defined result.
+pub fn check_no_overlap(runs: &[Run]) -> Result<(), Error> {
+    let union = |f: fn(&Run) -> u64| {
+        let mut v: Vec<(u64, u64)> = runs.iter().map(|r| (f(r), f(r) + r.len)).collect();
+        v.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+        for (lo, hi) in v {
+            match out.last_mut() {
+                Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                _ => out.push((lo, hi)),
+            }
+        }
+        out
+    };
+    let (src, dst) = (union(|r| r.src), union(|r| r.dst));
+    let (mut i, mut j) = (0, 0);
+    while let (Some(&s), Some(&d)) = (src.get(i), dst.get(j)) {
+        if s.0 < d.1 && d.0 < s.1 {
+            let (lo, hi) = (s.0.max(d.0), s.1.min(d.1));
+            return Err(Error::SourceOverlapsDestination { lo, hi });
+        }
+        if s.1 <= d.1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    Ok(())
 }
 
 /// Group ordinal of every run: runs with overlapping destinations (transitively) share a
@@ -129,6 +160,14 @@ mod tests {
         assert_eq!(q[4], q[3]);
         assert_ne!(q[1], q[0]);
         assert_eq!(q, vec![0, 1, 0, 0, 0]);
+    }
+
+    #[test]
+    fn reads_of_written_bytes_are_rejected() {
+        let r = |src, dst| Run { src, dst, len: 8 };
+        assert!(check_no_overlap(&[r(0, 100), r(8, 108), r(16, 200)]).is_ok());
+        let e = check_no_overlap(&[r(0, 100), r(104, 300)]).unwrap_err();
+        assert_eq!(e, Error::SourceOverlapsDestination { lo: 104, hi: 108 });
     }
 
     #[test]

@@ -238,6 +238,19 @@ impl AddressMap {
     }
 }
 
+/// A number equal for two mapped addresses exactly when they lie in the same region (all
+/// of HBM, or one SBUF or PSUM partition): a cheap test for "does this run stay in one
+/// region" that needs no generation (the strides are the same on every generation).
+pub fn region_slot(addr: u64) -> u64 {
+    if addr < SBUF_BASE {
+        0
+    } else if addr < PSUM_BASE {
+        1 + (addr - SBUF_BASE) / SBUF_STRIDE
+    } else {
+        (1 << 32) + (addr - PSUM_BASE) / PSUM_STRIDE
+    }
+}
+
 /// A 32-bit on-core address (the ISA's ADDR4): space, partition and byte offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Addr4(pub u32);
@@ -354,6 +367,26 @@ mod tests {
                 .unwrap();
             assert!(m.check_range(last, 1).is_ok());
             assert!(m.check_range(last.checked_add(1).unwrap(), 1).is_err());
+        }
+    }
+
+    #[test]
+    fn region_slots_agree_with_region_of() {
+        let m = map(Generation::Sunda);
+        let addrs = [
+            0,
+            1 << 34,
+            SBUF_BASE,
+            SBUF_BASE + 5,
+            SBUF_BASE + SBUF_STRIDE,
+            PSUM_BASE + 3 * PSUM_STRIDE + 9,
+        ];
+        for a in addrs {
+            for b in addrs {
+                let same =
+                    m.region_of(FabricAddr(a)).unwrap() == m.region_of(FabricAddr(b)).unwrap();
+                assert_eq!(region_slot(a) == region_slot(b), same, "{a:#x} {b:#x}");
+            }
         }
     }
 

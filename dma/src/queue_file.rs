@@ -485,8 +485,11 @@ pub fn verify<R: Read>(r: R) -> Result<QueueFileSummary, Error> {
 }
 
 /// A file that passed [`verify`], read back queue by queue in any interleaving (by
-/// seeking), for execution. Each batch is decoded again, so a file changed after the
-/// verify pass still yields errors, never bad descriptors.
+/// seeking), for execution. Each batch is decoded again, so every descriptor handed out
+/// obeys the decode rules; but the checksum and the semaphore ownership are checked by
+/// the verify pass only. The file is assumed not to change between the two passes (the
+/// replay holds it open); a file rewritten in between may replay descriptors the verify
+/// pass never saw.
 #[derive(Debug)]
 pub struct VerifiedQueueFile<R> {
     r: R,

@@ -615,7 +615,7 @@ mod tests {
                     ds.into_iter()
                         .map(|(len, is_add, w, s)| {
                             let mut d = if is_add {
-                                add(len / 4 * 4 + 4)
+                                add((len / 4).max(1) * 4)
                             } else {
                                 copy(len)
                             };

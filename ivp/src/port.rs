@@ -28,23 +28,29 @@ pub trait MemPort {
     fn store(&mut self, addr: u64, elem_sz: ElemSize, value: u32) -> bool;
 }
 
-/// A flat little-endian byte table at addresses `0 .. len` (seed 004's shared MemTable).
+/// A flat little-endian byte table at addresses `base .. base + len` (seed 004's shared
+/// MemTable; `base` is 0 unless the table is a window of a larger memory).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct MemTable {
+    base: u64,
     bytes: Vec<u8>,
 }
 
 impl MemTable {
     /// A zero-filled table of `len` bytes.
     pub fn zeroed(len: usize) -> MemTable {
-        MemTable {
-            bytes: vec![0; len],
-        }
+        MemTable::from_bytes(vec![0; len])
     }
 
     /// A table holding `bytes` (byte `i` at address `i`).
     pub fn from_bytes(bytes: Vec<u8>) -> MemTable {
-        MemTable { bytes }
+        MemTable::window_at(0, bytes)
+    }
+
+    /// A table whose byte `i` is at address `base + i`: a window of a larger memory
+    /// (the DGE's view of an index tensor on the fabric).
+    pub fn window_at(base: u64, bytes: Vec<u8>) -> MemTable {
+        MemTable { base, bytes }
     }
 
     /// The table image.
@@ -75,7 +81,7 @@ impl MemTable {
     /// The `N` bytes at `addr`, or `None` if they are not all inside the table.
     #[inline]
     fn window<const N: usize>(&self, addr: u64) -> Option<[u8; N]> {
-        let start = usize::try_from(addr).ok()?;
+        let start = usize::try_from(addr.checked_sub(self.base)?).ok()?;
         let src = self.bytes.get(start..start.checked_add(N)?)?;
         src.try_into().ok()
     }
@@ -83,7 +89,7 @@ impl MemTable {
     /// The `N` writable bytes at `addr`, or `None` if they are not all inside the table.
     #[inline]
     fn window_mut<const N: usize>(&mut self, addr: u64) -> Option<&mut [u8]> {
-        let start = usize::try_from(addr).ok()?;
+        let start = usize::try_from(addr.checked_sub(self.base)?).ok()?;
         self.bytes.get_mut(start..start.checked_add(N)?)
     }
 }
@@ -125,6 +131,17 @@ impl MemPort for MemTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_answers_only_inside_its_range() {
+        let mut t = MemTable::window_at(0x1000, vec![1, 2, 3, 4, 5]);
+        assert_eq!(t.load(0x1001, ElemSize::B4), Some(0x0504_0302));
+        assert_eq!(t.load(0x0fff, ElemSize::B1), None);
+        assert_eq!(t.load(0x1002, ElemSize::B4), None);
+        assert!(t.store(0x1004, ElemSize::B1, 9));
+        assert!(!t.store(0x1004, ElemSize::B2, 9));
+        assert_eq!(t.as_bytes(), &[1, 2, 3, 4, 9]);
+    }
     use proptest::prelude::*;
 
     fn iota(n: usize) -> MemTable {

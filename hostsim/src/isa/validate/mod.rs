@@ -33,7 +33,7 @@ use super::rule::{self, ensure, FieldPath, Rule};
 use crate::error::Error;
 
 /// Partitions in SBUF and PSUM, and the maverick tile width.
-const PARTITIONS: u32 = 128;
+const PARTITIONS: u32 = dma::generation::PARTITIONS;
 const TILE_PARTITIONS: u32 = 32;
 
 /// The active channel count of a POOL instruction (1..=128); TILE only on maverick.

@@ -11,8 +11,8 @@ use crate::isa::structs::{Operand, PoolBufferLoad, S4d4Gt, S4d4Ic};
 
 /// Pool_Buffer capacity per channel (POOL_BUFFER_MAX_ELEMENTS).
 pub const POOL_BUFFER_MAX_ELEMENTS: u64 = 512;
-/// Indices per instruction.
-pub const MAX_INDICES: u64 = 4096;
+/// Indices per instruction (the one limit the DGE enforces too).
+pub const MAX_INDICES: u64 = dge::indirection::MAX_INDICES as u64;
 /// INDIRECT_COPY row widths.
 pub const NUM_ELEM_PER_IDX: [u8; 6] = [1, 2, 4, 8, 16, 32];
 /// Partitions per GpSimd core (INDIRECT_COPY runs 8 cores of 16 partitions).
