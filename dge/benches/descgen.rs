@@ -2,7 +2,8 @@
 //! indices per request) in descriptors per second, and a 256 MiB contiguous copy's
 //! generation time next to a plain memcpy of the same bytes measured in the same run.
 //!
-//! Run: `cargo bench -p dge --bench descgen`
+//! Run: `cargo bench -p dge --bench descgen` (`-- --row-only` skips the copy; with
+//! `DESCGEN_REPS=N` the row gather runs N requests per sample).
 
 use dge::generate::{generate, generate_into, Generated, Kind, Request};
 use dge::indirection::{Indirection, OobPolicy};
@@ -64,6 +65,9 @@ fn main() {
         median(rates) / 1e6
     );
 
+    if std::env::args().any(|a| a == "--row-only") {
+        return;
+    }
     let bytes = 256u64 << 20;
     let elems = (bytes / 4) as u32;
     let src = AccessPattern::new(FabricAddr(0), 4, &[(1, elems)]);

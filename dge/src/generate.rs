@@ -215,30 +215,29 @@ fn spray_runs(
     queues: &[u8],
     emitter: &mut Emitter,
 ) -> Result<(), Error> {
-    let walk = |f: &mut dyn FnMut(Run)| {
-        let mut src = Walker::new(&s.shape, s.indexed.as_ref().map(|i| &i.bases));
-        let mut dst = Walker::new(&d.shape, d.indexed.as_ref().map(|i| &i.bases));
-        for_each_run(&mut src, &mut dst, elem, f);
-    };
     if spray_mode(req, d) == SprayMode::Disjoint {
-        let mut i = 0usize;
-        walk(&mut |r| {
-            emitter.push(r, queues[i % queues.len()]);
-            i += 1;
-        });
+        let mut next = queues.iter().copied().cycle();
+        walk(s, d, elem, |r| emitter.push(r, next.next().unwrap_or(0)));
         if !emitter.hulls_meet() {
             return Ok(());
         }
         emitter.clear();
     }
     let mut runs = Vec::new();
-    walk(&mut |r| runs.push(r));
+    walk(s, d, elem, |r| runs.push(r));
     spray::check_no_overlap(&runs)?;
     let assigned = spray::assign(&runs, queues, SprayMode::Grouped);
     runs.iter()
         .zip(assigned)
         .for_each(|(&r, q)| emitter.push(r, q));
     Ok(())
+}
+
+/// The descriptor loop over both sides, in element order.
+fn walk(s: &Side, d: &Side, elem: u64, emit: impl FnMut(Run)) {
+    let mut src = Walker::new(&s.shape, s.indexed.as_ref().map(|i| &i.bases));
+    let mut dst = Walker::new(&d.shape, d.indexed.as_ref().map(|i| &i.bases));
+    for_each_run(&mut src, &mut dst, elem, emit);
 }
 
 /// GATHER TRANSPOSE iterates the destination `[C][R]` in the source's `(r, c)` order: its

@@ -39,13 +39,21 @@ struct Piece {
     valid: bool,
 }
 
-/// An odometer over one side's reshaped pattern.
+/// An odometer over one side's reshaped pattern. The byte offset of the direct
+/// dimensions is kept up to date as the odometer turns (one add per step, one subtract per
+/// wrap), so a piece costs a few adds whatever the rank.
 pub struct Walker<'a> {
-    p: &'a Reshaped,
+    start: u64,
     bases: Option<&'a IndexedBases>,
+    steps: [i64; 5],
+    counts: [u64; 5],
+    /// The indirection dimension among the odometer's, if any.
+    ind: Option<usize>,
     odo_dims: usize,
     piece_elems: u64,
     idx: [u64; 5],
+    /// `sum(idx[k] * steps[k])` over the direct odometer dimensions.
+    offset: u64,
     done: bool,
 }
 
@@ -53,44 +61,51 @@ impl<'a> Walker<'a> {
     /// A walker over `p`; `bases` must be given exactly when `p` has an indirection dim,
     /// with one entry per position of that dimension.
     pub fn new(p: &'a Reshaped, bases: Option<&'a IndexedBases>) -> Walker<'a> {
-        let n = p.dims.len();
+        let n = p.dims.len().min(5);
         let inner_is_row =
             n > 0 && p.indirect_dim != Some(n - 1) && p.dims[n - 1].step == i64::from(p.elem_size);
         let (odo_dims, piece_elems) = match inner_is_row {
             true => (n - 1, p.dims[n - 1].count),
             false => (n, 1),
         };
+        let (mut steps, mut counts) = ([0i64; 5], [1u64; 5]);
+        for (k, d) in p.dims.iter().take(odo_dims).enumerate() {
+            // along the indirection dimension the step comes from the indices
+            steps[k] = if p.indirect_dim == Some(k) { 0 } else { d.step };
+            counts[k] = d.count;
+        }
         Walker {
-            p,
+            start: p.start,
             bases,
+            steps,
+            counts,
+            ind: p.indirect_dim.filter(|&d| d < odo_dims),
             odo_dims,
             piece_elems,
             idx: [0; 5],
+            offset: 0,
             done: false,
         }
     }
 
+    #[inline]
     fn next_piece(&mut self) -> Option<Piece> {
         if self.done {
             return None;
         }
-        let (mut addr, mut valid) = (self.p.start, true);
-        for k in 0..self.odo_dims {
-            let i = self.idx[k];
-            if self.p.indirect_dim == Some(k) {
-                // Walker::new's contract: bases has one entry per indirection position.
-                let b = self.bases.map_or((0, false), |b| {
-                    (
-                        b.addrs.get(i as usize).copied().unwrap_or(0),
-                        b.valid.get(i as usize) == Some(&true),
-                    )
-                });
-                addr = addr.wrapping_add(b.0.wrapping_sub(self.p.start));
-                valid &= b.1;
-            } else {
-                addr = addr.wrapping_add((self.p.dims[k].step as u64).wrapping_mul(i));
+        let (base, valid) = match (self.ind, self.bases) {
+            // Walker::new's contract: bases has one entry per indirection position.
+            (Some(k), Some(b)) => {
+                let i = self.idx[k] as usize;
+                (
+                    b.addrs.get(i).copied().unwrap_or(0),
+                    b.valid.get(i) == Some(&true),
+                )
             }
-        }
+            (Some(_), None) => (self.start, false),
+            (None, _) => (self.start, true),
+        };
+        let addr = base.wrapping_add(self.offset);
         self.advance();
         Some(Piece {
             addr,
@@ -99,12 +114,16 @@ impl<'a> Walker<'a> {
         })
     }
 
+    #[inline]
     fn advance(&mut self) {
         for k in (0..self.odo_dims).rev() {
             self.idx[k] += 1;
-            if self.idx[k] < self.p.dims[k].count {
+            self.offset = self.offset.wrapping_add(self.steps[k] as u64);
+            if self.idx[k] < self.counts[k] {
                 return;
             }
+            let back = (self.steps[k] as u64).wrapping_mul(self.counts[k]);
+            self.offset = self.offset.wrapping_sub(back);
             self.idx[k] = 0;
         }
         self.done = true;
