@@ -2,6 +2,22 @@
 
 use thiserror::Error;
 
+/// Whether a racing descriptor reads or writes the contested bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AccessKind {
+    Read,
+    Write,
+}
+
+impl std::fmt::Display for AccessKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AccessKind::Read => "read",
+            AccessKind::Write => "write",
+        })
+    }
+}
+
 /// Every failure of the fabric, dtypes, descriptors, queue files and the engine.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum Error {
@@ -116,4 +132,51 @@ pub enum Error {
     },
     #[error("queue file I/O error at byte {offset}: {message}")]
     QueueFileIo { offset: u64, message: String },
+    #[error("replay queue {queue} descriptor {index}: {what} rejected: {source}")]
+    ReplayDescriptor {
+        queue: usize,
+        index: u64,
+        what: &'static str,
+        source: Box<Error>,
+    },
+    #[error("race: queue {first_queue} descriptors {first_from}..={first_to} {first_access} and queue {second_queue} descriptors {second_from}..={second_to} {second_access} bytes {lo:#x}..={end:#x}, and no semaphore orders them (overlapping writes, or a write and a read, must share a queue or be ordered)")]
+    Race {
+        first_queue: usize,
+        first_from: u64,
+        first_to: u64,
+        first_access: AccessKind,
+        second_queue: usize,
+        second_from: u64,
+        second_to: u64,
+        second_access: AccessKind,
+        lo: u64,
+        end: u64,
+    },
+    #[error("engine config `{field}` = {value} is invalid: {rule}")]
+    EngineConfig {
+        field: &'static str,
+        value: usize,
+        rule: &'static str,
+    },
+    #[error("the DMA engine's tokio runtime could not start: {message}")]
+    EngineRuntime { message: String },
+    #[error("DMA queue {queue} stopped: {reason}")]
+    EngineAborted { queue: usize, reason: String },
+    #[error("the queue file is for {file} but the fabric is {fabric}: a replay runs on the generation its queues were made for")]
+    GenerationMismatch {
+        file: &'static str,
+        fabric: &'static str,
+    },
+    #[error("the race check needs every queue before execution starts: use Engine::run or Engine::replay_file, or RaceCheck::Off to stream")]
+    RaceCheckStreaming,
+    #[error("destination of {len:#x} bytes at {addr:#x} is outside the declared destinations")]
+    UndeclaredDestination { addr: u64, len: u64 },
+    #[error("queue {queue} descriptor {index} waits for semaphore {sem} to be signalled {count} times but only {pushed} signals were pushed before it (a session needs each SIGNAL pushed before the WAITs that need it)")]
+    SemaphoreOrder {
+        queue: usize,
+        index: u64,
+        sem: u8,
+        count: u32,
+        pushed: u64,
+    },
 }

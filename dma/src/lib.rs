@@ -31,7 +31,11 @@ pub use descriptor::{
     DescFlags, DescOp, Descriptor, RawDescriptor, SemId, SemWait, SemaphoreLedger,
 };
 pub use dtype::Dtype;
-pub use error::Error;
+pub use engine::{
+    execute_sequential, Engine, EngineConfig, ExecutionStats, InvalidPolicy, QueueReport,
+    RaceCheck, ReplayReport, ReplaySummary, Session,
+};
+pub use error::{AccessKind, Error};
 pub use fabric::{Fabric, PAGE_BYTES};
 pub use generation::{Confidence, Generation};
 pub use queue_file::{

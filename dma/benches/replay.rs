@@ -1,0 +1,226 @@
+//! Replay throughput of the DMA engine against a plain `copy_from_slice` memcpy of the same
+//! number of bytes, measured in the same run: `cargo bench -p dma --bench replay [-- NAME]`.
+//!
+//! Workloads (HBM -> HBM on a mariana fabric, 16 queues):
+//! - `copy_64k`: 256 MiB in 64 KiB copies sprayed round-robin (target >= 0.8x memcpy);
+//! - `copy_256`: 64 MiB in 256-byte copies, each queue a contiguous sixteenth (>= 0.4x);
+//! - `copy_256_rr`: the same descriptors sprayed round-robin (each queue strides 4 KiB);
+//! - `add_f32`: 64 MiB of 64 KiB f32 add reductions sprayed round-robin (>= 0.3x);
+//! - `independent`: 256 MiB of 4 KiB copies, each queue within its own 64 KiB region,
+//!   2 workers against 1 (target >= 1.6x).
+//!
+//! Each figure is the fastest of several runs (the machine may be shared: the fastest run is
+//! the least disturbed), after a warm-up run that materialises the destination pages; the
+//! memcpy baseline is measured the same way. `exec` is the report's execution wall time; `e2e` is the whole
+//! `Engine::run` (validation, page reservation and execution). `memcpy` is one
+//! `copy_from_slice` of all the bytes between two pre-faulted buffers. The engine runs with
+//! `EngineConfig::default()` but for the worker count (and the batch size, if the
+//! environment variable `DMA_BENCH_BATCH` is set).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use dma::{DescOp, Descriptor, Dtype, Engine, EngineConfig, Fabric, FabricAddr, Generation};
+
+const MIB: u64 = 1 << 20;
+const RUNS: usize = 9;
+const QUEUES: usize = 16;
+const DST: u64 = 4096 * MIB;
+const COPY: (DescOp, Dtype) = (DescOp::Copy, Dtype::U8);
+const ADD: (DescOp, Dtype) = (DescOp::Add, Dtype::F32);
+
+struct Workload {
+    name: &'static str,
+    target: f64,
+    queues: Vec<Vec<Descriptor>>,
+    /// Bytes of source written before the runs, from address 0.
+    source_bytes: u64,
+    bytes: u64,
+}
+
+/// How descriptors are spread over the queues.
+#[derive(Clone, Copy)]
+enum Spray {
+    /// Descriptor `i` to queue `i % QUEUES`.
+    RoundRobin,
+    /// Queue `q` gets the `q`-th sixteenth, in order.
+    Blocks,
+}
+
+fn descriptor(op: DescOp, src: u64, dst: u64, len: u64, dtype: Dtype) -> Descriptor {
+    Descriptor::new(op, FabricAddr(src), FabricAddr(dst), len as u32, dtype)
+        .expect("valid descriptor")
+}
+
+/// `total` bytes in descriptors of `len`, contiguous in source and destination.
+fn sprayed(
+    (name, target): (&'static str, f64),
+    total: u64,
+    len: u64,
+    (op, dtype): (DescOp, Dtype),
+    spray: Spray,
+) -> Workload {
+    let mut queues = vec![Vec::new(); QUEUES];
+    let count = total / len;
+    for i in 0..count {
+        let q = match spray {
+            Spray::RoundRobin => i as usize % QUEUES,
+            Spray::Blocks => (i * QUEUES as u64 / count) as usize,
+        };
+        queues[q].push(descriptor(op, i * len, DST + i * len, len, dtype));
+    }
+    Workload {
+        name,
+        target,
+        queues,
+        source_bytes: total,
+        bytes: total,
+    }
+}
+
+/// `total` bytes of 4 KiB copies; queue `q` copies its own 64 KiB region over and over.
+fn independent(total: u64) -> Workload {
+    const REGION: u64 = 64 * 1024;
+    const LEN: u64 = 4096;
+    let per_queue = total / QUEUES as u64 / LEN;
+    let queues = (0..QUEUES as u64)
+        .map(|q| {
+            (0..per_queue)
+                .map(|i| {
+                    let (src, dst) = (q * REGION + i * LEN % REGION, DST + q * REGION);
+                    descriptor(DescOp::Copy, src, dst + i * LEN % REGION, LEN, Dtype::U8)
+                })
+                .collect()
+        })
+        .collect();
+    Workload {
+        name: "independent",
+        target: 1.6,
+        queues,
+        source_bytes: QUEUES as u64 * REGION,
+        bytes: total,
+    }
+}
+
+fn fastest(v: Vec<Duration>) -> Duration {
+    v.into_iter().min().unwrap_or_default()
+}
+
+fn gbps(bytes: u64, t: Duration) -> f64 {
+    bytes as f64 / t.as_secs_f64() / 1e9
+}
+
+/// Fastest memcpy time of `bytes` between two pre-faulted buffers.
+fn memcpy(bytes: u64) -> Duration {
+    let src: Vec<u8> = (0..bytes).map(|i| ((i * 131) >> 7) as u8).collect();
+    let mut dst = vec![1u8; bytes as usize];
+    dst.copy_from_slice(&src);
+    let times = (0..RUNS)
+        .map(|_| {
+            let t = Instant::now();
+            dst.copy_from_slice(black_box(&src));
+            black_box(&mut dst);
+            t.elapsed()
+        })
+        .collect();
+    fastest(times)
+}
+
+/// Fastest (execution, end-to-end) replay times with `workers` threads.
+fn replay(w: &Workload, workers: usize) -> (Duration, Duration) {
+    let batch = std::env::var("DMA_BENCH_BATCH")
+        .ok()
+        .and_then(|b| b.parse().ok());
+    let config = EngineConfig {
+        workers,
+        batch: batch.unwrap_or(EngineConfig::default().batch),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(config).expect("engine");
+    let mut fabric = Fabric::new(Generation::Mariana);
+    let pattern: Vec<u8> = (0..MIB).map(|i| (i * 7 + 3) as u8).collect();
+    for at in (0..w.source_bytes).step_by(MIB as usize) {
+        let n = MIB.min(w.source_bytes - at) as usize;
+        fabric.write(FabricAddr(at), &pattern[..n]).expect("source");
+    }
+    engine.run(&mut fabric, &w.queues).expect("warm-up replay");
+    let (mut exec, mut e2e) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let t = Instant::now();
+        let report = engine.run(&mut fabric, &w.queues).expect("replay");
+        e2e.push(t.elapsed());
+        exec.push(report.execution.wall);
+        assert_eq!(report.summary.bytes, w.bytes);
+    }
+    (fastest(exec), fastest(e2e))
+}
+
+/// Runs one workload with 1 and 2 workers and prints its rows.
+fn bench(w: &Workload) {
+    let base = memcpy(w.bytes);
+    let descs: usize = w.queues.iter().map(Vec::len).sum();
+    let mut exec_by_workers = Vec::new();
+    for workers in [1, 2] {
+        let (exec, e2e) = replay(w, workers);
+        exec_by_workers.push(exec);
+        println!(
+            "{:<12} {:>8} {:>8} {:>3} {:>9.2} {:>9.2} {:>9.2} {:>6.2}x {:>6.2}x",
+            w.name,
+            w.bytes / MIB,
+            descs,
+            workers,
+            gbps(w.bytes, exec),
+            gbps(w.bytes, e2e),
+            gbps(w.bytes, base),
+            base.as_secs_f64() / exec.as_secs_f64(),
+            base.as_secs_f64() / e2e.as_secs_f64(),
+        );
+    }
+    if w.name == "independent" {
+        let speedup = exec_by_workers[0].as_secs_f64() / exec_by_workers[1].as_secs_f64();
+        println!(
+            "{:<12} 2 workers vs 1: {speedup:.2}x (target >= {:.1}x)",
+            w.name, w.target
+        );
+    } else {
+        println!("{:<12} target >= {:.1}x memcpy", w.name, w.target);
+    }
+}
+
+fn main() {
+    // Arguments not starting with `--` (cargo passes `--bench`) filter workloads by name.
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let workloads = [
+        sprayed(
+            ("copy_64k", 0.8),
+            256 * MIB,
+            64 * 1024,
+            COPY,
+            Spray::RoundRobin,
+        ),
+        sprayed(("copy_256", 0.4), 64 * MIB, 256, COPY, Spray::Blocks),
+        sprayed(("copy_256_rr", 0.4), 64 * MIB, 256, COPY, Spray::RoundRobin),
+        sprayed(
+            ("add_f32", 0.3),
+            64 * MIB,
+            64 * 1024,
+            ADD,
+            Spray::RoundRobin,
+        ),
+        independent(256 * MIB),
+    ];
+    println!("dma replay bench: fastest of {RUNS} runs; GB/s = 1e9 bytes/s");
+    println!(
+        "{:<12} {:>8} {:>8} {:>3} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "workload", "MiB", "descs", "thr", "exec", "e2e", "memcpy", "exec/m", "e2e/m"
+    );
+    let chosen = workloads
+        .iter()
+        .filter(|w| filter.is_empty() || filter.iter().any(|f| w.name.contains(f.as_str())));
+    for w in chosen {
+        bench(w);
+    }
+}

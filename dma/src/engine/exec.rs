@@ -1,0 +1,505 @@
+//! Execution: one tokio task per queue receiving batches over a bounded channel, the
+//! semaphore board they share, and the feeder that keeps every queue's channel topped up.
+//!
+//! The feeder never waits on one particular queue: it offers a batch to every queue whose
+//! channel has room and sleeps only when none has, until a queue task takes a batch (a
+//! `Notify` permit). So a queue held on a semaphore cannot starve the queue that will
+//! signal it; validation proved every wait is reached, hence the run always ends.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::runtime::Runtime;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::compute::ComputeOp;
+use crate::descriptor::{Descriptor, SemId, SemWait, SEMAPHORES};
+use crate::error::Error;
+use crate::fabric::Fabric;
+
+use super::report::ExecutionStats;
+use super::source::QueueSource;
+use super::validate::{check_ranges, replay_error};
+use super::{EngineConfig, InvalidPolicy};
+
+/// What one channel message carries.
+pub(crate) type Batch = Vec<Descriptor>;
+
+/// The pattern a FILL repeats: its element's `dtype.size()` little-endian bytes.
+pub(crate) fn with_fill_pattern<T>(d: &Descriptor, f: impl FnOnce(&[u8]) -> T) -> T {
+    let element = d.src().0.to_le_bytes();
+    f(element.get(..d.dtype().size()).unwrap_or(&element))
+}
+
+/// Executes one descriptor through the fabric's shared forms. The caller reserved the
+/// destination pages; the fabric checks both ranges again before writing anything.
+pub(crate) fn execute_descriptor(fabric: &Fabric, d: &Descriptor) -> Result<(), Error> {
+    let len = u64::from(d.len());
+    match d.op().compute_op() {
+        None => with_fill_pattern(d, |p| fabric.fill_reserved(d.dst(), len, p)),
+        Some(ComputeOp::None) => fabric.copy_reserved(d.src(), d.dst(), len),
+        Some(op) => fabric.reduce_reserved(d.src(), d.dst(), len, d.dtype(), op),
+    }
+}
+
+/// Runs `f` on this thread, or, inside an async context (where tokio forbids blocking),
+/// on a scoped helper thread.
+pub(crate) fn blocking<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return f();
+    }
+    std::thread::scope(|s| s.spawn(f).join()).unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// What the queue tasks share.
+pub(crate) struct Shared {
+    fabric: Fabric,
+    /// Per semaphore, the signals so far.
+    semaphores: [watch::Sender<u64>; SEMAPHORES as usize],
+    aborted: AtomicBool,
+    /// A permit whenever a task takes a batch (or the run aborts).
+    space: Notify,
+    /// Descriptors handed to the tasks and not yet executed.
+    in_flight: AtomicUsize,
+    skip_invalid: bool,
+}
+
+impl Shared {
+    fn new(fabric: Fabric, skip_invalid: bool) -> Shared {
+        Shared {
+            fabric,
+            semaphores: std::array::from_fn(|_| watch::channel(0).0),
+            aborted: AtomicBool::new(false),
+            space: Notify::new(),
+            in_flight: AtomicUsize::new(0),
+            skip_invalid,
+        }
+    }
+
+    pub(crate) fn fabric(&self) -> &Fabric {
+        &self.fabric
+    }
+
+    fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+
+    /// Stops the run: wakes every semaphore waiter and the feeder.
+    pub(crate) fn abort(&self) {
+        self.aborted.store(true, Ordering::Release);
+        for s in &self.semaphores {
+            s.send_modify(|_| {});
+        }
+        self.space.notify_one();
+    }
+
+    fn signal(&self, sem: SemId) {
+        // SemId guarantees index < SEMAPHORES.
+        self.semaphores[sem.index()].send_modify(|n| *n += 1);
+    }
+
+    /// Waits until `w` is met; `false` if the run aborted instead.
+    async fn wait(&self, w: SemWait) -> bool {
+        let need = u64::from(w.count.get());
+        // SemId guarantees index < SEMAPHORES.
+        let sem = &self.semaphores[w.sem.index()];
+        if *sem.borrow() >= need {
+            return true;
+        }
+        let mut rx = sem.subscribe();
+        // The sender lives in `self`, so `wait_for` cannot fail on a closed channel.
+        let _ = rx.wait_for(|&n| n >= need || self.is_aborted()).await;
+        !self.is_aborted()
+    }
+
+    /// Executes a batch of `queue` starting at descriptor `first`, in order; `false` if
+    /// the run aborted.
+    async fn run_batch(
+        &self,
+        queue: usize,
+        first: u64,
+        batch: &[Descriptor],
+    ) -> Result<bool, Error> {
+        for (i, d) in batch.iter().enumerate() {
+            if let Some(w) = d.wait() {
+                if !self.wait(w).await {
+                    return Ok(false);
+                }
+            }
+            // Validation proved the ranges (or, under the Skip policy, the same check fails
+            // here for exactly the descriptors it counted as skipped) and reserved the pages.
+            if !(self.skip_invalid && check_ranges(&self.fabric, d).is_err()) {
+                execute_descriptor(&self.fabric, d)
+                    .map_err(|e| replay_error(queue, first + i as u64, "execution", e))?;
+            }
+            if let Some(s) = d.signal() {
+                self.signal(s);
+            }
+        }
+        Ok(!self.is_aborted())
+    }
+}
+
+/// Aborts the run when a queue task ends without reaching its normal end (an error or a
+/// panic), so that no other queue waits forever for its signals.
+struct AbortOnDrop<'a> {
+    shared: &'a Shared,
+    armed: bool,
+}
+
+impl Drop for AbortOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.abort();
+        }
+    }
+}
+
+/// One queue: its batches, in order, until the channel closes.
+async fn queue_task(
+    shared: Arc<Shared>,
+    queue: usize,
+    mut rx: mpsc::Receiver<Batch>,
+) -> Result<(), Error> {
+    let mut guard = AbortOnDrop {
+        shared: &shared,
+        armed: true,
+    };
+    let mut next = 0u64;
+    while let Some(batch) = rx.recv().await {
+        shared.space.notify_one();
+        let go_on = shared.run_batch(queue, next, &batch).await?;
+        shared.in_flight.fetch_sub(batch.len(), Ordering::Relaxed);
+        next += batch.len() as u64;
+        if !go_on {
+            break;
+        }
+    }
+    tracing::debug!(queue, descriptors = next, "queue done");
+    guard.armed = false;
+    Ok(())
+}
+
+/// Counters of the producing side.
+#[derive(Debug, Default)]
+struct Counters {
+    batches: u64,
+    max_in_flight: usize,
+}
+
+impl Counters {
+    /// Accounts for `n` descriptors about to be handed over.
+    fn handing(&mut self, shared: &Shared, n: usize) {
+        self.batches += 1;
+        let now = shared.in_flight.fetch_add(n, Ordering::Relaxed) + n;
+        self.max_in_flight = self.max_in_flight.max(now);
+    }
+}
+
+/// A run in progress: the shared state, one sender per queue, the tasks.
+pub(crate) struct Running {
+    shared: Arc<Shared>,
+    senders: Vec<Option<mpsc::Sender<Batch>>>,
+    tasks: Vec<JoinHandle<Result<(), Error>>>,
+    started: Instant,
+    counters: Counters,
+    workers: usize,
+}
+
+impl Running {
+    /// Moves `fabric` into the shared state and spawns the `queues` tasks.
+    pub(crate) fn start(
+        runtime: &Runtime,
+        fabric: Fabric,
+        queues: usize,
+        config: &EngineConfig,
+    ) -> Running {
+        let shared = Arc::new(Shared::new(fabric, config.invalid == InvalidPolicy::Skip));
+        let (mut senders, mut tasks) = (Vec::new(), Vec::new());
+        for queue in 0..queues {
+            // EngineConfig::check proved channel_depth >= 1.
+            let (tx, rx) = mpsc::channel(config.channel_depth);
+            let span = tracing::debug_span!("dma_queue", queue);
+            let task = queue_task(Arc::clone(&shared), queue, rx).instrument(span);
+            tasks.push(runtime.spawn(task));
+            senders.push(Some(tx));
+        }
+        Running {
+            shared,
+            senders,
+            tasks,
+            started: Instant::now(),
+            counters: Counters::default(),
+            workers: config.workers,
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// Hands `batch` to `queue`'s task, waiting while its channel is full.
+    pub(crate) fn send_blocking(&mut self, queue: usize, batch: Batch) -> Result<(), Error> {
+        let queues = self.senders.len();
+        let Some(tx) = self.senders.get(queue).and_then(Option::as_ref) else {
+            return Err(Error::NoSuchQueue { queue, queues });
+        };
+        let n = batch.len();
+        self.counters.handing(&self.shared, n);
+        if blocking(|| tx.blocking_send(batch)).is_err() {
+            self.shared.in_flight.fetch_sub(n, Ordering::Relaxed);
+            return Err(Error::EngineAborted {
+                queue,
+                reason: "the queue stopped after a failure".to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Streams every queue of `source` into the tasks in batches of `batch`.
+    pub(crate) async fn feed<S: QueueSource>(
+        &mut self,
+        source: &mut S,
+        batch: usize,
+    ) -> Result<(), Error> {
+        while self.senders.iter().any(Option::is_some) && !self.shared.is_aborted() {
+            if !self.top_up(source, batch)? {
+                self.shared.space.notified().await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Offers one batch to every open queue with room; whether anything changed.
+    fn top_up<S: QueueSource>(&mut self, source: &mut S, batch: usize) -> Result<bool, Error> {
+        let mut changed = false;
+        for (queue, slot) in self.senders.iter_mut().enumerate() {
+            let Some(tx) = slot.as_ref() else {
+                continue;
+            };
+            let close = match tx.try_reserve() {
+                Ok(permit) => {
+                    let descriptors = source.next(queue, batch)?;
+                    if !descriptors.is_empty() {
+                        self.counters.handing(&self.shared, descriptors.len());
+                        permit.send(descriptors.to_vec());
+                    }
+                    descriptors.is_empty()
+                }
+                Err(TrySendError::Full(())) => continue,
+                Err(TrySendError::Closed(())) => true,
+            };
+            changed = true;
+            if close {
+                *slot = None;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Closes every channel, waits for the tasks to finish what they hold, and gives the
+    /// fabric back with the outcome (the first failing queue's error, in queue order).
+    pub(crate) fn finish(mut self, runtime: &Runtime) -> (Fabric, Result<ExecutionStats, Error>) {
+        self.senders.clear();
+        let tasks = std::mem::take(&mut self.tasks);
+        let results = blocking(|| runtime.block_on(join_all(tasks)));
+        let stats = ExecutionStats {
+            wall: self.started.elapsed(),
+            workers: self.workers,
+            batches: self.counters.batches,
+            max_buffered: self.counters.max_in_flight,
+        };
+        let outcome = first_error(results).map(|()| stats);
+        // Every task has ended and dropped its handle on the shared state; the clone is a
+        // safe fallback that is never expected to run.
+        let fabric = Arc::try_unwrap(self.shared).map_or_else(|s| s.fabric.clone(), |s| s.fabric);
+        (fabric, outcome)
+    }
+}
+
+async fn join_all<T>(tasks: Vec<JoinHandle<T>>) -> Vec<Result<T, tokio::task::JoinError>> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        out.push(task.await);
+    }
+    out
+}
+
+fn first_error(
+    results: Vec<Result<Result<(), Error>, tokio::task::JoinError>>,
+) -> Result<(), Error> {
+    for (queue, result) in results.into_iter().enumerate() {
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(e) => {
+                return Err(Error::EngineAborted {
+                    queue,
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Executes a validated source whose destination pages are reserved: moves the fabric into
+/// the run, feeds the queues, and moves it back whatever happens.
+pub(crate) fn execute<S: QueueSource>(
+    runtime: &Runtime,
+    fabric: &mut Fabric,
+    source: &mut S,
+    config: &EngineConfig,
+) -> Result<ExecutionStats, Error> {
+    let taken = std::mem::replace(fabric, Fabric::new(fabric.generation()));
+    let mut running = Running::start(runtime, taken, source.queues(), config);
+    let fed = blocking(|| runtime.block_on(running.feed(source, config.batch)));
+    if fed.is_err() {
+        running.shared.abort();
+    }
+    let (restored, outcome) = running.finish(runtime);
+    *fabric = restored;
+    fed?;
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::FabricAddr;
+    use crate::descriptor::DescOp;
+    use crate::dtype::Dtype;
+    use crate::engine::source::Slices;
+    use crate::generation::Generation;
+    use std::num::NonZeroU32;
+
+    fn runtime(workers: usize) -> Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .build()
+            .unwrap()
+    }
+
+    fn config(batch: usize, channel_depth: usize) -> EngineConfig {
+        EngineConfig {
+            queues: 16,
+            workers: 1,
+            batch,
+            channel_depth,
+            ..EngineConfig::default()
+        }
+    }
+
+    #[test]
+    fn fills_use_the_element_bytes() {
+        let mut f = Fabric::new(Generation::Cayman);
+        f.reserve(FabricAddr(0), 16).unwrap();
+        let d = Descriptor::fill(FabricAddr(2), 8, Dtype::U16, 0xbeef).unwrap();
+        execute_descriptor(&f, &d).unwrap();
+        let mut out = [0u8; 12];
+        f.read(FabricAddr(0), &mut out).unwrap();
+        assert_eq!(
+            out,
+            [0, 0, 0xef, 0xbe, 0xef, 0xbe, 0xef, 0xbe, 0xef, 0xbe, 0, 0]
+        );
+        let unreserved = Descriptor::fill(FabricAddr(1 << 20), 4, Dtype::U8, 1).unwrap();
+        assert!(matches!(
+            execute_descriptor(&f, &unreserved),
+            Err(Error::NotReserved { .. })
+        ));
+    }
+
+    #[test]
+    fn semaphores_hold_a_queue_until_signalled() {
+        let rt = runtime(1);
+        let mut f = Fabric::new(Generation::Cayman);
+        f.write(FabricAddr(0), &[5; 8]).unwrap();
+        f.reserve(FabricAddr(0x100), 8).unwrap();
+        let sem = SemId::new(4).unwrap();
+        let w = SemWait {
+            sem,
+            count: NonZeroU32::new(1).unwrap(),
+        };
+        let copy = |s: u64, d: u64| {
+            Descriptor::new(DescOp::Copy, FabricAddr(s), FabricAddr(d), 8, Dtype::U8).unwrap()
+        };
+        // queue 0 copies what queue 1 writes, after queue 1's signal: with one worker and
+        // queue 0 spawned first, it must wait
+        let queues = vec![
+            vec![copy(0x100, 0x108).with_wait(w)],
+            vec![copy(0, 0x100).with_signal(sem)],
+        ];
+        f.reserve(FabricAddr(0x108), 8).unwrap();
+        let stats = execute(&rt, &mut f, &mut Slices::new(&queues), &config(1, 1)).unwrap();
+        let mut out = [0u8; 8];
+        f.read(FabricAddr(0x108), &mut out).unwrap();
+        assert_eq!(out, [5; 8]);
+        assert_eq!((stats.batches, stats.workers), (2, 1));
+    }
+
+    #[test]
+    fn the_feeder_keeps_at_most_depth_plus_one_batches_per_queue() {
+        let rt = runtime(2);
+        let mut f = Fabric::new(Generation::Cayman);
+        f.reserve(FabricAddr(0), 1 << 16).unwrap();
+        let fill =
+            |i: u64| Descriptor::fill(FabricAddr(i % 512 * 64), 64, Dtype::U8, i & 0xff).unwrap();
+        let queues: Vec<Vec<Descriptor>> = (0..3).map(|_| (0..5000).map(fill).collect()).collect();
+        let stats = execute(&rt, &mut f, &mut Slices::new(&queues), &config(100, 2)).unwrap();
+        assert_eq!(stats.batches, 150);
+        assert!(stats.max_buffered <= 3 * 3 * 100, "{}", stats.max_buffered);
+        assert!(stats.max_buffered >= 100);
+        // every queue wrote the same bytes last: descriptor 4999 -> slot 4999 % 512 = 391
+        let mut out = [0u8; 1];
+        f.read(FabricAddr(391 * 64), &mut out).unwrap();
+        assert_eq!(out, [(4999 & 0xff) as u8]);
+    }
+
+    #[test]
+    fn a_failing_queue_aborts_the_run_and_returns_the_fabric() {
+        let rt = runtime(1);
+        let mut f = Fabric::new(Generation::Cayman);
+        f.write(FabricAddr(0), &[9; 4]).unwrap();
+        let sem = SemId::new(0).unwrap();
+        let w = SemWait {
+            sem,
+            count: NonZeroU32::new(1).unwrap(),
+        };
+        // queue 1's destination was never reserved: it fails before signalling, so queue
+        // 0's wait would hang without the abort
+        let queues = vec![
+            vec![Descriptor::fill(FabricAddr(0), 4, Dtype::U8, 1)
+                .unwrap()
+                .with_wait(w)],
+            vec![Descriptor::fill(FabricAddr(1 << 30), 4, Dtype::U8, 1)
+                .unwrap()
+                .with_signal(sem)],
+        ];
+        let e = execute(&rt, &mut f, &mut Slices::new(&queues), &config(4, 1)).unwrap_err();
+        let Error::ReplayDescriptor {
+            queue,
+            index,
+            what,
+            source,
+        } = e
+        else {
+            panic!("{e:?}")
+        };
+        assert_eq!((queue, index, what), (1, 0, "execution"));
+        assert!(matches!(*source, Error::NotReserved { .. }));
+        let mut out = [0u8; 4];
+        f.read(FabricAddr(0), &mut out).unwrap();
+        assert_eq!(out, [9; 4]);
+    }
+
+    #[test]
+    fn blocking_works_inside_an_async_context() {
+        let rt = runtime(1);
+        let got = rt.block_on(async { blocking(|| 41 + 1) });
+        assert_eq!(got, 42);
+    }
+}

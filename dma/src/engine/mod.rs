@@ -1,0 +1,1042 @@
+//! The async multi-queue DMA engine: up to 16 descriptor queues (the 16 DMA rings of a
+//! NeuronCore) executed concurrently on a tokio multi-thread runtime against one
+//! [`Fabric`], each queue strictly in order, semaphores ordering descriptors across queues.
+//!
+//! # Entry points
+//!
+//! - [`Engine::run`] replays in-memory queues (`&[Vec<Descriptor>]`, what the DGE makes).
+//! - [`Engine::replay_file`] replays a [`VerifiedQueueFile`] in two streaming passes.
+//! - [`Engine::stream`] lets a producer (the DGE) push descriptors through a [`Session`]
+//!   while the engine executes them.
+//! - [`execute_sequential`] is the plain synchronous reference the tests compare against.
+//!
+//! Every replay returns a [`ReplayReport`]: its [`ReplaySummary`] follows from the queues
+//! and the fabric alone (per-queue descriptors, bytes, timing-model busy time, totals,
+//! skipped and failed counts, makespan) and is equal for every worker count, batch size
+//! and schedule (its totals also for every queue count); its [`ExecutionStats`] (wall
+//! time, batches, peak buffered descriptors) are measured and kept apart.
+//!
+//! # Fail closed
+//!
+//! [`Engine::run`] and [`Engine::replay_file`] validate every descriptor before any byte
+//! is written: its source range (every op but FILL) and destination range pass
+//! [`Fabric::check`] (inside one region: no partition crossing, no 64-bit overflow), each
+//! semaphore has one signalling queue, every WAIT is reached and no wait cycle stalls the
+//! queues (the [`QueueTimeline`] of the queues must finish), and, with
+//! [`RaceCheck::On`], no two queues touch the same bytes unordered. Only then are the
+//! destination pages reserved ([`Fabric::reserve`]) and the queues executed. A rejected
+//! replay leaves the fabric's contents exactly as they were; a bad descriptor's error names
+//! its queue, its index in the queue and the fabric's error ([`Error::ReplayDescriptor`]).
+//! With [`InvalidPolicy::Skip`] a descriptor whose range fails the check is skipped
+//! instead (it moves nothing, still waits and signals, and is counted in the report).
+//!
+//! A [`Session`] cannot see the future: it validates each [`Session::push`] as a whole
+//! before any of it executes, so a rejected push writes nothing, but pushes accepted
+//! earlier run (see [`Session`]).
+//!
+//! # Execution
+//!
+//! One tokio task per queue receives `Vec<Descriptor>` batches of up to
+//! [`EngineConfig::batch`] descriptors over a bounded `mpsc` channel of
+//! [`EngineConfig::channel_depth`] batches, so a producer generates (or reads a file) while
+//! the queues execute, and memory stays bounded by `queues * (channel_depth + 1) * batch`
+//! descriptors in flight. The CPU work of a batch runs inside its queue's task on a worker
+//! thread (not `spawn_blocking`): the runtime's [`EngineConfig::workers`] threads then bound
+//! the parallelism exactly and a batch costs one wake-up, not a hand-off to another pool.
+//! The fabric is moved into an `Arc` for the run and shared by the tasks through its `&self`
+//! `*_reserved` forms (it is `Sync`, with per-page locks); it is moved back afterwards.
+//!
+//! Semaphores are 16 `tokio::sync::watch` counters: SIGNAL bumps its counter after the
+//! descriptor's writes are done; WAIT(s, n) awaits counter `s >= n`. A queue that fails
+//! (which validation rules out) aborts the run: every waiter is woken and stops.
+//!
+//! # Determinism
+//!
+//! Descriptors that touch the same bytes are ordered either by their queue or by a
+//! semaphore, so the final memory is bit-identical for any queue count, worker count and
+//! schedule. The DGE guarantees this by keeping every descriptor that writes a destination
+//! byte in one queue; [`RaceCheck::On`] checks it: where two queues write overlapping bytes,
+//! or one writes bytes another reads, and no semaphore orders them, the replay is rejected
+//! with [`Error::Race`] (both queues, descriptor indices and the bytes) before it runs.
+//!
+//! A semaphore orders a WAIT(s, n) descriptor, and everything after it in its queue, after
+//! the descriptors of the signalling queue up to and including its n-th SIGNAL of `s`, and
+//! transitively after whatever those were ordered after (vector clocks over the segments
+//! between semaphore operations; see the `race` module).
+
+mod exec;
+mod race;
+mod report;
+mod sequential;
+mod session;
+mod source;
+mod validate;
+
+use std::io::{Read, Seek};
+
+use tokio::runtime::Runtime;
+
+use crate::descriptor::Descriptor;
+use crate::error::Error;
+use crate::fabric::Fabric;
+use crate::queue_file::{VerifiedQueueFile, MAX_BATCH, MAX_QUEUES};
+use crate::FabricAddr;
+
+pub use report::{ExecutionStats, QueueReport, ReplayReport, ReplaySummary};
+pub use sequential::execute_sequential;
+pub use session::Session;
+
+use source::{FileSource, QueueSource, Slices};
+
+#[cfg(doc)]
+use crate::timing::QueueTimeline;
+
+/// Whether the engine checks, before executing, that no two queues touch the same bytes
+/// without a semaphore ordering them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RaceCheck {
+    /// Trust the producer (the DGE keeps conflicting descriptors in one queue).
+    #[default]
+    Off,
+    /// Reject a replay with an unordered cross-queue write/write or write/read overlap.
+    /// Costs one interval (about 56 bytes) per run of contiguous descriptors in memory.
+    On,
+}
+
+/// What happens to a descriptor whose source or destination range fails the fabric check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum InvalidPolicy {
+    /// The whole replay is rejected and nothing is written (fail closed).
+    #[default]
+    Reject,
+    /// The descriptor moves nothing, still waits and signals, and is counted as skipped.
+    /// (Sessions always reject.)
+    Skip,
+}
+
+/// How the engine runs. [`EngineConfig::default`] gives 16 queues, one worker per core
+/// (at most 16), batches of 2048 descriptors, 2 batches per channel, no race check,
+/// [`InvalidPolicy::Reject`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// DMA rings available, `1..=16`: a replay may use at most this many queues.
+    pub queues: usize,
+    /// Worker threads of the runtime, `1..=256`.
+    pub workers: usize,
+    /// Descriptors per channel message at most, `1..=8192` ([`MAX_BATCH`]).
+    pub batch: usize,
+    /// Batches a queue's channel holds before the producer waits, `1..=1024`.
+    pub channel_depth: usize,
+    /// The validating mode.
+    pub race_check: RaceCheck,
+    /// What to do with a descriptor off the fabric.
+    pub invalid: InvalidPolicy,
+}
+
+impl Default for EngineConfig {
+    fn default() -> EngineConfig {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        EngineConfig {
+            queues: MAX_QUEUES,
+            workers: cores.clamp(1, MAX_QUEUES),
+            batch: 2048,
+            channel_depth: 2,
+            race_check: RaceCheck::Off,
+            invalid: InvalidPolicy::Reject,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Checks every field's range.
+    pub fn check(&self) -> Result<(), Error> {
+        let rule = |field, value, lo, hi, rule| {
+            if (lo..=hi).contains(&value) {
+                Ok(())
+            } else {
+                Err(Error::EngineConfig { field, value, rule })
+            }
+        };
+        rule(
+            "queues",
+            self.queues,
+            1,
+            MAX_QUEUES,
+            "must be 1..=16 (the DMA rings)",
+        )?;
+        rule("workers", self.workers, 1, 256, "must be 1..=256 threads")?;
+        rule(
+            "batch",
+            self.batch,
+            1,
+            MAX_BATCH,
+            "must be 1..=8192 descriptors",
+        )?;
+        rule(
+            "channel_depth",
+            self.channel_depth,
+            1,
+            1024,
+            "must be 1..=1024 batches",
+        )
+    }
+}
+
+/// The engine: a configuration and the tokio runtime its queues run on (built once, reused
+/// by every replay). Calls block their caller until the replay is done; they may be made
+/// from any thread, including one inside another runtime. Drop it outside async code (as
+/// any tokio runtime).
+#[derive(Debug)]
+pub struct Engine {
+    config: EngineConfig,
+    runtime: Runtime,
+}
+
+impl Engine {
+    /// Checks `config` and starts the runtime's worker threads.
+    pub fn new(config: EngineConfig) -> Result<Engine, Error> {
+        config.check()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.workers)
+            .thread_name("dma-queue")
+            .build()
+            .map_err(|e| Error::EngineRuntime {
+                message: e.to_string(),
+            })?;
+        Ok(Engine { config, runtime })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Replays `queues` (1..=`config.queues` of them; queue `q` is DMA ring `q`) on
+    /// `fabric`, timed on the fabric's generation. Validates everything first (see the
+    /// module docs): on error the fabric's contents are unchanged.
+    pub fn run(
+        &self,
+        fabric: &mut Fabric,
+        queues: &[Vec<Descriptor>],
+    ) -> Result<ReplayReport, Error> {
+        self.replay(fabric, &mut Slices::new(queues))
+    }
+
+    /// Replays a verified queue file: a first streaming pass validates every descriptor
+    /// (as [`Engine::run`]), a second streams the queues again in batches into execution,
+    /// so at most a bounded window of descriptors is held whatever the file's size. The
+    /// file's generation must be the fabric's. The file is rewound before and after.
+    ///
+    /// A read failure during the second pass (the file changed after verification) stops
+    /// the replay with that error after the batches already handed out have run.
+    pub fn replay_file<R: Read + Seek + Send>(
+        &self,
+        fabric: &mut Fabric,
+        file: &mut VerifiedQueueFile<R>,
+    ) -> Result<ReplayReport, Error> {
+        let generation = file.header().generation();
+        if generation != fabric.generation() {
+            return Err(Error::GenerationMismatch {
+                file: generation.name(),
+                fabric: fabric.generation().name(),
+            });
+        }
+        file.rewind();
+        let result = self.replay(fabric, &mut FileSource::new(file));
+        file.rewind();
+        result
+    }
+
+    /// Streams descriptors from `produce` into `queues` (1..=`config.queues`) queues while
+    /// they execute. `destinations` declares every range the descriptors may write: they are
+    /// checked and reserved up front (contents unchanged), and a pushed descriptor that
+    /// writes outside them is rejected. See [`Session`] for the per-push guarantee. Returns
+    /// once every accepted descriptor has run: `produce`'s error if it failed (after
+    /// running what it had pushed), else the report. Not available with [`RaceCheck::On`].
+    pub fn stream<F>(
+        &self,
+        fabric: &mut Fabric,
+        queues: usize,
+        destinations: &[(FabricAddr, u64)],
+        produce: F,
+    ) -> Result<ReplayReport, Error>
+    where
+        F: FnOnce(&mut Session) -> Result<(), Error>,
+    {
+        if self.config.race_check == RaceCheck::On {
+            return Err(Error::RaceCheckStreaming);
+        }
+        self.check_queue_count(queues)?;
+        session::stream(self, fabric, queues, destinations, produce)
+    }
+
+    fn check_queue_count(&self, count: usize) -> Result<(), Error> {
+        if !(1..=self.config.queues).contains(&count) {
+            return Err(Error::QueueCount {
+                count,
+                max: self.config.queues,
+            });
+        }
+        Ok(())
+    }
+
+    /// Validate all, reserve, execute: the body of `run` and `replay_file`.
+    fn replay<S: QueueSource>(
+        &self,
+        fabric: &mut Fabric,
+        source: &mut S,
+    ) -> Result<ReplayReport, Error> {
+        self.check_queue_count(source.queues())?;
+        let plan = validate::validate(fabric, source, &self.config)?;
+        plan.pages.reserve(fabric)?;
+        source.rewind();
+        let execution = exec::execute(&self.runtime, fabric, source, &self.config)?;
+        Ok(ReplayReport {
+            summary: ReplaySummary::new(fabric.generation(), plan.timeline, &plan.skipped, 0),
+            execution,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::{SBUF_BASE, SBUF_STRIDE};
+    use crate::compute;
+    use crate::descriptor::{DescOp, SemId, SemWait};
+    use crate::dtype::Dtype;
+    use crate::error::AccessKind;
+    use crate::generation::Generation;
+    use crate::queue_file::QueueFileWriter;
+    use proptest::prelude::*;
+    use std::io::Cursor;
+    use std::num::NonZeroU32;
+    use std::sync::OnceLock;
+
+    const GEN: Generation = Generation::Cayman;
+    /// The modelled window: HBM `[0, SPAN)`, four pages.
+    const SPAN: u64 = 4 * PAGE;
+    const PAGE: u64 = crate::fabric::PAGE_BYTES;
+    /// Group `g` writes only `[GROUP_BASE + g * GROUP, +GROUP)`; groups straddle pages.
+    const GROUP_BASE: u64 = 8 * 1024;
+    const GROUP: u64 = 16 * 1024;
+    const GROUPS: u64 = 8;
+    /// Nobody writes `[SHARED, SPAN)`: every queue may read it.
+    const SHARED: u64 = GROUP_BASE + GROUPS * GROUP;
+    const MAX_LEN: u64 = 2048;
+
+    fn config(workers: usize) -> EngineConfig {
+        EngineConfig {
+            queues: 16,
+            workers,
+            batch: 7,
+            channel_depth: 1,
+            ..EngineConfig::default()
+        }
+    }
+
+    /// Engines with 1 and 2 workers, shared by the tests.
+    fn engine(workers: usize) -> &'static Engine {
+        static ENGINES: OnceLock<[Engine; 2]> = OnceLock::new();
+        let engines = ENGINES.get_or_init(|| [1, 2].map(|w| Engine::new(config(w)).unwrap()));
+        &engines[workers - 1]
+    }
+
+    fn with(workers: usize, f: impl FnOnce(&mut EngineConfig)) -> Engine {
+        let mut c = config(workers);
+        f(&mut c);
+        Engine::new(c).unwrap()
+    }
+
+    /// The initial contents of the window.
+    fn image() -> Vec<u8> {
+        (0..SPAN)
+            .map(|i| (i.wrapping_mul(0x9e37_79b9) >> 11) as u8)
+            .collect()
+    }
+
+    fn fabric() -> Fabric {
+        let mut f = Fabric::new(GEN);
+        f.write(FabricAddr(0), &image()).unwrap();
+        f
+    }
+
+    fn window(f: &Fabric) -> Vec<u8> {
+        let mut out = vec![0; SPAN as usize];
+        f.read(FabricAddr(0), &mut out).unwrap();
+        out
+    }
+
+    fn copy(src: u64, dst: u64, len: u32) -> Descriptor {
+        Descriptor::new(
+            DescOp::Copy,
+            FabricAddr(src),
+            FabricAddr(dst),
+            len,
+            Dtype::U8,
+        )
+        .unwrap()
+    }
+
+    fn fill(dst: u64, len: u32, element: u64) -> Descriptor {
+        Descriptor::fill(FabricAddr(dst), len, Dtype::U8, element).unwrap()
+    }
+
+    fn sem(id: u8) -> SemId {
+        SemId::new(id).unwrap()
+    }
+
+    fn wait(id: u8, count: u32) -> SemWait {
+        SemWait {
+            sem: sem(id),
+            count: NonZeroU32::new(count).unwrap(),
+        }
+    }
+
+    /// A descriptor of group `group`: raw fields shaped to the op's rules and the window.
+    #[derive(Clone, Debug)]
+    struct Spec {
+        group: u64,
+        op: DescOp,
+        dtype: Dtype,
+        dst_off: u64,
+        shared_src: bool,
+        src_off: u64,
+        len: u64,
+        element: u64,
+    }
+
+    impl Spec {
+        fn descriptor(&self) -> Descriptor {
+            let size = self.dtype.size() as u64;
+            let len = if self.op == DescOp::Copy {
+                self.len
+            } else {
+                (self.len - self.len % size).max(size)
+            };
+            let base = GROUP_BASE + self.group * GROUP;
+            let src = if self.shared_src {
+                SHARED + self.src_off % (SPAN - SHARED - MAX_LEN)
+            } else {
+                base + self.src_off % (GROUP - MAX_LEN)
+            };
+            let dst = base + self.dst_off % (GROUP - MAX_LEN);
+            let src = if self.op == DescOp::Fill {
+                self.element & (u64::MAX >> (64 - 8 * size))
+            } else {
+                src
+            };
+            Descriptor::new(
+                self.op,
+                FabricAddr(src),
+                FabricAddr(dst),
+                len as u32,
+                self.dtype,
+            )
+            .unwrap()
+        }
+    }
+
+    fn arb_spec() -> impl Strategy<Value = Spec> {
+        (
+            (0..GROUPS, proptest::sample::select(DescOp::ALL.to_vec())),
+            proptest::sample::select(Dtype::ALL.to_vec()),
+            (any::<u64>(), any::<bool>(), any::<u64>()),
+            (1..=MAX_LEN, any::<u64>()),
+        )
+            .prop_map(
+                |((group, op), dtype, (dst_off, shared_src, src_off), (len, element))| Spec {
+                    group,
+                    op,
+                    dtype,
+                    dst_off,
+                    shared_src,
+                    src_off,
+                    len,
+                    element,
+                },
+            )
+    }
+
+    /// Descriptors in generation order, group `g` to queue `g % queues`.
+    fn spray(descs: &[(u64, Descriptor)], queues: usize) -> Vec<Vec<Descriptor>> {
+        let mut out = vec![Vec::new(); queues];
+        for (group, d) in descs {
+            out[*group as usize % queues].push(*d);
+        }
+        out
+    }
+
+    /// The independent reference: the window as a flat Vec, queue after queue, each
+    /// descriptor with snapshot (memmove) semantics.
+    fn reference(queues: &[Vec<Descriptor>]) -> Vec<u8> {
+        let mut m = image();
+        for d in queues.iter().flatten() {
+            let (dst, len) = (d.dst().0 as usize, d.len() as usize);
+            let snapshot = match d.op() {
+                DescOp::Fill => {
+                    let e = d.src().0.to_le_bytes();
+                    (0..len).map(|i| e[i % d.dtype().size()]).collect()
+                }
+                _ => m[d.src().0 as usize..][..len].to_vec(),
+            };
+            let out = &mut m[dst..dst + len];
+            match d.op().compute_op() {
+                Some(op) if op != compute::ComputeOp::None => {
+                    compute::apply(op, d.dtype(), out, &snapshot).unwrap()
+                }
+                _ => out.copy_from_slice(&snapshot),
+            }
+        }
+        m
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn engine_equals_the_flat_reference(
+            specs in proptest::collection::vec(arb_spec(), 1..120),
+            queues in 1..=16usize,
+            workers in 1..=2usize,
+        ) {
+            let descs: Vec<(u64, Descriptor)> = specs.iter().map(|s| (s.group, s.descriptor())).collect();
+            let queues = spray(&descs, queues);
+            let mut f = fabric();
+            let report = engine(workers).run(&mut f, &queues).unwrap();
+            prop_assert_eq!(window(&f), reference(&queues));
+            let mut g = fabric();
+            execute_sequential(&mut g, &queues).unwrap();
+            prop_assert_eq!(f.first_difference(&g), None);
+            let bytes: u64 = descs.iter().map(|(_, d)| u64::from(d.len())).sum();
+            prop_assert_eq!(report.summary.descriptors, descs.len() as u64);
+            prop_assert_eq!(report.summary.bytes, bytes);
+        }
+    }
+
+    /// A fixed workload of 3000 descriptors over HBM, SBUF and PSUM: group `g` writes only
+    /// its own region and reads its own region or the shared one.
+    fn workload() -> Vec<(u64, Descriptor)> {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        (0..3000)
+            .map(|_| {
+                let r = next();
+                let spec = Spec {
+                    group: r % GROUPS,
+                    op: DescOp::ALL[(r >> 8) as usize % 6],
+                    dtype: Dtype::ALL[(r >> 16) as usize % 9],
+                    dst_off: next(),
+                    shared_src: r >> 24 & 1 == 1,
+                    src_off: next(),
+                    len: 1 + next() % MAX_LEN,
+                    element: next(),
+                };
+                let mut d = spec.descriptor();
+                // groups 6 and 7 live in SBUF partition 9 and PSUM partition 2
+                if spec.group >= 6 {
+                    let at = if spec.group == 6 {
+                        SBUF_BASE + 9 * SBUF_STRIDE
+                    } else {
+                        crate::addr::PSUM_BASE + 2 * crate::addr::PSUM_STRIDE
+                    };
+                    let off = d.dst().0 % 8192;
+                    let src = if d.op() == DescOp::Fill || spec.shared_src {
+                        d.src()
+                    } else {
+                        FabricAddr(at + d.src().0 % 8192)
+                    };
+                    d = Descriptor::new(d.op(), src, FabricAddr(at + off), d.len(), d.dtype())
+                        .unwrap();
+                }
+                (spec.group, d)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn any_queue_count_and_worker_count_gives_the_same_memory_and_report() {
+        let descs = workload();
+        let mut baseline = fabric();
+        execute_sequential(&mut baseline, &spray(&descs, 1)).unwrap();
+        let mut totals = Vec::new();
+        for queues in [1, 2, 4, 16] {
+            let sprayed = spray(&descs, queues);
+            let mut summaries = Vec::new();
+            for workers in [1, 2] {
+                for batch in [1, 64, 4096] {
+                    let e = with(workers, |c| c.batch = batch);
+                    let mut f = fabric();
+                    let report = e.run(&mut f, &sprayed).unwrap();
+                    assert_eq!(
+                        f.first_difference(&baseline),
+                        None,
+                        "{queues} {workers} {batch}"
+                    );
+                    assert_eq!(f.digest(), baseline.digest());
+                    summaries.push(report);
+                }
+            }
+            assert!(summaries.iter().all(|r| r.deterministic_eq(&summaries[0])));
+            let s = &summaries[0].summary;
+            assert_eq!(s.queues.len(), queues);
+            totals.push((s.descriptors, s.bytes, s.busy_ps, s.skipped, s.failed));
+        }
+        let bytes: u64 = descs.iter().map(|(_, d)| u64::from(d.len())).sum();
+        let busy: u64 = descs
+            .iter()
+            .map(|(_, d)| TimingModel::new(GEN).descriptor_ps(d))
+            .sum();
+        assert!(
+            totals.iter().all(|t| *t == (3000, bytes, busy, 0, 0)),
+            "{totals:?}"
+        );
+    }
+
+    use crate::timing::TimingModel;
+
+    #[test]
+    fn the_report_times_each_queue_on_the_model() {
+        let model = TimingModel::new(GEN);
+        let queues = vec![
+            vec![copy(SHARED, 0, 4096), fill(8192, 256, 1)],
+            vec![copy(SHARED, 0x4000, 100)],
+        ];
+        let mut f = fabric();
+        let r = engine(1).run(&mut f, &queues).unwrap().summary;
+        let q0 = model.transfer_ps(4096, DescOp::Copy) + model.transfer_ps(256, DescOp::Fill);
+        let q1 = model.transfer_ps(100, DescOp::Copy);
+        assert_eq!(
+            r.queues[0],
+            QueueReport {
+                descriptors: 2,
+                bytes: 4352,
+                skipped: 0,
+                busy_ps: q0,
+                end_ps: q0
+            }
+        );
+        assert_eq!(
+            r.queues[1],
+            QueueReport {
+                descriptors: 1,
+                bytes: 100,
+                skipped: 0,
+                busy_ps: q1,
+                end_ps: q1
+            }
+        );
+        assert_eq!(
+            (r.descriptors, r.bytes, r.busy_ps, r.makespan_ps),
+            (3, 4452, q0 + q1, q0)
+        );
+        assert_eq!(r.average_descriptor_bytes(), 1484.0);
+        assert_eq!(r.generation, GEN);
+    }
+
+    #[test]
+    fn semaphores_order_a_cross_queue_read() {
+        // queue 1 copies what queue 0 wrote, after queue 0's signal; both worker counts,
+        // many times, with the race check on
+        let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+        for workers in [1, 2] {
+            let e = with(workers, |c| c.race_check = RaceCheck::On);
+            for _ in 0..20 {
+                let mut f = fabric();
+                f.write(FabricAddr(SHARED), &data).unwrap();
+                let queues = vec![
+                    vec![
+                        fill(0x100, 64, 0),
+                        copy(SHARED, 0x8000, 4096).with_signal(sem(5)),
+                    ],
+                    vec![copy(0x8000, 0x3_0000, 4096).with_wait(wait(5, 1))],
+                ];
+                e.run(&mut f, &queues).unwrap();
+                let mut out = vec![0; 4096];
+                f.read(FabricAddr(0x3_0000), &mut out).unwrap();
+                assert_eq!(out, data);
+            }
+        }
+    }
+
+    /// Runs `queues` expecting an error, and checks the fabric did not change.
+    fn rejected(e: &Engine, queues: &[Vec<Descriptor>]) -> Error {
+        let mut f = fabric();
+        f.write(FabricAddr(SBUF_BASE + 5 * SBUF_STRIDE), &[0xab; 300])
+            .unwrap();
+        let before = f.clone();
+        let err = e.run(&mut f, queues).unwrap_err();
+        assert_eq!(f.first_difference(&before), None, "{err}");
+        assert_eq!(f.digest(), before.digest());
+        err
+    }
+
+    /// Queues whose first descriptors would change memory, then `bad` in queue 1 at index 2.
+    fn with_bad(bad: Descriptor) -> Vec<Vec<Descriptor>> {
+        vec![
+            vec![fill(0, 4096, 0x11), copy(SHARED, 0x5000, 512)],
+            vec![
+                fill(0x9000, 64, 0x22),
+                fill(0x9100, 64, 0x33),
+                bad,
+                fill(0x9200, 64, 0x44),
+            ],
+        ]
+    }
+
+    fn assert_bad(err: Error, what: &str) -> Error {
+        let Error::ReplayDescriptor {
+            queue,
+            index,
+            what: w,
+            source,
+        } = err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!((queue, index, w), (1, 2, what));
+        *source
+    }
+
+    #[test]
+    fn a_bad_source_rejects_the_replay() {
+        let gap = GEN.hbm_bytes() + 0x40; // past HBM, below SBUF
+        let err = rejected(engine(2), &with_bad(copy(gap, 0x100, 8)));
+        assert!(
+            err.to_string()
+                .contains("queue 1 descriptor 2: source range"),
+            "{err}"
+        );
+        assert_eq!(
+            assert_bad(err, "source range"),
+            Error::Unmapped { addr: gap }
+        );
+    }
+
+    #[test]
+    fn a_bad_destination_rejects_the_replay() {
+        let end = GEN.hbm_bytes() - 4;
+        let src = assert_bad(
+            rejected(engine(1), &with_bad(copy(0, end, 8))),
+            "destination range",
+        );
+        assert!(
+            matches!(src, Error::OutOfRegion { addr, len: 8, .. } if addr == end),
+            "{src:?}"
+        );
+    }
+
+    #[test]
+    fn a_partition_crossing_rejects_the_replay() {
+        let p5 = SBUF_BASE + 5 * SBUF_STRIDE;
+        let last = p5 + GEN.sbuf_partition_bytes() - 16;
+        let err = rejected(engine(2), &with_bad(copy(p5, last, 32)));
+        assert!(matches!(
+            assert_bad(err, "destination range"),
+            Error::OutOfRegion { .. }
+        ));
+        let err = rejected(engine(2), &with_bad(copy(last, p5, 32)));
+        assert!(matches!(
+            assert_bad(err, "source range"),
+            Error::OutOfRegion { .. }
+        ));
+    }
+
+    #[test]
+    fn a_race_is_reported_before_anything_runs() {
+        let e = with(2, |c| c.race_check = RaceCheck::On);
+        let err = rejected(&e, &with_bad(fill(0x80, 64, 0x55)));
+        let want = Error::Race {
+            first_queue: 0,
+            first_from: 0,
+            first_to: 0,
+            first_access: AccessKind::Write,
+            second_queue: 1,
+            second_from: 2,
+            second_to: 2,
+            second_access: AccessKind::Write,
+            lo: 0x80,
+            end: 0xbf,
+        };
+        assert_eq!(err, want);
+        // a read of another queue's destination is a race too
+        let err = rejected(&e, &with_bad(copy(0x5100, 0x9400, 16)));
+        assert!(
+            matches!(
+                err,
+                Error::Race {
+                    first_access: AccessKind::Write,
+                    second_access: AccessKind::Read,
+                    lo: 0x5100,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        // without the check the DGE's promise is trusted and the replay runs
+        let mut f = fabric();
+        assert!(engine(2)
+            .run(&mut f, &with_bad(fill(0x80, 64, 0x55)))
+            .is_ok());
+    }
+
+    #[test]
+    fn a_wait_cycle_is_a_deadlock() {
+        let queues = vec![
+            vec![
+                fill(0, 64, 1),
+                fill(64, 8, 2).with_wait(wait(1, 1)).with_signal(sem(0)),
+            ],
+            vec![
+                fill(0x9000, 64, 3),
+                fill(0x9100, 8, 4).with_wait(wait(0, 1)).with_signal(sem(1)),
+            ],
+        ];
+        let want = Error::SemaphoreDeadlock {
+            queue: 0,
+            index: 1,
+            sem: 1,
+            count: 1,
+            reached: 0,
+        };
+        assert_eq!(rejected(engine(1), &queues), want);
+        assert_eq!(
+            rejected(&with(2, |c| c.race_check = RaceCheck::On), &queues),
+            want
+        );
+    }
+
+    #[test]
+    fn a_wait_never_reached_is_rejected() {
+        let queues = vec![
+            vec![fill(0, 64, 1).with_signal(sem(2))],
+            vec![
+                fill(0x9000, 64, 3),
+                fill(0x9100, 8, 4).with_wait(wait(2, 2)),
+            ],
+        ];
+        let want = Error::SemaphoreNeverReached {
+            sem: 2,
+            count: 2,
+            queue: 1,
+            index: 1,
+            signals: 1,
+        };
+        assert_eq!(rejected(engine(2), &queues), want);
+    }
+
+    #[test]
+    fn a_semaphore_signalled_by_two_queues_is_rejected() {
+        let queues = vec![
+            vec![fill(0, 64, 1).with_signal(sem(2))],
+            vec![fill(0x9000, 64, 3), fill(0x9100, 8, 4).with_signal(sem(2))],
+        ];
+        let want = Error::SemaphoreOwner {
+            sem: 2,
+            queue: 1,
+            index: 1,
+            owner: 0,
+        };
+        assert_eq!(rejected(engine(1), &queues), want);
+    }
+
+    #[test]
+    fn queue_counts_beyond_the_rings_are_rejected() {
+        let e = with(1, |c| c.queues = 2);
+        let three = vec![vec![fill(0, 8, 1)]; 3];
+        assert_eq!(rejected(&e, &three), Error::QueueCount { count: 3, max: 2 });
+        assert_eq!(rejected(&e, &[]), Error::QueueCount { count: 0, max: 2 });
+    }
+
+    #[test]
+    fn the_skip_policy_runs_the_rest_and_counts() {
+        let e = with(2, |c| c.invalid = InvalidPolicy::Skip);
+        let gap = GEN.hbm_bytes() + 0x40;
+        // the skipped descriptor still signals, so queue 0's wait is met
+        let queues = vec![
+            vec![fill(0, 16, 0x11).with_wait(wait(3, 1))],
+            vec![
+                copy(gap, 0x100, 8).with_signal(sem(3)),
+                fill(0x200, 8, 0x22),
+            ],
+        ];
+        let mut f = fabric();
+        let mut want = image();
+        want[..16].fill(0x11);
+        want[0x200..0x208].fill(0x22);
+        let r = e.run(&mut f, &queues).unwrap().summary;
+        assert_eq!(window(&f), want);
+        assert_eq!((r.descriptors, r.bytes, r.skipped), (2, 24, 1));
+        assert_eq!((r.queues[1].descriptors, r.queues[1].skipped), (1, 1));
+    }
+
+    #[test]
+    fn config_fields_are_checked() {
+        let bad = [
+            (
+                EngineConfig {
+                    queues: 17,
+                    ..config(1)
+                },
+                "queues",
+                17,
+            ),
+            (
+                EngineConfig {
+                    queues: 0,
+                    ..config(1)
+                },
+                "queues",
+                0,
+            ),
+            (
+                EngineConfig {
+                    workers: 0,
+                    ..config(1)
+                },
+                "workers",
+                0,
+            ),
+            (
+                EngineConfig {
+                    batch: 8193,
+                    ..config(1)
+                },
+                "batch",
+                8193,
+            ),
+            (
+                EngineConfig {
+                    channel_depth: 0,
+                    ..config(1)
+                },
+                "channel_depth",
+                0,
+            ),
+        ];
+        for (c, field, value) in bad {
+            let e = Engine::new(c).unwrap_err();
+            assert!(
+                matches!(e, Error::EngineConfig { field: f, value: v, .. } if f == field && v == value),
+                "{e:?}"
+            );
+        }
+        assert_eq!(EngineConfig::default().check(), Ok(()));
+        assert_eq!(engine(2).config().workers, 2);
+    }
+
+    #[test]
+    fn the_engine_may_be_called_from_async_code() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let queues = vec![vec![fill(0x40, 8, 9)]];
+        let mut f = fabric();
+        let r = rt
+            .block_on(async { engine(1).run(&mut f, &queues) })
+            .unwrap();
+        assert_eq!(r.summary.bytes, 8);
+        let mut out = [0u8; 8];
+        f.read(FabricAddr(0x40), &mut out).unwrap();
+        assert_eq!(out, [9; 8]);
+    }
+
+    fn file_of(
+        generation: Generation,
+        queues: &[Vec<Descriptor>],
+    ) -> VerifiedQueueFile<Cursor<Vec<u8>>> {
+        let mut w =
+            QueueFileWriter::new(Cursor::new(Vec::new()), generation, queues.len()).unwrap();
+        for (q, descs) in queues.iter().enumerate() {
+            for d in descs {
+                w.push(q, d).unwrap();
+            }
+        }
+        let bytes = w.finish().unwrap().into_inner();
+        VerifiedQueueFile::open(Cursor::new(bytes)).unwrap()
+    }
+
+    #[test]
+    fn a_file_replays_like_its_queues_in_memory() {
+        let queues = spray(&workload(), 4);
+        let mut file = file_of(GEN, &queues);
+        let (mut a, mut b) = (fabric(), fabric());
+        let from_file = engine(2).replay_file(&mut a, &mut file).unwrap();
+        let in_memory = engine(1).run(&mut b, &queues).unwrap();
+        assert!(from_file.deterministic_eq(&in_memory));
+        assert_eq!(a.first_difference(&b), None);
+        // a second replay of the same (rewound) file gives the same report
+        let again = engine(1).replay_file(&mut fabric(), &mut file).unwrap();
+        assert!(again.deterministic_eq(&in_memory));
+    }
+
+    #[test]
+    fn a_bad_file_descriptor_or_generation_changes_nothing() {
+        let mut file = file_of(GEN, &with_bad(copy(GEN.hbm_bytes() + 0x40, 0x100, 8)));
+        let mut f = fabric();
+        let before = f.clone();
+        let err = engine(2).replay_file(&mut f, &mut file).unwrap_err();
+        assert_bad(err, "source range");
+        assert_eq!(f.first_difference(&before), None);
+        let mut other = file_of(Generation::Mariana, &[vec![fill(0, 8, 1)]]);
+        let err = engine(2).replay_file(&mut f, &mut other).unwrap_err();
+        assert_eq!(
+            err,
+            Error::GenerationMismatch {
+                file: "mariana",
+                fabric: "cayman"
+            }
+        );
+        assert_eq!(f.first_difference(&before), None);
+    }
+
+    /// 1 048 576 fills in 4 queues of a file: the replay holds a bounded window only.
+    #[test]
+    fn a_large_file_replays_in_a_bounded_window() {
+        const N: u64 = 1 << 18; // per queue
+        const SLOTS: u64 = 1024;
+        let base = |q: u64| q * SLOTS * 64;
+        let mut w = QueueFileWriter::new(Cursor::new(Vec::new()), GEN, 4).unwrap();
+        for q in 0..4 {
+            for i in 0..N {
+                w.push(
+                    q as usize,
+                    &fill(base(q) + i % SLOTS * 64, 64, (i + q) & 0xff),
+                )
+                .unwrap();
+            }
+        }
+        let bytes = w.finish().unwrap().into_inner();
+        let mut file = VerifiedQueueFile::open(Cursor::new(bytes)).unwrap();
+        let e = with(2, |c| {
+            c.queues = 4;
+            c.batch = 1024;
+            c.channel_depth = 2;
+        });
+        let mut f = Fabric::new(GEN);
+        let report = e.replay_file(&mut f, &mut file).unwrap();
+        assert_eq!(
+            (report.summary.descriptors, report.summary.bytes),
+            (4 * N, 4 * N * 64)
+        );
+        assert_eq!(report.execution.batches, 4 * N / 1024);
+        assert!(
+            report.execution.max_buffered <= 4 * 3 * 1024,
+            "{}",
+            report.execution.max_buffered
+        );
+        assert!(file.max_buffered() <= MAX_BATCH);
+        // slot j of queue q was last written by i = j + SLOTS * ((N - 1 - j) / SLOTS)
+        for (q, j) in [(0, 0), (1, 5), (2, 1023), (3, 700)] {
+            let i = j + SLOTS * ((N - 1 - j) / SLOTS);
+            let mut out = [0u8; 64];
+            f.read(FabricAddr(base(q) + j * 64), &mut out).unwrap();
+            assert_eq!(out, [((i + q) & 0xff) as u8; 64], "queue {q} slot {j}");
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The replay report: a deterministic [`ReplaySummary`] (what the queues did, timed by the
+//! model) and the measured [`ExecutionStats`] of the run that produced it.
+
+use std::time::Duration;
+
+use crate::generation::Generation;
+use crate::timing::TimelineReport;
+
+use super::validate::Skipped;
+
+/// One queue's share of a replay.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueReport {
+    /// Descriptors executed.
+    pub descriptors: u64,
+    /// Bytes they wrote.
+    pub bytes: u64,
+    /// Descriptors skipped ([`super::InvalidPolicy::Skip`]): they moved nothing.
+    pub skipped: u64,
+    /// Time the queue's DMA engine is busy in the timing model, ps. Skipped descriptors
+    /// count too: the ring still fetches them.
+    pub busy_ps: u64,
+    /// End of the queue's last descriptor in the timing model, ps.
+    pub end_ps: u64,
+}
+
+/// Everything about a replay that follows from its queues and the fabric alone: equal for
+/// every worker count and schedule (and, per queue, for every run of the same queues).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplaySummary {
+    /// The generation the replay was timed on (the fabric's).
+    pub generation: Generation,
+    /// Per queue, in queue order.
+    pub queues: Vec<QueueReport>,
+    /// Descriptors executed in all queues.
+    pub descriptors: u64,
+    /// Bytes written in all queues.
+    pub bytes: u64,
+    /// Descriptors skipped in all queues.
+    pub skipped: u64,
+    /// Descriptors rejected (a [`super::Session`]'s rejected pushes); none of them ran.
+    pub failed: u64,
+    /// The queues' busy time summed, ps.
+    pub busy_ps: u64,
+    /// Estimated end of the replay (the last queue's end), ps.
+    pub makespan_ps: u64,
+}
+
+impl ReplaySummary {
+    /// The summary of a timeline (over every descriptor, skipped ones included), given
+    /// per-queue skip counts and the number of rejected descriptors.
+    pub(crate) fn new(
+        generation: Generation,
+        timeline: TimelineReport,
+        skipped: &[Skipped],
+        failed: u64,
+    ) -> ReplaySummary {
+        let none = Skipped::default();
+        let queues: Vec<QueueReport> = timeline
+            .queues
+            .iter()
+            .enumerate()
+            .map(|(q, t)| {
+                let s = skipped.get(q).unwrap_or(&none);
+                QueueReport {
+                    descriptors: t.descriptors.saturating_sub(s.descriptors),
+                    bytes: t.bytes.saturating_sub(s.bytes),
+                    skipped: s.descriptors,
+                    busy_ps: t.busy_ps,
+                    end_ps: t.end_ps,
+                }
+            })
+            .collect();
+        ReplaySummary {
+            generation,
+            descriptors: queues.iter().map(|q| q.descriptors).sum(),
+            bytes: queues.iter().map(|q| q.bytes).sum(),
+            skipped: queues.iter().map(|q| q.skipped).sum(),
+            busy_ps: queues.iter().map(|q| q.busy_ps).sum(),
+            failed,
+            makespan_ps: timeline.makespan_ps,
+            queues,
+        }
+    }
+
+    /// Bytes per executed descriptor (0 without descriptors).
+    pub fn average_descriptor_bytes(&self) -> f64 {
+        if self.descriptors == 0 {
+            return 0.0;
+        }
+        self.bytes as f64 / self.descriptors as f64
+    }
+}
+
+/// What was measured while the queues executed: the only part of a report that depends on
+/// the machine and the schedule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutionStats {
+    /// Wall time of the execution itself (from starting the queue tasks to the last one
+    /// finishing; validation and reservation excluded).
+    pub wall: Duration,
+    /// Worker threads of the runtime.
+    pub workers: usize,
+    /// Batches handed to the queue tasks.
+    pub batches: u64,
+    /// The most descriptors handed to the queue tasks and not yet executed at any moment
+    /// (at most `queues * (channel_depth + 1) * batch`).
+    pub max_buffered: usize,
+}
+
+impl ExecutionStats {
+    /// Bytes per second of wall time (0 for an instantaneous run).
+    pub fn bytes_per_second(&self, bytes: u64) -> f64 {
+        let secs = self.wall.as_secs_f64();
+        if secs == 0.0 {
+            return 0.0;
+        }
+        bytes as f64 / secs
+    }
+}
+
+/// A replay's report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// The deterministic part.
+    pub summary: ReplaySummary,
+    /// The measured part.
+    pub execution: ExecutionStats,
+}
+
+impl ReplayReport {
+    /// Whether the deterministic parts are equal (wall time and other measurements ignored).
+    pub fn deterministic_eq(&self, other: &ReplayReport) -> bool {
+        self.summary == other.summary
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timing::QueueTiming;
+
+    fn timing(descriptors: u64, bytes: u64, busy_ps: u64, end_ps: u64) -> QueueTiming {
+        QueueTiming {
+            descriptors,
+            bytes,
+            busy_ps,
+            end_ps,
+            spans: Vec::new(),
+        }
+    }
+
+    fn summary() -> ReplaySummary {
+        let timeline = TimelineReport {
+            queues: vec![timing(3, 300, 50, 60), timing(1, 8, 7, 90)],
+            makespan_ps: 90,
+        };
+        let skipped = [
+            Skipped {
+                descriptors: 1,
+                bytes: 100,
+            },
+            Skipped::default(),
+        ];
+        ReplaySummary::new(Generation::Mariana, timeline, &skipped, 4)
+    }
+
+    #[test]
+    fn totals_exclude_skipped_descriptors() {
+        let s = summary();
+        assert_eq!(
+            s.queues[0],
+            QueueReport {
+                descriptors: 2,
+                bytes: 200,
+                skipped: 1,
+                busy_ps: 50,
+                end_ps: 60,
+            }
+        );
+        assert_eq!(
+            (s.descriptors, s.bytes, s.skipped, s.failed),
+            (3, 208, 1, 4)
+        );
+        assert_eq!((s.busy_ps, s.makespan_ps), (57, 90));
+        assert_eq!(s.average_descriptor_bytes(), 208.0 / 3.0);
+        let empty = TimelineReport {
+            queues: vec![timing(0, 0, 0, 0)],
+            makespan_ps: 0,
+        };
+        assert_eq!(
+            ReplaySummary::new(Generation::Sunda, empty, &[], 0).average_descriptor_bytes(),
+            0.0
+        );
+    }
+
+    #[test]
+    fn deterministic_eq_ignores_measurements() {
+        let stats = |ms, batches| ExecutionStats {
+            wall: Duration::from_millis(ms),
+            workers: 1,
+            batches,
+            max_buffered: 10,
+        };
+        let a = ReplayReport {
+            summary: summary(),
+            execution: stats(5, 2),
+        };
+        let b = ReplayReport {
+            summary: summary(),
+            execution: stats(9, 7),
+        };
+        assert!(a.deterministic_eq(&b));
+        assert_ne!(a, b);
+        let mut c = b.clone();
+        c.summary.queues[1].busy_ps += 1;
+        assert!(!a.deterministic_eq(&c));
+        assert_eq!(stats(500, 1).bytes_per_second(1000), 2000.0);
+        assert_eq!(stats(0, 1).bytes_per_second(1000), 0.0);
+    }
+}

@@ -1,0 +1,523 @@
+//! Streaming replay: a producer pushes descriptors into a [`Session`] while the queues
+//! execute them ([`super::Engine::stream`]).
+
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
+use crate::descriptor::{Descriptor, SemaphoreLedger};
+use crate::error::Error;
+use crate::fabric::Fabric;
+use crate::timing::{QueueTimeline, TimingModel};
+use crate::FabricAddr;
+
+use super::exec::{Batch, Running};
+use super::report::{ExecutionStats, ReplayReport, ReplaySummary};
+use super::validate::{check_ranges, replay_error};
+use super::Engine;
+
+/// The producer's handle on a streaming replay, lent to the closure given to
+/// [`Engine::stream`].
+///
+/// # What a push guarantees (fail closed per push)
+///
+/// [`Session::push`] checks all of its descriptors before any of them is handed to the
+/// engine: each source range (every op but FILL) and destination range passes
+/// [`Fabric::check`]; each destination lies inside the ranges declared to
+/// [`Engine::stream`] (which were reserved up front); each semaphore has one signalling
+/// queue; and each WAIT(s, n) comes after at least `n` SIGNALs of `s` were pushed (in any
+/// queue's earlier pushes or earlier in this one). If any check fails the push is rejected
+/// whole: none of it executes, its descriptors count as `failed` in the report, and the
+/// session stays usable. Descriptors of pushes accepted earlier run regardless, so a
+/// session is fail closed per push, not per replay; use [`Engine::run`] when all
+/// descriptors are known up front.
+///
+/// Descriptor indices in errors count the accepted descriptors of the queue.
+///
+/// # Batching and back-pressure
+///
+/// Accepted descriptors are staged per queue and handed over in batches of
+/// [`super::EngineConfig::batch`]; a descriptor with a SIGNAL is handed over at once with
+/// whatever is staged before it. A push waits while its queue's channel is full. Because
+/// every WAIT needs SIGNALs pushed (hence handed over) before it, the queues can always make
+/// progress and a push never waits forever.
+pub struct Session {
+    running: Running,
+    checker: PushChecker,
+    timeline: QueueTimeline,
+    staging: Vec<Batch>,
+    batch: usize,
+    failed: u64,
+}
+
+impl Session {
+    /// Queues of the session.
+    pub fn queues(&self) -> usize {
+        self.staging.len()
+    }
+
+    /// Checks `descriptors` as a whole and appends them to `queue` (see the type docs).
+    pub fn push(&mut self, queue: usize, descriptors: &[Descriptor]) -> Result<(), Error> {
+        let checked = self
+            .checker
+            .check(self.running.shared().fabric(), queue, descriptors);
+        if let Err(e) = checked {
+            self.failed += descriptors.len() as u64;
+            return Err(e);
+        }
+        for d in descriptors {
+            // The checker proved the one-signalling-queue rule the timeline enforces.
+            self.timeline.push(queue, d)?;
+        }
+        let queues = self.staging.len();
+        for d in descriptors {
+            let Some(staged) = self.staging.get_mut(queue) else {
+                return Err(Error::NoSuchQueue { queue, queues });
+            };
+            staged.push(*d);
+            if staged.len() >= self.batch || d.signal().is_some() {
+                self.flush(queue)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands `queue`'s staged descriptors to its task.
+    fn flush(&mut self, queue: usize) -> Result<(), Error> {
+        let Some(staged) = self.staging.get_mut(queue).filter(|s| !s.is_empty()) else {
+            return Ok(());
+        };
+        let batch = std::mem::replace(staged, Vec::with_capacity(self.batch));
+        self.running.send_blocking(queue, batch)
+    }
+
+    fn flush_all(&mut self) -> Result<(), Error> {
+        (0..self.staging.len()).try_for_each(|q| self.flush(q))
+    }
+}
+
+/// The per-push checks: ranges, declared destinations, semaphore ownership and order.
+struct PushChecker {
+    /// Declared destinations, sorted, merged, as inclusive `(lo, end)`.
+    declared: Vec<(u64, u64)>,
+    ledger: SemaphoreLedger,
+    next: Vec<u64>,
+}
+
+impl PushChecker {
+    fn check(
+        &mut self,
+        fabric: &Fabric,
+        queue: usize,
+        descriptors: &[Descriptor],
+    ) -> Result<(), Error> {
+        let queues = self.next.len();
+        let Some(&first) = self.next.get(queue) else {
+            return Err(Error::NoSuchQueue { queue, queues });
+        };
+        let mut ledger = self.ledger.clone();
+        for (i, d) in descriptors.iter().enumerate() {
+            let index = first + i as u64;
+            check_ranges(fabric, d).map_err(|(what, e)| replay_error(queue, index, what, e))?;
+            self.check_declared(d)
+                .map_err(|e| replay_error(queue, index, "destination range", e))?;
+            if let Some(w) = d.wait() {
+                let pushed = ledger.signals(w.sem);
+                if pushed < u64::from(w.count.get()) {
+                    return Err(Error::SemaphoreOrder {
+                        queue,
+                        index,
+                        sem: w.sem.get(),
+                        count: w.count.get(),
+                        pushed,
+                    });
+                }
+            }
+            ledger.record(queue, index, d)?;
+        }
+        self.ledger = ledger;
+        if let Some(next) = self.next.get_mut(queue) {
+            *next += descriptors.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Whether the destination (checked in-region) lies inside one declared range.
+    fn check_declared(&self, d: &Descriptor) -> Result<(), Error> {
+        let (dst, len) = d.dest_range();
+        // check_ranges proved `len >= 1` and no overflow.
+        let end = dst.0 + (len - 1);
+        let at = self.declared.partition_point(|&(lo, _)| lo <= dst.0);
+        let inside = at
+            .checked_sub(1)
+            .and_then(|i| self.declared.get(i))
+            .is_some_and(|&(_, e)| end <= e);
+        if inside {
+            return Ok(());
+        }
+        Err(Error::UndeclaredDestination { addr: dst.0, len })
+    }
+}
+
+/// Checks and reserves the declared destinations; returns them sorted and merged.
+fn declare(
+    fabric: &mut Fabric,
+    destinations: &[(FabricAddr, u64)],
+) -> Result<Vec<(u64, u64)>, Error> {
+    let mut ranges = Vec::with_capacity(destinations.len());
+    for &(addr, len) in destinations {
+        fabric.check(addr, len)?;
+        // just checked: `len >= 1`, no overflow
+        ranges.push((addr.0, addr.0 + (len - 1)));
+    }
+    for &(addr, len) in destinations {
+        fabric.reserve(addr, len)?;
+    }
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (lo, end) in ranges {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(end),
+            _ => merged.push((lo, end)),
+        }
+    }
+    Ok(merged)
+}
+
+/// The body of [`Engine::stream`] (config and queue count already checked).
+pub(crate) fn stream<F>(
+    engine: &Engine,
+    fabric: &mut Fabric,
+    queues: usize,
+    destinations: &[(FabricAddr, u64)],
+    produce: F,
+) -> Result<ReplayReport, Error>
+where
+    F: FnOnce(&mut Session) -> Result<(), Error>,
+{
+    let generation = fabric.generation();
+    let timeline = QueueTimeline::new(TimingModel::new(generation), queues, false)?;
+    let declared = declare(fabric, destinations)?;
+    let taken = std::mem::replace(fabric, Fabric::new(generation));
+    let mut session = Session::start(engine, taken, (queues, declared), timeline);
+    let produced = catch_unwind(AssertUnwindSafe(|| produce(&mut session)));
+    // Every accepted descriptor runs, whatever the producer did.
+    let flushed = session.flush_all();
+    let (restored, outcome, timeline, failed) = session.end(engine);
+    *fabric = restored;
+    let produced = produced.unwrap_or_else(|panic| resume_unwind(panic));
+    let execution = outcome?;
+    produced?;
+    flushed?;
+    Ok(ReplayReport {
+        summary: ReplaySummary::new(generation, timeline.finish()?, &[], failed),
+        execution,
+    })
+}
+
+impl Session {
+    /// Starts `queues` queue tasks on `fabric` (its declared destinations reserved).
+    fn start(
+        engine: &Engine,
+        fabric: Fabric,
+        (queues, declared): (usize, Vec<(u64, u64)>),
+        timeline: QueueTimeline,
+    ) -> Session {
+        let config = engine.config();
+        Session {
+            running: Running::start(&engine.runtime, fabric, queues, config),
+            checker: PushChecker {
+                declared,
+                ledger: SemaphoreLedger::new(),
+                next: vec![0; queues],
+            },
+            timeline,
+            staging: vec![Vec::new(); queues],
+            batch: config.batch,
+            failed: 0,
+        }
+    }
+
+    /// Waits for the queues; the fabric, the outcome, the timeline and the failed count.
+    fn end(self, engine: &Engine) -> (Fabric, Result<ExecutionStats, Error>, QueueTimeline, u64) {
+        let (fabric, outcome) = self.running.finish(&engine.runtime);
+        (fabric, outcome, self.timeline, self.failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::descriptor::{DescOp, SemId, SemWait};
+    use crate::dtype::Dtype;
+    use crate::engine::{EngineConfig, RaceCheck};
+    use crate::generation::Generation;
+    use std::num::NonZeroU32;
+
+    const GEN: Generation = Generation::Mariana;
+    const OUT: u64 = 0x10_0000;
+    const OUT_LEN: u64 = 0x4_0000;
+
+    fn engine(workers: usize) -> Engine {
+        Engine::new(EngineConfig {
+            queues: 4,
+            workers,
+            batch: 4,
+            channel_depth: 1,
+            ..EngineConfig::default()
+        })
+        .unwrap()
+    }
+
+    fn fabric() -> Fabric {
+        let mut f = Fabric::new(GEN);
+        let data: Vec<u8> = (0..0x1_0000u32).map(|i| (i % 253) as u8).collect();
+        f.write(FabricAddr(0), &data).unwrap();
+        f
+    }
+
+    fn fill(dst: u64, len: u32, element: u64) -> Descriptor {
+        Descriptor::fill(FabricAddr(dst), len, Dtype::U8, element).unwrap()
+    }
+
+    fn add(src: u64, dst: u64, len: u32) -> Descriptor {
+        Descriptor::new(
+            DescOp::Add,
+            FabricAddr(src),
+            FabricAddr(dst),
+            len,
+            Dtype::U16,
+        )
+        .unwrap()
+    }
+
+    fn wait(sem: u8, count: u32) -> SemWait {
+        SemWait {
+            sem: SemId::new(sem).unwrap(),
+            count: NonZeroU32::new(count).unwrap(),
+        }
+    }
+
+    fn bytes(f: &Fabric, addr: u64, n: usize) -> Vec<u8> {
+        let mut out = vec![0; n];
+        f.read(FabricAddr(addr), &mut out).unwrap();
+        out
+    }
+
+    /// Ten "instructions": each sprays reductions over the 4 queues into its own region;
+    /// queue 0 signals the end of its part of each, and the next instruction's queue-3 part
+    /// first copies what queue 0 wrote, after that signal.
+    fn instructions() -> Vec<Vec<(usize, Descriptor)>> {
+        let s0 = SemId::new(0).unwrap();
+        (0..10u64)
+            .map(|k| {
+                let mut v: Vec<(usize, Descriptor)> = (0..24u64)
+                    .map(|i| ((i % 4) as usize, add(i * 64, OUT + k * 0x1000 + i * 64, 64)))
+                    .collect();
+                if let Some(last) = v.iter_mut().rev().find(|(q, _)| *q == 0) {
+                    last.1 = last.1.with_signal(s0);
+                }
+                if k > 0 {
+                    let prev = OUT + (k - 1) * 0x1000;
+                    let copy = Descriptor::new(
+                        DescOp::Copy,
+                        FabricAddr(prev),
+                        FabricAddr(OUT + 0x3_0000 + k * 64),
+                        64,
+                        Dtype::U8,
+                    )
+                    .unwrap()
+                    .with_wait(wait(0, k as u32));
+                    v.insert(0, (3, copy));
+                }
+                v
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stream_replays_like_the_whole_queues() {
+        let instrs = instructions();
+        let mut queues = vec![Vec::new(); 4];
+        for (q, d) in instrs.iter().flatten() {
+            queues[*q].push(*d);
+        }
+        let mut want = fabric();
+        let checked = Engine::new(EngineConfig {
+            race_check: RaceCheck::On,
+            queues: 4,
+            ..EngineConfig::default()
+        });
+        let whole = checked.unwrap().run(&mut want, &queues).unwrap();
+        assert_ne!(bytes(&want, OUT + 0x3_0000 + 9 * 64, 64), [0; 64]);
+        for workers in [1, 2] {
+            let mut f = fabric();
+            let report = engine(workers)
+                .stream(&mut f, 4, &[(FabricAddr(OUT), OUT_LEN)], |s| {
+                    assert_eq!(s.queues(), 4);
+                    for instr in &instrs {
+                        for q in 0..4 {
+                            let part: Vec<Descriptor> = instr
+                                .iter()
+                                .filter(|(x, _)| *x == q)
+                                .map(|(_, d)| *d)
+                                .collect();
+                            s.push(q, &part)?;
+                        }
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(f.first_difference(&want), None);
+            assert!(report.deterministic_eq(&whole));
+            assert!(report.execution.batches >= 10 * 4);
+        }
+    }
+
+    #[test]
+    fn a_rejected_push_runs_none_of_it_and_the_session_goes_on() {
+        let mut f = fabric();
+        let gap = GEN.hbm_bytes() + 8;
+        let bad_src =
+            Descriptor::new(DescOp::Copy, FabricAddr(gap), FabricAddr(OUT), 8, Dtype::U8).unwrap();
+        let mut errors = Vec::new();
+        let report = engine(2)
+            .stream(&mut f, 2, &[(FabricAddr(OUT), OUT_LEN)], |s| {
+                s.push(0, &[fill(OUT, 8, 1)])?;
+                errors.push(s.push(1, &[fill(OUT + 64, 8, 2), bad_src]).unwrap_err());
+                errors.push(s.push(1, &[fill(OUT - 8, 16, 3)]).unwrap_err());
+                errors.push(
+                    s.push(1, &[fill(OUT + 128, 8, 4).with_wait(wait(5, 1))])
+                        .unwrap_err(),
+                );
+                errors.push(s.push(4, &[fill(OUT, 8, 1)]).unwrap_err());
+                s.push(1, &[fill(OUT + 192, 8, 5)])
+            })
+            .unwrap();
+        let Error::ReplayDescriptor {
+            queue, index, what, ..
+        } = &errors[0]
+        else {
+            panic!()
+        };
+        assert_eq!((*queue, *index, *what), (1, 1, "source range"));
+        let Error::ReplayDescriptor { what, source, .. } = &errors[1] else {
+            panic!()
+        };
+        assert_eq!(*what, "destination range");
+        assert_eq!(
+            **source,
+            Error::UndeclaredDestination {
+                addr: OUT - 8,
+                len: 16
+            }
+        );
+        assert_eq!(
+            errors[2],
+            Error::SemaphoreOrder {
+                queue: 1,
+                index: 0,
+                sem: 5,
+                count: 1,
+                pushed: 0
+            }
+        );
+        assert_eq!(
+            errors[3],
+            Error::NoSuchQueue {
+                queue: 4,
+                queues: 2
+            }
+        );
+        assert_eq!(bytes(&f, OUT, 8), [1; 8]);
+        assert_eq!(bytes(&f, OUT + 64, 8), [0; 8]); // the rejected push's valid first descriptor
+        assert_eq!(bytes(&f, OUT + 192, 8), [5; 8]);
+        let s = report.summary;
+        assert_eq!((s.descriptors, s.bytes, s.failed, s.skipped), (2, 16, 5, 0));
+    }
+
+    #[test]
+    fn a_producer_error_comes_back_after_its_pushes_ran() {
+        let mut f = fabric();
+        let err = engine(1)
+            .stream(&mut f, 1, &[(FabricAddr(OUT), 64)], |s| {
+                s.push(0, &[fill(OUT, 8, 7)])?;
+                Err(Error::EmptyAccess { addr: 1 })
+            })
+            .unwrap_err();
+        assert_eq!(err, Error::EmptyAccess { addr: 1 });
+        assert_eq!(bytes(&f, OUT, 8), [7; 8]);
+    }
+
+    #[test]
+    fn a_panicking_producer_still_gets_the_fabric_back() {
+        let mut f = fabric();
+        let e = engine(2);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            e.stream(&mut f, 1, &[(FabricAddr(OUT), 64)], |s| {
+                s.push(0, &[fill(OUT, 8, 6)])?;
+                panic!("producer bug")
+            })
+        }));
+        assert!(caught.is_err());
+        assert_eq!(bytes(&f, OUT, 8), [6; 8]);
+        assert_eq!(bytes(&f, 0, 4), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn streams_are_checked_before_they_start() {
+        let mut f = fabric();
+        let before = f.clone();
+        let racing = Engine::new(EngineConfig {
+            race_check: RaceCheck::On,
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let none = |_: &mut Session| Ok(());
+        assert_eq!(
+            racing.stream(&mut f, 1, &[], none).unwrap_err(),
+            Error::RaceCheckStreaming
+        );
+        assert_eq!(
+            engine(1).stream(&mut f, 5, &[], none).unwrap_err(),
+            Error::QueueCount { count: 5, max: 4 }
+        );
+        let bad = [(FabricAddr(OUT), 8), (FabricAddr(GEN.hbm_bytes()), 8)];
+        let e = engine(1).stream(&mut f, 1, &bad, none).unwrap_err();
+        assert_eq!(
+            e,
+            Error::Unmapped {
+                addr: GEN.hbm_bytes()
+            }
+        );
+        assert_eq!(f.allocated_bytes(), before.allocated_bytes());
+        let r = engine(1)
+            .stream(&mut f, 2, &[(FabricAddr(OUT), 8)], none)
+            .unwrap();
+        assert_eq!((r.summary.descriptors, r.summary.queues.len()), (0, 2));
+        assert_eq!(f.first_difference(&before), None);
+    }
+
+    #[test]
+    fn declared_ranges_merge_and_bound_every_destination() {
+        let mut f = Fabric::new(GEN);
+        let declared = declare(
+            &mut f,
+            &[
+                (FabricAddr(100), 50),
+                (FabricAddr(0), 100),
+                (FabricAddr(400), 10),
+            ],
+        )
+        .unwrap();
+        assert_eq!(declared, vec![(0, 149), (400, 409)]);
+        let checker = PushChecker {
+            declared,
+            ledger: SemaphoreLedger::new(),
+            next: vec![0],
+        };
+        assert_eq!(checker.check_declared(&fill(0, 150, 1)), Ok(()));
+        assert_eq!(checker.check_declared(&fill(402, 8, 1)), Ok(()));
+        assert!(checker.check_declared(&fill(140, 20, 1)).is_err());
+        assert!(checker.check_declared(&fill(405, 8, 1)).is_err());
+        assert!(checker.check_declared(&fill(200, 1, 1)).is_err());
+    }
+}

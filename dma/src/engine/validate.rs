@@ -1,0 +1,321 @@
+//! The validation pass every replay runs before it writes a byte: ranges, semaphores,
+//! timing, the optional race check, and the set of destination pages to reserve.
+//!
+//! The pass streams the source round-robin in batches of [`VALIDATE_BATCH`], feeding a
+//! queue only while the [`QueueTimeline`] does not hold it on a semaphore, so the timeline
+//! holds at most one batch per queue. If every queue left is held (a wait cycle or a wait
+//! that is never reached), the rest of the queues stream through the range and semaphore
+//! checks alone, and the semaphore error is reported at the end. The batch size is fixed
+//! so that which bad descriptor is reported does not depend on the engine's configuration.
+
+use hashbrown::HashMap;
+
+use crate::descriptor::{Descriptor, SemaphoreLedger};
+use crate::error::Error;
+use crate::fabric::{Fabric, PAGE_BYTES};
+use crate::queue_file::MAX_BATCH;
+use crate::timing::{QueueTimeline, TimelineReport, TimingModel};
+use crate::FabricAddr;
+
+use super::race::RaceRecorder;
+use super::source::QueueSource;
+use super::{EngineConfig, InvalidPolicy, RaceCheck};
+
+/// Descriptors per validation batch.
+pub(crate) const VALIDATE_BATCH: usize = MAX_BATCH;
+
+/// Descriptors skipped under [`InvalidPolicy::Skip`] in one queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Skipped {
+    pub descriptors: u64,
+    pub bytes: u64,
+}
+
+/// What validation proved and found.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub timeline: TimelineReport,
+    pub skipped: Vec<Skipped>,
+    pub pages: PageSet,
+}
+
+/// Wraps a fabric error with the descriptor it belongs to.
+pub(crate) fn replay_error(queue: usize, index: u64, what: &'static str, source: Error) -> Error {
+    Error::ReplayDescriptor {
+        queue,
+        index,
+        what,
+        source: Box::new(source),
+    }
+}
+
+/// The range rule: the source (every op but FILL) and the destination lie inside one
+/// fabric region each. On failure, which of them and the fabric's error.
+pub(crate) fn check_ranges(fabric: &Fabric, d: &Descriptor) -> Result<(), (&'static str, Error)> {
+    if let Some((src, len)) = d.source_range() {
+        fabric.check(src, len).map_err(|e| ("source range", e))?;
+    }
+    let (dst, len) = d.dest_range();
+    fabric
+        .check(dst, len)
+        .map_err(|e| ("destination range", e))?;
+    Ok(())
+}
+
+/// Runs the whole validation pass over `source` (which it leaves at the end).
+pub(crate) fn validate<S: QueueSource>(
+    fabric: &Fabric,
+    source: &mut S,
+    config: &EngineConfig,
+) -> Result<Plan, Error> {
+    let mut v = Validator::new(fabric, source.queues(), config)?;
+    let mut done = vec![false; source.queues()];
+    while v.timed_pass(source, &mut done)? {}
+    for (queue, finished) in done.iter_mut().enumerate() {
+        while !*finished {
+            let batch = source.next(queue, VALIDATE_BATCH)?;
+            *finished = batch.is_empty();
+            for d in batch {
+                v.push(queue, d, false)?;
+            }
+        }
+    }
+    v.finish()
+}
+
+struct Validator<'f> {
+    fabric: &'f Fabric,
+    skip_invalid: bool,
+    next: Vec<u64>,
+    ledger: SemaphoreLedger,
+    timeline: QueueTimeline,
+    race: Option<RaceRecorder>,
+    skipped: Vec<Skipped>,
+    pages: PageSet,
+}
+
+impl<'f> Validator<'f> {
+    fn new(
+        fabric: &'f Fabric,
+        queues: usize,
+        config: &EngineConfig,
+    ) -> Result<Validator<'f>, Error> {
+        let model = TimingModel::new(fabric.generation());
+        Ok(Validator {
+            fabric,
+            skip_invalid: config.invalid == InvalidPolicy::Skip,
+            next: vec![0; queues],
+            ledger: SemaphoreLedger::new(),
+            timeline: QueueTimeline::new(model, queues, false)?,
+            race: (config.race_check == RaceCheck::On).then(|| RaceRecorder::new(queues)),
+            skipped: vec![Skipped::default(); queues],
+            pages: PageSet::default(),
+        })
+    }
+
+    /// One batch from every queue not finished and not held; whether any came.
+    fn timed_pass<S: QueueSource>(
+        &mut self,
+        source: &mut S,
+        done: &mut [bool],
+    ) -> Result<bool, Error> {
+        let mut progressed = false;
+        for (queue, finished) in done.iter_mut().enumerate() {
+            if *finished || self.timeline.is_blocked(queue) {
+                continue;
+            }
+            let batch = source.next(queue, VALIDATE_BATCH)?;
+            *finished = batch.is_empty();
+            progressed |= !batch.is_empty();
+            for d in batch {
+                self.push(queue, d, true)?;
+            }
+        }
+        Ok(progressed)
+    }
+
+    /// Checks the next descriptor of `queue`; `timed` feeds it to the timeline too.
+    fn push(&mut self, queue: usize, d: &Descriptor, timed: bool) -> Result<(), Error> {
+        let queues = self.next.len();
+        let Some(next) = self.next.get_mut(queue) else {
+            return Err(Error::NoSuchQueue { queue, queues });
+        };
+        let index = *next;
+        *next += 1;
+        let valid = self.check(queue, index, d)?;
+        self.ledger.record(queue, index, d)?;
+        if timed {
+            self.timeline.push(queue, d)?;
+        }
+        if let Some(race) = &mut self.race {
+            race.record(queue, index, d, valid);
+        }
+        Ok(())
+    }
+
+    /// The range rule under the policy: whether the descriptor will execute.
+    fn check(&mut self, queue: usize, index: u64, d: &Descriptor) -> Result<bool, Error> {
+        match check_ranges(self.fabric, d) {
+            Ok(()) => {
+                self.pages.add(d.dest_range());
+                Ok(true)
+            }
+            Err((what, e)) if !self.skip_invalid => Err(replay_error(queue, index, what, e)),
+            Err(_) => {
+                if let Some(s) = self.skipped.get_mut(queue) {
+                    s.descriptors += 1;
+                    s.bytes += u64::from(d.len());
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    /// The checks that need every descriptor: reachable waits, no stall, no race.
+    fn finish(self) -> Result<Plan, Error> {
+        self.ledger.check_complete()?;
+        let timeline = self.timeline.finish()?;
+        if let Some(race) = self.race {
+            race.check()?;
+        }
+        Ok(Plan {
+            timeline,
+            skipped: self.skipped,
+            pages: self.pages,
+        })
+    }
+}
+
+/// The fabric pages the replay writes: page number -> one address inside both the page and
+/// a checked destination range (so reserving one byte there materialises the page).
+#[derive(Debug, Default)]
+pub(crate) struct PageSet {
+    pages: HashMap<u64, u64>,
+    /// The page numbers of the last range added (consecutive descriptors share pages).
+    last: Option<(u64, u64)>,
+}
+
+impl PageSet {
+    /// Adds the pages of a range that passed [`Fabric::check`].
+    pub(crate) fn add(&mut self, (dst, len): (FabricAddr, u64)) {
+        // check_ranges proved `len >= 1` and that `dst + len - 1` does not overflow.
+        let (lo, hi) = (dst.0 / PAGE_BYTES, (dst.0 + (len - 1)) / PAGE_BYTES);
+        if self.last.is_some_and(|(a, b)| a <= lo && hi <= b) {
+            return;
+        }
+        for page in lo..=hi {
+            self.pages
+                .entry(page)
+                .or_insert(dst.0.max(page * PAGE_BYTES));
+        }
+        self.last = Some((lo, hi));
+    }
+
+    /// Reserves every page (contents unchanged).
+    pub(crate) fn reserve(&self, fabric: &mut Fabric) -> Result<(), Error> {
+        for &addr in self.pages.values() {
+            fabric.reserve(FabricAddr(addr), 1)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::{SBUF_BASE, SBUF_STRIDE};
+    use crate::descriptor::DescOp;
+    use crate::dtype::Dtype;
+    use crate::engine::source::Slices;
+    use crate::generation::Generation;
+
+    const P: u64 = PAGE_BYTES;
+
+    fn copy(src: u64, dst: u64, len: u32) -> Descriptor {
+        Descriptor::new(
+            DescOp::Copy,
+            FabricAddr(src),
+            FabricAddr(dst),
+            len,
+            Dtype::U8,
+        )
+        .unwrap()
+    }
+
+    fn config(invalid: InvalidPolicy) -> EngineConfig {
+        EngineConfig {
+            invalid,
+            ..EngineConfig::default()
+        }
+    }
+
+    #[test]
+    fn page_set_collects_each_written_page_once() {
+        let mut pages = PageSet::default();
+        pages.add((FabricAddr(P - 4), 8)); // pages 0 and 1
+        pages.add((FabricAddr(P + 16), 8)); // inside the last range: cached
+        pages.add((FabricAddr(5 * P + 1), 2 * P)); // pages 5, 6, 7
+        pages.add((FabricAddr(0), 1));
+        assert_eq!(pages.pages.len(), 5);
+        // the address kept for a page lies in the page and in a range that was added
+        assert_eq!(pages.pages.get(&0), Some(&(P - 4)));
+        assert_eq!(pages.pages.get(&1), Some(&P));
+        assert_eq!(pages.pages.get(&5), Some(&(5 * P + 1)));
+        assert_eq!(pages.pages.get(&7), Some(&(7 * P)));
+        let mut f = Fabric::new(Generation::Cayman);
+        pages.reserve(&mut f).unwrap();
+        assert_eq!(f.allocated_bytes(), 5 * P);
+    }
+
+    #[test]
+    fn ranges_name_the_failing_side() {
+        let f = Fabric::new(Generation::Cayman);
+        let gap = SBUF_BASE - 0x1000; // past HBM, below SBUF
+        assert_eq!(check_ranges(&f, &copy(0, 64, 8)), Ok(()));
+        let (what, _) = check_ranges(&f, &copy(gap, 64, 8)).unwrap_err();
+        assert_eq!(what, "source range");
+        let crossing = SBUF_BASE + SBUF_STRIDE - 4; // runs past partition 0
+        let (what, _) = check_ranges(&f, &copy(0, crossing, 8)).unwrap_err();
+        assert_eq!(what, "destination range");
+        // FILL reads no source: its `src` field is the element
+        let fill = Descriptor::fill(FabricAddr(64), 8, Dtype::U8, 0xff).unwrap();
+        assert_eq!(check_ranges(&f, &fill), Ok(()));
+    }
+
+    #[test]
+    fn skip_policy_counts_instead_of_failing() {
+        let f = Fabric::new(Generation::Cayman);
+        let gap = SBUF_BASE - 0x1000;
+        let queues = vec![
+            vec![copy(0, 64, 8), copy(gap, 64, 16)],
+            vec![copy(0, gap, 4)],
+        ];
+        let plan = validate(&f, &mut Slices::new(&queues), &config(InvalidPolicy::Skip)).unwrap();
+        let want = [
+            Skipped {
+                descriptors: 1,
+                bytes: 16,
+            },
+            Skipped {
+                descriptors: 1,
+                bytes: 4,
+            },
+        ];
+        assert_eq!(plan.skipped, want);
+        assert_eq!(plan.pages.pages.len(), 1);
+        // every descriptor is still timed
+        assert_eq!(plan.timeline.queues[0].descriptors, 2);
+        let e = validate(
+            &f,
+            &mut Slices::new(&queues),
+            &config(InvalidPolicy::Reject),
+        );
+        let Err(Error::ReplayDescriptor {
+            queue, index, what, ..
+        }) = e
+        else {
+            panic!("{e:?}")
+        };
+        assert_eq!((queue, index, what), (0, 1, "source range"));
+    }
+}
