@@ -24,8 +24,11 @@
 //! written to the `dma` fabric, and leaves as fabric memory, statistics and reports.
 //! Every failure is one [`Error`].
 
+pub mod core_state;
 pub mod demo;
 pub mod error;
 pub mod isa;
+pub mod pool;
+pub mod reference;
 
 pub use error::Error;
