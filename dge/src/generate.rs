@@ -554,6 +554,7 @@ mod tests {
     use super::*;
     use dma::addr::{SBUF_BASE, SBUF_STRIDE};
     use dma::compute;
+    use dma::engine::{execute_sequential, Engine, EngineConfig, RaceCheck};
     use dma::Generation;
     use proptest::prelude::*;
 
@@ -675,26 +676,19 @@ mod tests {
         count + run.div_ceil(65536) as usize
     }
 
-    fn replay(f: &mut Fabric, g: &Generated, reversed: bool) {
-        let mut order: Vec<&Vec<Descriptor>> = g.queues.iter().collect();
-        if reversed {
-            order.reverse();
-        }
-        for q in order {
-            for d in q {
-                match d.op().compute_op() {
-                    Some(ComputeOp::None) | None => {
-                        f.copy(d.src(), d.dst(), u64::from(d.len())).unwrap()
-                    }
-                    Some(op) => f
-                        .reduce(d.src(), d.dst(), u64::from(d.len()), d.dtype(), op)
-                        .unwrap(),
-                }
-            }
-        }
+    /// Replays `g` on the DMA engine with its race check on (so any two queues touching
+    /// one byte unordered fail the test) with `workers` threads.
+    fn replay(f: &mut Fabric, g: &Generated, workers: usize) {
+        let config = EngineConfig {
+            workers,
+            race_check: RaceCheck::On,
+            ..EngineConfig::default()
+        };
+        Engine::new(config).unwrap().run(f, &g.queues).unwrap();
     }
 
-    /// Generates, replays in two queue orders and compares against the reference.
+    /// Generates, replays on the engine (race-checked, 1 and 2 workers) and with the
+    /// sequential executor in reversed queue order, and compares against the reference.
     fn check(f: &Fabric, req: &Request) -> Generated {
         let g = generate(f, req).unwrap();
         let mut expect = f.clone();
@@ -703,10 +697,22 @@ mod tests {
             g.descriptor_count(),
             minimal_count(&moves, req.dtype.size() as u64)
         );
-        for reversed in [false, true] {
+        let mut reversed = f.clone();
+        let backwards: Vec<Vec<Descriptor>> = g.queues.iter().rev().cloned().collect();
+        execute_sequential(&mut reversed, &backwards).unwrap();
+        assert_eq!(
+            reversed.first_difference(&expect),
+            None,
+            "sequential, queues reversed"
+        );
+        for workers in [1, 2] {
             let mut got = f.clone();
-            replay(&mut got, &g, reversed);
-            assert_eq!(got.first_difference(&expect), None, "reversed={reversed}");
+            replay(&mut got, &g, workers);
+            assert_eq!(
+                got.first_difference(&expect),
+                None,
+                "engine, {workers} workers"
+            );
         }
         g
     }
@@ -835,7 +841,7 @@ mod tests {
         let g = check(&f, &r);
         assert_eq!(g.descriptor_count(), 12);
         let mut got = f.clone();
-        replay(&mut got, &g, false);
+        replay(&mut got, &g, 2);
         let mut out = [0u8; 24];
         got.read(FabricAddr(1 << 20), &mut out).unwrap();
         let table: Vec<u8> = (0..64u64).map(|i| (i * 7 + 3) as u8).collect();
