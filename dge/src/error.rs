@@ -55,10 +55,11 @@ pub enum Error {
         value: u32,
         addr: u64,
     },
-    #[error("{side} index at position {position} times step {step} overflows the 64-bit address")]
+    #[error("{side} index {value} at position {position} times step {step} overflows the 64-bit address")]
     IndexOverflow {
         side: &'static str,
         position: u32,
+        value: u32,
         step: i32,
     },
     #[error("eng_mask {eng_mask:#06x} selects no DMA queue (set at least one of bits 0..15)")]
@@ -101,6 +102,26 @@ pub enum Error {
     },
     #[error("the request reads bytes [{lo:#x}, {hi:#x}) that it also writes; one request does not order its reads after its own writes (use two requests)")]
     SourceOverlapsDestination { lo: u64, hi: u64 },
+    #[error("{side} index pattern has {dims} dimensions or an empty one (it takes 1 to 5, each of count at least 1)")]
+    IndexPatternShape { side: &'static str, dims: usize },
+    #[error(
+        "{side} index pattern has {elements} elements but the indirection reads {count} indices"
+    )]
+    IndexPatternShort {
+        side: &'static str,
+        elements: u64,
+        count: u32,
+    },
+    #[error("{side} index pattern leaves the 64-bit address space")]
+    IndexPatternOverflow { side: &'static str },
+    #[error("the fill OOB policy applies to the source (the indices pick what is read); the destination indirection cannot fill")]
+    FillOnDestination,
+    #[error("a filling {side} indirection needs rows that are one contiguous run (the indirection dimension innermost, or followed by one contiguous dimension) and, for rows of several elements, a positive step")]
+    FillRowShape { side: &'static str },
+    #[error("fill value {value:#x} does not fit one {dtype} element ({} bytes)", dtype.size())]
+    FillValue { value: u32, dtype: dma::Dtype },
+    #[error("unit of {unit} elements: a sequential request needs units of at least one element")]
+    SequentialUnit { unit: u64 },
     #[error(transparent)]
     Fabric(#[from] dma::Error),
 }

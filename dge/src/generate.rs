@@ -6,21 +6,36 @@
 //! 1. [`IndirectionInfo`] per indirect side;
 //! 2. [`gen_spray_info`];
 //! 3. the Batman reshape ([`batman_reshape`]);
-//! 4. [`make_gather_pattern`];
-//! 5. and 6. [`do_indirection`], which reads the indices with `gather_indices`;
-//! 7. the descriptor loop ([`for_each_run`]) and the spray ([`spray::assign`]).
+//! 4. [`make_gather_pattern`] (the index addresses of the request's index layout);
+//! 5. [`read_indices`] through the IVP gathers;
+//! 6. [`do_indirection`]: bias, bound check, MAC, the OOB policy;
+//! 7. the descriptor loop ([`for_each_run`]) and the spray ([`spray::assign`]), or, for a
+//!    sequential request that reads bytes it writes, the phases of [`order::phases`].
 //!
 //! Everything that can fail is checked before the first descriptor exists: patterns,
 //! element counts, index counts, bounds under the hard policy, duplicate destinations.
+//!
+//! # The first failure
+//!
+//! When both sides are indirect with one index per position (equal index counts and
+//! equal elements per index), the error is the first failing position in order, the
+//! source before the destination at one position: a hard-policy index at or past its
+//! bound, an address past 64 bits, an in-bound row off the fabric, or (last) a
+//! destination index that repeats an earlier one without `non_unique_dst_idx`. Positions
+//! skipped on either side move nothing, so they are never duplicates. Otherwise the source
+//! side's first failure comes first, then the first failing destination position (its
+//! row, then the duplicate rule).
 
 use crate::error::Error;
+use crate::index::{IndexLayout, IndexPort};
 use crate::indirection::{
-    do_indirection, fabric_window, make_gather_pattern, Indexed, Indirection, IndirectionInfo,
+    do_indirection, make_gather_pattern, read_indices, Indexed, Indirection, IndirectionInfo,
     OobPolicy, RowExtent, SkippedIndex, MAX_INDICES,
 };
+use crate::order::{self, ElementOrder};
 use crate::pattern::{AccessPattern, BytePattern};
 use crate::reshape::{batman_reshape, Reshaped};
-use crate::runs::{for_each_run, Run, Walker};
+use crate::runs::{for_each_run, for_each_unit_run, Run, Walker};
 use crate::spray::{self, SprayMode, QUEUES};
 use dma::descriptor::{DescFlags, DescOp, Descriptor};
 use dma::fabric::Fabric;
@@ -66,6 +81,12 @@ pub struct Request {
     pub non_unique_dst_idx: bool,
     /// The DMA queues to spray over (bit `q` selects queue `q`).
     pub eng_mask: u16,
+    /// The source index tensor's dtype, layout and bias (u32 contiguous by default).
+    pub src_index: IndexLayout,
+    /// The destination index tensor's dtype, layout and bias.
+    pub dst_index: IndexLayout,
+    /// How reads are ordered against the request's own writes ([`ElementOrder`]).
+    pub order: ElementOrder,
 }
 
 impl Request {
@@ -81,6 +102,9 @@ impl Request {
             dtype,
             non_unique_dst_idx: false,
             eng_mask: 0xffff,
+            src_index: IndexLayout::default(),
+            dst_index: IndexLayout::default(),
+            order: ElementOrder::Any,
         }
     }
 }
@@ -101,6 +125,9 @@ pub struct SprayInfo {
 pub struct Generated {
     /// One descriptor list per DMA queue (always [`QUEUES`] lists; unselected ones empty).
     pub queues: Vec<Vec<Descriptor>>,
+    /// Phases to replay after `queues`, one after another, each [`QUEUES`] lists: only a
+    /// [`ElementOrder::Sequential`] request that reads bytes it writes has any.
+    pub later_phases: Vec<Vec<Vec<Descriptor>>>,
     /// Indices skipped under a soft policy, in position order per side.
     pub skipped: Vec<SkippedIndex>,
     /// Whether an OOB notification is raised (a soft skip with notification enabled).
@@ -110,9 +137,14 @@ pub struct Generated {
 }
 
 impl Generated {
-    /// Total descriptors over all queues.
+    /// Total descriptors over all queues and phases.
     pub fn descriptor_count(&self) -> usize {
-        self.queues.iter().map(Vec::len).sum()
+        self.phases().flatten().map(Vec::len).sum()
+    }
+
+    /// Every phase's queues, in replay order (`queues` first).
+    pub fn phases(&self) -> impl Iterator<Item = &Vec<Vec<Descriptor>>> + '_ {
+        std::iter::once(&self.queues).chain(&self.later_phases)
     }
 }
 
@@ -179,34 +211,39 @@ pub fn generate_into(fabric: &Fabric, req: &Request, out: &mut Generated) -> Res
 }
 
 /// Stages 1 to 6: validation, the spray summary, both sides reshaped and indexed, and the
-/// duplicate-destination rule. Nothing is emitted before all of it has passed.
+/// first failure (module docs). Nothing is emitted before all of it has passed.
 fn prepare(fabric: &Fabric, req: &Request) -> Result<(Side, Side, QueueIds, u64), Error> {
     let map = fabric.map();
     let dst_pattern = transposed_destination(req)?;
-    let skip = |i: Option<Indirection>| i.map(|i| i.dim);
-    let src = req
-        .src
-        .validate_except(map, "source", skip(req.src_indirection))?;
-    let dst = dst_pattern.validate_except(map, "destination", skip(req.dst_indirection))?;
+    let validate = |p: &AccessPattern, side, ind: Option<Indirection>| match ind {
+        Some(_) => p.byte_pattern(map, side),
+        None => p.validate(map, side),
+    };
+    let src = validate(&req.src, "source", req.src_indirection)?;
+    let dst = validate(&dst_pattern, "destination", req.dst_indirection)?;
     check_request(req, &src, &dst)?;
     let queues = spray::selected_queues(req.eng_mask)?;
     let info = gen_spray_info(req, &src, &dst, queues.len());
-    let side = |p, ind, name| build_side(fabric, p, ind, name, info.reshape_kind, req.eng_mask);
-    let s = side(&src, req.src_indirection, "source")?;
-    let d = side(&dst, req.dst_indirection, "destination")?;
+    let side = |p, ind, layout, name| {
+        let stage = (info.reshape_kind, req.eng_mask);
+        build_side(fabric, p, (ind, layout), name, stage)
+    };
+    let s = side(&src, req.src_indirection, &req.src_index, "source")?;
+    let d = side(&dst, req.dst_indirection, &req.dst_index, "destination")?;
     log_masks(req, &s, &d);
-    if let Some(ix) = &d.indexed {
-        check_duplicates(ix, req.non_unique_dst_idx)?;
+    match first_failure(req, &s, &d) {
+        Some(e) => Err(e),
+        None => Ok((s, d, queues, u64::from(src.elem_size))),
     }
-    Ok((s, d, queues, u64::from(src.elem_size)))
 }
 
 type QueueIds = smallvec::SmallVec<[u8; QUEUES]>;
 
 /// Stage 7: the descriptor loop and the spray. Disjoint destinations are dealt
 /// round-robin as they come; if the bytes read and written turn out to share an address
-/// range, the runs are walked again, an exact overlap is an error (one request does not
-/// order its reads after its own writes), and otherwise they are grouped.
+/// range, the runs are walked again: without a byte both read and written they are
+/// grouped; with one, a [`ElementOrder::Sequential`] request is cut into phases and any
+/// other is rejected (one request does not order its reads after its own writes).
 fn spray_runs(
     req: &Request,
     s: &Side,
@@ -225,11 +262,51 @@ fn spray_runs(
     }
     let mut runs = Vec::new();
     walk(s, d, elem, |r| runs.push(r));
-    spray::check_no_overlap(&runs)?;
-    let assigned = spray::assign(&runs, queues, SprayMode::Grouped);
+    match (spray::check_no_overlap(&runs), req.order) {
+        (Ok(()), _) => {
+            push_grouped(&runs, queues, emitter);
+            Ok(())
+        }
+        (Err(_), ElementOrder::Sequential { unit_elems }) => {
+            sequential(s, d, (elem, unit_elems), queues, emitter)
+        }
+        (Err(e), ElementOrder::Any) => Err(e),
+    }
+}
+
+/// Deals `runs` to queues with overlapping destinations grouped, and emits them.
+fn push_grouped(runs: &[Run], queues: &[u8], emitter: &mut Emitter) {
+    let assigned = spray::assign(runs, queues, SprayMode::Grouped);
     runs.iter()
         .zip(assigned)
         .for_each(|(&r, q)| emitter.push(r, q));
+}
+
+/// The sequential element order: the runs cut at every unit, then into phases
+/// ([`order::phases`]), each phase grouped and emitted after the previous one.
+fn sequential(
+    s: &Side,
+    d: &Side,
+    (elem, unit): (u64, u64),
+    queues: &[u8],
+    emitter: &mut Emitter,
+) -> Result<(), Error> {
+    let mut src = Walker::new(&s.shape, s.indexed.as_ref().map(|i| &i.bases));
+    let mut dst = Walker::new(&d.shape, d.indexed.as_ref().map(|i| &i.bases));
+    let mut units = Vec::new();
+    for_each_unit_run(&mut src, &mut dst, (elem, unit), |u, r| units.push((u, r)));
+    let phases = order::phases(&units)?;
+    debug!(
+        units = units.len(),
+        phases = phases.len(),
+        "sequential phases"
+    );
+    for (k, runs) in phases.iter().enumerate() {
+        if k > 0 {
+            emitter.next_phase();
+        }
+        push_grouped(runs, queues, emitter);
+    }
     Ok(())
 }
 
@@ -282,6 +359,7 @@ fn check_request(req: &Request, src: &BytePattern, dst: &BytePattern) -> Result<
             dst: dst.elements(),
         });
     }
+    check_policies(req)?;
     let indirect = req.src_indirection.is_some() || req.dst_indirection.is_some();
     match (req.kind, indirect) {
         (Kind::Direct2d, true) => Err(Error::KindIndirection {
@@ -296,13 +374,36 @@ fn check_request(req: &Request, src: &BytePattern, dst: &BytePattern) -> Result<
     }
 }
 
+/// The fill policy is the source's, with a value that fits the dtype; a sequential unit
+/// holds at least one element.
+fn check_policies(req: &Request) -> Result<(), Error> {
+    let fill = |i: Option<Indirection>| match i.map(|i| i.policy) {
+        Some(OobPolicy::Fill { value }) => Some(value),
+        _ => None,
+    };
+    if fill(req.dst_indirection).is_some() {
+        return Err(Error::FillOnDestination);
+    }
+    if let Some(value) = fill(req.src_indirection) {
+        if u64::from(value) >> (8 * req.dtype.size()) != 0 {
+            return Err(Error::FillValue {
+                value,
+                dtype: req.dtype,
+            });
+        }
+    }
+    match req.order {
+        ElementOrder::Sequential { unit_elems: 0 } => Err(Error::SequentialUnit { unit: 0 }),
+        _ => Ok(()),
+    }
+}
+
 fn build_side(
     fabric: &Fabric,
     p: &BytePattern,
-    ind: Option<Indirection>,
+    (ind, layout): (Option<Indirection>, &IndexLayout),
     side: &'static str,
-    reshape_kind: u8,
-    eng_mask: u16,
+    (reshape_kind, eng_mask): (u8, u16),
 ) -> Result<Side, Error> {
     let partition_dim = fabric.map().locate(FabricAddr(p.start))?.space != Space::Hbm;
     let Some(ind) = ind else {
@@ -324,20 +425,36 @@ fn build_side(
             count: dim.count,
             limit: MAX_INDICES,
         })?;
-    let info = IndirectionInfo::new(side, ind, count);
+    let info = IndirectionInfo::new(side, ind, layout.clone(), count);
     let shape = batman_reshape(p, Some(ind.dim), partition_dim, side);
-    let pattern = make_gather_pattern(&info, reshape_kind, eng_mask);
-    let port = fabric_window(fabric, ind.indices, u64::from(count) * 4)?;
     let row = row_extent(&shape);
-    let indexed = do_indirection(&port, fabric.map(), &info, &pattern, p.start, row)?;
+    let clipped = row.run_elems > 1 && ind.step <= 0;
+    if matches!(ind.policy, OobPolicy::Fill { .. }) && (clipped || !fill_row_shape(&shape)) {
+        return Err(Error::FillRowShape { side });
+    }
+    let pattern = make_gather_pattern(&info, reshape_kind, eng_mask)?;
+    let port = IndexPort::read(fabric, &pattern.addrs, layout.dtype.size())?;
+    let values = read_indices(&port, &pattern);
+    let indexed = do_indirection(fabric.map(), &info, &values, p.start, row);
     Ok(Side {
         shape,
         indexed: Some(indexed),
     })
 }
 
+/// A filling side's rows are one contiguous run: the indirection dimension is innermost,
+/// or followed by a single contiguous dimension.
+fn fill_row_shape(p: &Reshaped) -> bool {
+    let n = p.dims.len();
+    match p.indirect_dim {
+        Some(k) if k + 1 == n => true,
+        Some(k) if k + 2 == n => p.dims[n - 1].step == i64::from(p.elem_size),
+        _ => false,
+    }
+}
+
 /// The bytes a row spans around its base: all dimensions but the indirection one, the
-/// partition dimension apart.
+/// partition dimension apart; and the length of its innermost contiguous run.
 fn row_extent(p: &Reshaped) -> RowExtent {
     let (mut lo, mut hi, mut parts) = (0i64, 0i64, (0i64, 0i64));
     let rows = p
@@ -355,10 +472,16 @@ fn row_extent(p: &Reshaped) -> RowExtent {
         *l += ext.min(0);
         *h += ext.max(0);
     }
+    let run_elems = match (p.indirect_dim, p.dims.last()) {
+        (Some(k), Some(last)) if k + 2 == p.dims.len() => last.count,
+        _ => 1,
+    };
     RowExtent {
         lo,
         hi_end: hi + i64::from(p.elem_size),
         partitions: parts,
+        run_elems,
+        elem_size: p.elem_size,
     }
 }
 
@@ -383,26 +506,72 @@ fn log_masks(req: &Request, s: &Side, d: &Side) {
     );
 }
 
-/// Without `non_unique_dst_idx`, two valid destination indices may not be equal.
-fn check_duplicates(ix: &Indexed, non_unique: bool) -> Result<(), Error> {
-    if non_unique {
-        return Ok(());
-    }
-    let mut seen: HashMap<u32, u32> = HashMap::with_capacity(ix.values.len());
-    for (pos, (&value, &valid)) in ix.values.iter().zip(&ix.bases.valid).enumerate() {
-        if !valid {
-            continue;
+/// The request's first failure (module docs), if any.
+fn first_failure(req: &Request, s: &Side, d: &Side) -> Option<Error> {
+    let coupled = coupled(s, d);
+    let mut found: smallvec::SmallVec<[(u32, u32, Error); 3]> = smallvec::SmallVec::new();
+    for (side, rank) in [(s, 0), (d, 1)] {
+        if let Some(f) = side.indexed.as_ref().and_then(|i| i.fault.clone()) {
+            found.push((f.position, rank, f.error));
         }
+    }
+    if let (false, Some(ix)) = (req.non_unique_dst_idx, &d.indexed) {
+        let src = s.indexed.as_ref().filter(|_| coupled);
+        if let Some((second, e)) = duplicate(ix, src) {
+            found.push((second, 2, e));
+        }
+    }
+    // Uncoupled, a source fault comes first; destination faults and duplicates share the
+    // destination's positions.
+    let group = |rank: u32| u32::from(!coupled && rank > 0);
+    found
+        .into_iter()
+        .min_by_key(|&(pos, rank, _)| (group(rank), pos, rank))
+        .map(|f| f.2)
+}
+
+/// Whether both sides are indirect with one index per position: equal index counts and
+/// equal elements per index.
+fn coupled(s: &Side, d: &Side) -> bool {
+    let per_index = |side: &Side| {
+        let k = side.shape.indirect_dim?;
+        let inner: u64 = side
+            .shape
+            .dims
+            .get(k + 1..)?
+            .iter()
+            .map(|d| d.count)
+            .product();
+        Some((side.shape.dims.get(k)?.count, inner))
+    };
+    let both = s.indexed.is_some() && d.indexed.is_some();
+    both && per_index(s).is_some() && per_index(s) == per_index(d)
+}
+
+/// Without `non_unique_dst_idx`, two destination indices that move may not be equal; a
+/// position moves when its destination index is valid and (for a coupled indirect
+/// source) its source index moves or fills.
+fn duplicate(ix: &Indexed, src: Option<&Indexed>) -> Option<(u32, Error)> {
+    let moves = |pos: usize| {
+        src.is_none_or(|s| {
+            s.bases.fill.is_some() || s.bases.valid.get(pos).copied().unwrap_or(false)
+        })
+    };
+    let mut seen: HashMap<u32, u32> = HashMap::with_capacity(ix.values.len());
+    let positions = ix.values.iter().zip(&ix.bases.valid).enumerate();
+    for (pos, (&value, _)) in positions.filter(|(p, (_, &ok))| ok && moves(*p)) {
         if let Some(&first) = seen.get(&value) {
-            return Err(Error::DuplicateDestination {
+            let second = pos as u32;
+            let e = Error::DuplicateDestination {
                 first,
-                second: pos as u32,
+                second,
                 value,
-            });
+            };
+            return Some((second, e));
         }
         seen.insert(value, pos as u32);
     }
-    Ok(())
+    None
 }
 
 /// Disjoint spraying is safe when destinations cannot overlap: a direct destination whose
@@ -470,11 +639,14 @@ fn notifying(req: &Request, skipped: &[SkippedIndex]) -> bool {
         .any(|s| policy(s.side) == Some(OobPolicy::SoftSkip))
 }
 
-/// Stage 7's output: descriptors per queue, END_OF_INSTRUCTION on each queue's last.
+/// Stage 7's output: descriptors per queue (per phase), END_OF_INSTRUCTION on each
+/// queue's last of a phase.
 struct Emitter {
     op: DescOp,
     dtype: Dtype,
     queues: Vec<Vec<Descriptor>>,
+    /// Finished phases before `queues` (sequential requests only).
+    earlier: Vec<Vec<Vec<Descriptor>>>,
     bytes: u64,
     error: Option<dma::Error>,
     /// `[lo, hi)` of the bytes read and of the bytes written so far.
@@ -490,6 +662,7 @@ impl Emitter {
             op: DescOp::from(req.op),
             dtype: req.dtype,
             queues,
+            earlier: Vec::new(),
             bytes: 0,
             error: None,
             src_hull: (u64::MAX, 0),
@@ -508,24 +681,39 @@ impl Emitter {
         self.bytes = 0;
     }
 
+    /// Ends the current phase; later pushes go to a new one.
+    fn next_phase(&mut self) {
+        let mut fresh = Vec::with_capacity(QUEUES);
+        fresh.resize_with(QUEUES, Vec::new);
+        let mut done = std::mem::replace(&mut self.queues, fresh);
+        mark_ends(&mut done);
+        self.earlier.push(done);
+    }
+
     fn push(&mut self, r: Run, queue: u8) {
         // Runs are at most MAX_RUN_BYTES (64 KiB) and whole elements of the dtype (the
-        // patterns' element size equals the dtype's), so this cannot fail; an error is
-        // still kept and returned rather than dropped.
-        match Descriptor::new(
-            self.op,
-            FabricAddr(r.src),
-            FabricAddr(r.dst),
-            r.len as u32,
-            self.dtype,
-        ) {
+        // patterns' element size equals the dtype's; a fill value was checked to fit it),
+        // so this cannot fail; an error is still kept and returned rather than dropped.
+        let made = match r.fill {
+            true => Descriptor::fill(FabricAddr(r.dst), r.len as u32, self.dtype, r.src),
+            false => Descriptor::new(
+                self.op,
+                FabricAddr(r.src),
+                FabricAddr(r.dst),
+                r.len as u32,
+                self.dtype,
+            ),
+        };
+        match made {
             Ok(d) => {
                 if let Some(list) = self.queues.get_mut(usize::from(queue)) {
                     list.push(d);
                 }
                 self.bytes += r.len;
                 let grow = |h: &mut (u64, u64), a: u64| *h = (h.0.min(a), h.1.max(a + r.len));
-                grow(&mut self.src_hull, r.src);
+                if !r.fill {
+                    grow(&mut self.src_hull, r.src);
+                }
                 grow(&mut self.dst_hull, r.dst);
             }
             Err(e) => self.error = self.error.take().or(Some(e)),
@@ -536,22 +724,30 @@ impl Emitter {
         if let Some(e) = self.error {
             return Err(e.into());
         }
-        for list in &mut self.queues {
-            if let Some(last) = list.last_mut() {
-                *last = last.with_flags(DescFlags::END_OF_INSTRUCTION);
-            }
-        }
+        mark_ends(&mut self.queues);
+        let mut phases = self.earlier.into_iter().chain(std::iter::once(self.queues));
         Ok(Generated {
-            queues: self.queues,
+            queues: phases.next().unwrap_or_default(),
+            later_phases: phases.collect(),
             bytes: self.bytes,
             ..Generated::default()
         })
     }
 }
 
+/// END_OF_INSTRUCTION on each queue's last descriptor.
+fn mark_ends(queues: &mut [Vec<Descriptor>]) {
+    for list in queues {
+        if let Some(last) = list.last_mut() {
+            *last = last.with_flags(DescFlags::END_OF_INSTRUCTION);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::IndexDtype;
     use dma::addr::{SBUF_BASE, SBUF_STRIDE};
     use dma::compute;
     use dma::engine::{execute_sequential, Engine, EngineConfig, RaceCheck};
@@ -572,38 +768,82 @@ mod tests {
         f
     }
 
-    /// Element addresses of `p` in element order, with the indirection applied; `None`
-    /// for an index at or past its bound. Written independently of the DGE's walker.
-    fn element_addrs(f: &Fabric, p: &AccessPattern, ind: Option<Indirection>) -> Vec<Option<u64>> {
+    /// What an element of a pattern does in the closed form.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Elem {
+        At(u64),
+        Fill,
+        Skip,
+    }
+
+    /// Index `k` of `layout` at `base`, read byte by byte (independently of the gathers).
+    fn index_value(f: &Fabric, layout: &IndexLayout, base: u64, k: u64) -> u32 {
+        let size = layout.dtype.size();
+        let addr = match &layout.pattern {
+            None => base + k * size,
+            Some(dims) => {
+                let (mut rest, mut off) = (k, 0i64);
+                for d in dims.iter().rev() {
+                    off += d.step * (rest % d.count) as i64;
+                    rest /= d.count;
+                }
+                (base as i64 + off) as u64
+            }
+        };
+        let mut b = [0u8; 4];
+        f.read(FabricAddr(addr), &mut b[..size as usize]).unwrap();
+        u32::from_le_bytes(b)
+    }
+
+    /// What each element of `p` does, in element order, with the indirection applied:
+    /// an index at or past its (biased) bound skips, or fills under the fill policy, which
+    /// also fills the elements of a longer row at or past `start + bound * step`. Written
+    /// independently of the DGE's walker.
+    fn element_addrs(
+        f: &Fabric,
+        p: &AccessPattern,
+        ind: Option<Indirection>,
+        layout: &IndexLayout,
+    ) -> Vec<Elem> {
         let sbuf = p.start.0 >= SBUF_BASE;
         let n = p.dims.len();
+        let unit = |k: usize| match k == 0 && sbuf {
+            true => SBUF_STRIDE as i128,
+            false => i128::from(p.elem_size),
+        };
         let mut idx = vec![0u64; n];
         let mut out = Vec::new();
         loop {
             let mut a = p.start.0 as i128;
-            let mut ok = true;
+            let (mut ok, mut clip) = (true, None);
             #[allow(clippy::needless_range_loop)] // k indexes dims and idx alike
             for k in 0..n {
                 match ind {
                     Some(i) if i.dim == k => {
-                        let mut b = [0u8; 4];
-                        f.read(FabricAddr(i.indices.0 + 4 * idx[k]), &mut b)
-                            .unwrap();
-                        let v = u32::from_le_bytes(b);
-                        ok &= i.bound.is_none_or(|bd| u64::from(v) < bd);
-                        a += i128::from(v) * i128::from(i.step);
+                        let v = index_value(f, layout, i.indices.0, idx[k]);
+                        let b = v.wrapping_sub(layout.bias);
+                        ok &= i.bound.is_none_or(|bd| u64::from(b) < bd);
+                        a += i128::from(b) * i128::from(i.step);
+                        clip = i.bound.map(|bd| (i128::from(b), bd, i.step));
                     }
-                    _ => {
-                        let unit = if k == 0 && sbuf {
-                            SBUF_STRIDE as i128
-                        } else {
-                            i128::from(p.elem_size)
-                        };
-                        a += i128::from(p.dims[k].step) * unit * i128::from(idx[k]);
-                    }
+                    _ => a += i128::from(p.dims[k].step) * unit(k) * i128::from(idx[k]),
                 }
             }
-            out.push(ok.then_some(a as u64));
+            let fill = matches!(ind.map(|i| i.policy), Some(OobPolicy::Fill { .. }));
+            let d = ind.map_or(0, |i| i.dim);
+            let row_elems: u64 = (d + 1..n).map(|k| u64::from(p.dims[k].count)).product();
+            if let (true, true, Some((b, bd, step)), true) = (fill, ok, clip, row_elems > 1) {
+                // the element's offset inside its row: the dims inside the indirection one
+                let inner: i128 = (d + 1..n)
+                    .map(|k| i128::from(p.dims[k].step) * unit(k) * i128::from(idx[k]))
+                    .sum();
+                ok = b * i128::from(step) + inner < i128::from(bd) * i128::from(step);
+            }
+            out.push(match (ok, fill) {
+                (true, _) => Elem::At(a as u64),
+                (false, true) => Elem::Fill,
+                (false, false) => Elem::Skip,
+            });
             let mut k = n;
             loop {
                 if k == 0 {
@@ -619,34 +859,61 @@ mod tests {
         }
     }
 
-    /// The closed-form reference: every element move applied directly, in element order.
-    /// Returns the moves `(src, dst)` so the test can count the minimal runs.
-    fn reference(f: &mut Fabric, req: &Request) -> Vec<(u64, u64)> {
-        let src = element_addrs(f, &req.src, req.src_indirection);
+    /// The closed-form reference: units (one element, or the sequential order's
+    /// `unit_elems`) applied in element order, each reading its sources before writing.
+    /// Returns the moves `(src or None for a fill, dst)` so the test can count the runs.
+    fn reference(f: &mut Fabric, req: &Request) -> Vec<(Option<u64>, u64)> {
+        let src = element_addrs(f, &req.src, req.src_indirection, &req.src_index);
         let dst = if req.kind == Kind::GatherTranspose {
             let (c, r) = (req.dst.dims[0], req.dst.dims[1]);
             let es = i64::from(req.dst.elem_size);
             (0..r.count as i64)
                 .flat_map(|ri| {
                     (0..c.count as i64).map(move |ci| {
-                        Some((req.dst.start.0 as i64 + ci * c.step * es + ri * r.step * es) as u64)
+                        Elem::At(
+                            (req.dst.start.0 as i64 + ci * c.step * es + ri * r.step * es) as u64,
+                        )
                     })
                 })
                 .collect()
         } else {
-            element_addrs(f, &req.dst, req.dst_indirection)
+            element_addrs(f, &req.dst, req.dst_indirection, &req.dst_index)
+        };
+        let fill = match req.src_indirection.map(|i| i.policy) {
+            Some(OobPolicy::Fill { value }) => value.to_le_bytes(),
+            _ => [0; 4],
+        };
+        let unit = match req.order {
+            ElementOrder::Sequential { unit_elems } => unit_elems as usize,
+            ElementOrder::Any => 1,
         };
         let es = req.dtype.size();
+        let pairs: Vec<(Elem, Elem)> = src.into_iter().zip(dst).collect();
         let mut moves = Vec::new();
-        for (s, d) in src.into_iter().zip(dst) {
-            let (Some(s), Some(d)) = (s, d) else { continue };
-            let mut a = vec![0u8; es];
-            let mut b = vec![0u8; es];
-            f.read(FabricAddr(s), &mut a).unwrap();
-            f.read(FabricAddr(d), &mut b).unwrap();
-            compute::apply(req.op, req.dtype, &mut b, &a).unwrap();
-            f.write(FabricAddr(d), &b).unwrap();
-            moves.push((s, d));
+        for chunk in pairs.chunks(unit) {
+            let mut values = Vec::new();
+            for &(s, d) in chunk {
+                let mut a = vec![0u8; es];
+                match (s, d) {
+                    (Elem::At(s), Elem::At(_)) => f.read(FabricAddr(s), &mut a).unwrap(),
+                    (Elem::Fill, Elem::At(_)) => a.copy_from_slice(&fill[..es]),
+                    _ => continue,
+                }
+                values.push((s, d, a));
+            }
+            for (s, d, a) in values {
+                let Elem::At(d) = d else { continue };
+                let mut b = vec![0u8; es];
+                f.read(FabricAddr(d), &mut b).unwrap();
+                let op = if s == Elem::Fill {
+                    ComputeOp::None
+                } else {
+                    req.op
+                };
+                compute::apply(op, req.dtype, &mut b, &a).unwrap();
+                f.write(FabricAddr(d), &b).unwrap();
+                moves.push((if let Elem::At(s) = s { Some(s) } else { None }, d));
+            }
         }
         moves
     }
@@ -659,13 +926,20 @@ mod tests {
         }
     }
 
-    fn minimal_count(moves: &[(u64, u64)], es: u64) -> usize {
+    /// The fewest runs `moves` make: consecutive moves join when both are fills or both
+    /// continue the source, and the destination continues, inside one region.
+    fn minimal_count(moves: &[(Option<u64>, u64)], es: u64) -> usize {
         let mut count = 0;
         let mut run = 0u64;
         for (k, &(s, d)) in moves.iter().enumerate() {
             let joined = k > 0 && {
                 let (ps, pd) = moves[k - 1];
-                ps + es == s && pd + es == d && region(ps) == region(s) && region(pd) == region(d)
+                let src = match (ps, s) {
+                    (Some(ps), Some(s)) => ps + es == s && region(ps) == region(s),
+                    (None, None) => true,
+                    _ => false,
+                };
+                src && pd + es == d && region(pd) == region(d)
             };
             if !joined {
                 count += run.div_ceil(65536) as usize;
@@ -676,30 +950,38 @@ mod tests {
         count + run.div_ceil(65536) as usize
     }
 
-    /// Replays `g` on the DMA engine with its race check on (so any two queues touching
-    /// one byte unordered fail the test) with `workers` threads.
+    /// Replays every phase of `g` in order on the DMA engine with its race check on (so
+    /// any two queues touching one byte unordered fail the test) with `workers` threads.
     fn replay(f: &mut Fabric, g: &Generated, workers: usize) {
         let config = EngineConfig {
             workers,
             race_check: RaceCheck::On,
             ..EngineConfig::default()
         };
-        Engine::new(config).unwrap().run(f, &g.queues).unwrap();
+        let engine = Engine::new(config).unwrap();
+        for phase in g.phases() {
+            engine.run(f, phase).unwrap();
+        }
     }
 
     /// Generates, replays on the engine (race-checked, 1 and 2 workers) and with the
     /// sequential executor in reversed queue order, and compares against the reference.
+    /// Without phases the descriptor count must be minimal.
     fn check(f: &Fabric, req: &Request) -> Generated {
         let g = generate(f, req).unwrap();
         let mut expect = f.clone();
         let moves = reference(&mut expect, req);
-        assert_eq!(
-            g.descriptor_count(),
-            minimal_count(&moves, req.dtype.size() as u64)
-        );
+        if g.later_phases.is_empty() {
+            assert_eq!(
+                g.descriptor_count(),
+                minimal_count(&moves, req.dtype.size() as u64)
+            );
+        }
         let mut reversed = f.clone();
-        let backwards: Vec<Vec<Descriptor>> = g.queues.iter().rev().cloned().collect();
-        execute_sequential(&mut reversed, &backwards).unwrap();
+        for phase in g.phases() {
+            let backwards: Vec<Vec<Descriptor>> = phase.iter().rev().cloned().collect();
+            execute_sequential(&mut reversed, &backwards).unwrap();
+        }
         assert_eq!(
             reversed.first_difference(&expect),
             None,
@@ -1112,6 +1394,294 @@ mod tests {
                 Err(e) => prop_assert!(false, "unexpected {e}"),
                 Ok(_) => { prop_assert!(soft || !(src_oob || dst_oob)); check(&f, &r); }
             }
+        }
+    }
+
+    /// Writes `values` as `dtype` indices where `layout` puts them at `base`.
+    fn put_indices(f: &mut Fabric, layout: &IndexLayout, base: u64, values: &[u32]) {
+        let size = layout.dtype.size() as usize;
+        let addrs = layout
+            .addresses("source", base, values.len() as u32)
+            .unwrap();
+        for (&a, v) in addrs.iter().zip(values) {
+            f.write(FabricAddr(a), &v.to_le_bytes()[..size]).unwrap();
+        }
+    }
+
+    fn coupled_request(sidx: &[u32], didx: &[u32], policy: OobPolicy) -> (Fabric, Request) {
+        let mut f = fabric_with(sidx, (0, 4096));
+        put_indices(&mut f, &IndexLayout::default(), IDX + 256, didx);
+        let p = |at| AccessPattern::new(FabricAddr(at), 4, &[(4, sidx.len() as u32), (1, 4)]);
+        let mut r = Request::new(Kind::Indirect, p(0), p(1 << 20), Dtype::F32);
+        let ind = |at| Indirection {
+            dim: 0,
+            indices: FabricAddr(at),
+            step: 16,
+            bound: Some(8),
+            policy,
+        };
+        r.src_indirection = Some(ind(IDX));
+        r.dst_indirection = Some(ind(IDX + 256));
+        (f, r)
+    }
+
+    #[test]
+    fn the_first_failing_position_wins_over_both_sides() {
+        // a duplicate at position 1 comes before the source's OOB index at position 2
+        let (f, r) = coupled_request(&[0, 1, 99, 3], &[5, 5, 0, 1], OobPolicy::HardError);
+        let e = generate(&f, &r).unwrap_err();
+        assert_eq!(
+            e,
+            Error::DuplicateDestination {
+                first: 0,
+                second: 1,
+                value: 5
+            }
+        );
+        // at one position the rows are checked before the duplicate rule, source first
+        let (f, r) = coupled_request(&[0, 99, 2], &[5, 5, 9], OobPolicy::HardError);
+        assert!(matches!(
+            generate(&f, &r).unwrap_err(),
+            Error::IndexOutOfBounds {
+                side: "source",
+                position: 1,
+                ..
+            }
+        ));
+        // the destination's failure at position 1 comes before the source's at 2
+        let (f, r) = coupled_request(&[0, 0, 99], &[1, 99, 2], OobPolicy::HardError);
+        assert!(matches!(
+            generate(&f, &r).unwrap_err(),
+            Error::IndexOutOfBounds {
+                side: "destination",
+                position: 1,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_position_skipped_on_the_source_is_not_a_duplicate() {
+        let (f, r) = coupled_request(&[99, 1], &[5, 5], OobPolicy::SoftSkip);
+        let g = check(&f, &r);
+        assert_eq!(g.bytes, 16);
+        assert_eq!(
+            g.skipped,
+            vec![SkippedIndex {
+                side: "source",
+                position: 0,
+                value: 99
+            }]
+        );
+    }
+
+    #[test]
+    fn an_unread_start_row_off_the_fabric_is_not_checked() {
+        // the table's start row would leave HBM, but the only index is skipped
+        let f = fabric_with(&[7], (0, 64));
+        let mut r = gather(64, 1, Some(4), OobPolicy::SoftSkip);
+        r.src.start = FabricAddr(Generation::Cayman.hbm_bytes() - 8);
+        let g = check(&f, &r);
+        assert_eq!((g.bytes, g.skipped.len()), (0, 1));
+    }
+
+    #[test]
+    fn immediate_fill_for_missed_indices() {
+        // a window of 8 u16 elements covering indices 512..520; misses write 0x7ff
+        let mut f = fabric_with(&[], (0, 64));
+        let layout = IndexLayout {
+            bias: 512,
+            ..IndexLayout::contiguous(IndexDtype::U32)
+        };
+        put_indices(&mut f, &layout, IDX, &[512, 519, 520, 3, 515]);
+        let src = AccessPattern::new(FabricAddr(16), 2, &[(1, 5)]);
+        let dst = AccessPattern::new(FabricAddr(1 << 20), 2, &[(1, 5)]);
+        let mut r = Request::new(Kind::Indirect, src, dst, Dtype::U16);
+        r.src_index = layout;
+        r.src_indirection = Some(Indirection {
+            dim: 0,
+            indices: FabricAddr(IDX),
+            step: 2,
+            bound: Some(8),
+            policy: OobPolicy::Fill { value: 0x7ff },
+        });
+        let g = check(&f, &r);
+        assert_eq!(g.bytes, 10);
+        let mut got = f.clone();
+        replay(&mut got, &g, 1);
+        let mut out = [0u16; 5];
+        got.read_elems(FabricAddr(1 << 20), &mut out).unwrap();
+        let byte = |i: u64| (i * 7 + 3) as u8;
+        let table = |e: u64| u16::from_le_bytes([byte(16 + 2 * e), byte(17 + 2 * e)]);
+        assert_eq!(out, [table(0), table(7), 0x7ff, 0x7ff, table(3)]);
+        let mut bad = r.clone();
+        bad.src_indirection = bad.src_indirection.map(|i| Indirection {
+            policy: OobPolicy::Fill { value: 0x1_0000 },
+            ..i
+        });
+        assert!(matches!(generate(&f, &bad), Err(Error::FillValue { .. })));
+        bad.dst_indirection = r.src_indirection;
+        bad.src_indirection = None;
+        assert_eq!(generate(&f, &bad).unwrap_err(), Error::FillOnDestination);
+        // one-element rows fill whatever the step: a reversed window (step -2)
+        let mut rev = r.clone();
+        rev.src.start = FabricAddr(30);
+        rev.src_indirection = r.src_indirection.map(|i| Indirection { step: -2, ..i });
+        let g = check(&f, &rev);
+        let mut got = f.clone();
+        replay(&mut got, &g, 1);
+        got.read_elems(FabricAddr(1 << 20), &mut out).unwrap();
+        assert_eq!(out, [table(7), table(0), 0x7ff, 0x7ff, table(4)]);
+        // rows of several elements need a positive step
+        let src = AccessPattern::new(FabricAddr(16), 2, &[(2, 5), (1, 2)]);
+        let dst = AccessPattern::new(FabricAddr(1 << 20), 2, &[(2, 5), (1, 2)]);
+        let mut two = Request::new(Kind::Indirect, src, dst, Dtype::U16);
+        two.src_indirection = rev.src_indirection;
+        assert_eq!(
+            generate(&f, &two).unwrap_err(),
+            Error::FillRowShape { side: "source" }
+        );
+    }
+
+    #[test]
+    fn sequential_order_replays_a_shift_as_a_loop() {
+        // dst = src + 1 element inside one buffer: each element reads its predecessor's
+        // result (a forward loop), which takes one phase per element
+        let f = fabric_with(&[], (0, 64));
+        let p = |at| AccessPattern::new(FabricAddr(at), 4, &[(1, 6)]);
+        let mut r = Request::new(Kind::Direct2d, p(0), p(4), Dtype::U32);
+        assert!(matches!(
+            generate(&f, &r),
+            Err(Error::SourceOverlapsDestination { .. })
+        ));
+        r.order = ElementOrder::Sequential { unit_elems: 1 };
+        let g = check(&f, &r);
+        assert_eq!(g.later_phases.len(), 5);
+        // in place: one phase, one descriptor
+        let mut r = Request::new(Kind::Direct2d, p(0), p(0), Dtype::U32);
+        r.op = ComputeOp::Add;
+        r.order = ElementOrder::Sequential { unit_elems: 1 };
+        let g = check(&f, &r);
+        assert_eq!((g.later_phases.len(), g.descriptor_count()), (0, 1));
+        r.order = ElementOrder::Sequential { unit_elems: 0 };
+        assert_eq!(
+            generate(&f, &r).unwrap_err(),
+            Error::SequentialUnit { unit: 0 }
+        );
+    }
+
+    fn layout_strategy() -> impl Strategy<Value = (IndexDtype, u8)> {
+        (
+            prop::sample::select(vec![IndexDtype::U8, IndexDtype::U16, IndexDtype::U32]),
+            0u8..3,
+        )
+    }
+
+    /// Contiguous (0), strided by three elements (1), or column-major over 2 partitions (2).
+    fn layout_of(dtype: IndexDtype, shape: u8, bias: u32) -> IndexLayout {
+        let size = dtype.size() as i64;
+        let dims: Option<&[(i64, u64)]> = match shape {
+            0 => None,
+            1 => Some(&[(3 * size, 4096)]),
+            _ => Some(&[(size, 2048), (SBUF_STRIDE as i64, 2)]),
+        };
+        IndexLayout {
+            dtype,
+            pattern: dims.map(|d| {
+                d.iter()
+                    .map(|&(step, count)| crate::pattern::ByteDim { step, count })
+                    .collect()
+            }),
+            bias,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Row gathers whose indices are u8/u16/u32, contiguous, strided or column-major,
+        /// biased, under the hard, skip and fill policies: replay equals the reference.
+        #[test]
+        fn random_index_layouts_and_policies_match_the_reference(
+            (dtype, shape) in layout_strategy(),
+            raw in proptest::collection::vec(0u32..16, 1..40),
+            bias in 0u32..4,
+            policy in 0u8..3,
+            cols in 1u32..5,
+            fill in 0u32..0x10000,
+        ) {
+            let n = raw.len() as u32;
+            let mut f = fabric_with(&[], (0, 4096));
+            let layout = layout_of(dtype, shape, bias);
+            put_indices(&mut f, &layout, IDX, &raw);
+            let policy = match policy {
+                0 => OobPolicy::HardError,
+                1 => OobPolicy::SoftSkip,
+                _ => OobPolicy::Fill { value: fill },
+            };
+            let rows = [(i64::from(cols), n), (1, cols)];
+            let src = AccessPattern::new(FabricAddr(0), 2, &rows);
+            let dst = AccessPattern::new(FabricAddr(1 << 20), 2, &rows);
+            let mut r = Request::new(Kind::Indirect, src, dst, Dtype::Bf16);
+            r.src_index = layout;
+            r.src_indirection = Some(Indirection {
+                dim: 0, indices: FabricAddr(IDX), step: (cols * 2) as i32, bound: Some(10), policy,
+            });
+            let oob = raw.iter().any(|&v| u64::from(v.wrapping_sub(bias)) >= 10);
+            match generate(&f, &r) {
+                Err(Error::IndexOutOfBounds { .. }) => prop_assert!(policy == OobPolicy::HardError && oob),
+                Err(e) => prop_assert!(false, "unexpected {e}"),
+                Ok(_) => { check(&f, &r); }
+            }
+        }
+
+        /// INDIRECT_COPY-like runs: element-offset indices (step = one element) of E-element
+        /// runs over several partitions, clipped at a buffer end and filled with 0.
+        #[test]
+        fn clipped_runs_match_the_reference(
+            raw in proptest::collection::vec(0u32..48, 1..24),
+            per in prop::sample::select(vec![1u32, 2, 4, 8]),
+            buffer in 1u64..40,
+            parts in 1u32..4,
+        ) {
+            let n = raw.len() as u32;
+            let mut f = fabric_with(&[], (0, 64));
+            for p in 0..parts {
+                let data: Vec<u8> = (0..128u32).map(|i| (i * 5 + p * 11) as u8).collect();
+                f.write(FabricAddr(SBUF_BASE + u64::from(p) * SBUF_STRIDE + 4096), &data).unwrap();
+            }
+            let layout = IndexLayout::contiguous(IndexDtype::U16);
+            put_indices(&mut f, &layout, IDX, &raw);
+            let src = AccessPattern::new(FabricAddr(SBUF_BASE + 4096), 2, &[(1, parts), (1, n), (1, per)]);
+            let dst = AccessPattern::new(FabricAddr(SBUF_BASE + 8192), 2, &[(1, parts), (i64::from(per), n), (1, per)]);
+            let mut r = Request::new(Kind::Indirect, src, dst, Dtype::U16);
+            r.src_index = layout;
+            r.src_indirection = Some(Indirection {
+                dim: 1, indices: FabricAddr(IDX), step: 2, bound: Some(buffer), policy: OobPolicy::Fill { value: 0 },
+            });
+            let g = check(&f, &r);
+            prop_assert_eq!(g.bytes, u64::from(parts * n * per) * 2);
+        }
+
+        /// Direct copies inside one buffer with overlapping source and destination (any
+        /// shift, rows of 1 to 3 elements as units, every compute op) in sequential order
+        /// equal the element-order loop; in any order they are rejected when rows overlap.
+        #[test]
+        fn sequential_overlaps_match_the_loop(
+            shift in -6i64..7,
+            rows in 1u32..8,
+            per in 1u32..4,
+            gap in 0i64..3,
+            op in 0u8..5,
+        ) {
+            let f = fabric_with(&[], (0, 4096));
+            let step = i64::from(per) + gap;
+            let dims = [(step, rows), (1, per)];
+            let src = AccessPattern::new(FabricAddr(512), 4, &dims);
+            let dst = AccessPattern::new(FabricAddr((512 + 4 * shift) as u64), 4, &dims);
+            let mut r = Request::new(Kind::Direct2d, src, dst, Dtype::I32);
+            r.op = ComputeOp::from_code(op).unwrap();
+            r.order = ElementOrder::Sequential { unit_elems: u64::from(per) };
+            check(&f, &r);
         }
     }
 }

@@ -1,19 +1,26 @@
 //! The indirection stages of the DGE pipeline (seed 000 section 6): [`IndirectionInfo`],
-//! [`make_gather_pattern`], [`gather_indices`] and [`do_indirection`].
+//! [`make_gather_pattern`], [`read_indices`] and [`do_indirection`].
 //!
-//! Indices are `u32` (the DGE replaces the index-read step with `sizeof(uint32_t)`). They
-//! are read 16 lanes at a time through the IVP SuperGather core (`gatheran_2x32t` then
-//! `gatherdn_2x32`) from a [`fabric_window`] port over the index tensor, predicated by the
-//! gather pattern's lane mask. Each index then becomes an address with the unsigned-index x
-//! signed-step 64-bit MAC `mulusan_2x32`, and its bound check is the unsigned compare
-//! `ltun_2x32(index, idx_max)`.
+//! Indices are read through the IVP SuperGather core ([`crate::index`]): u32 indices with
+//! `gatheran_2x32t` (the DGE's own `sizeof(uint32_t)` step), u8 and u16 ones with the NX8U
+//! and NX16 gathers, contiguous or through an index pattern, and widened to u32 lanes.
+//! Each vector of 16 indices then has its bias subtracted (`subn_2x32`), is bound-checked
+//! with the unsigned compare `ltun_2x32(index, idx_max)`, has its failing lanes replaced
+//! by 0 with the predicated select (`mov2nx8t`), and becomes addresses with the
+//! unsigned-index x signed-step 64-bit MAC `start + index * step` (`mulusan_2x32`).
+//!
+//! # Faults
+//!
+//! [`do_indirection`] does not stop at an error: it records the side's first failing
+//! position ([`Fault`]: a hard-policy index at or past its bound, an address past 64 bits,
+//! or an in-bound index whose row leaves the fabric), so that the request can report the
+//! first failure in position order over both sides.
 
 use crate::error::Error;
-use crate::reshape::INDEX_READ_STEP;
-use crate::runs::IndexedBases;
-use dma::fabric::Fabric;
+use crate::index::{gather_indices, IndexLayout};
+use crate::runs::{IndexedBases, RowFill};
 use dma::FabricAddr;
-use ivp::{alu, AddrVec, Gr, LaneView, MemPort, MemTable, SuperGather, VBool, VecReg, Width};
+use ivp::{alu, AddrVec, LaneView, MemPort, SuperGather, VBool, VecReg, Width};
 use tracing::debug;
 
 /// The most indices one DGE instruction takes.
@@ -31,6 +38,12 @@ pub enum OobPolicy {
     /// As [`OobPolicy::SoftSkip`] with the notification disabled
     /// (`bc_disable_oob_error_notif`).
     SoftSkipSilent,
+    /// Source side only: the destination elements of an index at or past the bound are
+    /// written with `value` (FILL descriptors; GATHER's IMMEDIATE_WRITE), and so are the
+    /// elements of an in-bound row that lie at or past `start + bound * step` (the end of
+    /// the indexed buffer: INDIRECT_COPY's runs clipped at the source buffer end). The fill
+    /// is written whatever the compute op. Nothing is listed or notified.
+    Fill { value: u32 },
 }
 
 /// One side's indirection: the index tensor and how indices become addresses.
@@ -38,118 +51,95 @@ pub enum OobPolicy {
 pub struct Indirection {
     /// The pattern dimension the indices replace (its count is the index count).
     pub dim: usize,
-    /// Fabric address of the `u32` index tensor.
+    /// Fabric address of index 0 (the layout is the request's `src_index` /
+    /// `dst_index`: u32 contiguous unless it says otherwise).
     pub indices: FabricAddr,
     /// Bytes between consecutive index values' targets (`indirection_step`).
     pub step: i32,
-    /// Exclusive upper bound on index values (`srx_idx_max` / `dst_idx_max`); `None` when
-    /// the bound-check register is disabled.
+    /// Exclusive upper bound on (biased) index values (`srx_idx_max` / `dst_idx_max`);
+    /// `None` when the bound-check register is disabled.
     pub bound: Option<u64>,
     /// What an index at or past the bound does.
     pub policy: OobPolicy,
 }
 
 /// The `IndirectionInfo` of one side, as the firmware constructs it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndirectionInfo {
     pub side: &'static str,
     pub ind: Indirection,
+    /// How the index tensor is laid out and biased.
+    pub layout: IndexLayout,
     /// Number of indices (the indirection dimension's count).
     pub count: u32,
 }
 
 impl IndirectionInfo {
-    /// Stage 1: records the index tensor's location and count.
-    pub fn new(side: &'static str, ind: Indirection, count: u32) -> IndirectionInfo {
-        debug!(side, indices = %ind.indices, count, "IndirectionInfo constructor");
-        IndirectionInfo { side, ind, count }
-    }
-}
-
-/// The index-read pattern and its in-bounds lane mask (`make_gather_pattern`'s output).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GatherPattern {
-    /// Address of index 0.
-    pub base: FabricAddr,
-    /// Index count.
-    pub count: u32,
-    /// Bytes between consecutive indices as the memory port sees them (4).
-    pub step_port: i64,
-    /// The same step in 16-bit half-words (2).
-    pub step_half: i64,
-    /// Lanes of the last vector that hold an index (all 16 lanes of the earlier ones).
-    pub last_mask: u16,
-}
-
-impl GatherPattern {
-    /// Number of 16-lane vectors needed.
-    pub fn vectors(&self) -> usize {
-        (self.count as usize).div_ceil(LANES)
-    }
-
-    /// The lane mask of vector `v`.
-    pub fn mask(&self, v: usize) -> u16 {
-        if v + 1 == self.vectors() {
-            self.last_mask
-        } else {
-            0xffff
+    /// Stage 1: records the index tensor's location, layout and count.
+    pub fn new(
+        side: &'static str,
+        ind: Indirection,
+        layout: IndexLayout,
+        count: u32,
+    ) -> IndirectionInfo {
+        debug!(side, indices = %ind.indices, count, dtype = ?layout.dtype, bias = layout.bias,
+            "IndirectionInfo constructor");
+        IndirectionInfo {
+            side,
+            ind,
+            layout,
+            count,
         }
     }
 }
 
-/// Stage 4: builds the index-read pattern and in-bounds mask for `info`.
+/// The index-read pattern (`make_gather_pattern`'s output): the gather width and the
+/// address of every index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatherPattern {
+    pub width: Width,
+    /// Address of index `k`, in position order.
+    pub addrs: Vec<u64>,
+}
+
+impl GatherPattern {
+    /// Number of gather vectors needed.
+    pub fn vectors(&self) -> usize {
+        self.addrs.len().div_ceil(self.width.lanes())
+    }
+}
+
+/// Stage 4: the index-read pattern of `info`: its gather width and index addresses.
 pub fn make_gather_pattern(
     info: &IndirectionInfo,
     reshape_kind: u8,
     eng_mask: u16,
-) -> GatherPattern {
-    let rem = info.count as usize % LANES;
-    let last_mask = if rem == 0 { 0xffff } else { (1u16 << rem) - 1 };
-    let p = GatherPattern {
-        base: info.ind.indices,
-        count: info.count,
-        step_port: INDEX_READ_STEP,
-        step_half: INDEX_READ_STEP / 2,
-        last_mask,
-    };
+) -> Result<GatherPattern, Error> {
+    let addrs = info
+        .layout
+        .addresses(info.side, info.ind.indices.0, info.count)?;
+    let width = info.layout.dtype.width();
     debug!(
         side = info.side,
         reshape_kind,
-        step_port = p.step_port,
-        step_half = p.step_half,
+        width = ?width,
+        patterned = info.layout.pattern.is_some(),
         eng_mask = format_args!("{eng_mask:#x}"),
         "make_gather_pattern START"
     );
-    p
+    Ok(GatherPattern { width, addrs })
 }
 
-/// Reads `[base, base + len)` of the fabric once, through its bounds-checked path, into a
-/// memory port over exactly that window (for the DGE, the index tensor): lanes outside it
-/// are refused by the port and drain as dead.
-pub fn fabric_window(fabric: &Fabric, base: FabricAddr, len: u64) -> Result<MemTable, Error> {
-    let n = usize::try_from(len).map_err(|_| dma::Error::AddressOverflow { addr: base.0, len })?;
-    let mut bytes = vec![0u8; n];
-    fabric.read(base, &mut bytes)?;
-    Ok(MemTable::window_at(base.0, bytes))
-}
-
-/// Stage 5: reads the indices of vector `v` through the IVP gather, predicated by the
-/// pattern's mask: disabled lanes drain as 0.
-pub fn gather_indices<P: MemPort>(
-    core: &mut SuperGather,
-    port: &P,
-    p: &GatherPattern,
-    v: usize,
-) -> (VecReg, u16) {
-    let mask = p.mask(v);
-    let first = (v * LANES) as u32;
-    let offsets = VecReg::from_n_2x32(std::array::from_fn(|k| first + k as u32));
-    let vb = VBool::from_lanes(LaneView::N2x32, u64::from(mask));
-    debug!(indices = %p.base, pattern = v, mask = format_args!("{mask:#x}"), "gather_indices START");
-    (
-        core.gather_t(Gr::GR0, Width::N2x32, p.base.0, &offsets, vb, port),
-        mask,
-    )
+/// Stage 5: reads every index of `pattern` through the IVP gather, vector by vector;
+/// lanes the port refuses drain as 0.
+pub fn read_indices<P: MemPort>(port: &P, pattern: &GatherPattern) -> Vec<u32> {
+    let mut core = SuperGather::new();
+    let mut out = Vec::with_capacity(pattern.addrs.len());
+    for (v, addrs) in pattern.addrs.chunks(pattern.width.lanes()).enumerate() {
+        debug!(pattern = v, lanes = addrs.len(), "gather_indices START");
+        gather_indices(&mut core, port, pattern.width, addrs, &mut out);
+    }
+    out
 }
 
 /// An index that failed its bound check under a soft policy.
@@ -160,111 +150,201 @@ pub struct SkippedIndex {
     pub value: u32,
 }
 
+/// A side's first failing position and its error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    pub position: u32,
+    pub error: Error,
+}
+
 /// `do_indirection`'s result for one side.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Indexed {
-    /// Per-position base addresses and bound-check results.
+    /// Per-position base addresses and bound-check results (positions before the fault).
     pub bases: IndexedBases,
-    /// The index values as gathered.
+    /// The index values as gathered (unbiased).
     pub values: Vec<u32>,
-    /// Positions that failed the bound check (soft policies only).
+    /// Positions that failed the bound check (skip policies only).
     pub skipped: Vec<SkippedIndex>,
+    /// The first failing position, if any (then the request fails).
+    pub fault: Option<Fault>,
 }
 
 /// The bytes a row spans around its base (the pattern's dimensions other than the
 /// indirection dimension): `[lo, hi_end)` inside each partition it touches, and the byte
 /// offsets `[first, last]` of its first and last partition (`0, 0` off SBUF/PSUM or
-/// without a partition dimension).
+/// without a partition dimension). `run_elems` is the length of a row's contiguous run
+/// of `elem_size`-byte elements (what the fill policy clips).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RowExtent {
     pub lo: i64,
     pub hi_end: i64,
     pub partitions: (i64, i64),
+    pub run_elems: u64,
+    pub elem_size: u32,
 }
 
-/// Stage 6: gathers every index, checks it against the bound (`ltun_2x32`), replaces
-/// failing lanes by 0 with the predicated select (`mov2nx8t`) and turns the rest into
-/// addresses with the 64-bit MAC `start + index * step` (`mulusan_2x32`). A hard-policy
-/// failure, or an in-bound index whose row leaves the fabric, fails the whole request.
-pub fn do_indirection<P: MemPort>(
-    port: &P,
+/// Stage 6: bound-checks, biases and addresses every index of `values` (module docs).
+/// Stops at the first hard-policy or overflow failure, then checks that every valid row
+/// before it is on the fabric; the earliest failure is the side's [`Fault`].
+pub fn do_indirection(
     map: &dma::AddressMap,
     info: &IndirectionInfo,
-    pattern: &GatherPattern,
+    values: &[u32],
     start: u64,
     row: RowExtent,
-) -> Result<Indexed, Error> {
-    let mut core = SuperGather::new();
-    let n = info.count as usize;
+) -> Indexed {
+    let n = values.len();
+    let fill = match info.ind.policy {
+        OobPolicy::Fill { value } => Some(RowFill {
+            value,
+            moved: Vec::with_capacity(n),
+        }),
+        _ => None,
+    };
     let mut out = Indexed {
         bases: IndexedBases {
             addrs: Vec::with_capacity(n),
             valid: Vec::with_capacity(n),
+            fill,
         },
         values: Vec::with_capacity(n),
-        skipped: Vec::new(),
+        ..Indexed::default()
     };
     let mut extremes = Extremes::default();
-    for v in 0..pattern.vectors() {
-        let (idx, mask) = gather_indices(&mut core, port, pattern, v);
-        let (addrs, valid) = index_addresses(info, &idx, mask, start, v)?;
-        for k in (0..LANES).filter(|k| mask >> k & 1 == 1) {
+    for (v, chunk) in values.chunks(LANES).enumerate() {
+        let lanes = index_lanes(info, chunk, start, v);
+        let live = lanes.fault.as_ref().map_or(chunk.len(), |f| f.0);
+        for (k, &value) in chunk.iter().enumerate().take(live) {
             let position = (v * LANES + k) as u32;
-            let value = idx.n_2x32()[k];
-            let ok = valid >> k & 1 == 1;
+            let ok = lanes.valid >> k & 1 == 1;
+            let addr = lanes.addrs.lanes()[k];
             if ok {
-                extremes.see(position, value, addrs.lanes()[k]);
-            } else {
-                reject(info, position, value, &mut out.skipped)?;
+                extremes.see(position, value, addr);
+            } else if info.ind.policy != OobPolicy::HardError && out.bases.fill.is_none() {
+                out.skipped.push(SkippedIndex {
+                    side: info.side,
+                    position,
+                    value,
+                });
             }
-            out.bases.addrs.push(addrs.lanes()[k]);
+            if let Some(f) = &mut out.bases.fill {
+                f.moved.push(moved_elems(info, lanes.biased[k], ok, row));
+            }
+            out.bases.addrs.push(addr);
             out.bases.valid.push(ok);
             out.values.push(value);
         }
+        if let Some((lane, error)) = lanes.fault {
+            let position = (v * LANES + lane) as u32;
+            out.fault = Some(Fault { position, error });
+            break;
+        }
     }
-    check_rows(map, info, &out, extremes, row)?;
-    Ok(out)
+    if let Some(fault) = check_rows(map, info, &out, extremes, row) {
+        out.fault = Some(fault);
+    }
+    out
 }
 
-/// One vector of indices: the in-bound lanes (`ltun_2x32` against the bound, within the
-/// pattern mask), the failing lanes replaced by 0 (`mov2nx8t`), and the 64-bit addresses
-/// `start + index * step` (`mulusan_2x32`). An address past 64 bits names its position.
-fn index_addresses(
-    info: &IndirectionInfo,
-    idx: &VecReg,
-    mask: u16,
-    start: u64,
-    v: usize,
-) -> Result<(AddrVec, u16), Error> {
-    let valid = lane_bounds(idx, info.ind.bound).lane_mask(LaneView::N2x32) as u16 & mask;
-    let safe = alu::mov2nx8t(
-        idx,
-        &VecReg::ZERO,
-        VBool::from_lanes(LaneView::N2x32, u64::from(valid)),
-    );
+/// One vector of indices after the bound check and the MAC.
+struct Lanes {
+    biased: [u32; LANES],
+    valid: u16,
+    addrs: AddrVec,
+    /// The first lane that fails the request (hard OOB or address overflow).
+    fault: Option<(usize, Error)>,
+}
+
+/// Vector `v` of indices (`chunk`, at most 16): the bias subtracted (`subn_2x32`), the
+/// in-bound lanes (`ltun_2x32` against the bound, within the lanes present), the failing
+/// lanes replaced by 0 (`mov2nx8t`), and the 64-bit addresses `start + index * step`
+/// (`mulusan_2x32`).
+fn index_lanes(info: &IndirectionInfo, chunk: &[u32], start: u64, v: usize) -> Lanes {
+    let mask = if chunk.len() >= LANES {
+        0xffff
+    } else {
+        (1u16 << chunk.len()) - 1
+    };
+    let idx = VecReg::from_n_2x32(std::array::from_fn(|k| chunk.get(k).copied().unwrap_or(0)));
+    let biased = match info.layout.bias {
+        0 => idx,
+        bias => alu::subn_2x32(&idx, &alu::movva32(bias)),
+    };
+    let valid = lane_bounds(&biased, info.ind.bound).lane_mask(LaneView::N2x32) as u16 & mask;
+    let lane_mask = VBool::from_lanes(LaneView::N2x32, u64::from(valid));
+    let safe = alu::mov2nx8t(&biased, &VecReg::ZERO, lane_mask);
     debug!(
         dim = info.ind.dim,
         last_indices = format_args!("{:#x}", idx.n_2x32()[0]),
         indirection_step = format_args!("{:#x}", info.ind.step),
         "do_indirection START"
     );
-    let step = alu::movva32(info.ind.step as u32);
-    let addrs = alu::checked_mulusan_2x32(&AddrVec::splat(start), &safe, &step).map_err(|e| {
-        let lane = match e {
-            ivp::Error::AddressOverflow { lane, .. } => lane,
-            _ => 0,
-        };
-        Error::IndexOverflow {
-            side: info.side,
-            position: (v * LANES + lane) as u32,
-            step: info.ind.step,
+    let (acc, step) = (AddrVec::splat(start), alu::movva32(info.ind.step as u32));
+    let (addrs, overflow) = match alu::checked_mulusan_2x32(&acc, &safe, &step) {
+        Ok(a) => (a, None),
+        Err(e) => {
+            let lane = match e {
+                ivp::Error::AddressOverflow { lane, .. } => lane,
+                _ => 0,
+            };
+            (alu::mulusan_2x32(&acc, &safe, &step), Some(lane))
         }
-    })?;
+    };
     debug!(
         address = format_args!("{:#x}", addrs.lanes()[0]),
         "After IVP_MULUSAN_2X32"
     );
-    Ok((addrs, valid))
+    let hard = info.ind.policy == OobPolicy::HardError;
+    let oob = (hard && mask & !valid != 0).then(|| (mask & !valid).trailing_zeros() as usize);
+    let fault = match (oob, overflow) {
+        (Some(o), Some(f)) if f < o => Some((f, overflow_error(info, chunk, v, f))),
+        (Some(o), _) => Some((o, oob_error(info, chunk, v, o))),
+        (None, Some(f)) => Some((f, overflow_error(info, chunk, v, f))),
+        (None, None) => None,
+    };
+    Lanes {
+        biased: biased.n_2x32(),
+        valid,
+        addrs,
+        fault,
+    }
+}
+
+fn oob_error(info: &IndirectionInfo, chunk: &[u32], v: usize, lane: usize) -> Error {
+    Error::IndexOutOfBounds {
+        side: info.side,
+        position: (v * LANES + lane) as u32,
+        value: chunk.get(lane).copied().unwrap_or(0),
+        bound: info.ind.bound.unwrap_or(0),
+    }
+}
+
+fn overflow_error(info: &IndirectionInfo, chunk: &[u32], v: usize, lane: usize) -> Error {
+    Error::IndexOverflow {
+        side: info.side,
+        position: (v * LANES + lane) as u32,
+        value: chunk.get(lane).copied().unwrap_or(0),
+        step: info.ind.step,
+    }
+}
+
+/// Elements of an in-bound row that move under the fill policy: those below
+/// `start + bound * step`, i.e. the first `ceil((bound - index) * step / elem_size)` (a
+/// one-element row moves whole, whatever the step).
+fn moved_elems(info: &IndirectionInfo, biased: u32, ok: bool, row: RowExtent) -> u64 {
+    match (ok, info.ind.bound) {
+        (false, _) => 0,
+        (true, _) if row.run_elems == 1 => 1,
+        (true, None) => row.run_elems,
+        (true, Some(bound)) => {
+            // ok proved biased < bound; generate checked step > 0 for rows of several
+            // elements under the fill policy.
+            let left = u128::from(bound - u64::from(biased)) * info.ind.step.unsigned_abs() as u128;
+            let elems = left.div_ceil(u128::from(row.elem_size.max(1)));
+            u64::try_from(elems).map_or(row.run_elems, |e| e.min(row.run_elems))
+        }
+    }
 }
 
 /// The valid positions with the lowest and highest address.
@@ -285,36 +365,44 @@ impl Extremes {
     }
 }
 
-/// Every valid row must be on the fabric. Rows lie between the lowest and the highest
-/// address, so when those two rows are on the fabric in one region, all rows are (a
-/// region is contiguous); otherwise each row is checked and the first failure named.
+/// Every valid row must be on the fabric. Rows of one length lie between the lowest and
+/// the highest address, so when those two rows are on the fabric in one region, all rows
+/// are (a region is contiguous); otherwise (or with clipped fill rows) each row is checked
+/// and the first failure is the fault.
 fn check_rows(
     map: &dma::AddressMap,
     info: &IndirectionInfo,
     ix: &Indexed,
     e: Extremes,
     row: RowExtent,
-) -> Result<(), Error> {
-    let (Some(lo), Some(hi)) = (e.lo, e.hi) else {
-        return Ok(());
+) -> Option<Fault> {
+    let (lo, hi) = (e.lo?, e.hi?);
+    if ix.bases.fill.is_none() {
+        let same_region =
+            map.region_of(FabricAddr(lo.2)).ok() == map.region_of(FabricAddr(hi.2)).ok();
+        if same_region && row_fits(map, lo.2, row, None) && row_fits(map, hi.2, row, None) {
+            return None;
+        }
+    }
+    let moved = |pos: usize| {
+        ix.bases
+            .fill
+            .as_ref()
+            .and_then(|f| f.moved.get(pos).copied())
     };
-    let same_region = map.region_of(FabricAddr(lo.2)).ok() == map.region_of(FabricAddr(hi.2)).ok();
-    let ends = check_row(map, info, lo.0, lo.1, lo.2, row)
-        .and(check_row(map, info, hi.0, hi.1, hi.2, row));
-    if same_region && ends.is_ok() {
-        return Ok(());
-    }
-    let rows = ix
-        .bases
-        .addrs
-        .iter()
-        .zip(&ix.bases.valid)
-        .zip(&ix.values)
-        .enumerate();
-    for (pos, ((&addr, _), &value)) in rows.filter(|(_, ((_, &ok), _))| ok) {
-        check_row(map, info, pos as u32, value, addr, row)?;
-    }
-    Ok(())
+    let rows = ix.bases.addrs.iter().zip(&ix.bases.valid).zip(&ix.values);
+    rows.enumerate()
+        .filter(|(_, ((_, &ok), _))| ok)
+        .find(|&(pos, ((&addr, _), _))| !row_fits(map, addr, row, moved(pos)))
+        .map(|(pos, ((&addr, _), &value))| Fault {
+            position: pos as u32,
+            error: Error::IndexOffFabric {
+                side: info.side,
+                position: pos as u32,
+                value,
+                addr,
+            },
+        })
 }
 
 /// The in-bound lanes: `index < bound` (unsigned), every lane when the check is disabled
@@ -326,52 +414,149 @@ fn lane_bounds(idx: &VecReg, bound: Option<u64>) -> VBool {
     }
 }
 
-fn reject(
-    info: &IndirectionInfo,
-    position: u32,
-    value: u32,
-    skipped: &mut Vec<SkippedIndex>,
-) -> Result<(), Error> {
-    if info.ind.policy == OobPolicy::HardError {
-        return Err(Error::IndexOutOfBounds {
-            side: info.side,
-            position,
-            value,
-            bound: info.ind.bound.unwrap_or(0),
-        });
-    }
-    skipped.push(SkippedIndex {
-        side: info.side,
-        position,
-        value,
-    });
-    Ok(())
-}
-
-/// The row at `base` must be on the fabric: its box inside its first and its last
-/// partition (every partition between them then exists too and holds the same box).
-fn check_row(
-    map: &dma::AddressMap,
-    info: &IndirectionInfo,
-    position: u32,
-    value: u32,
-    base: u64,
-    row: RowExtent,
-) -> Result<(), Error> {
-    let len = u64::try_from(row.hi_end - row.lo).ok();
+/// Whether the row at `base` is on the fabric: its box inside its first and its last
+/// partition (every partition between them then exists too and holds the same box). A
+/// clipped fill row checks only its `moved` leading elements (none: nothing to check).
+fn row_fits(map: &dma::AddressMap, base: u64, row: RowExtent, moved: Option<u64>) -> bool {
+    let len = match moved {
+        Some(0) => return true,
+        Some(m) => m.checked_mul(u64::from(row.elem_size)),
+        None => u64::try_from(row.hi_end - row.lo).ok(),
+    };
     let fits = |partition: i64| {
         let first = base
             .checked_add_signed(partition)
             .and_then(|a| a.checked_add_signed(row.lo));
         matches!((first, len), (Some(f), Some(l)) if map.check_range(FabricAddr(f), l).is_ok())
     };
-    if fits(row.partitions.0) && fits(row.partitions.1) {
-        return Ok(());
+    fits(row.partitions.0) && fits(row.partitions.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::IndexDtype;
+    use dma::{AddressMap, Generation};
+    use proptest::prelude::*;
+
+    fn info(bound: Option<u64>, policy: OobPolicy, bias: u32) -> IndirectionInfo {
+        let ind = Indirection {
+            dim: 0,
+            indices: FabricAddr(0),
+            step: 4,
+            bound,
+            policy,
+        };
+        let layout = IndexLayout {
+            bias,
+            ..IndexLayout::contiguous(IndexDtype::U32)
+        };
+        IndirectionInfo::new("source", ind, layout, 0)
     }
-    Err(Error::IndexOffFabric {
-        side: info.side,
-        position,
-        value,
-        addr: base,
-    })
+
+    const ROW: RowExtent = RowExtent {
+        lo: 0,
+        hi_end: 16,
+        partitions: (0, 0),
+        run_elems: 4,
+        elem_size: 4,
+    };
+
+    #[test]
+    fn bias_is_subtracted_before_the_bound_and_the_mac() {
+        let map = AddressMap::new(Generation::Cayman);
+        let ix = do_indirection(
+            &map,
+            &info(Some(8), OobPolicy::SoftSkip, 512),
+            &[512, 519, 520, 3],
+            0x1000,
+            ROW,
+        );
+        assert_eq!(ix.bases.valid, vec![true, true, false, false]);
+        assert_eq!(ix.bases.addrs[..2], [0x1000, 0x1000 + 7 * 4]);
+        let skipped: Vec<(u32, u32)> = ix.skipped.iter().map(|s| (s.position, s.value)).collect();
+        assert_eq!(skipped, vec![(2, 520), (3, 3)]);
+        assert_eq!(ix.fault, None);
+    }
+
+    #[test]
+    fn fill_rows_are_clipped_at_the_buffer_end() {
+        // step 4 bytes (one element), rows of 4 elements, buffer of 10 elements
+        let map = AddressMap::new(Generation::Cayman);
+        let ix = do_indirection(
+            &map,
+            &info(Some(10), OobPolicy::Fill { value: 0 }, 0),
+            &[0, 6, 7, 9, 10, 400],
+            0x1000,
+            ROW,
+        );
+        let fill = ix.bases.fill.unwrap();
+        assert_eq!(fill.moved, vec![4, 4, 3, 1, 0, 0]);
+        assert!(ix.skipped.is_empty() && ix.fault.is_none());
+    }
+
+    #[test]
+    fn the_earliest_failure_is_the_fault() {
+        let map = AddressMap::new(Generation::Cayman);
+        let top = Generation::Cayman.hbm_bytes() - 64;
+        // position 1's row leaves HBM; position 3 is out of bounds (hard)
+        let i = info(Some(1 << 30), OobPolicy::HardError, 0);
+        let ix = do_indirection(&map, &i, &[0, 100, 1, 1 << 30], top, ROW);
+        let fault = ix.fault.unwrap();
+        assert_eq!(fault.position, 1);
+        assert!(matches!(
+            fault.error,
+            Error::IndexOffFabric { value: 100, .. }
+        ));
+        // with every row on the fabric the hard OOB at position 3 is the fault
+        let ix = do_indirection(&map, &i, &[0, 1, 1, 1 << 30, 2], 0, ROW);
+        assert_eq!(
+            ix.fault.unwrap().error,
+            Error::IndexOutOfBounds {
+                side: "source",
+                position: 3,
+                value: 1 << 30,
+                bound: 1 << 30
+            }
+        );
+        assert_eq!(
+            ix.values,
+            vec![0, 1, 1],
+            "positions after the fault are not kept"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// Against the closed form: valid iff `(v - bias) < bound` (wrapping), address
+        /// `start + (v - bias) * step`, skips listed in order, the first hard OOB the fault.
+        #[test]
+        fn lanes_match_the_closed_form(
+            values in proptest::collection::vec(0u32..40, 1..50),
+            bound in 1u64..40,
+            bias in 0u32..8,
+            hard in any::<bool>(),
+        ) {
+            let map = AddressMap::new(Generation::Cayman);
+            let policy = if hard { OobPolicy::HardError } else { OobPolicy::SoftSkip };
+            let ix = do_indirection(&map, &info(Some(bound), policy, bias), &values, 0x1000, ROW);
+            let first_oob = values.iter().position(|&v| u64::from(v.wrapping_sub(bias)) >= bound);
+            let kept = match (hard, first_oob) { (true, Some(p)) => p, _ => values.len() };
+            prop_assert_eq!(ix.values.len(), kept);
+            for (k, &v) in values.iter().enumerate().take(kept) {
+                let b = v.wrapping_sub(bias);
+                prop_assert_eq!(ix.bases.valid[k], u64::from(b) < bound);
+                if u64::from(b) < bound {
+                    prop_assert_eq!(ix.bases.addrs[k], 0x1000 + u64::from(b) * 4);
+                }
+            }
+            let expect_fault = if hard { first_oob.map(|p| p as u32) } else { None };
+            prop_assert_eq!(ix.fault.map(|f| f.position), expect_fault);
+            let skips: Vec<u32> = ix.skipped.iter().map(|s| s.position).collect();
+            let expect: Vec<u32> = if hard { vec![] } else {
+                (0..values.len() as u32).filter(|&k| u64::from(values[k as usize].wrapping_sub(bias)) >= bound).collect()
+            };
+            prop_assert_eq!(skips, expect);
+        }
+    }
 }

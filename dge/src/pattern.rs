@@ -107,6 +107,15 @@ impl AccessPattern {
         side: &'static str,
         skip: Option<usize>,
     ) -> Result<BytePattern, Error> {
+        let pattern = self.byte_pattern(map, side)?;
+        self.check_extent(map, &pattern, side, skip)?;
+        Ok(pattern)
+    }
+
+    /// The shape and start checks of [`AccessPattern::validate`] and the conversion to
+    /// bytes, without the extent check: for an indirect side, whose every indexed row is
+    /// checked on the fabric when the indices are read (nothing is read at the start).
+    pub fn byte_pattern(&self, map: &AddressMap, side: &'static str) -> Result<BytePattern, Error> {
         self.check_shape(side)?;
         let region = map
             .region_of(self.start)
@@ -138,14 +147,12 @@ impl AccessPattern {
                 count: u64::from(d.count),
             });
         }
-        let pattern = BytePattern {
+        Ok(BytePattern {
             start: self.start.0,
             elem_size: self.elem_size,
             dims,
             elem_steps: self.dims.iter().map(|d| d.step).collect(),
-        };
-        self.check_extent(map, &pattern, side, skip)?;
-        Ok(pattern)
+        })
     }
 
     fn check_shape(&self, side: &'static str) -> Result<(), Error> {

@@ -6,7 +6,12 @@
 //! pieces — a whole innermost row when the innermost dimension is contiguous, else one
 //! element. Along an indirection dimension a piece's base comes from the per-index
 //! addresses `do_indirection` computed, and a piece whose index failed its bound check is
-//! marked invalid: it moves nothing, on either side.
+//! marked invalid: it moves nothing, on either side. Under the fill policy a source piece
+//! moves its first `moved` elements and the rest become FILL runs (destination only).
+//!
+//! [`for_each_run`] merges as far as contiguity allows; [`for_each_unit_run`] never merges
+//! across a unit boundary (every `unit` elements in element order) and does not split, for
+//! the sequential ordering of [`crate::order`].
 
 use crate::reshape::Reshaped;
 use dma::addr::region_slot;
@@ -15,12 +20,39 @@ use dma::descriptor::MAX_DESCRIPTOR_LEN;
 /// Most bytes one descriptor moves.
 pub const MAX_RUN_BYTES: u64 = MAX_DESCRIPTOR_LEN as u64;
 
-/// One contiguous move: `len` bytes from `src` to `dst`.
+/// One contiguous move of `len` bytes from `src` to `dst`, or, with `fill`, a FILL of
+/// `len` bytes at `dst` with the element `src`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Run {
     pub src: u64,
     pub dst: u64,
     pub len: u64,
+    pub fill: bool,
+}
+
+impl Run {
+    /// A move of `len` bytes.
+    pub fn copy(src: u64, dst: u64, len: u64) -> Run {
+        Run {
+            src,
+            dst,
+            len,
+            fill: false,
+        }
+    }
+
+    /// The byte range the run reads (`None` for a fill).
+    pub fn read_range(&self) -> Option<(u64, u64)> {
+        (!self.fill).then_some((self.src, self.src + self.len))
+    }
+}
+
+/// The fill policy's per-position share of each row: `moved[k]` leading elements of
+/// position `k`'s row move, the rest of the row is written with `value`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RowFill {
+    pub value: u32,
+    pub moved: Vec<u64>,
 }
 
 /// Per-index-position base addresses and bound-check results (`do_indirection`'s output).
@@ -30,13 +62,45 @@ pub struct IndexedBases {
     pub addrs: Vec<u64>,
     /// Whether the index at each position passed its bound check.
     pub valid: Vec<bool>,
+    /// The fill policy's shares (`None` under the other policies).
+    pub fill: Option<RowFill>,
 }
 
+/// A piece of one side: `elems` elements at `addr`, of which the first `moved` move; the
+/// rest are filled (`fill`) or skipped.
 #[derive(Clone, Copy)]
 struct Piece {
     addr: u64,
     elems: u64,
-    valid: bool,
+    moved: u64,
+    fill: bool,
+}
+
+/// What the leading elements of a piece do.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Seg {
+    Move,
+    Fill,
+    Skip,
+}
+
+impl Piece {
+    /// The kind of the piece's leading segment and its length in elements.
+    #[inline]
+    fn head(&self) -> (Seg, u64) {
+        match (self.moved, self.fill) {
+            (0, true) => (Seg::Fill, self.elems),
+            (0, false) => (Seg::Skip, self.elems),
+            (m, _) => (Seg::Move, m),
+        }
+    }
+
+    #[inline]
+    fn consume(&mut self, n: u64, elem: u64) {
+        self.elems -= n;
+        self.moved = self.moved.saturating_sub(n);
+        self.addr = self.addr.wrapping_add(n * elem);
+    }
 }
 
 /// An odometer over one side's reshaped pattern. The byte offset of the direct
@@ -93,24 +157,35 @@ impl<'a> Walker<'a> {
         if self.done {
             return None;
         }
-        let (base, valid) = match (self.ind, self.bases) {
+        let elems = self.piece_elems;
+        let (base, moved, fill) = match (self.ind, self.bases) {
             // Walker::new's contract: bases has one entry per indirection position.
             (Some(k), Some(b)) => {
                 let i = self.idx[k] as usize;
-                (
-                    b.addrs.get(i).copied().unwrap_or(0),
-                    b.valid.get(i) == Some(&true),
-                )
+                let base = b.addrs.get(i).copied().unwrap_or(0);
+                match &b.fill {
+                    Some(f) => (base, f.moved.get(i).map_or(0, |&m| m.min(elems)), true),
+                    None => (
+                        base,
+                        if b.valid.get(i) == Some(&true) {
+                            elems
+                        } else {
+                            0
+                        },
+                        false,
+                    ),
+                }
             }
-            (Some(_), None) => (self.start, false),
-            (None, _) => (self.start, true),
+            (Some(_), None) => (self.start, 0, false),
+            (None, _) => (self.start, elems, false),
         };
         let addr = base.wrapping_add(self.offset);
         self.advance();
         Some(Piece {
             addr,
-            elems: self.piece_elems,
-            valid,
+            elems,
+            moved,
+            fill,
         })
     }
 
@@ -130,20 +205,42 @@ impl<'a> Walker<'a> {
     }
 }
 
-/// Walks both sides in lockstep and calls `emit` for every maximal run, split at
-/// [`MAX_RUN_BYTES`]. The two sides must have equal element counts (validated upstream).
-pub fn for_each_run(src: &mut Walker, dst: &mut Walker, elem: u64, mut emit: impl FnMut(Run)) {
-    let mut cur: Option<Run> = None;
+/// Walks both sides in lockstep, cutting at every `unit` elements, and calls `f` with
+/// the element index and the run of every joint piece that moves or fills. The two sides
+/// must have equal element counts (validated upstream); `fill` is the fill element.
+#[inline]
+fn joint_pieces(
+    src: &mut Walker,
+    dst: &mut Walker,
+    (elem, unit, fill): (u64, u64, u32),
+    mut f: impl FnMut(u64, Run),
+) {
+    // `left`: elements to the next unit boundary (counted down, no division per piece).
+    let (mut e, mut left) = (0u64, unit);
     let (mut s, mut d) = (src.next_piece(), dst.next_piece());
     while let (Some(sp), Some(dp)) = (s.as_mut(), d.as_mut()) {
-        let n = sp.elems.min(dp.elems);
-        if sp.valid && dp.valid {
-            extend_or_flush(&mut cur, sp.addr, dp.addr, n * elem, &mut emit);
+        let ((sk, sn), (dk, dn)) = (sp.head(), dp.head());
+        let n = sn.min(dn).min(left);
+        left = match left - n {
+            0 => unit,
+            l => l,
+        };
+        match (sk, dk) {
+            (Seg::Move, Seg::Move) => f(e, Run::copy(sp.addr, dp.addr, n * elem)),
+            (Seg::Fill, Seg::Move) => f(
+                e,
+                Run {
+                    src: u64::from(fill),
+                    dst: dp.addr,
+                    len: n * elem,
+                    fill: true,
+                },
+            ),
+            _ => {}
         }
-        sp.elems -= n;
-        dp.elems -= n;
-        sp.addr = sp.addr.wrapping_add(n * elem);
-        dp.addr = dp.addr.wrapping_add(n * elem);
+        e += n;
+        sp.consume(n, elem);
+        dp.consume(n, elem);
         if sp.elems == 0 {
             s = src.next_piece();
         }
@@ -151,40 +248,95 @@ pub fn for_each_run(src: &mut Walker, dst: &mut Walker, elem: u64, mut emit: imp
             d = dst.next_piece();
         }
     }
+}
+
+/// The fill element of a source side's indexed bases (0 without the fill policy).
+fn fill_value(src: &Walker) -> u32 {
+    src.bases
+        .and_then(|b| b.fill.as_ref())
+        .map_or(0, |f| f.value)
+}
+
+/// Walks both sides in lockstep and calls `emit` for every maximal run, split at
+/// [`MAX_RUN_BYTES`]. The two sides must have equal element counts (validated upstream).
+pub fn for_each_run(src: &mut Walker, dst: &mut Walker, elem: u64, mut emit: impl FnMut(Run)) {
+    let mut cur: Option<Run> = None;
+    let fill = fill_value(src);
+    joint_pieces(src, dst, (elem, u64::MAX, fill), |_, r| {
+        extend_or_flush(&mut cur, r, &mut emit)
+    });
     if let Some(run) = cur {
         split(run, &mut emit);
     }
 }
 
-fn extend_or_flush(
-    cur: &mut Option<Run>,
-    src: u64,
-    dst: u64,
-    len: u64,
-    emit: &mut impl FnMut(Run),
+/// As [`for_each_run`], but runs never merge across a unit boundary (every `unit`
+/// elements, `unit >= 1`) and are not split: `emit` gets each run with its unit number.
+pub fn for_each_unit_run(
+    src: &mut Walker,
+    dst: &mut Walker,
+    (elem, unit): (u64, u64),
+    mut emit: impl FnMut(u64, Run),
 ) {
+    let mut cur: Option<(u64, Run)> = None;
+    let fill = fill_value(src);
+    joint_pieces(src, dst, (elem, unit, fill), |e, r| {
+        let u = e / unit;
+        match &mut cur {
+            Some((cu, run)) if *cu == u && joins(run, &r) => run.len += r.len,
+            _ => {
+                if let Some((cu, run)) = cur.replace((u, r)) {
+                    emit(cu, run);
+                }
+            }
+        }
+    });
+    if let Some((u, run)) = cur {
+        emit(u, run);
+    }
+}
+
+/// Whether `next` continues `run` on both sides in the same regions (a fill only on the
+/// destination, with the same element).
+#[inline]
+pub fn joins(run: &Run, next: &Run) -> bool {
+    let dst =
+        run.dst.wrapping_add(run.len) == next.dst && region_slot(run.dst) == region_slot(next.dst);
+    let src = match (run.fill, next.fill) {
+        (false, false) => {
+            run.src.wrapping_add(run.len) == next.src
+                && region_slot(run.src) == region_slot(next.src)
+        }
+        (true, true) => run.src == next.src,
+        _ => false,
+    };
+    dst && src
+}
+
+/// Extends `cur` with `next` when they join, else emits `cur` (split) and starts `next`.
+#[inline]
+pub fn extend_or_flush(cur: &mut Option<Run>, next: Run, emit: &mut impl FnMut(Run)) {
     if let Some(run) = cur {
-        let contiguous = run.src.wrapping_add(run.len) == src
-            && run.dst.wrapping_add(run.len) == dst
-            && region_slot(run.src) == region_slot(src)
-            && region_slot(run.dst) == region_slot(dst);
-        if contiguous {
-            run.len += len;
+        if joins(run, &next) {
+            run.len += next.len;
             return;
         }
         split(*run, emit);
     }
-    *cur = Some(Run { src, dst, len });
+    *cur = Some(next);
 }
 
-fn split(run: Run, emit: &mut impl FnMut(Run)) {
+/// Emits `run` in pieces of at most [`MAX_RUN_BYTES`] (a fill keeps its element).
+#[inline]
+pub fn split(run: Run, emit: &mut impl FnMut(Run)) {
     let mut off = 0;
     while off < run.len {
         let len = (run.len - off).min(MAX_RUN_BYTES);
         emit(Run {
-            src: run.src + off,
+            src: if run.fill { run.src } else { run.src + off },
             dst: run.dst + off,
             len,
+            fill: run.fill,
         });
         off += len;
     }
@@ -221,14 +373,7 @@ mod tests {
         let d = shape(1 << 20, 4, &[(4, 40000)], None);
         let r = runs(&mut Walker::new(&s, None), &mut Walker::new(&d, None), 4);
         assert_eq!(r.len(), 3);
-        assert_eq!(
-            r[0],
-            Run {
-                src: 0,
-                dst: 1 << 20,
-                len: 65536
-            }
-        );
+        assert_eq!(r[0], Run::copy(0, 1 << 20, 65536));
         assert_eq!(r[2].len, 160000 - 2 * 65536);
     }
 
@@ -239,6 +384,7 @@ mod tests {
         let bases = IndexedBases {
             addrs: vec![5 * 256, 6 * 256, 99 * 256, 7 * 256],
             valid: vec![true, true, true, false],
+            fill: None,
         };
         let r = runs(
             &mut Walker::new(&s, Some(&bases)),
@@ -248,16 +394,8 @@ mod tests {
         assert_eq!(
             r,
             vec![
-                Run {
-                    src: 1280,
-                    dst: 1 << 20,
-                    len: 512
-                },
-                Run {
-                    src: 99 * 256,
-                    dst: (1 << 20) + 512,
-                    len: 256
-                },
+                Run::copy(1280, 1 << 20, 512),
+                Run::copy(99 * 256, (1 << 20) + 512, 256),
             ]
         );
     }
@@ -270,14 +408,7 @@ mod tests {
         let r = runs(&mut Walker::new(&s, None), &mut Walker::new(&d, None), 1);
         let lens: Vec<u64> = r.iter().map(|r| r.len).collect();
         assert_eq!(lens, vec![2, 1, 1, 2]);
-        assert_eq!(
-            r[1],
-            Run {
-                src: 2,
-                dst: 1010,
-                len: 1
-            }
-        );
+        assert_eq!(r[1], Run::copy(2, 1010, 1));
     }
 
     #[test]

@@ -51,10 +51,11 @@ pub fn assign(runs: &[Run], queues: &[u8], mode: SprayMode) -> Vec<u8> {
 }
 
 /// Fails if any byte some run reads is a byte some run writes: one request does not order
-/// its reads after its own writes, so such a request has no defined result.
+/// its reads after its own writes, so such a request has no defined result. (Fills read
+/// nothing.)
 pub fn check_no_overlap(runs: &[Run]) -> Result<(), Error> {
-    let union = |f: fn(&Run) -> u64| {
-        let mut v: Vec<(u64, u64)> = runs.iter().map(|r| (f(r), f(r) + r.len)).collect();
+    let union = |f: fn(&Run) -> Option<(u64, u64)>| {
+        let mut v: Vec<(u64, u64)> = runs.iter().filter_map(f).collect();
         v.sort_unstable();
         let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
         for (lo, hi) in v {
@@ -65,7 +66,10 @@ pub fn check_no_overlap(runs: &[Run]) -> Result<(), Error> {
         }
         out
     };
-    let (src, dst) = (union(|r| r.src), union(|r| r.dst));
+    let (src, dst) = (
+        union(Run::read_range),
+        union(|r| Some((r.dst, r.dst + r.len))),
+    );
     let (mut i, mut j) = (0, 0);
     while let (Some(&s), Some(&d)) = (src.get(i), dst.get(j)) {
         if s.0 < d.1 && d.0 < s.1 {
@@ -119,7 +123,7 @@ mod tests {
     use super::*;
 
     fn run(dst: u64, len: u64) -> Run {
-        Run { src: 0, dst, len }
+        Run::copy(0, dst, len)
     }
 
     #[test]
@@ -164,8 +168,16 @@ mod tests {
 
     #[test]
     fn reads_of_written_bytes_are_rejected() {
-        let r = |src, dst| Run { src, dst, len: 8 };
+        let r = |src, dst| Run::copy(src, dst, 8);
         assert!(check_no_overlap(&[r(0, 100), r(8, 108), r(16, 200)]).is_ok());
+        let fill = Run {
+            fill: true,
+            ..r(100, 300)
+        };
+        assert!(
+            check_no_overlap(&[fill, r(0, 100)]).is_ok(),
+            "a fill reads nothing"
+        );
         let e = check_no_overlap(&[r(0, 100), r(104, 300)]).unwrap_err();
         assert_eq!(e, Error::SourceOverlapsDestination { lo: 104, hi: 108 });
     }

@@ -1,0 +1,428 @@
+//! Index tensors as the DGE reads them (seed 000 sections 3 and 6): their dtype, their
+//! layout in memory, and a bias.
+//!
+//! - [`IndexDtype`]: UINT8 / UINT16 / UINT32 indices, read through the IVP gather width of
+//!   the same element size (NX8U, NX16, N_2X32) and widened to u32 lanes.
+//! - [`IndexLayout`]: contiguous elements from the indirection's index address, or an
+//!   access pattern over bytes ([`IndexLayout::pattern`]: strided, several partitions,
+//!   column-major blocks), of which the first `count` elements in element order are the
+//!   indices; and a `bias` subtracted before the bound check and the address MAC.
+//! - [`IndexPort`]: the memory port the gathers read, one window per contiguous stretch of
+//!   the index tensor, each read once through the fabric's bounds-checked path.
+//! - [`gather_indices`]: one vector of indices through `gathera*t` / `mgatherd`.
+//!
+//! A gather posts `base + offset[k] * elem_size` with 16-bit offsets (NX16, NX8U) or 32-bit
+//! ones (N_2X32). Where the lanes of one vector are too far apart for one base (a
+//! column-major block spans 16 partitions), they are gathered in groups: each group takes
+//! the lowest pending address as its base and every pending lane it can reach, and the
+//! groups merge into one register with `mgatherd` (disabled lanes keep the old data).
+
+use crate::error::Error;
+use crate::pattern::{ByteDim, MAX_DIMS};
+use dma::addr::region_slot;
+use dma::fabric::Fabric;
+use ivp::{ElemSize, Gr, LaneView, MemPort, MemTable, SuperGather, VBool, VecReg, Width};
+use smallvec::SmallVec;
+
+/// An index tensor's element dtype (INDEX_DTYPE UINT8 = 0x3, UINT16 = 0x5, UINT32 = 0x9).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum IndexDtype {
+    /// UINT8, read with the NX8U gather.
+    U8,
+    /// UINT16, read with the NX16 gather.
+    U16,
+    /// UINT32, read with the N_2X32 gather (the DGE's own index width).
+    #[default]
+    U32,
+}
+
+impl IndexDtype {
+    /// The IVP gather width that reads elements of this dtype.
+    pub fn width(self) -> Width {
+        match self {
+            IndexDtype::U8 => Width::Nx8u,
+            IndexDtype::U16 => Width::Nx16,
+            IndexDtype::U32 => Width::N2x32,
+        }
+    }
+
+    /// Bytes per index.
+    pub fn size(self) -> u64 {
+        match self {
+            IndexDtype::U8 => 1,
+            IndexDtype::U16 => 2,
+            IndexDtype::U32 => 4,
+        }
+    }
+
+    /// The index dtype of a `dma` dtype (`None` for anything but u8, u16, u32).
+    pub fn from_dtype(dtype: dma::Dtype) -> Option<IndexDtype> {
+        match dtype {
+            dma::Dtype::U8 => Some(IndexDtype::U8),
+            dma::Dtype::U16 => Some(IndexDtype::U16),
+            dma::Dtype::U32 => Some(IndexDtype::U32),
+            _ => None,
+        }
+    }
+}
+
+/// How one indirection's index tensor lies in memory and what is subtracted from it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct IndexLayout {
+    pub dtype: IndexDtype,
+    /// `None`: contiguous elements from the indirection's index address. Otherwise
+    /// `(byte step, count)` dimensions, outermost first, from that address: index `k` is
+    /// element `k` of the pattern in element order (the pattern may hold more elements
+    /// than there are indices; the first ones are used).
+    pub pattern: Option<SmallVec<[ByteDim; MAX_DIMS]>>,
+    /// Subtracted from every index (wrapping, `subn_2x32`) before the bound check and the
+    /// address MAC; skipped and failing indices are reported unbiased.
+    pub bias: u32,
+}
+
+impl IndexLayout {
+    /// Contiguous indices of `dtype`, no bias.
+    pub fn contiguous(dtype: IndexDtype) -> IndexLayout {
+        IndexLayout {
+            dtype,
+            ..IndexLayout::default()
+        }
+    }
+
+    /// The fabric address of each of the first `count` indices at `base`, in order.
+    pub fn addresses(&self, side: &'static str, base: u64, count: u32) -> Result<Vec<u64>, Error> {
+        let size = self.dtype.size();
+        let Some(dims) = &self.pattern else {
+            let end = u64::from(count)
+                .checked_mul(size)
+                .and_then(|n| base.checked_add(n));
+            return match end {
+                Some(_) => Ok((0..u64::from(count)).map(|k| base + k * size).collect()),
+                None => Err(Error::IndexPatternOverflow { side }),
+            };
+        };
+        check_pattern(side, dims, count)?;
+        let mut out = Vec::with_capacity(count as usize);
+        let mut idx = [0u64; MAX_DIMS];
+        while out.len() < count as usize {
+            let off: i128 = dims
+                .iter()
+                .zip(idx)
+                .map(|(d, i)| i128::from(d.step) * i128::from(i))
+                .sum();
+            let addr = u64::try_from(i128::from(base) + off)
+                .map_err(|_| Error::IndexPatternOverflow { side })?;
+            out.push(addr);
+            odometer(dims, &mut idx);
+        }
+        Ok(out)
+    }
+}
+
+/// A pattern has 1 to 5 dimensions, none empty, and at least `count` elements.
+fn check_pattern(side: &'static str, dims: &[ByteDim], count: u32) -> Result<(), Error> {
+    if dims.is_empty() || dims.len() > MAX_DIMS || dims.iter().any(|d| d.count == 0) {
+        return Err(Error::IndexPatternShape {
+            side,
+            dims: dims.len(),
+        });
+    }
+    let elements = dims.iter().fold(1u64, |n, d| n.saturating_mul(d.count));
+    if elements < u64::from(count) {
+        return Err(Error::IndexPatternShort {
+            side,
+            elements,
+            count,
+        });
+    }
+    Ok(())
+}
+
+/// Advances the multi-index `idx` (outermost first) by one element of `dims` (at most
+/// [`MAX_DIMS`] of them: `check_pattern` proved it).
+fn odometer(dims: &[ByteDim], idx: &mut [u64; MAX_DIMS]) {
+    for k in (0..dims.len()).rev() {
+        idx[k] += 1;
+        if idx[k] < dims[k].count {
+            return;
+        }
+        idx[k] = 0;
+    }
+}
+
+/// Bytes two index elements may lie apart and still be read in one window.
+const WINDOW_GAP: u64 = 256;
+
+/// The gathers' memory port over an index tensor: windows of the fabric, read once, sorted
+/// by base. A lane outside every window is refused (it drains as a dead lane).
+#[derive(Clone, Debug, Default)]
+pub struct IndexPort {
+    windows: SmallVec<[(u64, MemTable); 4]>,
+}
+
+impl IndexPort {
+    /// Reads the windows holding `size`-byte elements at every address of `addrs` (any
+    /// order). A window never crosses a fabric region; one off the fabric is an error.
+    pub fn read(fabric: &Fabric, addrs: &[u64], size: u64) -> Result<IndexPort, Error> {
+        let sorted: std::borrow::Cow<[u64]> = match addrs.is_sorted() {
+            true => addrs.into(),
+            false => {
+                let mut v = addrs.to_vec();
+                v.sort_unstable();
+                v.into()
+            }
+        };
+        let mut port = IndexPort::default();
+        let mut iter = sorted.iter().copied();
+        let Some(first) = iter.next() else {
+            return Ok(port);
+        };
+        let (mut lo, mut hi) = (first, first.saturating_add(size));
+        for a in iter {
+            if a <= hi.saturating_add(WINDOW_GAP) && region_slot(a) == region_slot(lo) {
+                hi = hi.max(a.saturating_add(size));
+                continue;
+            }
+            port.push(fabric, lo, hi)?;
+            (lo, hi) = (a, a.saturating_add(size));
+        }
+        port.push(fabric, lo, hi)?;
+        Ok(port)
+    }
+
+    fn push(&mut self, fabric: &Fabric, lo: u64, hi: u64) -> Result<(), Error> {
+        let len = usize::try_from(hi - lo).map_err(|_| dma::Error::AddressOverflow {
+            addr: lo,
+            len: hi - lo,
+        })?;
+        let mut bytes = vec![0u8; len];
+        fabric.read(dma::FabricAddr(lo), &mut bytes)?;
+        self.windows.push((lo, MemTable::window_at(lo, bytes)));
+        Ok(())
+    }
+}
+
+impl MemPort for IndexPort {
+    fn load(&self, addr: u64, elem_sz: ElemSize) -> Option<u32> {
+        let at = self.windows.partition_point(|(base, _)| *base <= addr);
+        self.windows.get(at.checked_sub(1)?)?.1.load(addr, elem_sz)
+    }
+
+    fn store(&mut self, _addr: u64, _elem_sz: ElemSize, _value: u32) -> bool {
+        false
+    }
+}
+
+/// Reads the indices at `addrs` (at most one vector: `width.lanes()` of them) through the
+/// predicated IVP gather of `width`, lanes grouped by reachable base (module docs), and
+/// appends them to `out` widened to u32, lane `k` holding `addrs[k]`'s index.
+pub fn gather_indices<P: MemPort>(
+    core: &mut SuperGather,
+    port: &P,
+    width: Width,
+    addrs: &[u64],
+    out: &mut Vec<u32>,
+) {
+    let view = width.view();
+    let size = width.elem_sz().bytes();
+    let reach = match view {
+        LaneView::N2x32 => u64::from(u32::MAX),
+        _ => u64::from(u16::MAX),
+    };
+    // Every lane index below is below n <= addrs.len() and n <= 32 (the widest view).
+    let n = addrs.len().min(width.lanes());
+    let mut pending: u64 = (1u64 << n) - 1;
+    let mut acc = VecReg::ZERO;
+    if let Some(base) = contiguous(addrs, n, size) {
+        // the common case: one gather with offsets 0, 1, 2, ...
+        let offsets = match view {
+            LaneView::N2x32 => VecReg::from_n_2x32(std::array::from_fn(|k| k as u32)),
+            _ => VecReg::from_nx16(std::array::from_fn(|k| k as u16)),
+        };
+        core.gathera_t(
+            Gr::GR0,
+            width,
+            base,
+            &offsets,
+            VBool::from_lanes(view, pending),
+        );
+        acc = core.gatherd(Gr::GR0, port);
+        pending = 0;
+    }
+    while pending != 0 {
+        let lanes = (0..n).filter(|k| pending >> k & 1 == 1);
+        let Some(base) = lanes.clone().map(|k| addrs[k]).min() else {
+            break;
+        };
+        let mut offsets = [0u32; 32];
+        let mut group = 0u64;
+        for k in lanes {
+            let d = addrs[k] - base;
+            if d.is_multiple_of(size) && d / size <= reach {
+                offsets[k] = (d / size) as u32;
+                group |= 1 << k;
+            }
+        }
+        let offsets = match view {
+            LaneView::N2x32 => VecReg::from_n_2x32(std::array::from_fn(|k| offsets[k])),
+            _ => VecReg::from_nx16(offsets.map(|o| o as u16)),
+        };
+        core.gathera_t(
+            Gr::GR0,
+            width,
+            base,
+            &offsets,
+            VBool::from_lanes(view, group),
+        );
+        acc = core.mgatherd(Gr::GR0, &acc, port);
+        pending &= !group;
+    }
+    match view {
+        LaneView::N2x32 => out.extend_from_slice(acc.n_2x32().get(..n).unwrap_or_default()),
+        _ => out.extend(acc.nx16().iter().take(n).map(|&x| u32::from(x))),
+    }
+}
+
+/// The first address when the first `n` of `addrs` are consecutive `size`-byte elements.
+fn contiguous(addrs: &[u64], n: usize, size: u64) -> Option<u64> {
+    let first = *addrs.first()?;
+    let last = first.checked_add(size.checked_mul(n as u64 - 1)?)?;
+    let steps = addrs
+        .get(..n)?
+        .windows(2)
+        .all(|w| w[0].checked_add(size) == Some(w[1]));
+    (addrs.get(n - 1) == Some(&last) && steps).then_some(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dma::addr::{SBUF_BASE, SBUF_STRIDE};
+    use dma::{FabricAddr, Generation};
+    use proptest::prelude::*;
+
+    fn dims(d: &[(i64, u64)]) -> SmallVec<[ByteDim; MAX_DIMS]> {
+        d.iter()
+            .map(|&(step, count)| ByteDim { step, count })
+            .collect()
+    }
+
+    /// Reads `count` indices of `layout` at `base` with one gather per vector.
+    fn read_all(f: &Fabric, layout: &IndexLayout, base: u64, count: u32) -> Vec<u32> {
+        let addrs = layout.addresses("source", base, count).unwrap();
+        let port = IndexPort::read(f, &addrs, layout.dtype.size()).unwrap();
+        let width = layout.dtype.width();
+        let mut core = SuperGather::new();
+        let mut out = Vec::new();
+        for c in addrs.chunks(width.lanes()) {
+            gather_indices(&mut core, &port, width, c, &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn contiguous_addresses_and_widths() {
+        let l = IndexLayout::contiguous(IndexDtype::U16);
+        assert_eq!(l.addresses("source", 100, 3).unwrap(), vec![100, 102, 104]);
+        assert_eq!(IndexDtype::U8.width(), Width::Nx8u);
+        assert_eq!(IndexDtype::U32.width(), Width::N2x32);
+        assert!(matches!(
+            l.addresses("source", u64::MAX - 2, 2),
+            Err(Error::IndexPatternOverflow { .. })
+        ));
+    }
+
+    #[test]
+    fn column_major_block_across_partitions() {
+        // 16 partitions x 3 columns of u16; index j at partition j % 16, column j / 16.
+        let mut f = Fabric::new(Generation::Cayman);
+        let base = SBUF_BASE + 2 * SBUF_STRIDE + 8;
+        for p in 0..16u64 {
+            let row: Vec<u8> = (0..3u16)
+                .flat_map(|c| (c * 16 + p as u16 + 1000).to_le_bytes())
+                .collect();
+            f.write(FabricAddr(base + p * SBUF_STRIDE), &row).unwrap();
+        }
+        let l = IndexLayout {
+            dtype: IndexDtype::U16,
+            pattern: Some(dims(&[(2, 3), (SBUF_STRIDE as i64, 16)])),
+            bias: 0,
+        };
+        let got = read_all(&f, &l, base, 40);
+        assert_eq!(got, (1000..1040).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn short_and_shapeless_patterns_are_rejected() {
+        let l = IndexLayout {
+            dtype: IndexDtype::U8,
+            pattern: Some(dims(&[(1, 4), (8, 2)])),
+            bias: 0,
+        };
+        assert_eq!(
+            l.addresses("source", 0, 9).unwrap_err(),
+            Error::IndexPatternShort {
+                side: "source",
+                elements: 8,
+                count: 9
+            }
+        );
+        let empty = IndexLayout {
+            pattern: Some(dims(&[(1, 0)])),
+            ..l
+        };
+        assert!(matches!(
+            empty.addresses("source", 0, 1),
+            Err(Error::IndexPatternShape { dims: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn lanes_outside_the_port_drain_as_zero() {
+        let mut f = Fabric::new(Generation::Cayman);
+        f.write(FabricAddr(SBUF_BASE), &[7, 0, 9, 0]).unwrap();
+        let port = IndexPort::read(&f, &[SBUF_BASE, SBUF_BASE + 2], 2).unwrap();
+        let mut core = SuperGather::new();
+        let addrs = [SBUF_BASE + 2, SBUF_BASE + 4096, SBUF_BASE];
+        let mut got = Vec::new();
+        gather_indices(&mut core, &port, Width::Nx16, &addrs, &mut got);
+        assert_eq!(got, [9, 0, 7]);
+        // consecutive lanes take the one-gather path; one lane past the port drains 0
+        let addrs = [SBUF_BASE, SBUF_BASE + 2, SBUF_BASE + 4];
+        got.clear();
+        gather_indices(&mut core, &port, Width::Nx16, &addrs, &mut got);
+        assert_eq!(got, [7, 9, 0]);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        /// Random 1- to 3-D byte patterns (negative steps, two partitions) of u8/u16/u32
+        /// indices read through the gathers equal a plain read of each element.
+        #[test]
+        fn gathered_indices_equal_plain_reads(
+            dtype in prop::sample::select(vec![IndexDtype::U8, IndexDtype::U16, IndexDtype::U32]),
+            raw in proptest::collection::vec((-6i64..7, 1u64..5), 1..3),
+            across in any::<bool>(),
+            bias in any::<u32>(),
+        ) {
+            let size = dtype.size();
+            let mut f = Fabric::new(Generation::Cayman);
+            let base = SBUF_BASE + 4096;
+            let bytes: Vec<u8> = (0..8192u32).map(|i| (i * 37 % 251) as u8).collect();
+            for p in 0..2 {
+                f.write(FabricAddr(SBUF_BASE + p * SBUF_STRIDE), &bytes).unwrap();
+            }
+            let mut d: Vec<(i64, u64)> = raw.iter().map(|&(s, c)| (s * size as i64, c)).collect();
+            if across { d.insert(0, (SBUF_STRIDE as i64, 2)); }
+            let count: u64 = d.iter().map(|x| x.1).product();
+            let l = IndexLayout { dtype, pattern: Some(dims(&d)), bias };
+            let got = read_all(&f, &l, base, count as u32);
+            let expect: Vec<u32> = l.addresses("source", base, count as u32).unwrap().iter().map(|&a| {
+                let mut b = [0u8; 4];
+                f.read(FabricAddr(a), &mut b[..size as usize]).unwrap();
+                u32::from_le_bytes(b)
+            }).collect();
+            prop_assert_eq!(got, expect);
+        }
+    }
+}
