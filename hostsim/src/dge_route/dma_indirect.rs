@@ -1,0 +1,375 @@
+//! DMA_INDIRECT 0xbb (DMA_INDIRECT1D) as one `Kind::Indirect` request.
+//!
+//! Each side is `n` rows of `elem_size` bytes: the pattern `[(E, n), (1, E)]` in dtype
+//! elements (`E = elem_size / dtype size`, the row innermost). An indirect side (the
+//! source in SRC and SRC_DST modes, the destination in DST and SRC_DST) replaces the row
+//! dimension with its u32 indices (SBUF partition 0, contiguous), step `elem_size` bytes,
+//! bound from its BOUND_CHECK_REG; a direct side steps `step_elem` rows. The policy is
+//! `idx_bound_is_err` -> hard error, else a soft skip, silent when the side's register
+//! sets `bc_disable_oob_error_notif`. `non_unique_dst_idx`, the compute op, the dtype and
+//! `eng_mask` carry over; rows are the units of the sequential element order, so rows
+//! move in order and each reads its source when it moves (the reference's reading).
+
+use dge::generate::Kind;
+use dge::indirection::{Indirection, OobPolicy};
+use dge::{AccessPattern, ElementOrder, Request};
+use dma::{Addr4, AddressMap, FabricAddr};
+
+use super::{flat_pattern, Lowered, RowSide};
+use crate::error::Error;
+use crate::isa::rule::FieldPath;
+use crate::isa::{BoundCheckReg, BoundRegisters, DmaIndirect1d};
+
+fn at(field: &'static str) -> FieldPath {
+    FieldPath::new("DMA_INDIRECT1D", field)
+}
+
+/// One side's fields.
+struct SideFields {
+    indirect: bool,
+    start: FabricAddr,
+    index: Addr4,
+    bound: BoundCheckReg,
+    step: u16,
+}
+
+/// The lowered DMA_INDIRECT.
+pub(super) fn lower(
+    map: &AddressMap,
+    regs: &BoundRegisters,
+    d: &DmaIndirect1d,
+) -> Result<Lowered, Error> {
+    let (dtype, op, flags) = (d.dtype()?, d.compute_op()?, d.flags());
+    let mode = flags.indirect_mode()?;
+    let size = d.src_elem_size();
+    // Validation proved elem_size is a non-zero multiple of the dtype size.
+    let row = size / dtype.size() as u32;
+    let step = i32::try_from(size).map_err(|_| Error::DgeRowStep {
+        field: at("src_elem_size"),
+        step: u64::from(size),
+    })?;
+    let shape = (u32::from(d.src_num_elem()), row, step, dtype);
+    let lower_side = |f: SideFields| side(map, regs, f, shape, flags.idx_bound_is_err());
+    let (src, src_ind) = lower_side(SideFields {
+        indirect: mode.gathers(),
+        start: d.src_start_addr(),
+        index: d.src_idx_start_addr(),
+        bound: d.src_idx_bound_reg(),
+        step: d.src_step_elem(),
+    })?;
+    let (dst, dst_ind) = lower_side(SideFields {
+        indirect: mode.scatters(),
+        start: d.dst_start_addr(),
+        index: d.dst_idx_start_addr(),
+        bound: d.dst_idx_bound_reg(),
+        step: d.dst_step_elem(),
+    })?;
+    let mut req = Request::new(Kind::Indirect, src, dst, dtype);
+    req.src_indirection = src_ind;
+    req.dst_indirection = dst_ind;
+    req.op = op;
+    req.non_unique_dst_idx = flags.non_unique_dst_idx();
+    req.eng_mask = d.eng_mask();
+    req.order = ElementOrder::Sequential {
+        unit_elems: u64::from(row),
+    };
+    let rows = |start| {
+        Some(RowSide {
+            start,
+            bytes: u64::from(size),
+        })
+    };
+    Ok(Lowered {
+        requests: vec![req],
+        rows: [rows(d.src_start_addr()), rows(d.dst_start_addr())],
+        report_skips: true,
+    })
+}
+
+/// One side's pattern and indirection; `(n, row, step, dtype)` is the instruction's shape.
+fn side(
+    map: &AddressMap,
+    regs: &BoundRegisters,
+    f: SideFields,
+    (n, row, step, dtype): (u32, u32, i32, dma::Dtype),
+    hard: bool,
+) -> Result<(AccessPattern, Option<Indirection>), Error> {
+    let rows = match f.indirect {
+        true => i64::from(row),
+        false => i64::from(f.step) * i64::from(row),
+    };
+    let (pattern, front) = flat_pattern(map, f.start, dtype, &[(rows, n), (1, row)]);
+    if !f.indirect {
+        return Ok((pattern, None));
+    }
+    let policy = match (hard, f.bound.bc_disable_oob_error_notif()) {
+        (true, _) => OobPolicy::HardError,
+        (false, true) => OobPolicy::SoftSkipSilent,
+        (false, false) => OobPolicy::SoftSkip,
+    };
+    let ind = Indirection {
+        dim: front,
+        indices: f.index.to_fabric(map)?,
+        step,
+        bound: regs.bound(f.bound)?,
+        policy,
+    };
+    Ok((pattern, Some(ind)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use crate::core_state::{CoreState, IndexSide, SkippedIndex};
+    use crate::error::Error;
+    use crate::isa::{
+        BoundCheckReg, BoundRegisters, DmaIndirect1d, DmaIndirectFlags, DmaSide, IndirectDim,
+        IndirectMode,
+    };
+    use dma::{Addr4, ComputeOp, Dtype, FabricAddr};
+    use proptest::prelude::*;
+
+    const TABLE: u64 = 0x1000;
+    const SIDX: u32 = 0;
+    const DIDX: u32 = 0x4000;
+    const BUF: u32 = 0x8000;
+
+    fn flags(mode: IndirectMode, hard: bool, non_unique: bool) -> DmaIndirectFlags {
+        DmaIndirectFlags::new(mode, hard, non_unique, IndirectDim::X, IndirectDim::X)
+    }
+
+    fn side(start: FabricAddr, idx: Option<u32>, size: u32, bound: BoundCheckReg) -> DmaSide {
+        DmaSide {
+            start_addr: start,
+            idx_start_addr: idx.map_or(Addr4(0), |o| sbuf(0, o)),
+            elem_size: size,
+            step_elem: u16::from(idx.is_none()),
+            bound,
+        }
+    }
+
+    fn state(bounds: [u64; 2]) -> CoreState {
+        let mut regs = BoundRegisters::new();
+        regs.set_bound(0, bounds[0]).unwrap();
+        regs.set_bound(2, bounds[1]).unwrap();
+        CoreState::with_registers(regs)
+    }
+
+    #[test]
+    fn soft_skips_are_reported_in_position_order() {
+        // both sides out of bounds at position 0 (src reported first), dst at position 2
+        let mut f = fabric_with_table(TABLE, 64);
+        put::<u32>(&mut f, sbuf_at(0, SIDX), &[9, 1, 2]);
+        put::<u32>(&mut f, sbuf_at(0, DIDX), &[9, 0, 7]);
+        let src = side(
+            FabricAddr(TABLE),
+            Some(SIDX),
+            8,
+            BoundCheckReg::enabled(0, false).unwrap(),
+        );
+        let dst = side(
+            sbuf_at(1, 0),
+            Some(DIDX),
+            8,
+            BoundCheckReg::enabled(2, true).unwrap(),
+        );
+        let fl = flags(IndirectMode::SrcDst, false, false);
+        let i = DmaIndirect1d::new(fl, src, dst, 3, Dtype::U32, ComputeOp::None);
+        let out = agree(&mut f, &mut state([4, 4]), i.into());
+        let skip = |side, position, value| SkippedIndex {
+            side,
+            position,
+            value,
+        };
+        assert_eq!(
+            out.skipped,
+            [
+                skip(IndexSide::Src, 0, 9),
+                skip(IndexSide::Dst, 0, 9),
+                skip(IndexSide::Dst, 2, 7)
+            ]
+        );
+        assert!(out.oob_notification, "the src register notifies");
+        assert_eq!(out.bytes_written, 8);
+    }
+
+    #[test]
+    fn errors_name_what_the_reference_names() {
+        let mut f = fabric_with_table(TABLE, 64);
+        // a duplicate at position 1 comes before the OOB index at position 2
+        put::<u32>(&mut f, sbuf_at(0, DIDX), &[3, 3, 99]);
+        put::<u32>(&mut f, sbuf_at(0, BUF), &[0; 6]);
+        let src = side(sbuf_at(0, BUF), None, 8, BoundCheckReg::DISABLED);
+        let dst = side(
+            FabricAddr(TABLE),
+            Some(DIDX),
+            8,
+            BoundCheckReg::enabled(0, false).unwrap(),
+        );
+        let i = DmaIndirect1d::new(
+            flags(IndirectMode::Dst, true, false),
+            src,
+            dst,
+            3,
+            Dtype::U32,
+            ComputeOp::Add,
+        );
+        let e = agree_err(&mut f, &mut state([10, 10]), i.into());
+        assert!(
+            matches!(
+                e,
+                Error::DuplicateDestination {
+                    value: 3,
+                    first: 0,
+                    second: 1
+                }
+            ),
+            "{e}"
+        );
+        // a row off the fabric: bound disabled, index far past HBM
+        put::<u32>(&mut f, sbuf_at(0, SIDX), &[1, u32::MAX]);
+        let src = side(
+            FabricAddr(TABLE),
+            Some(SIDX),
+            1 << 24,
+            BoundCheckReg::DISABLED,
+        );
+        let dst = side(
+            FabricAddr(0x4000_0000),
+            None,
+            1 << 24,
+            BoundCheckReg::DISABLED,
+        );
+        let i = DmaIndirect1d::new(
+            flags(IndirectMode::Src, false, false),
+            src,
+            dst,
+            2,
+            Dtype::U8,
+            ComputeOp::None,
+        );
+        let e = agree_err(&mut f, &mut CoreState::new(), i.into());
+        assert!(
+            matches!(
+                e,
+                Error::IndexAddress {
+                    side: IndexSide::Src,
+                    position: 1,
+                    value: u32::MAX,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn overlapping_rows_move_in_order() {
+        // gather rows of the table into the table itself, one row up: each row reads the
+        // row the previous one wrote
+        let mut f = fabric_with_table(TABLE, 256);
+        put::<u32>(&mut f, sbuf_at(0, SIDX), &[0, 1, 2, 3, 5]);
+        let src = side(FabricAddr(TABLE), Some(SIDX), 16, BoundCheckReg::DISABLED);
+        let dst = side(FabricAddr(TABLE + 16), None, 16, BoundCheckReg::DISABLED);
+        let i = DmaIndirect1d::new(
+            flags(IndirectMode::Src, true, false),
+            src,
+            dst,
+            5,
+            Dtype::F32,
+            ComputeOp::Add,
+        );
+        let out = agree(&mut f, &mut CoreState::new(), i.into());
+        assert_eq!(out.bytes_written, 80);
+    }
+
+    #[test]
+    fn rows_past_the_32_bit_step_are_refused() {
+        // 2 GiB rows, both sides indexed: the reference can run it, the DGE's signed
+        // 32-bit indirection step cannot hold the row
+        let mut f = fabric_with_table(TABLE, 64);
+        put::<u32>(&mut f, sbuf_at(0, SIDX), &[0]);
+        put::<u32>(&mut f, sbuf_at(0, DIDX), &[1]);
+        let size = 1 << 31;
+        let src = side(FabricAddr(0), Some(SIDX), size, BoundCheckReg::DISABLED);
+        let dst = side(FabricAddr(0), Some(DIDX), size, BoundCheckReg::DISABLED);
+        let fl = flags(IndirectMode::SrcDst, true, false);
+        let i = DmaIndirect1d::new(fl, src, dst, 1, Dtype::U8, ComputeOp::None);
+        let digest = f.digest();
+        let mut route = super::super::DgeRoute::new();
+        let e = route
+            .execute(&mut f, &mut CoreState::new(), &i.into(), engine())
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::DgeRowStep {
+                    step: 0x8000_0000,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(f.digest(), digest);
+    }
+
+    fn mode_strategy() -> impl Strategy<Value = IndirectMode> {
+        prop::sample::select(vec![
+            IndirectMode::Src,
+            IndirectMode::Dst,
+            IndirectMode::SrcDst,
+        ])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Random DMA_INDIRECTs (every mode, compute op, policy, dtype, row width, queue
+        /// mask), indices in and out of bounds with duplicates: the DGE route and the
+        /// reference leave the same fabric, report the same outcome or the same error, and
+        /// a failing instruction writes nothing.
+        #[test]
+        fn dma_indirect_matches_the_reference(
+            mode in mode_strategy(),
+            op in 0u8..5,
+            dtype in prop::sample::select(vec![Dtype::U8, Dtype::Bf16, Dtype::F32, Dtype::I32]),
+            elems in 1u32..6,
+            sidx in prop::collection::vec(0u32..14, 1..40),
+            didx in prop::collection::vec(0u32..14, 40),
+            bounds in (1u64..16, 1u64..16),
+            checks in (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+            hard in any::<bool>(),
+            non_unique in any::<bool>(),
+            dst_sbuf in any::<bool>(),
+            eng_mask in 1u16..,
+        ) {
+            let n = sidx.len();
+            let size = elems * dtype.size() as u32;
+            let mut f = fabric_with_table(TABLE, 4096);
+            fill_random(&mut f, sbuf_at(0, BUF), 4096, n as u64);
+            put::<u32>(&mut f, sbuf_at(0, SIDX), &sidx);
+            put::<u32>(&mut f, sbuf_at(0, DIDX), &didx[..n]);
+            let bc = |enabled, reg, silent| match enabled {
+                true => BoundCheckReg::enabled(reg, silent).unwrap(),
+                false => BoundCheckReg::DISABLED,
+            };
+            let (src, dst) = match mode {
+                IndirectMode::Src => (
+                    side(FabricAddr(TABLE), Some(SIDX), size, bc(checks.0, 0, checks.1)),
+                    side(sbuf_at(0, BUF), None, size, BoundCheckReg::DISABLED),
+                ),
+                _ => {
+                    let s = match mode {
+                        IndirectMode::SrcDst => side(FabricAddr(TABLE), Some(SIDX), size, bc(checks.0, 0, checks.1)),
+                        _ => side(sbuf_at(0, BUF), None, size, BoundCheckReg::DISABLED),
+                    };
+                    let base = if dst_sbuf { sbuf_at(2, 0) } else { FabricAddr(0x10_0000) };
+                    (s, side(base, Some(DIDX), size, bc(checks.2, 2, checks.3)))
+                }
+            };
+            let op = ComputeOp::from_code(op).unwrap();
+            let fl = flags(mode, hard, non_unique);
+            let i = DmaIndirect1d::new(fl, src, dst, n as u16, dtype, op).with_eng_mask(eng_mask);
+            let _ = compare(&mut f, &mut state([bounds.0, bounds.1]), i.into());
+        }
+    }
+}

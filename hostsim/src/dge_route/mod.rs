@@ -1,0 +1,477 @@
+//! # The DGE route: ISA instructions lowered to DGE requests, replayed by the DMA engine
+//!
+//! On cayman, mariana and maverick the indirection instructions are served by the
+//! descriptor-generation engine. [`DgeRoute::execute`] validates an instruction for the
+//! fabric's generation, lowers it into [`dge::Request`]s (one file per datapath), generates
+//! every request's descriptors with [`dge::generate()`] (all checks: patterns, indices,
+//! bounds, duplicates) and only then replays them on the async DMA engine
+//! ([`dma::Engine::run`]). It returns the [`Outcome`] every route reports, the engine's
+//! [`ReplayReport`]s and the number of DGE instructions issued ([`DgeOutcome`]).
+//!
+//! - `dma_indirect`: DMA_INDIRECT 0xbb, one `Kind::Indirect` request;
+//! - `direct2d`: DMA_MEMCPY 0xb8, one `Kind::Direct2d` request;
+//! - `embedding`: EMBEDDING_UPDATE 0x79 / PSEUDO_EMBEDDING_UPDATE 0xca, one request with
+//!   the destination indirection on the table rows;
+//! - `gather`: POOL_BUFFER_LOAD 0x67 (records the window's SBUF source) and GATHER 0x68,
+//!   one request per active channel;
+//! - `indirect_copy`: INDIRECT_COPY 0xe7, one request per core of 16 partitions.
+//!
+//! # Semantics kept from the reference (the module docs of `crate::reference`)
+//!
+//! - DMA instructions read their index tensors first, then move rows in order, each row
+//!   reading its source when it moves: their requests use the DGE's sequential element
+//!   order with the row as the unit, so a request that reads rows it writes is replayed in
+//!   phases that keep the loop's result. Errors are the first failing position, src side
+//!   before dst side, as the reference names them (`Error::IndexOutOfBounds`,
+//!   `Error::IndexAddress`, `Error::DuplicateDestination`).
+//! - POOL instructions read every input before writing. Their requests are generated
+//!   against the fabric as it is before the instruction, and replayed together when no
+//!   request reads or writes bytes another writes; when one only writes bytes an earlier
+//!   one read, they replay one after another. A request that reads bytes its own or an
+//!   earlier request writes is rejected (`dge::Error::SourceOverlapsDestination`): the
+//!   DGE has no staging buffer, so the reference's reads-first result is out of reach.
+//! - The DGE has no Pool_Buffer. POOL_BUFFER_LOAD keeps the [`CoreState`] windows exactly
+//!   as the reference does (so a stream mixing routes sees the same state) and records
+//!   where each window came from; GATHER then reads the window from SBUF. A window
+//!   overwritten between its LOAD and the GATHER is read as it is at GATHER (the
+//!   reference reads the copy taken at LOAD); a window loaded by another route is refused
+//!   (`Error::DgeWindowUnrecorded`).
+//!
+//! # Queues
+//!
+//! The instruction's `eng_mask` selects the queues; queues beyond the engine's
+//! [`dma::EngineConfig::queues`] are folded onto the engine's (the memory result does not
+//! depend on the queue set).
+//!
+//! # Fail closed
+//!
+//! Every request is generated, and every cross-request hazard checked, before the first
+//! replay; the engine validates each replay before writing. An instruction that fails
+//! leaves the fabric and the [`CoreState`] unchanged.
+
+mod direct2d;
+mod dma_indirect;
+mod embedding;
+mod gather;
+mod indirect_copy;
+#[cfg(test)]
+mod test_support;
+
+use dge::generate::{generate_into, Generated};
+use dge::{AccessPattern, ByteRanges, Request};
+use dma::{Addr4, AddressMap, Dtype, Engine, Fabric, FabricAddr, Location, ReplayReport, Space};
+
+use crate::core_state::{CoreState, IndexSide, Outcome, SkippedIndex};
+use crate::error::Error;
+use crate::isa::{Instruction, Tensor4d};
+
+use gather::WindowSources;
+
+/// What a DGE-routed instruction did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DgeOutcome {
+    /// The outcome every route reports.
+    pub outcome: Outcome,
+    /// The engine replays, in order (none for POOL_BUFFER_LOAD or an instruction with
+    /// nothing to move).
+    pub replays: Vec<ReplayReport>,
+    /// DGE instructions issued (requests generated), each costing the timing model's
+    /// [`dma::TimingModel::dge_instruction_ps`].
+    pub dge_instructions: u32,
+}
+
+impl DgeOutcome {
+    /// Descriptors executed over all replays.
+    pub fn descriptors(&self) -> u64 {
+        self.replays.iter().map(|r| r.summary.descriptors).sum()
+    }
+
+    /// The DGE's own time: `dge_instructions` times the per-instruction cost (`None` on a
+    /// generation without a hardware DGE).
+    pub fn dge_ps(&self, timing: &dma::TimingModel) -> Option<u64> {
+        timing
+            .dge_instruction_ps()
+            .map(|ps| ps.saturating_mul(u64::from(self.dge_instructions)))
+    }
+}
+
+/// The DGE route of one core: the Pool_Buffer window sources its POOL_BUFFER_LOADs
+/// recorded, and descriptor buffers reused from instruction to instruction.
+#[derive(Debug, Default)]
+pub struct DgeRoute {
+    windows: WindowSources,
+    buffers: Vec<Generated>,
+}
+
+impl DgeRoute {
+    /// A route with no window recorded.
+    pub fn new() -> DgeRoute {
+        DgeRoute::default()
+    }
+
+    /// Runs `inst` on `fabric` through the DGE and `engine`, updating `state` (the
+    /// Pool_Buffers; the registers are only read). Validates `inst` for the fabric's
+    /// generation first; on any error nothing is written.
+    pub fn execute(
+        &mut self,
+        fabric: &mut Fabric,
+        state: &mut CoreState,
+        inst: &Instruction,
+        engine: &Engine,
+    ) -> Result<DgeOutcome, Error> {
+        let _span = tracing::debug_span!("dge_route", opcode = inst.opcode().code()).entered();
+        inst.validate(fabric.generation())?;
+        let map = *fabric.map();
+        let lowered = match inst {
+            Instruction::PoolBufferLoad(p) => {
+                return gather::pool_buffer_load(fabric, state, &mut self.windows, p)
+            }
+            Instruction::Gather(g) => {
+                let lowered = gather::lower(&map, state, &self.windows, g)?;
+                let out = self.run(fabric, engine, lowered)?;
+                gather::release(state, &mut self.windows, g)?;
+                return Ok(out);
+            }
+            Instruction::IndirectCopy(ic) => indirect_copy::lower(&map, ic)?,
+            Instruction::DmaIndirect(d) => dma_indirect::lower(&map, &state.regs, d)?,
+            Instruction::PseudoEmbeddingUpdate(e) => embedding::lower(&map, e)?,
+            Instruction::DmaMemcpy(d) => direct2d::lower(&map, d)?,
+        };
+        self.run(fabric, engine, lowered)
+    }
+
+    /// Generates every request of `lowered` (errors mapped to the reference's), checks the
+    /// cross-request hazards, replays, and reports.
+    fn run(
+        &mut self,
+        fabric: &mut Fabric,
+        engine: &Engine,
+        mut lowered: Lowered,
+    ) -> Result<DgeOutcome, Error> {
+        let n = lowered.requests.len();
+        if self.buffers.len() < n {
+            self.buffers.resize_with(n, Generated::default);
+        }
+        let available = queue_mask(engine.config().queues);
+        for req in &mut lowered.requests {
+            req.eng_mask = match req.eng_mask & available {
+                0 => available,
+                m => m,
+            };
+        }
+        for (req, out) in lowered.requests.iter().zip(&mut self.buffers) {
+            generate_into(fabric, req, out).map_err(|e| lowered.map_error(fabric, e))?;
+        }
+        let generated = &self.buffers[..n];
+        let replays = replay(fabric, engine, generated)?;
+        Ok(DgeOutcome {
+            outcome: lowered.outcome(generated),
+            replays,
+            dge_instructions: n as u32,
+        })
+    }
+}
+
+/// The bits of the first `queues` DMA queues.
+fn queue_mask(queues: usize) -> u16 {
+    match queues {
+        0 => 1,
+        q if q >= 16 => u16::MAX,
+        q => (1u16 << q) - 1,
+    }
+}
+
+/// One side's rows, for reporting an index row the DGE found off the fabric or past 64
+/// bits the way the reference does.
+#[derive(Clone, Copy, Debug)]
+struct RowSide {
+    start: FabricAddr,
+    bytes: u64,
+}
+
+/// An instruction lowered to DGE requests.
+#[derive(Debug)]
+struct Lowered {
+    requests: Vec<Request>,
+    /// The source and destination rows of a DMA-level instruction.
+    rows: [Option<RowSide>; 2],
+    /// Whether the DGE's soft skips are the instruction's reported skips (GATHER misses
+    /// and INDIRECT_COPY fills are defined results, not skips).
+    report_skips: bool,
+}
+
+impl Lowered {
+    /// Lowered requests with nothing to report beyond bytes.
+    fn pool(requests: Vec<Request>) -> Lowered {
+        Lowered {
+            requests,
+            rows: [None, None],
+            report_skips: false,
+        }
+    }
+
+    /// The hostsim error for a DGE error, in the reference's terms where it has them.
+    fn map_error(&self, fabric: &Fabric, e: dge::Error) -> Error {
+        use dge::Error as D;
+        match e {
+            D::IndexOutOfBounds {
+                side,
+                position,
+                value,
+                bound,
+            } => Error::IndexOutOfBounds {
+                side: index_side(side),
+                position,
+                value,
+                bound,
+            },
+            D::IndexOffFabric {
+                side,
+                position,
+                value,
+                addr,
+            } => {
+                let bytes = self.row(side).map_or(1, |r| r.bytes);
+                let overflow = dma::Error::AddressOverflow { addr, len: bytes };
+                let source = fabric
+                    .check(FabricAddr(addr), bytes)
+                    .err()
+                    .unwrap_or(overflow);
+                index_address(side, position, value, source)
+            }
+            D::IndexOverflow {
+                side,
+                position,
+                value,
+                ..
+            } => {
+                let (addr, len) = self.row(side).map_or((0, 0), |r| (r.start.0, r.bytes));
+                let source = dma::Error::AddressOverflow { addr, len };
+                index_address(side, position, value, source)
+            }
+            D::DuplicateDestination {
+                first,
+                second,
+                value,
+            } => Error::DuplicateDestination {
+                value,
+                first,
+                second,
+            },
+            e => Error::Dge(e),
+        }
+    }
+
+    /// The rows of the DGE side `side`.
+    fn row(&self, side: &str) -> Option<RowSide> {
+        self.rows[usize::from(index_side(side) == IndexSide::Dst)]
+    }
+
+    /// The instruction's outcome: skips in position order (src before dst at one
+    /// position), the notification, and the bytes the descriptors write.
+    fn outcome(&self, generated: &[Generated]) -> Outcome {
+        let mut out = Outcome {
+            bytes_written: generated.iter().map(|g| g.bytes).sum(),
+            ..Outcome::default()
+        };
+        if self.report_skips {
+            for g in generated {
+                out.skipped.extend(g.skipped.iter().map(|s| SkippedIndex {
+                    side: index_side(s.side),
+                    position: s.position,
+                    value: s.value,
+                }));
+                out.oob_notification |= g.oob_notification;
+            }
+            // Stable: the DGE lists the source side first.
+            out.skipped.sort_by_key(|s| s.position);
+        }
+        out
+    }
+}
+
+/// The reference's error for an index whose row leaves the fabric (or 64 bits).
+fn index_address(side: &str, position: u32, value: u32, source: dma::Error) -> Error {
+    Error::IndexAddress {
+        side: index_side(side),
+        position,
+        value,
+        source,
+    }
+}
+
+/// The DGE's side names (`"source"`, `"destination"`) as index sides.
+fn index_side(side: &str) -> IndexSide {
+    match side {
+        "destination" => IndexSide::Dst,
+        _ => IndexSide::Src,
+    }
+}
+
+/// Replays the generated requests: one request phase by phase; several (a POOL
+/// instruction's) together when no request touches bytes another writes, else one after
+/// another ([`cross_hazards`]).
+fn replay(
+    fabric: &mut Fabric,
+    engine: &Engine,
+    generated: &[Generated],
+) -> Result<Vec<ReplayReport>, Error> {
+    let mut reports = Vec::new();
+    let separate = match generated {
+        [] => return Ok(reports),
+        [_] => true,
+        many => cross_hazards(many)?,
+    };
+    if separate {
+        for phase in generated.iter().flat_map(Generated::phases) {
+            reports.push(run_queues(fabric, engine, phase)?);
+        }
+        return Ok(reports);
+    }
+    let mut merged: Vec<Vec<dma::Descriptor>> = vec![Vec::new(); dge::spray::QUEUES];
+    for (q, list) in merged.iter_mut().enumerate() {
+        for g in generated {
+            list.extend(g.queues.get(q).into_iter().flatten().copied());
+        }
+    }
+    reports.push(run_queues(fabric, engine, &merged)?);
+    Ok(reports)
+}
+
+/// Whether requests must replay one after another (some request writes bytes an earlier
+/// one reads or writes: the later one then wins, as in the reference's channel order); a
+/// request reading bytes an earlier one writes is an error. Requests whose hulls of bytes
+/// read and written do not meet (channels in their own partitions) need no closer look.
+fn cross_hazards(generated: &[Generated]) -> Result<bool, Error> {
+    let hulls: Vec<[(u64, u64); 2]> = generated.iter().map(hulls).collect();
+    let meet = |a: (u64, u64), b: (u64, u64)| a.0 < b.1 && b.0 < a.1;
+    let touching = hulls.iter().enumerate().any(|(j, later)| {
+        hulls[..j].iter().any(|earlier| {
+            meet(earlier[1], later[0]) || meet(earlier[1], later[1]) || meet(earlier[0], later[1])
+        })
+    });
+    if !touching {
+        return Ok(false);
+    }
+    let (mut reads, mut writes) = (ByteRanges::default(), ByteRanges::default());
+    let mut ordered = false;
+    for g in generated {
+        let descriptors = || g.phases().flatten().flatten();
+        for d in descriptors() {
+            if let Some((src, len)) = d.source_range() {
+                if let Some((lo, hi)) = writes.first_overlap((src.0, src.0 + len)) {
+                    return Err(Error::Dge(dge::Error::SourceOverlapsDestination { lo, hi }));
+                }
+            }
+            let (dst, len) = d.dest_range();
+            let range = (dst.0, dst.0 + len);
+            ordered |= reads.overlaps(range) || writes.overlaps(range);
+        }
+        for d in descriptors() {
+            if let Some((src, len)) = d.source_range() {
+                reads.insert((src.0, src.0 + len));
+            }
+            let (dst, len) = d.dest_range();
+            writes.insert((dst.0, dst.0 + len));
+        }
+    }
+    Ok(ordered)
+}
+
+/// The hulls `[read, written]` of one request's descriptors (empty: `(MAX, 0)`).
+fn hulls(g: &Generated) -> [(u64, u64); 2] {
+    let grow = |h: &mut (u64, u64), (a, len): (FabricAddr, u64)| {
+        *h = (h.0.min(a.0), h.1.max(a.0 + len));
+    };
+    let mut out = [(u64::MAX, 0); 2];
+    for d in g.phases().flatten().flatten() {
+        if let Some(r) = d.source_range() {
+            grow(&mut out[0], r);
+        }
+        grow(&mut out[1], d.dest_range());
+    }
+    out
+}
+
+/// One engine replay of `queues`, trailing empty queues left out.
+fn run_queues(
+    fabric: &mut Fabric,
+    engine: &Engine,
+    queues: &[Vec<dma::Descriptor>],
+) -> Result<ReplayReport, Error> {
+    let used = queues
+        .iter()
+        .rposition(|q| !q.is_empty())
+        .map_or(1, |p| p + 1);
+    Ok(engine.run(fabric, queues.get(..used).unwrap_or(queues))?)
+}
+
+/// An access pattern of `dtype` elements at `start` with `dims` (outermost first, steps in
+/// elements). On SBUF and PSUM, whose outermost DGE dimension steps in partitions, a unit
+/// partition dimension goes in front; returns how many dimensions were put in front.
+fn flat_pattern(
+    map: &AddressMap,
+    start: FabricAddr,
+    dtype: Dtype,
+    dims: &[(i64, u32)],
+) -> (AccessPattern, usize) {
+    let on_core = map.locate(start).is_ok_and(|l| l.space != Space::Hbm);
+    let front: &[(i64, u32)] = if on_core { &[(1, 1)] } else { &[] };
+    let all: Vec<(i64, u32)> = front.iter().chain(dims).copied().collect();
+    let pattern = AccessPattern::new(start, dtype.size() as u32, &all);
+    (pattern, front.len())
+}
+
+/// An access pattern over `partitions` partitions from `start` (SBUF or PSUM), each
+/// holding `dims` (outermost first, steps in elements of `dtype`).
+fn partition_pattern(
+    start: FabricAddr,
+    dtype: Dtype,
+    partitions: u32,
+    dims: &[(i64, u32)],
+) -> AccessPattern {
+    let all: Vec<(i64, u32)> = std::iter::once((1, partitions))
+        .chain(dims.iter().copied())
+        .collect();
+    AccessPattern::new(start, dtype.size() as u32, &all)
+}
+
+/// A TENSOR4D's dimensions, outermost (dim 3) first, steps in elements.
+fn tensor_dims(t: &Tensor4d) -> [(i64, u32); 4] {
+    let (s, n) = (t.step_elem(), t.num_elem());
+    std::array::from_fn(|k| (i64::from(s[3 - k]), u32::from(n[3 - k])))
+}
+
+/// The fabric address of the ADDR4 `a` moved `k` partitions on (active channel `k`).
+fn channel_addr(map: &AddressMap, a: Addr4, k: u32) -> Result<FabricAddr, Error> {
+    let (space, partition, offset) = a.decode()?;
+    let loc = Location {
+        space,
+        partition: partition.saturating_add(k),
+        offset: u64::from(offset),
+    };
+    Ok(map.fabric_addr(loc)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dma::Generation;
+
+    #[test]
+    fn queue_masks_and_patterns() {
+        assert_eq!(queue_mask(16), 0xffff);
+        assert_eq!(queue_mask(3), 0b111);
+        let map = AddressMap::new(Generation::Cayman);
+        let (p, front) = flat_pattern(&map, FabricAddr(64), Dtype::F32, &[(4, 2), (1, 4)]);
+        assert_eq!((p.dims.len(), front), (2, 0));
+        let sbuf = FabricAddr(dma::addr::SBUF_BASE);
+        let (p, front) = flat_pattern(&map, sbuf, Dtype::F32, &[(4, 2), (1, 4)]);
+        assert_eq!((p.dims.len(), front, p.dims[0].count), (3, 1, 1));
+        let a = Addr4::encode(Space::Sbuf, 3, 8).unwrap();
+        let at = channel_addr(&map, a, 2).unwrap();
+        assert_eq!(at.0, dma::addr::SBUF_BASE + 5 * dma::addr::SBUF_STRIDE + 8);
+        let t = Tensor4d::new(a, [1, 10, 100, -1], [2, 3, 4, 5]);
+        assert_eq!(tensor_dims(&t), [(-1, 5), (100, 4), (10, 3), (1, 2)]);
+    }
+}
