@@ -80,6 +80,9 @@ pub enum Error {
     /// A descriptor-generation error.
     #[error(transparent)]
     Dge(#[from] dge::Error),
+    /// A `.npy` file that cannot be read or written.
+    #[error("{file}: {rule}")]
+    Npy { file: String, rule: String },
     /// An opcode the POOL route has no kernel for (DMA_MEMCPY is the DGE's on every
     /// generation).
     #[error("opcode {opcode:#04x} {name} has no POOL kernel (route it to the DGE)")]
@@ -96,6 +99,128 @@ pub enum Error {
         addr: u64,
         len: u64,
     },
+    /// A row step the DGE's signed 32-bit indirection step cannot hold.
+    #[error("{field} = {step}: a row step above 2^31 - 1 bytes does not fit the DGE's signed 32-bit indirection step (mulusan_2x32)")]
+    DgeRowStep { field: FieldPath, step: u64 },
+    /// A Pool_Buffer window the DGE cannot read back from SBUF at GATHER time.
+    #[error("{field}: the DGE route reads a Pool_Buffer window from SBUF at GATHER time, so its element addresses must be affine in the element index (contiguous, or one stride after merging dimensions)")]
+    DgeWindowPattern { field: FieldPath },
+    /// A Pool_Buffer window the DGE route did not load itself.
+    #[error("Pool_Buffer channel {channel} was loaded by another route; the DGE route gathers from the SBUF window its own POOL_BUFFER_LOAD recorded")]
+    DgeWindowUnrecorded { channel: u32 },
+    /// A runtime asked to run on a fabric of another generation.
+    #[error("the runtime targets {runtime} but the fabric is {fabric}; instructions are validated for the runtime's generation")]
+    RuntimeGeneration {
+        runtime: dma::Generation,
+        fabric: dma::Generation,
+    },
+    /// A runtime stream stopped at a failing instruction (earlier ones took effect).
+    #[error("instruction {index} ({opcode:#04x}) failed, the run stopped there (instructions before it took effect): {source}")]
+    Stopped {
+        index: usize,
+        opcode: u8,
+        source: Box<Error>,
+    },
+    /// A mechanism the runtime cannot run yet.
+    #[error("the {mechanism} mechanism is not available: {reason}")]
+    MechanismUnavailable {
+        mechanism: &'static str,
+        reason: &'static str,
+    },
+    /// An NKI-level op argument that breaks the op's rule.
+    #[error("{op}: {arg} = {value}: {rule}")]
+    NkiArgument {
+        op: &'static str,
+        arg: &'static str,
+        value: u64,
+        rule: &'static str,
+    },
+    /// An NKI-level op the lowering cannot express as ISA instructions.
+    #[error("{op} cannot be lowered: {reason}")]
+    NkiUnsupported {
+        op: &'static str,
+        reason: &'static str,
+    },
+}
+
+/// A route-independent classification of an [`enum@Error`]: what the equivalence suite
+/// compares when two mechanisms reject one input (never the message text, which names
+/// layer-specific detail). A DGE error and a hostsim error for the same failure (a hard
+/// OOB index, an index row off the fabric, a duplicate destination) have one kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The bytes are not an instruction (length, opcode, reserved bytes).
+    Decode,
+    /// An ISA field breaks the named rule (decode or per-generation validity).
+    Rule(Rule),
+    /// A field whose code or address the fabric rejects.
+    Field,
+    /// A hard OOB error on one side.
+    IndexOutOfBounds(crate::core_state::IndexSide),
+    /// An index whose row leaves the fabric, on one side.
+    IndexAddress(crate::core_state::IndexSide),
+    /// Duplicate scatter destinations without `non_unique_dst_idx`.
+    DuplicateDestination,
+    /// A Pool_Buffer channel, window or dtype error.
+    PoolBuffer,
+    /// No kernel or mechanism serves the instruction.
+    NoMechanism,
+    /// A fabric access error without a field.
+    Fabric,
+    /// A descriptor-generation error not listed above.
+    Descriptor,
+    /// A kernel's internal staging fault.
+    KernelFault,
+    /// A runtime or NKI-lowering error.
+    Runtime,
+}
+
+impl Error {
+    /// The route-independent kind of this error ([`Error::Stopped`] reports its cause's).
+    /// Variants added later fall to [`ErrorKind::Runtime`] until they are classified.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InstructionLength { .. }
+            | Error::UnknownOpcode { .. }
+            | Error::NoOperandStruct { .. }
+            | Error::ReservedByte { .. } => ErrorKind::Decode,
+            Error::InvalidField { rule, .. } => ErrorKind::Rule(*rule),
+            Error::Field { .. } => ErrorKind::Field,
+            Error::IndexOutOfBounds { side, .. } => ErrorKind::IndexOutOfBounds(*side),
+            Error::IndexAddress { side, .. } => ErrorKind::IndexAddress(*side),
+            Error::DuplicateDestination { .. } => ErrorKind::DuplicateDestination,
+            Error::PoolChannel { .. }
+            | Error::PoolWindowStart { .. }
+            | Error::PoolWindowLength { .. }
+            | Error::GatherWindowDtype { .. } => ErrorKind::PoolBuffer,
+            Error::NoPoolKernel { .. }
+            | Error::MechanismUnavailable { .. }
+            | Error::DgeRowStep { .. }
+            | Error::DgeWindowPattern { .. }
+            | Error::DgeWindowUnrecorded { .. } => ErrorKind::NoMechanism,
+            Error::Dma(_) => ErrorKind::Fabric,
+            Error::Dge(e) => dge_kind(e),
+            Error::PoolDeadStores { .. } | Error::PoolStaging { .. } => ErrorKind::KernelFault,
+            Error::Stopped { source, .. } => source.kind(),
+            _ => ErrorKind::Runtime,
+        }
+    }
+}
+
+/// The kind of a descriptor-generation error; its side names are `src` / `dst`.
+fn dge_kind(e: &dge::Error) -> ErrorKind {
+    use crate::core_state::IndexSide;
+    let side = |s: &str| match s {
+        "destination" => IndexSide::Dst,
+        _ => IndexSide::Src,
+    };
+    match e {
+        dge::Error::IndexOutOfBounds { side: s, .. } => ErrorKind::IndexOutOfBounds(side(s)),
+        dge::Error::IndexOffFabric { side: s, .. } => ErrorKind::IndexAddress(side(s)),
+        dge::Error::DuplicateDestination { .. } => ErrorKind::DuplicateDestination,
+        dge::Error::Fabric(_) => ErrorKind::Fabric,
+        _ => ErrorKind::Descriptor,
+    }
 }
 
 impl Error {

@@ -26,9 +26,13 @@
 
 pub mod core_state;
 pub mod demo;
+pub mod dge_route;
 pub mod error;
 pub mod isa;
+pub mod nki;
+pub mod npy;
 pub mod pool;
 pub mod reference;
+pub mod runtime;
 
-pub use error::Error;
+pub use error::{Error, ErrorKind};

@@ -1,0 +1,296 @@
+//! # NKI-level lowering: the operations kernels are written in, as ISA instruction streams
+//!
+//! Each function takes tensors described by where they start ([`TensorAddr`]: a fabric
+//! address or an ADDR4), a shape `[rows, cols]` and a dtype ([`Tensor`]), checks the op's
+//! rules (an error names the op argument, its value and the rule: [`Error::NkiArgument`]),
+//! builds instructions with the ISA struct constructors, validates each for the target
+//! generation, and returns them with the bound registers they read ([`Lowered`]).
+//!
+//! The 2:1 name -> opcode split of seed 000 section 2 is kept: the op named "gather" that
+//! copies rows, `local_gather`, lowers to INDIRECT_COPY 0xe7, and `nc_n_gather` to
+//! GATHER 0x68 (with POOL_BUFFER_LOAD 0x67).
+//!
+//! - [`mod@pool_ops`]: [`nc_n_gather`] and [`local_gather`];
+//! - [`mod@dma_ops`]: [`dma_gather`], [`dma_scatter`], [`dma_gather_transpose`],
+//!   [`dma_copy`] and [`embedding_update`].
+//!
+//! # How a tensor is laid out
+//!
+//! - POOL-side ops (`nc_n_gather`, `local_gather`) see an on-core tensor: row `p` is
+//!   partition `P + p` (`P` the start's partition), its `cols` elements contiguous from
+//!   the start's byte offset. The start must be in SBUF or PSUM (a fabric address there
+//!   is converted to its ADDR4).
+//! - DMA-side ops see a row-major block: row `r` starts `r * cols * dtype size` bytes
+//!   after the start (an ADDR4 is converted to its fabric address), so a block must stay
+//!   inside one region (HBM, or one SBUF/PSUM partition). Index tensors are `[1, n]` u32
+//!   in SBUF partition 0.
+
+pub mod dma_ops;
+pub mod pool_ops;
+
+pub use dma_ops::{
+    dma_copy, dma_gather, dma_gather_transpose, dma_scatter, embedding_update, AccessPattern,
+    DmaOptions, OobMode,
+};
+pub use pool_ops::{local_gather, nc_n_gather};
+
+use dma::{Addr4, AddressMap, Dtype, FabricAddr, Generation};
+
+use crate::error::Error;
+use crate::isa::{BoundRegisters, Instruction};
+
+/// Where a tensor starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorAddr {
+    /// A unified fabric address.
+    Fabric(FabricAddr),
+    /// An on-core (SBUF/PSUM) ADDR4.
+    Addr4(Addr4),
+}
+
+impl From<FabricAddr> for TensorAddr {
+    fn from(a: FabricAddr) -> TensorAddr {
+        TensorAddr::Fabric(a)
+    }
+}
+
+impl From<Addr4> for TensorAddr {
+    fn from(a: Addr4) -> TensorAddr {
+        TensorAddr::Addr4(a)
+    }
+}
+
+/// A 2-D tensor an NKI op reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tensor {
+    /// Where it starts.
+    pub addr: TensorAddr,
+    /// `[rows, cols]` (partitions and free elements for POOL-side ops).
+    pub shape: [u32; 2],
+    /// The element dtype.
+    pub dtype: Dtype,
+}
+
+impl Tensor {
+    /// A `[rows, cols]` tensor of `dtype` at `addr`.
+    pub fn new(addr: impl Into<TensorAddr>, shape: [u32; 2], dtype: Dtype) -> Tensor {
+        Tensor {
+            addr: addr.into(),
+            shape,
+            dtype,
+        }
+    }
+
+    /// A `[1, len]` tensor (one row): an index vector.
+    pub fn vector(addr: impl Into<TensorAddr>, len: u32, dtype: Dtype) -> Tensor {
+        Tensor::new(addr, [1, len], dtype)
+    }
+
+    /// Bytes in one row.
+    fn row_bytes(&self) -> u64 {
+        u64::from(self.shape[1]) * self.dtype.size() as u64
+    }
+}
+
+/// One bound register value a lowered stream needs (BOUND_CHECK_REG `reg`, `reg + 1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BoundSetting {
+    /// The low register of the pair.
+    pub reg: u8,
+    /// The bound (indices must be below it).
+    pub bound: u64,
+}
+
+/// A lowered op: its instructions, in order, and the bounds to set before they run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lowered {
+    /// The ISA instructions, each valid for the target generation.
+    pub instructions: Vec<Instruction>,
+    /// Bound registers the instructions read.
+    pub bounds: Vec<BoundSetting>,
+}
+
+impl Lowered {
+    /// Writes every bound into `regs`.
+    pub fn apply_bounds(&self, regs: &mut BoundRegisters) -> Result<(), Error> {
+        self.bounds
+            .iter()
+            .try_for_each(|b| regs.set_bound(b.reg, b.bound))
+    }
+
+    /// Validates every instruction for `generation`; the lowering's last step.
+    fn validated(self, generation: Generation) -> Result<Lowered, Error> {
+        for inst in &self.instructions {
+            inst.validate(generation)?;
+        }
+        Ok(self)
+    }
+}
+
+/// The error for `op`'s argument `arg = value` breaking `rule`.
+fn arg_error(op: &'static str, arg: &'static str, value: u64, rule: &'static str) -> Error {
+    Error::NkiArgument {
+        op,
+        arg,
+        value,
+        rule,
+    }
+}
+
+/// `Ok` when `ok`, else [`arg_error`].
+fn ensure_arg(
+    ok: bool,
+    op: &'static str,
+    arg: &'static str,
+    value: impl Into<u64>,
+    rule: &'static str,
+) -> Result<(), Error> {
+    match ok {
+        true => Ok(()),
+        false => Err(arg_error(op, arg, value.into(), rule)),
+    }
+}
+
+/// `got == want`, else the error for `arg = got` breaking `rule`.
+fn equal(
+    op: &'static str,
+    arg: &'static str,
+    got: impl Into<u64>,
+    want: impl Into<u64>,
+    rule: &'static str,
+) -> Result<(), Error> {
+    let (got, want) = (got.into(), want.into());
+    ensure_arg(got == want, op, arg, got, rule)
+}
+
+/// The on-core start (ADDR4) of a POOL-side tensor.
+fn on_core(
+    map: &AddressMap,
+    op: &'static str,
+    arg: &'static str,
+    t: &Tensor,
+) -> Result<Addr4, Error> {
+    match t.addr {
+        TensorAddr::Addr4(a) => Ok(a),
+        TensorAddr::Fabric(f) => Addr4::from_fabric(f, map).map_err(|_| {
+            arg_error(
+                op,
+                arg,
+                f.0,
+                "must be an SBUF or PSUM address (an on-core tensor)",
+            )
+        }),
+    }
+}
+
+/// The fabric start of a DMA-side tensor.
+fn on_fabric(
+    map: &AddressMap,
+    op: &'static str,
+    arg: &'static str,
+    t: &Tensor,
+) -> Result<FabricAddr, Error> {
+    match t.addr {
+        TensorAddr::Fabric(f) => Ok(f),
+        TensorAddr::Addr4(a) => a.to_fabric(map).map_err(|_| {
+            arg_error(
+                op,
+                arg,
+                a.0.into(),
+                "must be a valid ADDR4 on the generation's fabric",
+            )
+        }),
+    }
+}
+
+/// `a` moved `bytes` further inside its partition.
+fn addr4_plus(op: &'static str, arg: &'static str, a: Addr4, bytes: u64) -> Result<Addr4, Error> {
+    let rule = "the tensor reaches past the 23-bit ADDR4 offset";
+    let (space, partition, offset) = a
+        .decode()
+        .map_err(|_| arg_error(op, arg, a.0.into(), "must be a valid ADDR4"))?;
+    let moved = u64::from(offset)
+        .checked_add(bytes)
+        .and_then(|o| u32::try_from(o).ok())
+        .ok_or_else(|| arg_error(op, arg, bytes, rule))?;
+    Addr4::encode(space, partition, moved).map_err(|_| arg_error(op, arg, moved.into(), rule))
+}
+
+/// `a` moved `bytes` further on the fabric.
+fn fabric_plus(
+    op: &'static str,
+    arg: &'static str,
+    a: FabricAddr,
+    bytes: u64,
+) -> Result<FabricAddr, Error> {
+    a.checked_add(bytes).ok_or_else(|| {
+        arg_error(
+            op,
+            arg,
+            a.0,
+            "the tensor overflows the 64-bit fabric address",
+        )
+    })
+}
+
+/// `shape[i] >= 1` for both dims of `t`, named `args`.
+fn nonempty(op: &'static str, args: [&'static str; 2], t: &Tensor) -> Result<(), Error> {
+    for (arg, n) in args.into_iter().zip(t.shape) {
+        ensure_arg(n >= 1, op, arg, n, "must be at least 1")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dma::Space;
+
+    #[test]
+    fn addresses_convert_and_move() {
+        let map = AddressMap::new(Generation::Sunda);
+        let a = Addr4::encode(Space::Sbuf, 3, 16).unwrap();
+        let f = a.to_fabric(&map).unwrap();
+        let t = Tensor::new(f, [2, 4], Dtype::F32);
+        assert_eq!(on_core(&map, "op", "t", &t).unwrap(), a);
+        assert_eq!(
+            on_fabric(&map, "op", "t", &Tensor::new(a, [1, 1], Dtype::U8)).unwrap(),
+            f
+        );
+        let hbm = Tensor::new(FabricAddr(64), [2, 4], Dtype::F32);
+        let e = on_core(&map, "op", "data", &hbm).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "op: data = 64: must be an SBUF or PSUM address (an on-core tensor)"
+        );
+        assert_eq!(
+            addr4_plus("op", "t", a, 8).unwrap(),
+            Addr4::encode(Space::Sbuf, 3, 24).unwrap()
+        );
+        assert!(matches!(
+            addr4_plus("op", "t", a, 1 << 23),
+            Err(Error::NkiArgument { arg: "t", .. })
+        ));
+        assert!(fabric_plus("op", "t", FabricAddr(u64::MAX), 1).is_err());
+        assert_eq!(t.row_bytes(), 16);
+    }
+
+    #[test]
+    fn bounds_apply_to_the_register_file() {
+        let l = Lowered {
+            instructions: Vec::new(),
+            bounds: vec![BoundSetting {
+                reg: 4,
+                bound: 1 << 33 | 7,
+            }],
+        };
+        let mut regs = BoundRegisters::new();
+        l.apply_bounds(&mut regs).unwrap();
+        assert_eq!((regs.get(4).unwrap(), regs.get(5).unwrap()), (7, 2));
+        let bad = Lowered {
+            instructions: Vec::new(),
+            bounds: vec![BoundSetting { reg: 63, bound: 1 }],
+        };
+        assert!(bad.apply_bounds(&mut regs).is_err());
+    }
+}
