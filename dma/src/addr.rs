@@ -34,6 +34,11 @@ pub const PSUM_BASE: u64 = 0x100_1000_0000;
 /// Distance between PSUM partitions in the fabric map.
 pub const PSUM_STRIDE: u64 = 0x4000;
 
+/// log2 of [`SBUF_STRIDE`] and [`PSUM_STRIDE`] (both are powers of two).
+const SBUF_STRIDE_SHIFT: u32 = SBUF_STRIDE.trailing_zeros();
+const PSUM_STRIDE_SHIFT: u32 = PSUM_STRIDE.trailing_zeros();
+const _: () = assert!(SBUF_STRIDE.is_power_of_two() && PSUM_STRIDE.is_power_of_two());
+
 /// A byte address in the unified 64-bit fabric map (what descriptors carry).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct FabricAddr(pub u64);
@@ -160,25 +165,38 @@ impl AddressMap {
     }
 
     /// The region holding `addr`, or an error if `addr` is in no region (a hole).
+    #[inline]
     pub fn region_of(&self, addr: FabricAddr) -> Result<Region, Error> {
         let a = addr.0;
-        let (space, base, stride) = if a < SBUF_BASE {
-            (Space::Hbm, 0, u64::MAX)
-        } else if a < PSUM_BASE {
-            (Space::Sbuf, SBUF_BASE, SBUF_STRIDE)
+        if a < SBUF_BASE {
+            // HBM is one region from 0: no partition arithmetic.
+            let len = self.generation.hbm_bytes();
+            if a >= len {
+                return Err(Error::Unmapped { addr: a });
+            }
+            return Ok(Region {
+                space: Space::Hbm,
+                partition: 0,
+                base: 0,
+                len,
+            });
+        }
+        let (space, base, shift) = if a < PSUM_BASE {
+            (Space::Sbuf, SBUF_BASE, SBUF_STRIDE_SHIFT)
         } else {
-            (Space::Psum, PSUM_BASE, PSUM_STRIDE)
+            (Space::Psum, PSUM_BASE, PSUM_STRIDE_SHIFT)
         };
         let rel = a - base;
-        let partition = rel / stride;
+        // The strides are powers of two: `rel / stride` and `rel % stride` by shift and mask.
+        let partition = rel >> shift;
         let len = self.partition_bytes(space);
-        if partition >= u64::from(self.partitions(space)) || rel % stride >= len {
+        if partition >= u64::from(self.partitions(space)) || rel & ((1 << shift) - 1) >= len {
             return Err(Error::Unmapped { addr: a });
         }
         Ok(Region {
             space,
             partition: partition as u32,
-            base: base + partition * stride,
+            base: base + (partition << shift),
             len,
         })
     }
@@ -218,23 +236,31 @@ impl AddressMap {
     /// The one range check: `[addr, addr + len)` must be non-empty, must not overflow 64
     /// bits, and must lie inside a single region (HBM, or one SBUF/PSUM partition).
     /// Returns that region.
+    #[inline]
     pub fn check_range(&self, addr: FabricAddr, len: u64) -> Result<Region, Error> {
         if len == 0 {
             return Err(Error::EmptyAccess { addr: addr.0 });
         }
-        let last = addr
-            .0
-            .checked_add(len - 1)
-            .ok_or(Error::AddressOverflow { addr: addr.0, len })?;
+        let Some(last) = addr.0.checked_add(len - 1) else {
+            return Err(Error::AddressOverflow { addr: addr.0, len });
+        };
         let region = self.region_of(addr)?;
         if last >= region.base + region.len {
-            return Err(Error::OutOfRegion {
-                addr: addr.0,
-                len,
-                region: region.to_string(),
-            });
+            return Err(out_of_region(addr, len, region));
         }
         Ok(region)
+    }
+}
+
+/// The error of an access that starts in `region` and leaves it (kept out of line: it
+/// formats the region).
+#[cold]
+#[inline(never)]
+fn out_of_region(addr: FabricAddr, len: u64, region: Region) -> Error {
+    Error::OutOfRegion {
+        addr: addr.0,
+        len,
+        region: region.to_string(),
     }
 }
 

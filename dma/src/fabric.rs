@@ -26,11 +26,15 @@
 //! written. Sources with no page read as zeros.
 //!
 //! Work is split into *pieces* that stay inside one source page and one destination page.
-//! A piece read-locks its source page and write-locks its destination page, always in
-//! ascending page order whatever their roles, so two operations on the same two pages in
-//! opposite directions cannot deadlock; a piece whose source and destination are one page
-//! takes one write lock. An operation is therefore atomic per piece, not as a whole: the
-//! engine's ordering rules keep concurrent operations off each other's bytes.
+//! A piece read-locks its source page and write-locks its destination page (one write
+//! lock when they are one page) through a [`PageLocks`] cache, which keeps the last
+//! piece's pages locked until a piece needs another page: a run of operations on the same
+//! pages (the engine runs a queue's descriptors through one cache) pays one lock pair per
+//! page pair, not one per piece. Locks are only ever waited for in ascending page order
+//! whatever their roles (held pages above a page to lock are released first), so two
+//! queues working on the same pages in opposite directions cannot deadlock. An operation
+//! is therefore atomic per piece, not as a whole: the engine's ordering rules keep
+//! concurrent operations off each other's bytes.
 //!
 //! The `&mut self` forms ([`Fabric::copy`], [`Fabric::fill`], [`Fabric::reduce`],
 //! [`Fabric::write`]) validate, reserve the destination and run the shared form: one
@@ -132,6 +136,7 @@ impl Fabric {
 
     /// The one range check ([`AddressMap::check_range`]): `len > 0` bytes at `addr` inside
     /// one region, without 64-bit overflow. Returns the region.
+    #[inline]
     pub fn check(&self, addr: FabricAddr, len: u64) -> Result<Region, Error> {
         self.map.check_range(addr, len)
     }
@@ -150,66 +155,20 @@ impl Fabric {
         Ok(())
     }
 
-    /// Checks the range and returns the keys of the pages it touches.
-    fn page_keys(
-        &self,
-        addr: FabricAddr,
-        len: u64,
-    ) -> Result<std::ops::RangeInclusive<u64>, Error> {
-        self.check(addr, len)?;
-        // check_range proved `addr + len - 1` does not overflow.
-        Ok((addr.0 >> PAGE_SHIFT)..=((addr.0 + (len - 1)) >> PAGE_SHIFT))
-    }
-
-    /// Checks the range and that every page it touches is reserved.
-    fn check_reserved(&self, addr: FabricAddr, len: u64) -> Result<(), Error> {
-        match self
-            .page_keys(addr, len)?
-            .find(|k| !self.pages.contains_key(k))
-        {
-            Some(key) => Err(Error::NotReserved {
-                page: key << PAGE_SHIFT,
-            }),
+    /// Fails on the first of the pages `keys` that is not reserved.
+    fn check_pages_reserved(&self, mut keys: std::ops::Range<u64>) -> Result<(), Error> {
+        match keys.find(|k| !self.pages.contains_key(k)) {
+            Some(key) => Err(not_reserved(key)),
             None => Ok(()),
         }
     }
 
-    /// Runs `f` on the write-locked page holding `addr`.
-    fn with_page<R>(&self, addr: u64, f: impl FnOnce(&mut [u8]) -> R) -> Result<R, Error> {
-        let key = addr >> PAGE_SHIFT;
-        let page = self.pages.get(&key).ok_or(Error::NotReserved {
-            page: key << PAGE_SHIFT,
-        })?;
-        Ok(f(&mut page.write()))
-    }
-
-    /// Runs `same` on the page when `src` and `dst` are in one page, else `pair` on the
-    /// read-locked source page (zeros if it has no storage) and the write-locked
-    /// destination page, locked in ascending page order.
-    fn with_pages<R>(
-        &self,
-        src: u64,
-        dst: u64,
-        same: impl FnOnce(&mut [u8]) -> R,
-        pair: impl FnOnce(&[u8], &mut [u8]) -> R,
-    ) -> Result<R, Error> {
-        let (sk, dk) = (src >> PAGE_SHIFT, dst >> PAGE_SHIFT);
-        if sk == dk {
-            return self.with_page(dst, same);
-        }
-        let dp = self.pages.get(&dk).ok_or(Error::NotReserved {
-            page: dk << PAGE_SHIFT,
-        })?;
-        let Some(sp) = self.pages.get(&sk) else {
-            return Ok(pair(&ZERO_PAGE, &mut dp.write()));
-        };
-        if sk < dk {
-            let s = sp.read();
-            Ok(pair(&s, &mut dp.write()))
-        } else {
-            let mut d = dp.write();
-            Ok(pair(&sp.read(), &mut d))
-        }
+    /// Checks the range and returns the keys of the pages it touches.
+    #[inline]
+    fn page_keys(&self, addr: FabricAddr, len: u64) -> Result<std::ops::Range<u64>, Error> {
+        self.check(addr, len)?;
+        // check_range proved `addr + len - 1` does not overflow; keys are below 2^48.
+        Ok((addr.0 >> PAGE_SHIFT)..((addr.0 + (len - 1)) >> PAGE_SHIFT) + 1)
     }
 
     // ---- reads -------------------------------------------------------------------
@@ -358,49 +317,28 @@ impl Fabric {
 
     // ---- shared execution through &self (destination reserved) ----------------------
 
+    /// A lock cache for a run of shared-form operations on this fabric (see [`PageLocks`]).
+    pub fn page_locks(&self) -> PageLocks<'_> {
+        PageLocks {
+            fabric: self,
+            src: Slot::EMPTY,
+            dst: Slot::EMPTY,
+        }
+    }
+
     /// [`Fabric::write`] into reserved pages.
     pub fn write_reserved(&self, addr: FabricAddr, buf: &[u8]) -> Result<(), Error> {
-        let len = buf.len() as u64;
-        self.check_reserved(addr, len)?;
-        for (off, n) in Walk::one(addr.0, len) {
-            // Walk pieces lie inside `buf` and inside one page.
-            let data = &buf[off as usize..off as usize + n];
-            let (_, po) = split(addr.0 + off);
-            self.with_page(addr.0 + off, |p| p[po..po + n].copy_from_slice(data))?;
-        }
-        Ok(())
+        self.page_locks().write(addr, buf)
     }
 
     /// [`Fabric::copy`] into reserved pages.
     pub fn copy_reserved(&self, src: FabricAddr, dst: FabricAddr, len: u64) -> Result<(), Error> {
-        self.check(src, len)?;
-        self.check_reserved(dst, len)?;
-        // Both ranges are proved in-region, so `src + off` and `dst + off` cannot overflow.
-        for (off, n) in Walk::two(src.0, dst.0, len, 1, u64::MAX) {
-            let (s, d) = (src.0 + off, dst.0 + off);
-            let (so, doff) = (split(s).1, split(d).1);
-            self.with_pages(
-                s,
-                d,
-                |p| p.copy_within(so..so + n, doff),
-                |sp, dp| dp[doff..doff + n].copy_from_slice(&sp[so..so + n]),
-            )?;
-        }
-        Ok(())
+        self.page_locks().copy(src, dst, len)
     }
 
     /// [`Fabric::fill`] into reserved pages: byte `i` of the range is `pattern[i % len]`.
     pub fn fill_reserved(&self, dst: FabricAddr, len: u64, pattern: &[u8]) -> Result<(), Error> {
-        check_pattern(dst, len, pattern)?;
-        self.check_reserved(dst, len)?;
-        for (off, n) in Walk::one(dst.0, len) {
-            let phase = (off % pattern.len() as u64) as usize;
-            let (_, po) = split(dst.0 + off);
-            self.with_page(dst.0 + off, |p| {
-                fill_pattern(&mut p[po..po + n], pattern, phase)
-            })?;
-        }
-        Ok(())
+        self.page_locks().fill(dst, len, pattern)
     }
 
     /// [`Fabric::reduce`] into reserved pages.
@@ -412,60 +350,7 @@ impl Fabric {
         dtype: Dtype,
         op: ComputeOp,
     ) -> Result<(), Error> {
-        compute::check_whole_elements(dtype, len)?;
-        self.check(src, len)?;
-        self.check_reserved(dst, len)?;
-        let overlap = src.0 < dst.0 + len && dst.0 < src.0 + len;
-        let cap = if overlap {
-            SCRATCH_BYTES as u64
-        } else {
-            u64::MAX
-        };
-        let unit = dtype.size() as u64;
-        // Both ranges are proved in-region, so `src + off` and `dst + off` cannot overflow.
-        for (off, n) in Walk::two(src.0, dst.0, len, unit, cap) {
-            self.reduce_piece(src.0 + off, dst.0 + off, n, dtype, op)?;
-        }
-        Ok(())
-    }
-
-    /// One piece of a reduce: inside one page on each side, or one element across a page
-    /// edge (only then can a piece leave a page, see [`Walk`]).
-    fn reduce_piece(
-        &self,
-        s: u64,
-        d: u64,
-        n: usize,
-        dtype: Dtype,
-        op: ComputeOp,
-    ) -> Result<(), Error> {
-        let (so, doff) = (split(s).1, split(d).1);
-        if !fits(so, n) || !fits(doff, n) {
-            return self.reduce_straddling(s, d, n, dtype, op);
-        }
-        self.with_pages(
-            s,
-            d,
-            |p| reduce_in_page(p, so, doff, n, dtype, op),
-            |sp, dp| compute::apply(op, dtype, &mut dp[doff..doff + n], &sp[so..so + n]),
-        )?
-    }
-
-    /// A single element (at most 4 bytes) that crosses a page edge on either side.
-    fn reduce_straddling(
-        &self,
-        s: u64,
-        d: u64,
-        n: usize,
-        dtype: Dtype,
-        op: ComputeOp,
-    ) -> Result<(), Error> {
-        let (mut a, mut b) = ([0u8; 4], [0u8; 4]);
-        let (acc, val) = (&mut a[..n], &mut b[..n]);
-        self.read(FabricAddr(s), val)?;
-        self.read(FabricAddr(d), acc)?;
-        compute::apply(op, dtype, acc, val)?;
-        self.write_reserved(FabricAddr(d), acc)
+        self.page_locks().reduce(src, dst, len, dtype, op)
     }
 
     // ---- comparison ----------------------------------------------------------------
@@ -540,15 +425,313 @@ impl std::fmt::Debug for Fabric {
     }
 }
 
+/// The shared (`&self`) execution forms of a [`Fabric`] with a small lock cache: the
+/// write-locked destination page and the read-locked source page of the last piece stay
+/// locked until a piece needs another page, [`PageLocks::release`] is called or the value
+/// is dropped. A run of operations on the same pages then pays one lock pair per page pair
+/// instead of one per piece: the engine runs a queue's descriptors through one
+/// `PageLocks`, and the DGE deals descriptors round-robin over the queues, so one queue's
+/// consecutive descriptors are not contiguous but mostly share their pages. Each operation
+/// checks and behaves exactly like the `*_reserved` form of [`Fabric`] of the same name
+/// (which runs it on a fresh `PageLocks`).
+///
+/// # Lock order
+///
+/// A thread blocks on a page lock only while every page it holds has a lower key: before
+/// locking, held pages not below the lowest page still to lock are released, and the pages
+/// still to lock are taken in ascending key order. A chain of threads each waiting for a
+/// page the next one holds therefore climbs strictly in page key and cannot close into a
+/// cycle. The guards are not `Send`, so an async task cannot keep a `PageLocks` across an
+/// `.await`; a holder must not wait for anything else either (a semaphore, another thread,
+/// or this fabric's locks outside this value such as [`Fabric::read`], since `RwLock` is
+/// not reentrant): release first.
+pub struct PageLocks<'a> {
+    fabric: &'a Fabric,
+    src: Slot<'a, RwLockReadGuard<'a, Box<[u8]>>>,
+    dst: Slot<'a, RwLockWriteGuard<'a, Box<[u8]>>>,
+}
+
+impl<'a> PageLocks<'a> {
+    /// Releases every held page (where they are stays cached).
+    pub fn release(&mut self) {
+        self.src.guard = None;
+        self.dst.guard = None;
+    }
+
+    /// [`Fabric::write_reserved`].
+    pub fn write(&mut self, addr: FabricAddr, buf: &[u8]) -> Result<(), Error> {
+        let len = buf.len() as u64;
+        self.check_reserved(addr, len)?;
+        for (off, n) in Walk::one(addr.0, len) {
+            // Walk pieces lie inside `buf` and inside one page.
+            let data = &buf[off as usize..off as usize + n];
+            let (_, po) = split(addr.0 + off);
+            self.with_page(addr.0 + off, |p| p[po..po + n].copy_from_slice(data))?;
+        }
+        Ok(())
+    }
+
+    /// [`Fabric::copy_reserved`].
+    pub fn copy(&mut self, src: FabricAddr, dst: FabricAddr, len: u64) -> Result<(), Error> {
+        self.fabric.check(src, len)?;
+        self.check_reserved(dst, len)?;
+        // Both ranges are proved in-region, so `src + off` and `dst + off` cannot overflow.
+        for (off, n) in Walk::two(src.0, dst.0, len, 1, u64::MAX) {
+            let (s, d) = (src.0 + off, dst.0 + off);
+            let (so, doff) = (split(s).1, split(d).1);
+            self.with_pages(
+                s,
+                d,
+                |p| p.copy_within(so..so + n, doff),
+                |sp, dp| dp[doff..doff + n].copy_from_slice(&sp[so..so + n]),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// [`Fabric::fill_reserved`].
+    pub fn fill(&mut self, dst: FabricAddr, len: u64, pattern: &[u8]) -> Result<(), Error> {
+        check_pattern(dst, len, pattern)?;
+        self.check_reserved(dst, len)?;
+        for (off, n) in Walk::one(dst.0, len) {
+            let phase = (off % pattern.len() as u64) as usize;
+            let (_, po) = split(dst.0 + off);
+            self.with_page(dst.0 + off, |p| {
+                fill_pattern(&mut p[po..po + n], pattern, phase)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// [`Fabric::reduce_reserved`].
+    pub fn reduce(
+        &mut self,
+        src: FabricAddr,
+        dst: FabricAddr,
+        len: u64,
+        dtype: Dtype,
+        op: ComputeOp,
+    ) -> Result<(), Error> {
+        compute::check_whole_elements(dtype, len)?;
+        self.fabric.check(src, len)?;
+        self.check_reserved(dst, len)?;
+        let overlap = src.0 < dst.0 + len && dst.0 < src.0 + len;
+        let cap = if overlap {
+            SCRATCH_BYTES as u64
+        } else {
+            u64::MAX
+        };
+        let unit = dtype.size() as u64;
+        // Both ranges are proved in-region, so `src + off` and `dst + off` cannot overflow.
+        for (off, n) in Walk::two(src.0, dst.0, len, unit, cap) {
+            self.reduce_piece(src.0 + off, dst.0 + off, n, dtype, op)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the range and that every page it touches is reserved. A range inside one
+    /// page (the common case) aims the destination slot at it, so that the page is looked
+    /// up once (and not at all while it stays the same) for the check and the locking.
+    #[inline]
+    fn check_reserved(&mut self, addr: FabricAddr, len: u64) -> Result<(), Error> {
+        let keys = self.fabric.page_keys(addr, len)?;
+        if keys.end - keys.start > 1 {
+            return self.fabric.check_pages_reserved(keys);
+        }
+        self.dst.aim(keys.start, &self.fabric.pages);
+        match self.dst.page {
+            Some(_) => Ok(()),
+            None => Err(not_reserved(keys.start)),
+        }
+    }
+
+    /// Locks the pages of a piece that reads page `sk` and writes page `dk` (keeping held
+    /// pages where the lock order allows, see [`PageLocks`]) and returns the source page
+    /// (zeros if it has no storage; not meaningful when `sk == dk`) and the destination
+    /// page.
+    #[inline]
+    fn hold(&mut self, sk: u64, dk: u64) -> Result<(&[u8], &mut [u8]), Error> {
+        if !(self.dst.ready(dk) && (sk == dk || self.src.ready(sk))) {
+            self.relock(sk, dk);
+        }
+        let Some(dp) = self.dst.guard.as_deref_mut() else {
+            return Err(not_reserved(dk));
+        };
+        let sp = self.src.guard.as_deref().map_or(&ZERO_PAGE[..], |p| &p[..]);
+        Ok((sp, &mut dp[..]))
+    }
+
+    /// Aims the slots at pages `sk` and `dk` and locks what they lack: held pages not
+    /// below the lowest page still to lock are released first, then the pages are locked
+    /// in ascending order. A destination page that was not reserved stays unlocked. Out of
+    /// line, so that the common case (nothing to lock) stays small where it is inlined.
+    #[inline(never)]
+    fn relock(&mut self, sk: u64, dk: u64) {
+        let pages: &'a HashMap<u64, Page> = &self.fabric.pages;
+        self.dst.aim(dk, pages);
+        if sk == dk {
+            self.src = Slot::EMPTY;
+        } else {
+            self.src.aim(sk, pages);
+        }
+        let Some(first) = [self.src.pending(), self.dst.pending()]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
+            return;
+        };
+        self.src.release_unless_below(first);
+        self.dst.release_unless_below(first);
+        if sk < dk {
+            self.src.lock(Page::read);
+            self.dst.lock(Page::write);
+        } else {
+            self.dst.lock(Page::write);
+            self.src.lock(Page::read);
+        }
+    }
+
+    /// Runs `f` on the write-locked page holding `addr`.
+    fn with_page<R>(&mut self, addr: u64, f: impl FnOnce(&mut [u8]) -> R) -> Result<R, Error> {
+        let key = addr >> PAGE_SHIFT;
+        self.hold(key, key).map(|(_, page)| f(page))
+    }
+
+    /// Runs `same` on the page when `src` and `dst` are in one page, else `pair` on the
+    /// read-locked source page (zeros if it has no storage) and the write-locked
+    /// destination page.
+    fn with_pages<R>(
+        &mut self,
+        src: u64,
+        dst: u64,
+        same: impl FnOnce(&mut [u8]) -> R,
+        pair: impl FnOnce(&[u8], &mut [u8]) -> R,
+    ) -> Result<R, Error> {
+        let (sk, dk) = (src >> PAGE_SHIFT, dst >> PAGE_SHIFT);
+        let (sp, dp) = self.hold(sk, dk)?;
+        Ok(if sk == dk { same(dp) } else { pair(sp, dp) })
+    }
+
+    /// One piece of a reduce: inside one page on each side, or one element across a page
+    /// edge (only then can a piece leave a page, see [`Walk`]).
+    fn reduce_piece(
+        &mut self,
+        s: u64,
+        d: u64,
+        n: usize,
+        dtype: Dtype,
+        op: ComputeOp,
+    ) -> Result<(), Error> {
+        let (so, doff) = (split(s).1, split(d).1);
+        if !fits(so, n) || !fits(doff, n) {
+            return self.reduce_straddling(s, d, n, dtype, op);
+        }
+        self.with_pages(
+            s,
+            d,
+            |p| reduce_in_page(p, so, doff, n, dtype, op),
+            |sp, dp| compute::apply(op, dtype, &mut dp[doff..doff + n], &sp[so..so + n]),
+        )?
+    }
+
+    /// A single element (at most 4 bytes) that crosses a page edge on either side.
+    fn reduce_straddling(
+        &mut self,
+        s: u64,
+        d: u64,
+        n: usize,
+        dtype: Dtype,
+        op: ComputeOp,
+    ) -> Result<(), Error> {
+        let (mut a, mut b) = ([0u8; 4], [0u8; 4]);
+        let (acc, val) = (&mut a[..n], &mut b[..n]);
+        // Fabric::read locks on its own: hold nothing meanwhile (RwLock is not reentrant).
+        self.release();
+        self.fabric.read(FabricAddr(s), val)?;
+        self.fabric.read(FabricAddr(d), acc)?;
+        compute::apply(op, dtype, acc, val)?;
+        self.write(FabricAddr(d), acc)
+    }
+}
+
+/// The key of no page (page keys are fabric addresses shifted right by 16, below 2^48).
+const NO_PAGE: u64 = u64::MAX;
+
+/// One entry of a [`PageLocks`]: the page it is aimed at (`None`: no page, a source page
+/// with no storage, or a destination page that was not reserved) and, while locked, its
+/// guard.
+struct Slot<'a, G> {
+    key: u64,
+    page: Option<&'a Page>,
+    guard: Option<G>,
+}
+
+impl<'a, G> Slot<'a, G> {
+    const EMPTY: Self = Slot {
+        key: NO_PAGE,
+        page: None,
+        guard: None,
+    };
+
+    /// Aims the slot at page `key`: another page is looked up and the old guard released.
+    #[inline]
+    fn aim(&mut self, key: u64, pages: &'a HashMap<u64, Page>) {
+        if self.key != key {
+            self.retarget(key, pages);
+        }
+    }
+
+    #[inline(never)]
+    fn retarget(&mut self, key: u64, pages: &'a HashMap<u64, Page>) {
+        *self = Slot {
+            key,
+            page: pages.get(&key),
+            guard: None,
+        };
+    }
+
+    /// Whether the slot is aimed at page `key` and holds it locked (or `key` has no page).
+    fn ready(&self, key: u64) -> bool {
+        self.key == key && self.guard.is_some() == self.page.is_some()
+    }
+
+    /// The key of the page this slot still has to lock.
+    fn pending(&self) -> Option<u64> {
+        (self.guard.is_none() && self.page.is_some()).then_some(self.key)
+    }
+
+    /// Releases the guard unless its page is below `first`, the lowest page about to be
+    /// locked (the lock order).
+    fn release_unless_below(&mut self, first: u64) {
+        if self.key >= first {
+            self.guard = None;
+        }
+    }
+
+    /// Locks the page if there is one and it is not locked yet.
+    fn lock(&mut self, lock: impl FnOnce(&'a Page) -> G) {
+        if self.guard.is_none() {
+            self.guard = self.page.map(lock);
+        }
+    }
+}
+
+fn not_reserved(key: u64) -> Error {
+    Error::NotReserved {
+        page: key << PAGE_SHIFT,
+    }
+}
+
 /// Bytes in `count` elements of `size` bytes at `addr`, or an overflow error.
 fn elems_bytes(addr: FabricAddr, count: usize, size: usize) -> Result<u64, Error> {
-    count
-        .checked_mul(size)
-        .map(|b| b as u64)
-        .ok_or(Error::AddressOverflow {
+    let Some(bytes) = count.checked_mul(size) else {
+        return Err(Error::AddressOverflow {
             addr: addr.0,
             len: u64::MAX,
-        })
+        });
+    };
+    Ok(bytes as u64)
 }
 
 fn check_pattern(dst: FabricAddr, len: u64, pattern: &[u8]) -> Result<(), Error> {
@@ -607,7 +790,7 @@ fn reduce_in_page(
 /// `cap`; when an element of `unit` bytes crosses a page edge it is a piece of its own.
 /// When `dst` starts inside `[src, src + len)` the pieces come last-first, so that no
 /// piece reads source bytes an earlier piece wrote (memmove order). The caller proved
-/// both ranges in-region and `len` a multiple of `unit`.
+/// both ranges in-region and `len` a multiple of `unit`, a power of two (a dtype size).
 struct Walk {
     src: u64,
     dst: u64,
@@ -663,7 +846,7 @@ impl Iterator for Walk {
         let n = if fit < self.unit {
             self.unit
         } else {
-            fit - fit % self.unit
+            fit & !(self.unit - 1)
         };
         let off = if self.backward {
             self.hi -= n;
@@ -1092,6 +1275,87 @@ mod tests {
         assert_eq!(bytes(&f, 2 * P + 12_800, 16), vec![3; 16]);
     }
 
+    #[test]
+    fn a_lock_cache_serves_mixed_operations() {
+        let mut f = fab();
+        f.write(FabricAddr(P), &[7; 8]).unwrap();
+        f.reserve(FabricAddr(0), 8).unwrap();
+        let mut locks = f.page_locks();
+        // page 1 -> page 0 keeps both locked; then a source page with no storage reads 0
+        locks.copy(FabricAddr(P), FabricAddr(0), 8).unwrap();
+        locks.copy(FabricAddr(40 * P), FabricAddr(2), 2).unwrap();
+        // an unreserved destination page fails before any byte moves; the cache goes on
+        let e = locks.fill(FabricAddr(2 * P - 2), 4, &[9]);
+        assert_eq!(e, Err(Error::NotReserved { page: 2 * P }));
+        locks.fill(FabricAddr(6), 1, &[5]).unwrap();
+        // a u16 straddling pages 0 and 1 (0x0700) plus 0x0707 from page 1 is 0x0e07
+        locks
+            .reduce(
+                FabricAddr(P + 4),
+                FabricAddr(P - 1),
+                2,
+                Dtype::U16,
+                ComputeOp::Add,
+            )
+            .unwrap();
+        // once released, the same thread may read through the fabric
+        locks.release();
+        assert_eq!(bytes(&f, 0, 8), vec![7, 7, 0, 0, 7, 7, 5, 7]);
+        assert_eq!(bytes(&f, P - 1, 2), vec![0x07, 0x0e]);
+        assert_eq!(bytes(&f, P + 4, 4), vec![7, 7, 7, 7]);
+        drop(locks);
+        assert_eq!(f.allocated_bytes(), 2 * P);
+    }
+
+    #[test]
+    fn long_lived_lock_caches_keep_the_lock_order() {
+        let mut f = fab();
+        for k in 0..4u64 {
+            f.fill(FabricAddr(k * P), P, &[k as u8 + 1]).unwrap();
+        }
+        let f = f;
+        // Each thread owns 64 bytes of every page (lanes A and B of 32) and cycles, from its
+        // own phase, through pairs locked ascending and descending, some keeping a held page
+        // and some having to release it first (1.A += 2.A then 0.A -> 1.B must let page 1
+        // go before locking page 0, while 1.B -> 0.B holds 0 and waits for 1).
+        let start = std::sync::Barrier::new(4);
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (f, start) = (&f, &start);
+                s.spawn(move || {
+                    let (a, b) = (t * 64, t * 64 + 32);
+                    let at = |page: u64, lane: u64| FabricAddr(page * P + lane);
+                    let mut locks = f.page_locks();
+                    start.wait();
+                    for i in 0..4000 {
+                        match (i + t) % 5 {
+                            0 => locks.copy(at(0, a), at(3, a), 32),
+                            1 => locks.copy(at(3, a), at(0, a), 32),
+                            2 => locks.reduce(at(2, a), at(1, a), 32, Dtype::U8, ComputeOp::Add),
+                            3 => locks.copy(at(0, a), at(1, b), 32),
+                            _ => locks.copy(at(1, b), at(0, b), 32),
+                        }
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        for t in 0..4u64 {
+            let (a, b) = (t * 64, t * 64 + 32);
+            // thread 1 starts with 3.A -> 0.A, so its copies carry page 3's 4 around;
+            // every other thread first copies page 0's 1 over page 3
+            let carried = if t == 1 { 4 } else { 1 };
+            assert_eq!(bytes(&f, a, 64), vec![carried; 64], "page 0, thread {t}");
+            // 800 adds of 3 to 2, modulo 256
+            assert_eq!(bytes(&f, P + a, 32), vec![98; 32], "page 1 A");
+            assert_eq!(bytes(&f, P + b, 32), vec![carried; 32], "page 1 B");
+            assert_eq!(bytes(&f, 2 * P + a, 64), vec![3; 64], "page 2");
+            assert_eq!(bytes(&f, 3 * P + a, 32), vec![carried; 32], "page 3 A");
+            assert_eq!(bytes(&f, 3 * P + b, 32), vec![4; 32], "page 3 B");
+        }
+        assert_eq!(bytes(&f, P + 256, 2), vec![2, 2], "past every thread");
+    }
+
     // ---- model-based property test ----------------------------------------------------
 
     const SPAN: u64 = 4 * P;
@@ -1174,8 +1438,33 @@ mod tests {
         }
     }
 
+    /// `run` through one lock cache kept across operations.
+    fn run_locked(locks: &mut PageLocks<'_>, op: &Op) -> Result<(), Error> {
+        match op {
+            Op::Write(a, v) => locks.write(FabricAddr(*a), v),
+            Op::Copy(s, d, n) => locks.copy(FabricAddr(*s), FabricAddr(*d), *n),
+            Op::Fill(a, n, p) => locks.fill(FabricAddr(*a), *n, p),
+            Op::Reduce(s, d, n, t, o) => locks.reduce(FabricAddr(*s), FabricAddr(*d), *n, *t, *o),
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn one_lock_cache_matches_flat_model(ops in proptest::collection::vec(op(), 1..24)) {
+            let mut f = fab();
+            f.reserve(FabricAddr(0), SPAN).unwrap();
+            let mut m = vec![0u8; SPAN as usize];
+            let mut locks = f.page_locks();
+            for op in &ops {
+                if model(&mut m, op) {
+                    prop_assert!(run_locked(&mut locks, op).is_ok());
+                }
+            }
+            drop(locks);
+            prop_assert_eq!(bytes(&f, 0, SPAN as usize), m);
+        }
 
         #[test]
         fn fabric_matches_flat_model(ops in proptest::collection::vec(op(), 1..12)) {

@@ -237,10 +237,9 @@ impl QueueTimeline {
     /// Appends `d` to queue `queue` and times whatever that unblocks.
     pub fn push(&mut self, queue: usize, d: &Descriptor) -> Result<(), Error> {
         let queues = self.queues.len();
-        let state = self
-            .queues
-            .get_mut(queue)
-            .ok_or(Error::NoSuchQueue { queue, queues })?;
+        let Some(state) = self.queues.get_mut(queue) else {
+            return Err(Error::NoSuchQueue { queue, queues });
+        };
         let index = state.timing.descriptors + state.pending.len() as u64;
         self.ledger.record(queue, index, d)?;
         state.pending.push_back(Pending {

@@ -19,7 +19,7 @@ use tracing::Instrument;
 use crate::compute::ComputeOp;
 use crate::descriptor::{Descriptor, SemId, SemWait, SEMAPHORES};
 use crate::error::Error;
-use crate::fabric::Fabric;
+use crate::fabric::{Fabric, PageLocks};
 
 use super::report::ExecutionStats;
 use super::source::QueueSource;
@@ -35,14 +35,15 @@ pub(crate) fn with_fill_pattern<T>(d: &Descriptor, f: impl FnOnce(&[u8]) -> T) -
     f(element.get(..d.dtype().size()).unwrap_or(&element))
 }
 
-/// Executes one descriptor through the fabric's shared forms. The caller reserved the
-/// destination pages; the fabric checks both ranges again before writing anything.
-pub(crate) fn execute_descriptor(fabric: &Fabric, d: &Descriptor) -> Result<(), Error> {
+/// Executes one descriptor through the fabric's shared forms, on the lock cache of its
+/// queue's run. The caller reserved the destination pages; the fabric checks both ranges
+/// again before writing anything.
+pub(crate) fn execute_descriptor(locks: &mut PageLocks<'_>, d: &Descriptor) -> Result<(), Error> {
     let len = u64::from(d.len());
     match d.op().compute_op() {
-        None => with_fill_pattern(d, |p| fabric.fill_reserved(d.dst(), len, p)),
-        Some(ComputeOp::None) => fabric.copy_reserved(d.src(), d.dst(), len),
-        Some(op) => fabric.reduce_reserved(d.src(), d.dst(), len, d.dtype(), op),
+        None => with_fill_pattern(d, |p| locks.fill(d.dst(), len, p)),
+        Some(ComputeOp::None) => locks.copy(d.src(), d.dst(), len),
+        Some(op) => locks.reduce(d.src(), d.dst(), len, d.dtype(), op),
     }
 }
 
@@ -117,30 +118,47 @@ impl Shared {
     }
 
     /// Executes a batch of `queue` starting at descriptor `first`, in order; `false` if
-    /// the run aborted.
+    /// the run aborted. The batch is cut before every descriptor that waits for a
+    /// semaphore; each run waits (holding no page lock), then executes on one lock cache.
     async fn run_batch(
         &self,
         queue: usize,
         first: u64,
         batch: &[Descriptor],
     ) -> Result<bool, Error> {
-        for (i, d) in batch.iter().enumerate() {
-            if let Some(w) = d.wait() {
+        let mut at = first;
+        for run in batch.chunk_by(|_, next| next.wait().is_none()) {
+            // Only the first descriptor of a run can wait.
+            if let Some(w) = run.first().and_then(Descriptor::wait) {
                 if !self.wait(w).await {
                     return Ok(false);
                 }
             }
+            self.execute_run(queue, at, run)?;
+            at += run.len() as u64;
+        }
+        Ok(!self.is_aborted())
+    }
+
+    /// Executes `run` (descriptors `first..` of `queue`, none waiting after the first)
+    /// through one [`PageLocks`], so that consecutive descriptors on the same pages keep
+    /// them locked. The locks are released before each signal, since the signalled queue
+    /// is likely to touch these pages next.
+    fn execute_run(&self, queue: usize, first: u64, run: &[Descriptor]) -> Result<(), Error> {
+        let mut locks = self.fabric.page_locks();
+        for (i, d) in run.iter().enumerate() {
             // Validation proved the ranges (or, under the Skip policy, the same check fails
             // here for exactly the descriptors it counted as skipped) and reserved the pages.
             if !(self.skip_invalid && check_ranges(&self.fabric, d).is_err()) {
-                execute_descriptor(&self.fabric, d)
+                execute_descriptor(&mut locks, d)
                     .map_err(|e| replay_error(queue, first + i as u64, "execution", e))?;
             }
             if let Some(s) = d.signal() {
+                locks.release();
                 self.signal(s);
             }
         }
-        Ok(!self.is_aborted())
+        Ok(())
     }
 }
 
@@ -399,7 +417,7 @@ mod tests {
         let mut f = Fabric::new(Generation::Cayman);
         f.reserve(FabricAddr(0), 16).unwrap();
         let d = Descriptor::fill(FabricAddr(2), 8, Dtype::U16, 0xbeef).unwrap();
-        execute_descriptor(&f, &d).unwrap();
+        execute_descriptor(&mut f.page_locks(), &d).unwrap();
         let mut out = [0u8; 12];
         f.read(FabricAddr(0), &mut out).unwrap();
         assert_eq!(
@@ -408,7 +426,7 @@ mod tests {
         );
         let unreserved = Descriptor::fill(FabricAddr(1 << 20), 4, Dtype::U8, 1).unwrap();
         assert!(matches!(
-            execute_descriptor(&f, &unreserved),
+            execute_descriptor(&mut f.page_locks(), &unreserved),
             Err(Error::NotReserved { .. })
         ));
     }
