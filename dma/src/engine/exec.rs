@@ -66,19 +66,39 @@ pub(crate) struct Shared {
     space: Notify,
     /// Descriptors handed to the tasks and not yet executed.
     in_flight: AtomicUsize,
+    /// Queue tasks not yet ended, and how many of them are blocked on a semaphore: when
+    /// every live task is blocked, no signal can ever come (a liveness guard: validation
+    /// rules deadlocks out, this catches whatever slips past it, e.g. a file changed
+    /// between its validation and its execution).
+    live: AtomicUsize,
+    waiting: AtomicUsize,
     skip_invalid: bool,
 }
 
 impl Shared {
-    fn new(fabric: Fabric, skip_invalid: bool) -> Shared {
+    fn new(fabric: Fabric, skip_invalid: bool, queues: usize) -> Shared {
         Shared {
             fabric,
             semaphores: std::array::from_fn(|_| watch::channel(0).0),
             aborted: AtomicBool::new(false),
             space: Notify::new(),
             in_flight: AtomicUsize::new(0),
+            live: AtomicUsize::new(queues),
+            waiting: AtomicUsize::new(0),
             skip_invalid,
         }
+    }
+
+    /// Wakes every semaphore waiter so it re-checks its condition.
+    fn nudge(&self) {
+        for s in &self.semaphores {
+            s.send_modify(|_| {});
+        }
+    }
+
+    /// Whether every live queue task is blocked on a semaphore.
+    fn stalled(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) >= self.live.load(Ordering::Acquire)
     }
 
     pub(crate) fn fabric(&self) -> &Fabric {
@@ -92,9 +112,7 @@ impl Shared {
     /// Stops the run: wakes every semaphore waiter and the feeder.
     pub(crate) fn abort(&self) {
         self.aborted.store(true, Ordering::Release);
-        for s in &self.semaphores {
-            s.send_modify(|_| {});
-        }
+        self.nudge();
         self.space.notify_one();
     }
 
@@ -103,18 +121,35 @@ impl Shared {
         self.semaphores[sem.index()].send_modify(|n| *n += 1);
     }
 
-    /// Waits until `w` is met; `false` if the run aborted instead.
-    async fn wait(&self, w: SemWait) -> bool {
+    /// Waits until `w` (of descriptor `index` of `queue`) is met; `Ok(false)` if the run
+    /// aborted instead, [`Error::SemaphoreDeadlock`] if every live queue is blocked.
+    async fn wait(&self, w: SemWait, queue: usize, index: u64) -> Result<bool, Error> {
         let need = u64::from(w.count.get());
         // SemId guarantees index < SEMAPHORES.
         let sem = &self.semaphores[w.sem.index()];
         if *sem.borrow() >= need {
-            return true;
+            return Ok(true);
         }
         let mut rx = sem.subscribe();
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        self.nudge();
         // The sender lives in `self`, so `wait_for` cannot fail on a closed channel.
-        let _ = rx.wait_for(|&n| n >= need || self.is_aborted()).await;
-        !self.is_aborted()
+        let _ = rx
+            .wait_for(|&n| n >= need || self.is_aborted() || self.stalled())
+            .await;
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        let reached = *sem.borrow();
+        match (reached >= need, self.is_aborted()) {
+            (true, _) => Ok(true),
+            (false, true) => Ok(false),
+            (false, false) => Err(Error::SemaphoreDeadlock {
+                queue,
+                index,
+                sem: w.sem.get(),
+                count: w.count.get(),
+                reached,
+            }),
+        }
     }
 
     /// Executes a batch of `queue` starting at descriptor `first`, in order; `false` if
@@ -130,7 +165,7 @@ impl Shared {
         for run in batch.chunk_by(|_, next| next.wait().is_none()) {
             // Only the first descriptor of a run can wait.
             if let Some(w) = run.first().and_then(Descriptor::wait) {
-                if !self.wait(w).await {
+                if !self.wait(w, queue, at).await? {
                     return Ok(false);
                 }
             }
@@ -171,8 +206,12 @@ struct AbortOnDrop<'a> {
 
 impl Drop for AbortOnDrop<'_> {
     fn drop(&mut self) {
+        // One live task fewer: waiters re-check whether the rest are all blocked.
+        self.shared.live.fetch_sub(1, Ordering::AcqRel);
         if self.armed {
             self.shared.abort();
+        } else {
+            self.shared.nudge();
         }
     }
 }
@@ -236,7 +275,11 @@ impl Running {
         queues: usize,
         config: &EngineConfig,
     ) -> Running {
-        let shared = Arc::new(Shared::new(fabric, config.invalid == InvalidPolicy::Skip));
+        let shared = Arc::new(Shared::new(
+            fabric,
+            config.invalid == InvalidPolicy::Skip,
+            queues,
+        ));
         let (mut senders, mut tasks) = (Vec::new(), Vec::new());
         for queue in 0..queues {
             // EngineConfig::check proved channel_depth >= 1.

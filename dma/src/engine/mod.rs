@@ -1039,4 +1039,82 @@ mod tests {
             assert_eq!(out, [((i + q) & 0xff) as u8; 64], "queue {q} slot {j}");
         }
     }
+
+    /// Serves one file image until `after` seeks, then another of the same length: a file
+    /// rewritten between the validation pass and the execution pass.
+    struct Rewritten {
+        now: Cursor<Vec<u8>>,
+        later: Vec<u8>,
+        seeks: usize,
+        after: usize,
+    }
+
+    impl std::io::Read for Rewritten {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.now.read(buf)
+        }
+    }
+
+    impl std::io::Seek for Rewritten {
+        fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+            self.seeks += 1;
+            if self.seeks > self.after && !self.later.is_empty() {
+                let at = self.now.position();
+                self.now = Cursor::new(std::mem::take(&mut self.later));
+                self.now.set_position(at);
+            }
+            self.now.seek(pos)
+        }
+    }
+
+    /// A WAIT raised past its signals after validation must end the replay with an error
+    /// (the liveness guard), never hang it, whichever pass the rewrite lands in.
+    #[test]
+    fn a_file_rewritten_mid_replay_fails_instead_of_hanging() {
+        use zerocopy::IntoBytes;
+        let signal = copy(0x100, 0x9000, 64).with_signal(sem(1));
+        let (ok, bad) = (
+            copy(0x200, 0xa000, 64).with_wait(wait(1, 1)),
+            copy(0x200, 0xa000, 64).with_wait(wait(1, 2)),
+        );
+        let queues = vec![vec![signal], vec![ok]];
+        let mut w = QueueFileWriter::new(Cursor::new(Vec::new()), GEN, 2).unwrap();
+        for (q, descs) in queues.iter().enumerate() {
+            descs.iter().for_each(|d| w.push(q, d).unwrap());
+        }
+        let image = w.finish().unwrap().into_inner();
+        let (from, to) = (ok.encode(), bad.encode());
+        let at = image
+            .windows(32)
+            .position(|x| x == from.as_bytes())
+            .unwrap();
+        let later = [&image[..at], to.as_bytes(), &image[at + 32..]].concat();
+        let mut deadlocks = 0;
+        for after in 1..8 {
+            let r = Rewritten {
+                now: Cursor::new(image.clone()),
+                later: later.clone(),
+                seeks: 0,
+                after,
+            };
+            let mut file = VerifiedQueueFile::open(r).unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let out = engine(2).replay_file(&mut fabric(), &mut file);
+                let _ = tx.send(out.map(|_| ()));
+            });
+            let out = rx
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .expect("replay hung");
+            deadlocks += usize::from(matches!(
+                out,
+                Err(Error::SemaphoreDeadlock {
+                    count: 2,
+                    reached: 1,
+                    ..
+                })
+            ));
+        }
+        assert!(deadlocks > 0, "no rewrite reached the executor");
+    }
 }
