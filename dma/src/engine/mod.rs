@@ -1077,7 +1077,7 @@ mod tests {
             copy(0x200, 0xa000, 64).with_wait(wait(1, 1)),
             copy(0x200, 0xa000, 64).with_wait(wait(1, 2)),
         );
-        let queues = vec![vec![signal], vec![ok]];
+        let queues = [vec![signal], vec![ok]];
         let mut w = QueueFileWriter::new(Cursor::new(Vec::new()), GEN, 2).unwrap();
         for (q, descs) in queues.iter().enumerate() {
             descs.iter().for_each(|d| w.push(q, d).unwrap());
