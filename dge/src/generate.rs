@@ -918,12 +918,10 @@ mod tests {
         moves
     }
 
-    fn region(a: u64) -> u64 {
-        if a < SBUF_BASE {
-            0
-        } else {
-            1 + (a - SBUF_BASE) / SBUF_STRIDE
-        }
+    /// The region holding `a`, from the fabric's own map (not the DGE's `region_slot`).
+    fn region(a: u64) -> Option<u64> {
+        let map = dma::AddressMap::new(Generation::Cayman);
+        map.region_of(FabricAddr(a)).ok().map(|r| r.base)
     }
 
     /// The fewest runs `moves` make: consecutive moves join when both are fills or both
