@@ -141,6 +141,12 @@ pub enum Error {
         op: &'static str,
         reason: &'static str,
     },
+    /// `hostsim bench --filter` that names no workload.
+    #[error("no bench workload matches --filter {filter} (workloads: {known})")]
+    BenchFilter { filter: String, known: String },
+    /// A bench workload's child process that failed or printed no row.
+    #[error("bench workload {workload} failed in its child process: {detail}")]
+    BenchChild { workload: String, detail: String },
 }
 
 /// A route-independent classification of an [`enum@Error`]: what the equivalence suite

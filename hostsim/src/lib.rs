@@ -24,6 +24,7 @@
 //! written to the `dma` fabric, and leaves as fabric memory, statistics and reports.
 //! Every failure is one [`Error`].
 
+pub mod bench;
 pub mod core_state;
 pub mod demo;
 pub mod dge_route;
