@@ -35,7 +35,7 @@ use crate::indirection::{
 use crate::order::{self, ElementOrder};
 use crate::pattern::{AccessPattern, BytePattern};
 use crate::reshape::{batman_reshape, Reshaped};
-use crate::runs::{for_each_run, for_each_unit_run, Run, Walker};
+use crate::runs::{for_each_run, for_each_run_batch, for_each_unit_run, Run, Walker};
 use crate::spray::{self, SprayMode, QUEUES};
 use dma::descriptor::{DescFlags, DescOp, Descriptor};
 use dma::fabric::Fabric;
@@ -253,8 +253,12 @@ fn spray_runs(
     emitter: &mut Emitter,
 ) -> Result<(), Error> {
     if spray_mode(req, d) == SprayMode::Disjoint {
-        let mut next = queues.iter().copied().cycle();
-        walk(s, d, elem, |r| emitter.push(r, next.next().unwrap_or(0)));
+        let mut next = RoundRobin::new(queues);
+        let mut src = Walker::new(&s.shape, s.indexed.as_ref().map(|i| &i.bases));
+        let mut dst = Walker::new(&d.shape, d.indexed.as_ref().map(|i| &i.bases));
+        for_each_run_batch(&mut src, &mut dst, elem, |runs| {
+            emitter.push_all(runs, &mut next)
+        });
         if !emitter.hulls_meet() {
             return Ok(());
         }
@@ -271,6 +275,35 @@ fn spray_runs(
             sequential(s, d, (elem, unit_elems), queues, emitter)
         }
         (Err(e), ElementOrder::Any) => Err(e),
+    }
+}
+
+/// The selected queues in turn, over and over.
+struct RoundRobin<'a> {
+    queues: &'a [u8],
+    at: usize,
+}
+
+impl<'a> RoundRobin<'a> {
+    fn new(queues: &'a [u8]) -> RoundRobin<'a> {
+        RoundRobin { queues, at: 0 }
+    }
+
+    /// The next queue (0 if none is selected: `selected_queues` never returns none).
+    #[inline(always)]
+    fn pick(&mut self) -> u8 {
+        let q = self.queues.get(self.at).copied().unwrap_or(0);
+        self.at += 1;
+        if self.at >= self.queues.len() {
+            self.at = 0;
+        }
+        q
+    }
+
+    /// Passes over `k` queues.
+    fn skip(&mut self, k: usize) {
+        let n = self.queues.len().max(1);
+        self.at = (self.at + k % n) % n;
     }
 }
 
@@ -690,34 +723,67 @@ impl Emitter {
         self.earlier.push(done);
     }
 
+    /// Emits `r` to `queue`.
     fn push(&mut self, r: Run, queue: u8) {
-        // Runs are at most MAX_RUN_BYTES (64 KiB) and whole elements of the dtype (the
-        // patterns' element size equals the dtype's; a fill value was checked to fit it),
-        // so this cannot fail; an error is still kept and returned rather than dropped.
-        let made = match r.fill {
-            true => Descriptor::fill(FabricAddr(r.dst), r.len as u32, self.dtype, r.src),
-            false => Descriptor::new(
-                self.op,
-                FabricAddr(r.src),
-                FabricAddr(r.dst),
-                r.len as u32,
-                self.dtype,
-            ),
-        };
-        match made {
-            Ok(d) => {
-                if let Some(list) = self.queues.get_mut(usize::from(queue)) {
-                    list.push(d);
+        self.put(r, queue);
+        self.account(std::slice::from_ref(&r));
+    }
+
+    /// Emits `runs` in order, each to the next queue of `next`: queue by queue, each
+    /// taking every `n`-th run (the same lists, in the same order, as run by run).
+    fn push_all(&mut self, runs: &[Run], next: &mut RoundRobin) {
+        let n = next.queues.len().max(1);
+        let mut error = None;
+        for j in 0..n.min(runs.len()) {
+            let queue = usize::from(next.pick());
+            let Some(list) = self.queues.get_mut(queue) else {
+                continue;
+            };
+            list.reserve(runs.len().div_ceil(n));
+            for &r in runs.iter().skip(j).step_by(n) {
+                match describe(self.op, self.dtype, r) {
+                    Ok(d) => list.push(d),
+                    Err(e) => error = error.or(Some(e)),
                 }
-                self.bytes += r.len;
-                let grow = |h: &mut (u64, u64), a: u64| *h = (h.0.min(a), h.1.max(a + r.len));
-                if !r.fill {
-                    grow(&mut self.src_hull, r.src);
-                }
-                grow(&mut self.dst_hull, r.dst);
             }
-            Err(e) => self.error = self.error.take().or(Some(e)),
         }
+        next.skip(runs.len().saturating_sub(n));
+        if error.is_some() {
+            self.keep(error);
+        }
+        self.account(runs);
+    }
+
+    /// The descriptor of `r`, appended to `queue`'s list.
+    fn put(&mut self, r: Run, queue: u8) {
+        match (
+            describe(self.op, self.dtype, r),
+            self.queues.get_mut(usize::from(queue)),
+        ) {
+            (Ok(d), Some(list)) => list.push(d),
+            (made, _) => self.keep(made.err()),
+        }
+    }
+
+    /// Adds `runs` to the payload bytes and to the hulls of the bytes read and written.
+    fn account(&mut self, runs: &[Run]) {
+        let (mut bytes, mut src, mut dst) = (self.bytes, self.src_hull, self.dst_hull);
+        for r in runs {
+            bytes += r.len;
+            // a run ends inside the fabric (validated), so its end does not wrap
+            let end = |a: u64| a.wrapping_add(r.len);
+            if !r.fill {
+                src = (src.0.min(r.src), src.1.max(end(r.src)));
+            }
+            dst = (dst.0.min(r.dst), dst.1.max(end(r.dst)));
+        }
+        (self.bytes, self.src_hull, self.dst_hull) = (bytes, src, dst);
+    }
+
+    /// Keeps the first construction error.
+    #[cold]
+    fn keep(&mut self, e: Option<dma::Error>) {
+        self.error = self.error.take().or(e);
     }
 
     fn finish(mut self) -> Result<Generated, Error> {
@@ -732,6 +798,24 @@ impl Emitter {
             bytes: self.bytes,
             ..Generated::default()
         })
+    }
+}
+
+/// The descriptor of run `r` under `op` and `dtype`. Runs are at most MAX_RUN_BYTES
+/// (64 KiB) and whole elements of the dtype (the patterns' element size equals the
+/// dtype's; a fill value was checked to fit it), so this does not fail; an error is still
+/// kept and returned rather than dropped.
+#[inline(always)]
+fn describe(op: DescOp, dtype: Dtype, r: Run) -> Result<Descriptor, dma::Error> {
+    match r.fill {
+        true => Descriptor::fill(FabricAddr(r.dst), r.len as u32, dtype, r.src),
+        false => Descriptor::new(
+            op,
+            FabricAddr(r.src),
+            FabricAddr(r.dst),
+            r.len as u32,
+            dtype,
+        ),
     }
 }
 

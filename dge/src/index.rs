@@ -9,7 +9,11 @@
 //!   indices; and a `bias` subtracted before the bound check and the address MAC.
 //! - [`IndexPort`]: the memory port the gathers read, one window per contiguous stretch of
 //!   the index tensor, each read once through the fabric's bounds-checked path.
-//! - [`gather_indices`]: one vector of indices through `gathera*t` / `mgatherd`.
+//! - [`IndexAddrs`]: where the indices lie: a contiguous stretch (the common case, kept
+//!   as a base and a count) or one address per index (an index pattern).
+//! - [`gather_indices`]: one vector of indices through `gathera*t` / `mgatherd`;
+//!   [`gather_contiguous`]: one vector of consecutive indices, one `gathera*t` /
+//!   `gatherd` with offsets `0, 1, 2, ...` (what contiguous u32 indices always take).
 //!
 //! A gather posts `base + offset[k] * elem_size` with 16-bit offsets (NX16, NX8U) or 32-bit
 //! ones (N_2X32). Where the lanes of one vector are too far apart for one base (a
@@ -89,15 +93,16 @@ impl IndexLayout {
         }
     }
 
-    /// The fabric address of each of the first `count` indices at `base`, in order.
-    pub fn addresses(&self, side: &'static str, base: u64, count: u32) -> Result<Vec<u64>, Error> {
+    /// Where the first `count` indices at `base` lie: contiguous, or listed in order
+    /// through the layout's pattern. Every address is proved to fit 64 bits.
+    pub fn locate(&self, side: &'static str, base: u64, count: u32) -> Result<IndexAddrs, Error> {
         let size = self.dtype.size();
         let Some(dims) = &self.pattern else {
             let end = u64::from(count)
                 .checked_mul(size)
                 .and_then(|n| base.checked_add(n));
             return match end {
-                Some(_) => Ok((0..u64::from(count)).map(|k| base + k * size).collect()),
+                Some(_) => Ok(IndexAddrs::Contiguous { base, count }),
                 None => Err(Error::IndexPatternOverflow { side }),
             };
         };
@@ -115,7 +120,48 @@ impl IndexLayout {
             out.push(addr);
             odometer(dims, &mut idx);
         }
-        Ok(out)
+        Ok(IndexAddrs::Listed(out))
+    }
+
+    /// The fabric address of each of the first `count` indices at `base`, in order.
+    pub fn addresses(&self, side: &'static str, base: u64, count: u32) -> Result<Vec<u64>, Error> {
+        Ok(self.locate(side, base, count)?.to_vec(self.dtype.size()))
+    }
+}
+
+/// Where one indirection's indices lie (`make_gather_pattern`'s address list).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IndexAddrs {
+    /// `count` consecutive elements from `base` ([`IndexLayout::locate`] proved that the
+    /// last one ends inside 64 bits).
+    Contiguous { base: u64, count: u32 },
+    /// The address of index `k`, in position order.
+    Listed(Vec<u64>),
+}
+
+impl IndexAddrs {
+    /// Number of indices.
+    pub fn len(&self) -> usize {
+        match self {
+            IndexAddrs::Contiguous { count, .. } => *count as usize,
+            IndexAddrs::Listed(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no indices.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The address of every index, in order, for `size`-byte indices.
+    pub fn to_vec(&self, size: u64) -> Vec<u64> {
+        match self {
+            // locate() proved base + count * size fits 64 bits.
+            IndexAddrs::Contiguous { base, count } => {
+                (0..u64::from(*count)).map(|k| base + k * size).collect()
+            }
+            IndexAddrs::Listed(v) => v.clone(),
+        }
     }
 }
 
@@ -161,9 +207,29 @@ pub struct IndexPort {
 }
 
 impl IndexPort {
+    /// Reads the windows holding the `size`-byte indices at `addrs`: a contiguous stretch
+    /// inside one fabric region is one window, read at once; anything else goes through
+    /// [`IndexPort::read_listed`].
+    pub fn read(fabric: &Fabric, addrs: &IndexAddrs, size: u64) -> Result<IndexPort, Error> {
+        let (base, count) = match addrs {
+            IndexAddrs::Listed(v) => return IndexPort::read_listed(fabric, v, size),
+            IndexAddrs::Contiguous { count: 0, .. } => return Ok(IndexPort::default()),
+            IndexAddrs::Contiguous { base, count } => (*base, u64::from(*count)),
+        };
+        // locate() proved base + count * size fits 64 bits; region slots grow with the
+        // address, so equal slots at both ends mean one region.
+        let end = base + count * size;
+        if region_slot(base) != region_slot(end - 1) {
+            return IndexPort::read_listed(fabric, &addrs.to_vec(size), size);
+        }
+        let mut port = IndexPort::default();
+        port.push(fabric, base, end)?;
+        Ok(port)
+    }
+
     /// Reads the windows holding `size`-byte elements at every address of `addrs` (any
     /// order). A window never crosses a fabric region; one off the fabric is an error.
-    pub fn read(fabric: &Fabric, addrs: &[u64], size: u64) -> Result<IndexPort, Error> {
+    pub fn read_listed(fabric: &Fabric, addrs: &[u64], size: u64) -> Result<IndexPort, Error> {
         let sorted: std::borrow::Cow<[u64]> = match addrs.is_sorted() {
             true => addrs.into(),
             false => {
@@ -203,7 +269,12 @@ impl IndexPort {
 }
 
 impl MemPort for IndexPort {
+    #[inline]
     fn load(&self, addr: u64, elem_sz: ElemSize) -> Option<u32> {
+        if let [(_, only)] = self.windows.as_slice() {
+            // the contiguous case: one window, no search
+            return only.load(addr, elem_sz);
+        }
         let at = self.windows.partition_point(|(base, _)| *base <= addr);
         self.windows.get(at.checked_sub(1)?)?.1.load(addr, elem_sz)
     }
@@ -231,24 +302,11 @@ pub fn gather_indices<P: MemPort>(
     };
     // Every lane index below is below n <= addrs.len() and n <= 32 (the widest view).
     let n = addrs.len().min(width.lanes());
+    if let Some(base) = contiguous(addrs, n, size) {
+        return gather_contiguous(core, port, width, base, n, out);
+    }
     let mut pending: u64 = (1u64 << n) - 1;
     let mut acc = VecReg::ZERO;
-    if let Some(base) = contiguous(addrs, n, size) {
-        // the common case: one gather with offsets 0, 1, 2, ...
-        let offsets = match view {
-            LaneView::N2x32 => VecReg::from_n_2x32(std::array::from_fn(|k| k as u32)),
-            _ => VecReg::from_nx16(std::array::from_fn(|k| k as u16)),
-        };
-        core.gathera_t(
-            Gr::GR0,
-            width,
-            base,
-            &offsets,
-            VBool::from_lanes(view, pending),
-        );
-        acc = core.gatherd(Gr::GR0, port);
-        pending = 0;
-    }
     while pending != 0 {
         let lanes = (0..n).filter(|k| pending >> k & 1 == 1);
         let Some(base) = lanes.clone().map(|k| addrs[k]).min() else {
@@ -277,6 +335,39 @@ pub fn gather_indices<P: MemPort>(
         acc = core.mgatherd(Gr::GR0, &acc, port);
         pending &= !group;
     }
+    drain_lanes(view, &acc, n, out);
+}
+
+/// Reads the `n` (at most `width.lanes()`) consecutive indices from `base` with one
+/// predicated gather, offsets `0, 1, 2, ...`, and appends them to `out` widened to u32.
+#[inline]
+pub fn gather_contiguous<P: MemPort>(
+    core: &mut SuperGather,
+    port: &P,
+    width: Width,
+    base: u64,
+    n: usize,
+    out: &mut Vec<u32>,
+) {
+    let view = width.view();
+    let n = n.min(width.lanes());
+    let offsets = match view {
+        LaneView::N2x32 => VecReg::from_n_2x32(std::array::from_fn(|k| k as u32)),
+        _ => VecReg::from_nx16(std::array::from_fn(|k| k as u16)),
+    };
+    // n <= 32 (the widest view), so the shift is in range; a full vector is every lane.
+    let lanes = match n == width.lanes() {
+        true => VBool::ALL,
+        false => VBool::from_lanes(view, (1u64 << n) - 1),
+    };
+    core.gathera_t(Gr::GR0, width, base, &offsets, lanes);
+    let acc = core.gatherd(Gr::GR0, port);
+    drain_lanes(view, &acc, n, out);
+}
+
+/// Appends the first `n` lanes of `acc`, read in `view`, to `out` widened to u32.
+#[inline]
+fn drain_lanes(view: LaneView, acc: &VecReg, n: usize, out: &mut Vec<u32>) {
     match view {
         LaneView::N2x32 => out.extend_from_slice(acc.n_2x32().get(..n).unwrap_or_default()),
         _ => out.extend(acc.nx16().iter().take(n).map(|&x| u32::from(x))),
@@ -310,7 +401,7 @@ mod tests {
     /// Reads `count` indices of `layout` at `base` with one gather per vector.
     fn read_all(f: &Fabric, layout: &IndexLayout, base: u64, count: u32) -> Vec<u32> {
         let addrs = layout.addresses("source", base, count).unwrap();
-        let port = IndexPort::read(f, &addrs, layout.dtype.size()).unwrap();
+        let port = IndexPort::read_listed(f, &addrs, layout.dtype.size()).unwrap();
         let width = layout.dtype.width();
         let mut core = SuperGather::new();
         let mut out = Vec::new();
@@ -381,7 +472,7 @@ mod tests {
     fn lanes_outside_the_port_drain_as_zero() {
         let mut f = Fabric::new(Generation::Cayman);
         f.write(FabricAddr(SBUF_BASE), &[7, 0, 9, 0]).unwrap();
-        let port = IndexPort::read(&f, &[SBUF_BASE, SBUF_BASE + 2], 2).unwrap();
+        let port = IndexPort::read_listed(&f, &[SBUF_BASE, SBUF_BASE + 2], 2).unwrap();
         let mut core = SuperGather::new();
         let addrs = [SBUF_BASE + 2, SBUF_BASE + 4096, SBUF_BASE];
         let mut got = Vec::new();

@@ -17,7 +17,7 @@
 //! first failure in position order over both sides.
 
 use crate::error::Error;
-use crate::index::{gather_indices, IndexLayout};
+use crate::index::{gather_contiguous, gather_indices, IndexAddrs, IndexLayout};
 use crate::runs::{IndexedBases, RowFill};
 use dma::FabricAddr;
 use ivp::{alu, AddrVec, LaneView, MemPort, SuperGather, VBool, VecReg, Width};
@@ -93,13 +93,13 @@ impl IndirectionInfo {
     }
 }
 
-/// The index-read pattern (`make_gather_pattern`'s output): the gather width and the
-/// address of every index.
+/// The index-read pattern (`make_gather_pattern`'s output): the gather width and where
+/// every index lies.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GatherPattern {
     pub width: Width,
-    /// Address of index `k`, in position order.
-    pub addrs: Vec<u64>,
+    /// The indices' addresses, in position order.
+    pub addrs: IndexAddrs,
 }
 
 impl GatherPattern {
@@ -117,12 +117,13 @@ pub fn make_gather_pattern(
 ) -> Result<GatherPattern, Error> {
     let addrs = info
         .layout
-        .addresses(info.side, info.ind.indices.0, info.count)?;
+        .locate(info.side, info.ind.indices.0, info.count)?;
     let width = info.layout.dtype.width();
     debug!(
         side = info.side,
         reshape_kind,
         width = ?width,
+        step_port = info.layout.dtype.size(),
         patterned = info.layout.pattern.is_some(),
         eng_mask = format_args!("{eng_mask:#x}"),
         "make_gather_pattern START"
@@ -130,14 +131,32 @@ pub fn make_gather_pattern(
     Ok(GatherPattern { width, addrs })
 }
 
-/// Stage 5: reads every index of `pattern` through the IVP gather, vector by vector;
-/// lanes the port refuses drain as 0.
+/// Stage 5: reads every index of `pattern` through the IVP gather, one vector (16 u32
+/// lanes, 32 u8/u16 ones) at a time; lanes the port refuses drain as 0. Contiguous
+/// indices take one gather per vector with offsets `0, 1, 2, ...`.
 pub fn read_indices<P: MemPort>(port: &P, pattern: &GatherPattern) -> Vec<u32> {
     let mut core = SuperGather::new();
     let mut out = Vec::with_capacity(pattern.addrs.len());
-    for (v, addrs) in pattern.addrs.chunks(pattern.width.lanes()).enumerate() {
-        debug!(pattern = v, lanes = addrs.len(), "gather_indices START");
-        gather_indices(&mut core, port, pattern.width, addrs, &mut out);
+    let lanes = pattern.width.lanes();
+    match &pattern.addrs {
+        IndexAddrs::Listed(addrs) => {
+            for (v, addrs) in addrs.chunks(lanes).enumerate() {
+                debug!(pattern = v, lanes = addrs.len(), "gather_indices START");
+                gather_indices(&mut core, port, pattern.width, addrs, &mut out);
+            }
+        }
+        &IndexAddrs::Contiguous { base, count } => {
+            let stride = pattern.width.elem_sz().bytes() * lanes as u64;
+            let (mut at, mut left) = (base, count as usize);
+            for v in 0..pattern.vectors() {
+                let n = left.min(lanes);
+                debug!(pattern = v, lanes = n, "gather_indices START");
+                gather_contiguous(&mut core, port, pattern.width, at, n, &mut out);
+                // locate() proved the last index ends inside 64 bits; past it nothing is read.
+                at = at.saturating_add(stride);
+                left -= n;
+            }
+        }
     }
     out
 }
@@ -211,30 +230,13 @@ pub fn do_indirection(
         values: Vec::with_capacity(n),
         ..Indexed::default()
     };
-    let mut extremes = Extremes::default();
+    let mut extremes = None;
     for (v, chunk) in values.chunks(LANES).enumerate() {
         let lanes = index_lanes(info, chunk, start, v);
         let live = lanes.fault.as_ref().map_or(chunk.len(), |f| f.0);
-        for (k, &value) in chunk.iter().enumerate().take(live) {
-            let position = (v * LANES + k) as u32;
-            let ok = lanes.valid >> k & 1 == 1;
-            let addr = lanes.addrs.lanes()[k];
-            if ok {
-                extremes.see(position, value, addr);
-            } else if info.ind.policy != OobPolicy::HardError && out.bases.fill.is_none() {
-                out.skipped.push(SkippedIndex {
-                    side: info.side,
-                    position,
-                    value,
-                });
-            }
-            if let Some(f) = &mut out.bases.fill {
-                f.moved.push(moved_elems(info, lanes.biased[k], ok, row));
-            }
-            out.bases.addrs.push(addr);
-            out.bases.valid.push(ok);
-            out.values.push(value);
-        }
+        let live = chunk.get(..live).unwrap_or_default();
+        record_vector(&mut out, info, (v, live), &lanes, row);
+        extremes = widen(extremes, &lanes, live.len());
         if let Some((lane, error)) = lanes.fault {
             let position = (v * LANES + lane) as u32;
             out.fault = Some(Fault { position, error });
@@ -245,6 +247,49 @@ pub fn do_indirection(
         out.fault = Some(fault);
     }
     out
+}
+
+/// Appends vector `v`'s live lanes (`chunk`: the lanes before its fault, if any) to
+/// `out`: addresses, bound-check results and values a vector at a time; the skipped
+/// positions (soft policies) or the fill shares lane by lane.
+fn record_vector(
+    out: &mut Indexed,
+    info: &IndirectionInfo,
+    (v, chunk): (usize, &[u32]),
+    lanes: &Lanes,
+    row: RowExtent,
+) {
+    let n = chunk.len();
+    let ok = |k: usize| lanes.valid >> k & 1 == 1;
+    out.bases
+        .addrs
+        .extend_from_slice(lanes.addrs.lanes().get(..n).unwrap_or_default());
+    out.bases.valid.extend((0..n).map(ok));
+    out.values.extend_from_slice(chunk);
+    if let Some(f) = &mut out.bases.fill {
+        let moved = (0..n).map(|k| moved_elems(info, lanes.biased[k], ok(k), row));
+        f.moved.extend(moved);
+        return;
+    }
+    // Under the hard policy a failing lane is the fault, so no live lane is missing.
+    let mut missing = lane_mask(n) & !lanes.valid;
+    while missing != 0 {
+        let k = missing.trailing_zeros() as usize;
+        out.skipped.push(SkippedIndex {
+            side: info.side,
+            position: (v * LANES + k) as u32,
+            value: chunk.get(k).copied().unwrap_or(0),
+        });
+        missing &= missing - 1;
+    }
+}
+
+/// The mask of the first `n` of a vector's 16 lanes.
+fn lane_mask(n: usize) -> u16 {
+    match n {
+        0..LANES => (1u16 << n) - 1,
+        _ => 0xffff,
+    }
 }
 
 /// One vector of indices after the bound check and the MAC.
@@ -261,24 +306,32 @@ struct Lanes {
 /// lanes replaced by 0 (`mov2nx8t`), and the 64-bit addresses `start + index * step`
 /// (`mulusan_2x32`).
 fn index_lanes(info: &IndirectionInfo, chunk: &[u32], start: u64, v: usize) -> Lanes {
-    let mask = if chunk.len() >= LANES {
-        0xffff
-    } else {
-        (1u16 << chunk.len()) - 1
-    };
+    let mask = lane_mask(chunk.len());
     let idx = VecReg::from_n_2x32(std::array::from_fn(|k| chunk.get(k).copied().unwrap_or(0)));
     let biased = match info.layout.bias {
         0 => idx,
         bias => alu::subn_2x32(&idx, &alu::movva32(bias)),
     };
     let valid = lane_bounds(&biased, info.ind.bound).lane_mask(LaneView::N2x32) as u16 & mask;
-    let lane_mask = VBool::from_lanes(LaneView::N2x32, u64::from(valid));
-    let safe = alu::mov2nx8t(&biased, &VecReg::ZERO, lane_mask);
+    // With all 16 lanes in bounds the select would return `biased` unchanged.
+    let safe = match valid {
+        0xffff => biased,
+        _ => {
+            let lane_mask = VBool::from_lanes(LaneView::N2x32, u64::from(valid));
+            alu::mov2nx8t(&biased, &VecReg::ZERO, lane_mask)
+        }
+    };
     debug!(
         dim = info.ind.dim,
         last_indices = format_args!("{:#x}", idx.n_2x32()[0]),
         indirection_step = format_args!("{:#x}", info.ind.step),
         "do_indirection START"
+    );
+    debug!(
+        address = format_args!("{start:#x}"),
+        last_indices = format_args!("{:#x}", safe.n_2x32()[0]),
+        indirection_step = format_args!("{:#x}", info.ind.step),
+        "Before IVP_MULUSAN_2X32"
     );
     let (acc, step) = (AddrVec::splat(start), alu::movva32(info.ind.step as u32));
     let (addrs, overflow) = match alu::checked_mulusan_2x32(&acc, &safe, &step) {
@@ -347,22 +400,24 @@ fn moved_elems(info: &IndirectionInfo, biased: u32, ok: bool, row: RowExtent) ->
     }
 }
 
-/// The valid positions with the lowest and highest address.
-#[derive(Clone, Copy, Default)]
-struct Extremes {
-    lo: Option<(u32, u32, u64)>,
-    hi: Option<(u32, u32, u64)>,
-}
-
-impl Extremes {
-    fn see(&mut self, position: u32, value: u32, addr: u64) {
-        if self.lo.is_none_or(|l| addr < l.2) {
-            self.lo = Some((position, value, addr));
-        }
-        if self.hi.is_none_or(|h| addr > h.2) {
-            self.hi = Some((position, value, addr));
-        }
-    }
+/// `extremes` (the lowest and highest valid address so far) widened by the valid lanes
+/// among the first `n` of `lanes`.
+fn widen(extremes: Option<(u64, u64)>, lanes: &Lanes, n: usize) -> Option<(u64, u64)> {
+    let mask = lane_mask(n) & lanes.valid;
+    let addrs = lanes.addrs.lanes();
+    let (lo, hi) = match mask {
+        0 => return extremes,
+        // every lane valid: a plain min / max over the vector
+        0xffff => (
+            addrs.iter().copied().fold(u64::MAX, u64::min),
+            addrs.iter().copied().fold(0, u64::max),
+        ),
+        _ => (0..LANES)
+            .filter(|&k| mask >> k & 1 == 1)
+            .filter_map(|k| addrs.get(k).copied())
+            .fold((u64::MAX, 0), |(lo, hi), a| (lo.min(a), hi.max(a))),
+    };
+    Some(extremes.map_or((lo, hi), |(l, h)| (l.min(lo), h.max(hi))))
 }
 
 /// Every valid row must be on the fabric. Rows of one length lie between the lowest and
@@ -373,14 +428,13 @@ fn check_rows(
     map: &dma::AddressMap,
     info: &IndirectionInfo,
     ix: &Indexed,
-    e: Extremes,
+    extremes: Option<(u64, u64)>,
     row: RowExtent,
 ) -> Option<Fault> {
-    let (lo, hi) = (e.lo?, e.hi?);
+    let (lo, hi) = extremes?;
     if ix.bases.fill.is_none() {
-        let same_region =
-            map.region_of(FabricAddr(lo.2)).ok() == map.region_of(FabricAddr(hi.2)).ok();
-        if same_region && row_fits(map, lo.2, row, None) && row_fits(map, hi.2, row, None) {
+        let same_region = map.region_of(FabricAddr(lo)).ok() == map.region_of(FabricAddr(hi)).ok();
+        if same_region && row_fits(map, lo, row, None) && row_fits(map, hi, row, None) {
             return None;
         }
     }

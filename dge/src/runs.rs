@@ -22,7 +22,7 @@ pub const MAX_RUN_BYTES: u64 = MAX_DESCRIPTOR_LEN as u64;
 
 /// One contiguous move of `len` bytes from `src` to `dst`, or, with `fill`, a FILL of
 /// `len` bytes at `dst` with the element `src`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Run {
     pub src: u64,
     pub dst: u64,
@@ -38,6 +38,28 @@ impl Run {
             dst,
             len,
             fill: false,
+        }
+    }
+
+    /// A FILL of `len` bytes at `dst` with `element`.
+    #[inline(always)]
+    pub fn fill(element: u32, dst: u64, len: u64) -> Run {
+        Run {
+            src: u64::from(element),
+            dst,
+            len,
+            fill: true,
+        }
+    }
+
+    /// The run without its first `n` bytes (`n <= len`; a fill keeps its element).
+    #[inline(always)]
+    pub fn advance(self, n: u64) -> Run {
+        Run {
+            src: if self.fill { self.src } else { self.src + n },
+            dst: self.dst + n,
+            len: self.len - n,
+            fill: self.fill,
         }
     }
 
@@ -86,7 +108,7 @@ enum Seg {
 
 impl Piece {
     /// The kind of the piece's leading segment and its length in elements.
-    #[inline]
+    #[inline(always)]
     fn head(&self) -> (Seg, u64) {
         match (self.moved, self.fill) {
             (0, true) => (Seg::Fill, self.elems),
@@ -95,7 +117,7 @@ impl Piece {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn consume(&mut self, n: u64, elem: u64) {
         self.elems -= n;
         self.moved = self.moved.saturating_sub(n);
@@ -103,16 +125,39 @@ impl Piece {
     }
 }
 
+/// Where a walker's pieces get their base address and how much of each moves.
+#[derive(Clone, Copy)]
+enum Bases<'a> {
+    /// A direct side: every piece moves whole from `start + offset`.
+    Direct,
+    /// An indirection without its bases (a broken contract): nothing moves.
+    Missing,
+    /// Along odometer dimension `dim`, position `i` starts at `addrs[i]` and moves whole
+    /// when `valid[i]`, else not at all.
+    Rows {
+        dim: usize,
+        addrs: &'a [u64],
+        valid: &'a [bool],
+    },
+    /// As `Rows`, with the fill policy's shares: the first `moved[i]` elements move and
+    /// the rest are filled.
+    Filled {
+        dim: usize,
+        addrs: &'a [u64],
+        moved: &'a [u64],
+    },
+}
+
 /// An odometer over one side's reshaped pattern. The byte offset of the direct
 /// dimensions is kept up to date as the odometer turns (one add per step, one subtract per
 /// wrap), so a piece costs a few adds whatever the rank.
 pub struct Walker<'a> {
     start: u64,
-    bases: Option<&'a IndexedBases>,
+    bases: Bases<'a>,
+    /// The fill element of a filled side (0 otherwise).
+    fill: u32,
     steps: [i64; 5],
     counts: [u64; 5],
-    /// The indirection dimension among the odometer's, if any.
-    ind: Option<usize>,
     odo_dims: usize,
     piece_elems: u64,
     idx: [u64; 5],
@@ -121,29 +166,75 @@ pub struct Walker<'a> {
     done: bool,
 }
 
+/// The odometer of `p`: how many of its dimensions it turns, and the elements of one
+/// piece (a whole innermost row when that dimension is contiguous and direct, else one).
+fn odometer_shape(p: &Reshaped) -> (usize, u64) {
+    let n = p.dims.len().min(5);
+    match n
+        .checked_sub(1)
+        .and_then(|last| Some((last, p.dims.get(last)?)))
+    {
+        Some((last, d)) if p.indirect_dim != Some(last) && d.step == i64::from(p.elem_size) => {
+            (last, d.count)
+        }
+        _ => (n, 1),
+    }
+}
+
+/// How many pieces a walker over `p` yields: the product of its odometer's counts
+/// (saturating; the request caps it at [`MAX_PIECES`] before any walk).
+pub fn piece_count(p: &Reshaped) -> u64 {
+    let (odo_dims, _) = odometer_shape(p);
+    p.dims
+        .iter()
+        .take(odo_dims)
+        .fold(1u64, |n, d| n.saturating_mul(d.count))
+}
+
+/// The most pieces one side of a request may have ([`piece_count`]): what bounds the
+/// descriptor loop's iterations and the descriptors it can emit.
+pub const MAX_PIECES: u64 = 1 << 24;
+
 impl<'a> Walker<'a> {
     /// A walker over `p`; `bases` must be given exactly when `p` has an indirection dim,
     /// with one entry per position of that dimension.
     pub fn new(p: &'a Reshaped, bases: Option<&'a IndexedBases>) -> Walker<'a> {
-        let n = p.dims.len().min(5);
-        let inner_is_row =
-            n > 0 && p.indirect_dim != Some(n - 1) && p.dims[n - 1].step == i64::from(p.elem_size);
-        let (odo_dims, piece_elems) = match inner_is_row {
-            true => (n - 1, p.dims[n - 1].count),
-            false => (n, 1),
-        };
+        let (odo_dims, piece_elems) = odometer_shape(p);
         let (mut steps, mut counts) = ([0i64; 5], [1u64; 5]);
         for (k, d) in p.dims.iter().take(odo_dims).enumerate() {
             // along the indirection dimension the step comes from the indices
             steps[k] = if p.indirect_dim == Some(k) { 0 } else { d.step };
             counts[k] = d.count;
         }
+        let dim = p.indirect_dim.filter(|&d| d < odo_dims);
+        let (bases, fill) = match (dim, bases) {
+            (None, _) => (Bases::Direct, 0),
+            (Some(_), None) => (Bases::Missing, 0),
+            (Some(dim), Some(b)) => match &b.fill {
+                Some(f) => (
+                    Bases::Filled {
+                        dim,
+                        addrs: &b.addrs,
+                        moved: &f.moved,
+                    },
+                    f.value,
+                ),
+                None => (
+                    Bases::Rows {
+                        dim,
+                        addrs: &b.addrs,
+                        valid: &b.valid,
+                    },
+                    0,
+                ),
+            },
+        };
         Walker {
             start: p.start,
             bases,
+            fill,
             steps,
             counts,
-            ind: p.indirect_dim.filter(|&d| d < odo_dims),
             odo_dims,
             piece_elems,
             idx: [0; 5],
@@ -152,32 +243,31 @@ impl<'a> Walker<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn next_piece(&mut self) -> Option<Piece> {
         if self.done {
             return None;
         }
         let elems = self.piece_elems;
-        let (base, moved, fill) = match (self.ind, self.bases) {
-            // Walker::new's contract: bases has one entry per indirection position.
-            (Some(k), Some(b)) => {
-                let i = self.idx[k] as usize;
-                let base = b.addrs.get(i).copied().unwrap_or(0);
-                match &b.fill {
-                    Some(f) => (base, f.moved.get(i).map_or(0, |&m| m.min(elems)), true),
-                    None => (
-                        base,
-                        if b.valid.get(i) == Some(&true) {
-                            elems
-                        } else {
-                            0
-                        },
-                        false,
-                    ),
-                }
+        let position = |dim: usize| self.idx.get(dim).map_or(0, |&i| i as usize);
+        // Walker::new's contract: the bases have one entry per indirection position.
+        let (base, moved, fill) = match self.bases {
+            Bases::Direct => (self.start, elems, false),
+            Bases::Missing => (self.start, 0, false),
+            Bases::Rows { dim, addrs, valid } => {
+                let i = position(dim);
+                let ok = valid.get(i).copied().unwrap_or(false);
+                (
+                    addrs.get(i).copied().unwrap_or(0),
+                    elems * u64::from(ok),
+                    false,
+                )
             }
-            (Some(_), None) => (self.start, 0, false),
-            (None, _) => (self.start, elems, false),
+            Bases::Filled { dim, addrs, moved } => {
+                let i = position(dim);
+                let m = moved.get(i).map_or(0, |&m| m.min(elems));
+                (addrs.get(i).copied().unwrap_or(0), m, true)
+            }
         };
         let addr = base.wrapping_add(self.offset);
         self.advance();
@@ -189,9 +279,10 @@ impl<'a> Walker<'a> {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     fn advance(&mut self) {
-        for k in (0..self.odo_dims).rev() {
+        let dims = self.odo_dims.min(5);
+        for k in (0..dims).rev() {
             self.idx[k] += 1;
             self.offset = self.offset.wrapping_add(self.steps[k] as u64);
             if self.idx[k] < self.counts[k] {
@@ -205,68 +296,204 @@ impl<'a> Walker<'a> {
     }
 }
 
-/// Walks both sides in lockstep, cutting at every `unit` elements, and calls `f` with
-/// the element index and the run of every joint piece that moves or fills. The two sides
+/// Where [`joint_pieces`] hands each joint piece that moves or fills (a trait rather
+/// than a closure so that the whole descriptor loop inlines into one body).
+trait PieceSink {
+    /// The joint piece `r`, whose first element is element `e` in element order.
+    fn piece(&mut self, e: u64, r: Run);
+}
+
+/// Walks both sides in lockstep, cutting at every `unit` elements, and hands `sink` the
+/// element index and the run of every joint piece that moves or fills. The two sides
 /// must have equal element counts (validated upstream); `fill` is the fill element.
-#[inline]
+#[inline(always)]
 fn joint_pieces(
     src: &mut Walker,
     dst: &mut Walker,
     (elem, unit, fill): (u64, u64, u32),
-    mut f: impl FnMut(u64, Run),
+    sink: &mut impl PieceSink,
 ) {
+    let (Some(mut sp), Some(mut dp)) = (src.next_piece(), dst.next_piece()) else {
+        return;
+    };
     // `left`: elements to the next unit boundary (counted down, no division per piece).
     let (mut e, mut left) = (0u64, unit);
-    let (mut s, mut d) = (src.next_piece(), dst.next_piece());
-    while let (Some(sp), Some(dp)) = (s.as_mut(), d.as_mut()) {
-        let ((sk, sn), (dk, dn)) = (sp.head(), dp.head());
-        let n = sn.min(dn).min(left);
-        left = match left - n {
-            0 => unit,
-            l => l,
-        };
-        match (sk, dk) {
-            (Seg::Move, Seg::Move) => f(e, Run::copy(sp.addr, dp.addr, n * elem)),
-            (Seg::Fill, Seg::Move) => f(
-                e,
-                Run {
-                    src: u64::from(fill),
-                    dst: dp.addr,
-                    len: n * elem,
-                    fill: true,
-                },
-            ),
-            _ => {}
+    loop {
+        let uncut = unit == u64::MAX;
+        if uncut && !pieces_inside(src, (&mut sp, &mut dp), (elem, fill), &mut e, sink) {
+            return;
         }
-        e += n;
-        sp.consume(n, elem);
-        dp.consume(n, elem);
+        if dp.elems > 0 {
+            let ((sk, sn), (dk, dn)) = (sp.head(), dp.head());
+            let n = sn.min(dn).min(left);
+            left = match left - n {
+                0 => unit,
+                l => l,
+            };
+            match (sk, dk) {
+                (Seg::Move, Seg::Move) => sink.piece(e, Run::copy(sp.addr, dp.addr, n * elem)),
+                (Seg::Fill, Seg::Move) => sink.piece(e, Run::fill(fill, dp.addr, n * elem)),
+                _ => {}
+            }
+            e += n;
+            sp.consume(n, elem);
+            dp.consume(n, elem);
+        }
         if sp.elems == 0 {
-            s = src.next_piece();
+            match src.next_piece() {
+                Some(p) => sp = p,
+                None => return,
+            }
         }
         if dp.elems == 0 {
-            d = dst.next_piece();
+            match dst.next_piece() {
+                Some(p) => dp = p,
+                None => return,
+            }
         }
     }
 }
 
-/// The fill element of a source side's indexed bases (0 without the fill policy).
-fn fill_value(src: &Walker) -> u32 {
-    src.bases
-        .and_then(|b| b.fill.as_ref())
-        .map_or(0, |f| f.value)
+/// [`joint_pieces`]'s fast path without unit cuts (a gather into a contiguous buffer):
+/// while the source piece is one segment that lies whole inside the destination piece,
+/// which moves whole, it is the joint piece, and only the source walker turns. Returns
+/// false once the source is done.
+#[inline(always)]
+fn pieces_inside(
+    src: &mut Walker,
+    (sp, dp): (&mut Piece, &mut Piece),
+    (elem, fill): (u64, u32),
+    e: &mut u64,
+    sink: &mut impl PieceSink,
+) -> bool {
+    while dp.moved == dp.elems && sp.elems <= dp.elems {
+        let n = sp.elems;
+        match (sp.moved, sp.fill) {
+            (0, false) => {}
+            (0, true) => sink.piece(*e, Run::fill(fill, dp.addr, n * elem)),
+            (m, _) if m >= n => sink.piece(*e, Run::copy(sp.addr, dp.addr, n * elem)),
+            // a moving head and a filled tail: the general step cuts it
+            _ => return true,
+        }
+        *e += n;
+        dp.consume(n, elem);
+        match src.next_piece() {
+            Some(p) => *sp = p,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Runs handed to [`for_each_run_batch`]'s consumer at once.
+pub const RUN_BATCH: usize = 64;
+
+/// [`for_each_run_batch`]'s sink: merges pieces into maximal runs split at
+/// [`MAX_RUN_BYTES`] (a run that reaches the limit is closed and the rest of the piece
+/// opens the next one, which is where splitting the maximal run would cut it). The last
+/// run in the buffer is the open one; the closed ones go on `RUN_BATCH - 1` at a time.
+struct Merger<F: FnMut(&[Run])> {
+    runs: [Run; RUN_BATCH],
+    len: usize,
+    emit: F,
+}
+
+impl<F: FnMut(&[Run])> Merger<F> {
+    /// Closes the open run and opens `r` (at most [`MAX_RUN_BYTES`]).
+    #[inline(always)]
+    fn open(&mut self, r: Run) {
+        if self.len == RUN_BATCH {
+            let (closed, open) = self.runs.split_at(RUN_BATCH - 1);
+            (self.emit)(closed);
+            self.runs[0] = open[0];
+            self.len = 1;
+        }
+        if let Some(slot) = self.runs.get_mut(self.len) {
+            *slot = r;
+            self.len += 1;
+        }
+    }
+
+    /// Opens the runs of a piece longer than one descriptor.
+    #[cold]
+    fn open_long(&mut self, mut r: Run) {
+        while r.len > MAX_RUN_BYTES {
+            self.open(Run {
+                len: MAX_RUN_BYTES,
+                ..r
+            });
+            r = r.advance(MAX_RUN_BYTES);
+        }
+        self.open(r);
+    }
+
+    fn finish(mut self) {
+        if let Some(rest) = self.runs.get(..self.len).filter(|r| !r.is_empty()) {
+            (self.emit)(rest);
+        }
+    }
+}
+
+impl<F: FnMut(&[Run])> PieceSink for Merger<F> {
+    #[inline(always)]
+    fn piece(&mut self, _e: u64, mut r: Run) {
+        let last = self.len.checked_sub(1);
+        if let Some(run) = last.and_then(|i| self.runs.get_mut(i)) {
+            if joins(run, &r) {
+                // an open run holds at most MAX_RUN_BYTES
+                let room = MAX_RUN_BYTES - run.len;
+                if r.len <= room {
+                    run.len += r.len;
+                    return;
+                }
+                run.len = MAX_RUN_BYTES;
+                r = r.advance(room);
+            }
+        }
+        match r.len <= MAX_RUN_BYTES {
+            true => self.open(r),
+            false => self.open_long(r),
+        }
+    }
 }
 
 /// Walks both sides in lockstep and calls `emit` for every maximal run, split at
 /// [`MAX_RUN_BYTES`]. The two sides must have equal element counts (validated upstream).
 pub fn for_each_run(src: &mut Walker, dst: &mut Walker, elem: u64, mut emit: impl FnMut(Run)) {
-    let mut cur: Option<Run> = None;
-    let fill = fill_value(src);
-    joint_pieces(src, dst, (elem, u64::MAX, fill), |_, r| {
-        extend_or_flush(&mut cur, r, &mut emit)
-    });
-    if let Some(run) = cur {
-        split(run, &mut emit);
+    for_each_run_batch(src, dst, elem, |runs| runs.iter().for_each(|&r| emit(r)));
+}
+
+/// As [`for_each_run`], handing the runs on in order in batches of up to [`RUN_BATCH`]
+/// (the walk stays one tight loop; the consumer's per-call cost is paid once a batch).
+pub fn for_each_run_batch(src: &mut Walker, dst: &mut Walker, elem: u64, emit: impl FnMut(&[Run])) {
+    let mut merger = Merger {
+        runs: [Run::default(); RUN_BATCH],
+        len: 0,
+        emit,
+    };
+    let fill = src.fill;
+    joint_pieces(src, dst, (elem, u64::MAX, fill), &mut merger);
+    merger.finish();
+}
+
+/// [`for_each_unit_run`]'s sink: merges within a unit only.
+struct UnitMerger<F: FnMut(u64, Run)> {
+    cur: Option<(u64, Run)>,
+    unit: u64,
+    emit: F,
+}
+
+impl<F: FnMut(u64, Run)> PieceSink for UnitMerger<F> {
+    fn piece(&mut self, e: u64, r: Run) {
+        let u = e / self.unit;
+        match &mut self.cur {
+            Some((cu, run)) if *cu == u && joins(run, &r) => run.len += r.len,
+            _ => {
+                if let Some((cu, run)) = self.cur.replace((u, r)) {
+                    (self.emit)(cu, run);
+                }
+            }
+        }
     }
 }
 
@@ -276,45 +503,38 @@ pub fn for_each_unit_run(
     src: &mut Walker,
     dst: &mut Walker,
     (elem, unit): (u64, u64),
-    mut emit: impl FnMut(u64, Run),
+    emit: impl FnMut(u64, Run),
 ) {
-    let mut cur: Option<(u64, Run)> = None;
-    let fill = fill_value(src);
-    joint_pieces(src, dst, (elem, unit, fill), |e, r| {
-        let u = e / unit;
-        match &mut cur {
-            Some((cu, run)) if *cu == u && joins(run, &r) => run.len += r.len,
-            _ => {
-                if let Some((cu, run)) = cur.replace((u, r)) {
-                    emit(cu, run);
-                }
-            }
-        }
-    });
-    if let Some((u, run)) = cur {
-        emit(u, run);
+    let fill = src.fill;
+    let mut merger = UnitMerger {
+        cur: None,
+        unit: unit.max(1),
+        emit,
+    };
+    joint_pieces(src, dst, (elem, unit, fill), &mut merger);
+    if let Some((u, run)) = merger.cur {
+        (merger.emit)(u, run);
     }
 }
 
 /// Whether `next` continues `run` on both sides in the same regions (a fill only on the
 /// destination, with the same element).
-#[inline]
+#[inline(always)]
 pub fn joins(run: &Run, next: &Run) -> bool {
-    let dst =
-        run.dst.wrapping_add(run.len) == next.dst && region_slot(run.dst) == region_slot(next.dst);
+    // Addresses first: the region slots are only worked out for runs that continue.
+    let dst = run.dst.wrapping_add(run.len) == next.dst;
     let src = match (run.fill, next.fill) {
-        (false, false) => {
-            run.src.wrapping_add(run.len) == next.src
-                && region_slot(run.src) == region_slot(next.src)
-        }
+        (false, false) => run.src.wrapping_add(run.len) == next.src,
         (true, true) => run.src == next.src,
         _ => false,
     };
     dst && src
+        && region_slot(run.dst) == region_slot(next.dst)
+        && (run.fill || region_slot(run.src) == region_slot(next.src))
 }
 
 /// Extends `cur` with `next` when they join, else emits `cur` (split) and starts `next`.
-#[inline]
+#[inline(always)]
 pub fn extend_or_flush(cur: &mut Option<Run>, next: Run, emit: &mut impl FnMut(Run)) {
     if let Some(run) = cur {
         if joins(run, &next) {
@@ -327,18 +547,22 @@ pub fn extend_or_flush(cur: &mut Option<Run>, next: Run, emit: &mut impl FnMut(R
 }
 
 /// Emits `run` in pieces of at most [`MAX_RUN_BYTES`] (a fill keeps its element).
-#[inline]
+#[inline(always)]
 pub fn split(run: Run, emit: &mut impl FnMut(Run)) {
-    let mut off = 0;
-    while off < run.len {
-        let len = (run.len - off).min(MAX_RUN_BYTES);
-        emit(Run {
-            src: if run.fill { run.src } else { run.src + off },
-            dst: run.dst + off,
-            len,
-            fill: run.fill,
-        });
-        off += len;
+    if (1..=MAX_RUN_BYTES).contains(&run.len) {
+        return emit(run);
+    }
+    split_long(run, emit);
+}
+
+/// [`split`] of a run longer than one descriptor.
+#[cold]
+fn split_long(run: Run, emit: &mut impl FnMut(Run)) {
+    let mut rest = run;
+    while rest.len > 0 {
+        let len = rest.len.min(MAX_RUN_BYTES);
+        emit(Run { len, ..rest });
+        rest = rest.advance(len);
     }
 }
 

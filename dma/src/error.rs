@@ -98,6 +98,8 @@ pub enum Error {
         count: u32,
         reached: u64,
     },
+    #[error("timeline queue {queue} descriptor {index} pushed after the queue was closed (a closed queue gets no more descriptors)")]
+    TimelineClosed { queue: usize, index: u64 },
     #[error("queue count {count} is out of range (1..={max})")]
     QueueCount { count: usize, max: usize },
     #[error("queue {queue} does not exist ({queues} queues)")]
@@ -129,6 +131,13 @@ pub enum Error {
         index: u64,
         offset: u64,
         source: Box<Error>,
+    },
+    #[error("queue file queue {queue} chunk {chunk} (descriptors from {first}, byte {offset}) changed since the file was verified: none of its descriptors runs")]
+    QueueFileChanged {
+        queue: usize,
+        chunk: u64,
+        first: u64,
+        offset: u64,
     },
     #[error("queue file I/O error at byte {offset}: {message}")]
     QueueFileIo { offset: u64, message: String },
@@ -162,6 +171,16 @@ pub enum Error {
     EngineRuntime { message: String },
     #[error("DMA queue {queue} stopped: {reason}")]
     EngineAborted { queue: usize, reason: String },
+    #[error(
+        "the replay was aborted before every queue ended (its remaining descriptors did not run)"
+    )]
+    RunAborted,
+    #[error("streaming replay stopped after {executed} descriptors ran; {failed} descriptors were rejected or never ran: {source}")]
+    StreamAborted {
+        executed: u64,
+        failed: u64,
+        source: Box<Error>,
+    },
     #[error("the queue file is for {file} but the fabric is {fabric}: a replay runs on the generation its queues were made for")]
     GenerationMismatch {
         file: &'static str,

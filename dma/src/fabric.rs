@@ -876,16 +876,44 @@ fn finalise(mut h: u64) -> u64 {
 
 /// Four independent lanes over 32-byte blocks of little-endian words, then folded.
 fn page_hash(bytes: &[u8]) -> u64 {
-    let mut lanes = [1u64, 2, 3, 4];
-    for block in bytes.chunks_exact(32) {
-        for (lane, word) in lanes.iter_mut().zip(block.chunks_exact(8)) {
-            *lane = mix(
-                *lane,
-                u64::from_le_bytes(word.try_into().unwrap_or_default()),
-            );
+    let mut h = BlockHash::new();
+    h.update(bytes);
+    h.fold()
+}
+
+/// A streaming word-wise hash over 32-byte blocks: four lanes of [`mix`], one 8-byte
+/// little-endian word each per block (a trailing partial block is ignored). Each step is a
+/// bijection of the lane for a fixed word and of the word for a fixed lane, so a change
+/// confined to one word always changes the result; it is not cryptographic. The fabric's
+/// page hash and the queue file's chunk digests.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BlockHash([u64; 4]);
+
+impl BlockHash {
+    pub(crate) const fn new() -> BlockHash {
+        BlockHash([1, 2, 3, 4])
+    }
+
+    pub(crate) fn update(&mut self, bytes: &[u8]) {
+        for block in bytes.chunks_exact(32) {
+            for (lane, word) in self.0.iter_mut().zip(block.chunks_exact(8)) {
+                *lane = mix(
+                    *lane,
+                    u64::from_le_bytes(word.try_into().unwrap_or_default()),
+                );
+            }
         }
     }
-    lanes.iter().fold(0, |h, &l| mix(h, l))
+
+    /// The lanes folded into one word.
+    fn fold(&self) -> u64 {
+        self.0.iter().fold(0, |h, &l| mix(h, l))
+    }
+
+    /// The digest: the folded lanes through the splitmix64 finaliser.
+    pub(crate) fn finish(&self) -> u64 {
+        finalise(self.fold())
+    }
 }
 
 fn is_zero(bytes: &[u8]) -> bool {

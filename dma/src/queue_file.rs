@@ -49,6 +49,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use crate::descriptor::{Descriptor, SemaphoreLedger, DESCRIPTOR_BYTES};
 use crate::error::Error;
+use crate::fabric::BlockHash;
 use crate::generation::Generation;
 use crate::timing::{QueueTimeline, TimelineReport, TimingModel};
 
@@ -296,8 +297,14 @@ impl BatchBuffer {
         out: &mut Vec<Descriptor>,
     ) -> Result<&[u8], Error> {
         out.clear();
+        self.fill(r, n, at)?;
+        self.decode(0, n, at, out)?;
+        Ok(&self.raw)
+    }
+
+    /// Reads the raw bytes of `n` descriptors at `at` (nothing decoded).
+    fn fill<R: Read>(&mut self, r: &mut R, n: usize, at: BatchAt) -> Result<(), Error> {
         self.raw.resize(n * DESCRIPTOR_BYTES, 0);
-        self.max_buffered = self.max_buffered.max(n);
         let got = read_full(r, &mut self.raw, at.offset)?;
         if got < self.raw.len() {
             let whole = (got / DESCRIPTOR_BYTES) as u64;
@@ -307,7 +314,24 @@ impl BatchBuffer {
                 what: format!("queue {} descriptor {}", at.queue, at.index + whole),
             });
         }
-        for (i, chunk) in self.raw.chunks_exact(DESCRIPTOR_BYTES).enumerate() {
+        Ok(())
+    }
+
+    /// Decodes `n` raw descriptors from the `skip`-th on, the first of them at `at`, onto
+    /// `out`.
+    fn decode(
+        &mut self,
+        skip: usize,
+        n: usize,
+        at: BatchAt,
+        out: &mut Vec<Descriptor>,
+    ) -> Result<(), Error> {
+        self.max_buffered = self.max_buffered.max(n);
+        let raw = self
+            .raw
+            .get(skip * DESCRIPTOR_BYTES..(skip + n) * DESCRIPTOR_BYTES)
+            .unwrap_or_default();
+        for (i, chunk) in raw.chunks_exact(DESCRIPTOR_BYTES).enumerate() {
             let d = Descriptor::from_bytes(chunk).map_err(|e| Error::QueueFileDescriptor {
                 queue: at.queue,
                 index: at.index + i as u64,
@@ -316,7 +340,83 @@ impl BatchBuffer {
             })?;
             out.push(d);
         }
-        Ok(&self.raw)
+        Ok(())
+    }
+}
+
+/// Descriptors per chunk of the digests a [`VerifiedQueueFile`] records while it verifies
+/// (32 KiB of file; a queue's last chunk may be shorter).
+pub const DIGEST_CHUNK: usize = 1024;
+const CHUNK: u64 = DIGEST_CHUNK as u64;
+
+/// Per queue, one digest ([`BlockHash`]) of each [`DIGEST_CHUNK`] descriptors, recorded
+/// from the raw bytes as a reader streams the queues in file order.
+#[derive(Clone, Debug)]
+struct ChunkDigests {
+    queues: Vec<Vec<u64>>,
+    /// The chunk being hashed: its queue, its hash so far and its descriptors so far.
+    queue: usize,
+    current: BlockHash,
+    in_chunk: usize,
+}
+
+impl ChunkDigests {
+    fn new(queues: usize) -> ChunkDigests {
+        ChunkDigests {
+            queues: vec![Vec::new(); queues],
+            queue: 0,
+            current: BlockHash::new(),
+            in_chunk: 0,
+        }
+    }
+
+    /// Hashes the next descriptors (raw, whole) of `queue`.
+    fn record(&mut self, queue: usize, raw: &[u8]) {
+        if queue != self.queue {
+            self.close_chunk();
+            self.queue = queue;
+        }
+        let mut rest = raw;
+        while !rest.is_empty() {
+            let room = (DIGEST_CHUNK - self.in_chunk) * DESCRIPTOR_BYTES;
+            let (piece, tail) = rest.split_at(room.min(rest.len()));
+            self.current.update(piece);
+            self.in_chunk += piece.len() / DESCRIPTOR_BYTES;
+            if self.in_chunk == DIGEST_CHUNK {
+                self.close_chunk();
+            }
+            rest = tail;
+        }
+    }
+
+    /// Ends the chunk being hashed (if it has any descriptor).
+    fn close_chunk(&mut self) {
+        if self.in_chunk > 0 {
+            if let Some(q) = self.queues.get_mut(self.queue) {
+                q.push(self.current.finish());
+            }
+        }
+        self.current = BlockHash::new();
+        self.in_chunk = 0;
+    }
+
+    /// Checks chunk `chunk` of `queue` against its raw bytes now (read at `offset`).
+    fn check(&self, queue: usize, chunk: u64, offset: u64, raw: &[u8]) -> Result<(), Error> {
+        let mut now = BlockHash::new();
+        now.update(raw);
+        let recorded = self
+            .queues
+            .get(queue)
+            .and_then(|q| q.get(usize::try_from(chunk).ok()?));
+        if recorded == Some(&now.finish()) {
+            return Ok(());
+        }
+        Err(Error::QueueFileChanged {
+            queue,
+            chunk,
+            first: chunk * CHUNK,
+            offset,
+        })
     }
 }
 
@@ -355,6 +455,8 @@ pub struct QueueFileReader<R> {
     bytes: u64,
     done: bool,
     failed: Option<Error>,
+    /// Recorded only for a [`VerifiedQueueFile`].
+    digests: Option<ChunkDigests>,
 }
 
 impl<R: Read> QueueFileReader<R> {
@@ -377,6 +479,7 @@ impl<R: Read> QueueFileReader<R> {
             bytes: 0,
             done: false,
             failed: None,
+            digests: None,
         })
     }
 
@@ -435,6 +538,9 @@ impl<R: Read> QueueFileReader<R> {
         let n = (max.clamp(1, MAX_BATCH) as u64).min(remaining);
         let raw = self.buffer.read(&mut self.r, n as usize, self.at, out)?;
         self.hasher.update(raw);
+        if let Some(digests) = &mut self.digests {
+            digests.record(self.at.queue, raw);
+        }
         for (i, d) in out.iter().enumerate() {
             let index = self.at.index + i as u64;
             self.ledger.record(self.at.queue, index, d)?;
@@ -479,22 +585,55 @@ impl<R: Read> QueueFileReader<R> {
 /// checksum and the semaphores, holding at most [`MAX_BATCH`] descriptors.
 pub fn verify<R: Read>(r: R) -> Result<QueueFileSummary, Error> {
     let mut reader = QueueFileReader::new(r)?;
-    let mut out = Vec::with_capacity(MAX_BATCH);
-    while reader.next_batch(MAX_BATCH, &mut out)?.is_some() {}
+    drain(&mut reader)?;
     Ok(reader.summary())
 }
 
+/// Reads a whole file through `reader`.
+fn drain<R: Read>(reader: &mut QueueFileReader<R>) -> Result<(), Error> {
+    let mut out = Vec::with_capacity(MAX_BATCH);
+    while reader.next_batch(MAX_BATCH, &mut out)?.is_some() {}
+    Ok(())
+}
+
+/// [`verify`], recording the chunk digests.
+fn verify_recording<R: Read>(r: R) -> Result<(QueueFileSummary, ChunkDigests), Error> {
+    let mut reader = QueueFileReader::new(r)?;
+    reader.digests = Some(ChunkDigests::new(reader.header.queues()));
+    drain(&mut reader)?;
+    let mut digests = reader
+        .digests
+        .take()
+        .unwrap_or_else(|| ChunkDigests::new(0));
+    digests.close_chunk();
+    Ok((reader.summary(), digests))
+}
+
 /// A file that passed [`verify`], read back queue by queue in any interleaving (by
-/// seeking), for execution. Each batch is decoded again, so every descriptor handed out
-/// obeys the decode rules; but the checksum and the semaphore ownership are checked by
-/// the verify pass only. The file is assumed not to change between the two passes (the
-/// replay holds it open); a file rewritten in between may replay descriptors the verify
-/// pass never saw.
+/// seeking), for execution.
+///
+/// # What a later read is checked against
+///
+/// While it verifies, [`VerifiedQueueFile::open`] records a 64-bit digest of every
+/// [`DIGEST_CHUNK`] descriptors of each queue (8 bytes per 32 KiB of file). Every later
+/// [`VerifiedQueueFile::read_queue`] reads the whole chunks its descriptors lie in and
+/// compares each with its digest before it decodes or hands out anything: a chunk that
+/// changed since verification fails with [`Error::QueueFileChanged`] (naming the queue,
+/// the chunk and its byte offset) and none of its descriptors is returned. So whatever
+/// reads the file after `open` (the engine's validation pass, then its execution pass)
+/// sees the descriptors verification saw, or an error.
+///
+/// The digest is a word-wise multiply-xor hash, not a cryptographic one: any change to a
+/// single 8-byte word of a chunk is always caught, other changes unless they happen to
+/// collide in 64 bits. It guards against a file rewritten or truncated while a replay
+/// holds it (by another process, a crash, a bug), not against an adversary who crafts a
+/// collision; keep files an adversary can write out of reach of the replay.
 #[derive(Debug)]
 pub struct VerifiedQueueFile<R> {
     r: R,
     start: u64,
     summary: QueueFileSummary,
+    digests: ChunkDigests,
     cursors: [u64; MAX_QUEUES],
     buffer: BatchBuffer,
 }
@@ -503,11 +642,12 @@ impl<R: Read + Seek> VerifiedQueueFile<R> {
     /// Verifies the file from the current position, then keeps it open for reading.
     pub fn open(mut r: R) -> Result<VerifiedQueueFile<R>, Error> {
         let start = r.stream_position().map_err(|e| io_error(0, e))?;
-        let summary = verify(&mut r)?;
+        let (summary, digests) = verify_recording(&mut r)?;
         Ok(VerifiedQueueFile {
             r,
             start,
             summary,
+            digests,
             cursors: [0; MAX_QUEUES],
             buffer: BatchBuffer::default(),
         })
@@ -523,13 +663,16 @@ impl<R: Read + Seek> VerifiedQueueFile<R> {
         &self.summary
     }
 
-    /// The most descriptors the per-queue reads have held at once (<= [`MAX_BATCH`]).
+    /// The most descriptors the per-queue reads have decoded at once (<= [`MAX_BATCH`];
+    /// the raw buffer beneath holds at most two chunks more).
     pub fn max_buffered(&self) -> usize {
         self.buffer.max_buffered
     }
 
     /// Fills `out` (cleared first) with queue `queue`'s next at most `max` (clamped to
-    /// `1..=MAX_BATCH`) descriptors; returns how many (0 once the queue is done).
+    /// `1..=MAX_BATCH`) descriptors; returns how many (0 once the queue is done). The
+    /// chunks they lie in are checked against their digests first (see the type docs);
+    /// on an error `out` stays empty and the queue's cursor does not move.
     pub fn read_queue(
         &mut self,
         queue: usize,
@@ -550,17 +693,28 @@ impl<R: Read + Seek> VerifiedQueueFile<R> {
         if n == 0 {
             return Ok(0);
         }
-        let offset = header.queue_offset(queue) + *cursor * DESC;
+        // The whole chunks holding descriptors `cursor..cursor + n`.
+        let (first, lo) = (*cursor, *cursor - *cursor % CHUNK);
+        let hi = (first + n).div_ceil(CHUNK).saturating_mul(CHUNK).min(count);
+        let base = header.queue_offset(queue);
+        let at = |index: u64| BatchAt {
+            queue,
+            index,
+            offset: base + index * DESC,
+        };
         // verify proved start + file length fits in 64 bits.
         self.r
-            .seek(SeekFrom::Start(self.start + offset))
-            .map_err(|e| io_error(offset, e))?;
-        let at = BatchAt {
-            queue,
-            index: *cursor,
-            offset,
-        };
-        self.buffer.read(&mut self.r, n as usize, at, out)?;
+            .seek(SeekFrom::Start(self.start + at(lo).offset))
+            .map_err(|e| io_error(at(lo).offset, e))?;
+        // At most MAX_BATCH + 2 * DIGEST_CHUNK descriptors: the cast is lossless.
+        self.buffer.fill(&mut self.r, (hi - lo) as usize, at(lo))?;
+        let chunks = self.buffer.raw.chunks(DIGEST_CHUNK * DESCRIPTOR_BYTES);
+        for (k, raw) in (lo / CHUNK..).zip(chunks) {
+            self.digests.check(queue, k, at(k * CHUNK).offset, raw)?;
+        }
+        self.buffer
+            .decode((first - lo) as usize, n as usize, at(first), out)
+            .inspect_err(|_| out.clear())?;
         *cursor += n;
         Ok(n as usize)
     }
@@ -582,7 +736,11 @@ impl<R: Read + Seek> VerifiedQueueFile<R> {
         while progressed {
             progressed = false;
             for q in 0..queues {
-                if timeline.is_blocked(q) || self.read_queue(q, MAX_BATCH, &mut batch)? == 0 {
+                if timeline.is_blocked(q) {
+                    continue;
+                }
+                if self.read_queue(q, MAX_BATCH, &mut batch)? == 0 {
+                    timeline.close(q)?;
                     continue;
                 }
                 progressed = true;
@@ -1242,6 +1400,73 @@ mod tests {
         let mut bytes = write_file(Generation::Sunda, &small_queues());
         bytes[200] ^= 0x10;
         assert!(VerifiedQueueFile::open(Cursor::new(bytes)).is_err());
+    }
+
+    /// 2600 descriptors in queue 1: chunks 0 and 1 are whole, chunk 2 holds 552.
+    fn three_chunk_file() -> (Vec<Vec<Descriptor>>, Vec<u8>) {
+        let queues = vec![
+            vec![copy(0, 0x10, 8); 3],
+            (0..2600).map(|i| copy(i * 8, 0x4000 + i * 8, 8)).collect(),
+        ];
+        let bytes = write_file(Generation::Cayman, &queues);
+        (queues, bytes)
+    }
+
+    #[test]
+    fn chunked_reads_at_any_batch_size_return_the_verified_queues() {
+        let (queues, bytes) = three_chunk_file();
+        for max in [1, 700, 1024, 1500, MAX_BATCH] {
+            let mut f = VerifiedQueueFile::open(Cursor::new(bytes.clone())).unwrap();
+            let (mut got, mut batch) = (Vec::new(), Vec::new());
+            while f.read_queue(1, max, &mut batch).unwrap() > 0 {
+                assert!(batch.len() <= max);
+                got.extend_from_slice(&batch);
+            }
+            assert_eq!(got, queues[1], "max {max}");
+            assert_eq!(f.max_buffered(), max.min(2600));
+        }
+    }
+
+    #[test]
+    fn a_chunk_changed_after_verification_is_refused_whole() {
+        let (queues, bytes) = three_chunk_file();
+        let mut f = VerifiedQueueFile::open(Cursor::new(bytes)).unwrap();
+        // queue 1 starts after queue 0's 3 descriptors; flip a bit of its descriptor 1500
+        // (chunk 1), in the length field, so that it still decodes
+        let q1 = 152 + 3 * 32;
+        let at = q1 + 1500 * 32 + 16;
+        f.r.get_mut()[at] ^= 0x08;
+        let mut out = Vec::new();
+        assert_eq!(f.read_queue(1, 1024, &mut out).unwrap(), 1024); // chunk 0 is intact
+        assert_eq!(out, queues[1][..1024]);
+        let want = Error::QueueFileChanged {
+            queue: 1,
+            chunk: 1,
+            first: 1024,
+            offset: q1 as u64 + 1024 * 32,
+        };
+        assert_eq!(f.read_queue(1, 1, &mut out).unwrap_err(), want);
+        assert!(out.is_empty());
+        // the cursor did not move: the same read fails again
+        assert_eq!(f.read_queue(1, 5000, &mut out).unwrap_err(), want);
+        // a read that starts in chunk 0 and runs into chunk 1 returns nothing of either
+        f.rewind();
+        assert_eq!(f.read_queue(1, 1000, &mut out).unwrap(), 1000);
+        assert_eq!(f.read_queue(1, 100, &mut out).unwrap_err(), want);
+        assert!(out.is_empty());
+        // other queues and chunks are unaffected
+        assert_eq!(f.read_queue(0, 10, &mut out).unwrap(), 3);
+        // a truncated file fails in the chunk it cuts
+        f.r.get_mut()[at] ^= 0x08;
+        f.r.get_mut().truncate(q1 + 2100 * 32);
+        f.rewind();
+        for _ in 0..2 {
+            assert_eq!(f.read_queue(1, 1024, &mut out).unwrap(), 1024);
+        }
+        assert!(matches!(
+            f.read_queue(1, 1024, &mut out),
+            Err(Error::QueueFileTruncated { .. })
+        ));
     }
 
     /// Descriptor `i` of the large-file test.

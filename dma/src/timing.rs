@@ -172,6 +172,44 @@ pub struct QueueTiming {
     pub spans: Vec<Span>,
 }
 
+impl QueueTiming {
+    /// Times one more descriptor from `start`; returns its end.
+    fn add(&mut self, start: u64, cost_ps: u64, len: u32, span: bool) -> u64 {
+        let end = start.saturating_add(cost_ps);
+        self.descriptors += 1;
+        self.bytes += u64::from(len);
+        self.busy_ps = self.busy_ps.saturating_add(cost_ps);
+        self.end_ps = end;
+        if span {
+            self.spans.push(Span {
+                start_ps: start,
+                end_ps: end,
+            });
+        }
+        end
+    }
+}
+
+/// The last descriptor cost computed: runs of one length and op cost one division.
+#[derive(Clone, Copy, Debug, Default)]
+struct CostMemo {
+    last: Option<(u32, bool, u64)>,
+}
+
+impl CostMemo {
+    fn of(&mut self, model: &TimingModel, d: &Descriptor) -> u64 {
+        let key = (d.len(), d.op().is_reduction());
+        match self.last {
+            Some((len, rmw, cost)) if (len, rmw) == key => cost,
+            _ => {
+                let cost = model.descriptor_ps(d);
+                self.last = Some((key.0, key.1, cost));
+                cost
+            }
+        }
+    }
+}
+
 /// The timing of a set of queues.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TimelineReport {
@@ -194,21 +232,83 @@ struct QueueState {
     timing: QueueTiming,
     /// Descriptors pushed but not yet timed: the head waits for a signal not yet timed.
     pending: VecDeque<Pending>,
+    /// No more descriptors will be pushed ([`QueueTimeline::close`]).
+    closed: bool,
+}
+
+impl QueueState {
+    /// Whether the queue may still time a descriptor (open, or holding some).
+    fn active(&self) -> bool {
+        !self.closed || !self.pending.is_empty()
+    }
+}
+
+/// The end times of one semaphore's SIGNALs, oldest dropped once no wait can need them.
+///
+/// A WAIT(s, n) of queue `q` starts at `max(end of q, end of the n-th SIGNAL + latency)`.
+/// Ends are nondecreasing (one queue signals), and a queue's end only grows, so once
+/// `end_n + latency <= end of q` for every queue that may still time a descriptor, the
+/// n-th end (and every earlier one) can no longer change any start: it is dropped and
+/// only counted. Such a wait then starts at its queue's end.
+#[derive(Clone, Debug, Default)]
+struct SignalEnds {
+    /// SIGNALs dropped from the front.
+    dropped: u64,
+    /// End times of the SIGNALs after the dropped ones, in order.
+    ends: VecDeque<u64>,
+}
+
+impl SignalEnds {
+    /// SIGNALs timed so far.
+    fn count(&self) -> u64 {
+        self.dropped + self.ends.len() as u64
+    }
+
+    /// When a wait for the `nth` (0-based) SIGNAL may start at the earliest: `None` before
+    /// that SIGNAL is timed; 0 for a dropped one (it lies below every queue's end).
+    fn ready_at(&self, nth: u64, latency: u64) -> Option<u64> {
+        match nth.checked_sub(self.dropped) {
+            None => Some(0),
+            Some(i) => {
+                let at = usize::try_from(i).ok()?;
+                self.ends.get(at).map(|&t| t.saturating_add(latency))
+            }
+        }
+    }
+
+    /// Drops the ends that no start at or after `floor` can depend on.
+    fn trim(&mut self, floor: u64, latency: u64) {
+        while self
+            .ends
+            .front()
+            .is_some_and(|&t| t.saturating_add(latency) <= floor)
+        {
+            self.ends.pop_front();
+            self.dropped += 1;
+        }
+    }
 }
 
 /// Accumulates the timing of a set of queues fed descriptor by descriptor, in any
 /// interleaving of the queues (the result does not depend on it). A descriptor is timed
 /// as soon as what it waits for is known; until then it and those behind it in its queue
 /// are held (see [`QueueTimeline::is_blocked`] and [`QueueTimeline::max_pending`]).
-/// Memory: the held descriptors (24 bytes each), one end time per SIGNAL, and the spans
-/// if asked for; descriptors without semaphores cost nothing once timed.
+///
+/// Memory: the held descriptors (24 bytes each), the spans if asked for, and per
+/// semaphore the end times of its recent SIGNALs: those within one semaphore latency of
+/// the earliest end among the queues still open (see [`QueueTimeline::close`]; a closed
+/// queue with nothing held no longer counts). When every queue is fed in step, as the
+/// engine and [`crate::queue_file::VerifiedQueueFile::timeline`] feed them, that is a
+/// bounded window however many SIGNALs a replay has; a queue left open and idle while
+/// others signal keeps every SIGNAL since its end ([`QueueTimeline::held_signals`]).
 #[derive(Debug)]
 pub struct QueueTimeline {
     model: TimingModel,
     queues: Vec<QueueState>,
-    /// Per semaphore, the end time of each SIGNAL so far (nondecreasing: one queue signals).
-    signal_ends: [Vec<u64>; SEMAPHORES as usize],
+    /// Per semaphore, its SIGNALs' end times (see [`SignalEnds`]).
+    signal_ends: [SignalEnds; SEMAPHORES as usize],
     ledger: SemaphoreLedger,
+    costs: CostMemo,
     spans: bool,
     pending: usize,
     max_pending: usize,
@@ -228,6 +328,7 @@ impl QueueTimeline {
             queues: (0..queues).map(|_| QueueState::default()).collect(),
             signal_ends: Default::default(),
             ledger: SemaphoreLedger::new(),
+            costs: CostMemo::default(),
             spans,
             pending: 0,
             max_pending: 0,
@@ -235,29 +336,95 @@ impl QueueTimeline {
     }
 
     /// Appends `d` to queue `queue` and times whatever that unblocks.
+    #[inline]
     pub fn push(&mut self, queue: usize, d: &Descriptor) -> Result<(), Error> {
+        let cost_ps = self.costs.of(&self.model, d);
+        match self.queues.get_mut(queue) {
+            Some(state)
+                if state.pending.is_empty()
+                    && !state.closed
+                    && d.wait().is_none()
+                    && d.signal().is_none() =>
+            {
+                // The common case: nothing to wait for, nothing to record, nothing held.
+                let start = state.timing.end_ps;
+                state.timing.add(start, cost_ps, d.len(), self.spans);
+                Ok(())
+            }
+            _ => self.push_held(queue, d, cost_ps),
+        }
+    }
+
+    /// [`QueueTimeline::push`] for a descriptor that must be held (or rejected).
+    #[inline(never)]
+    fn push_held(&mut self, queue: usize, d: &Descriptor, cost_ps: u64) -> Result<(), Error> {
         let queues = self.queues.len();
         let Some(state) = self.queues.get_mut(queue) else {
             return Err(Error::NoSuchQueue { queue, queues });
         };
         let index = state.timing.descriptors + state.pending.len() as u64;
+        if state.closed {
+            return Err(Error::TimelineClosed { queue, index });
+        }
         self.ledger.record(queue, index, d)?;
         state.pending.push_back(Pending {
-            cost_ps: self.model.descriptor_ps(d),
+            cost_ps,
             len: d.len(),
             wait: d.wait(),
             signal: d.signal(),
         });
         self.pending += 1;
-        let mut signalled = self.run_queue(queue);
+        self.run_all(queue);
+        self.max_pending = self.max_pending.max(self.pending);
+        Ok(())
+    }
+
+    /// Promises that `queue` gets no more descriptors (a later push fails), so that the
+    /// SIGNAL ends only it could still need are dropped once it holds nothing.
+    pub fn close(&mut self, queue: usize) -> Result<(), Error> {
+        let queues = self.queues.len();
+        let Some(state) = self.queues.get_mut(queue) else {
+            return Err(Error::NoSuchQueue { queue, queues });
+        };
+        state.closed = true;
+        self.trim();
+        Ok(())
+    }
+
+    /// Times queue `first`, then every queue again while some queue signalled; trims the
+    /// SIGNAL ends if any were added (the only time they grow).
+    fn run_all(&mut self, first: usize) {
+        let mut signalled = self.run_queue(first);
+        let grew = signalled;
         while signalled {
             signalled = false;
-            for q in 0..queues {
+            for q in 0..self.queues.len() {
                 signalled |= self.run_queue(q);
             }
         }
-        self.max_pending = self.max_pending.max(self.pending);
-        Ok(())
+        if grew {
+            self.trim();
+        }
+    }
+
+    /// Drops the SIGNAL ends no active queue can need any more (see [`SignalEnds`]).
+    fn trim(&mut self) {
+        let floor = self
+            .queues
+            .iter()
+            .filter(|q| q.active())
+            .map(|q| q.timing.end_ps)
+            .min()
+            .unwrap_or(u64::MAX);
+        let latency = self.model.semaphore_latency_ps();
+        for ends in &mut self.signal_ends {
+            ends.trim(floor, latency);
+        }
+    }
+
+    /// SIGNAL end times held now, all semaphores together.
+    pub fn held_signals(&self) -> usize {
+        self.signal_ends.iter().map(|e| e.ends.len()).sum()
     }
 
     /// Times queue `q`'s held descriptors until one waits for a signal not yet timed.
@@ -271,28 +438,17 @@ impl QueueTimeline {
         while let Some(head) = state.pending.front().copied() {
             let mut start = state.timing.end_ps;
             if let Some(w) = head.wait {
-                let nth = w.count.get() as usize - 1;
-                match self.signal_ends[w.sem.index()].get(nth) {
-                    Some(&t) => start = start.max(t.saturating_add(latency)),
+                let nth = u64::from(w.count.get()) - 1;
+                match self.signal_ends[w.sem.index()].ready_at(nth, latency) {
+                    Some(t) => start = start.max(t),
                     None => break,
                 }
             }
             state.pending.pop_front();
             self.pending -= 1;
-            let end = start.saturating_add(head.cost_ps);
-            let t = &mut state.timing;
-            t.descriptors += 1;
-            t.bytes += u64::from(head.len);
-            t.busy_ps = t.busy_ps.saturating_add(head.cost_ps);
-            t.end_ps = end;
-            if self.spans {
-                t.spans.push(Span {
-                    start_ps: start,
-                    end_ps: end,
-                });
-            }
+            let end = state.timing.add(start, head.cost_ps, head.len, self.spans);
             if let Some(s) = head.signal {
-                self.signal_ends[s.index()].push(end);
+                self.signal_ends[s.index()].ends.push_back(end);
                 signalled = true;
             }
         }
@@ -322,7 +478,7 @@ impl QueueTimeline {
                     index: state.timing.descriptors,
                     sem: w.sem.get(),
                     count: w.count.get(),
-                    reached: self.signal_ends[w.sem.index()].len() as u64,
+                    reached: self.signal_ends[w.sem.index()].count(),
                 });
             }
         }
@@ -598,6 +754,83 @@ mod tests {
         assert!(t.finish().unwrap().queues[0].spans.is_empty());
     }
 
+    /// A 1M-descriptor signalling queue and a queue that waits for every 1024th signal:
+    /// the timeline holds at most the signals since the waiting queue's last wait.
+    #[test]
+    fn signal_history_stays_bounded_over_a_million_signals() {
+        const N: u32 = 1 << 20;
+        const EVERY: u32 = 1024;
+        let m = TimingModel::new(Generation::Mariana);
+        let mut t = QueueTimeline::new(m, 2, false).unwrap();
+        let signal = copy(256).with_signal(sem(0));
+        let mut most = 0;
+        for i in 1..=N {
+            t.push(0, &signal).unwrap();
+            if i % EVERY == 0 {
+                t.push(1, &copy(256).with_wait(wait(0, i))).unwrap();
+            }
+            most = most.max(t.held_signals());
+        }
+        // queue 1 keeps queue 0's signals since its last wait: EVERY - 1 of them, plus
+        // the one just pushed
+        assert_eq!(most, EVERY as usize);
+        t.close(0).unwrap();
+        t.close(1).unwrap();
+        assert_eq!(t.held_signals(), 0);
+        let r = t.finish().unwrap();
+        let (cost, latency) = (m.transfer_ps(256, DescOp::Copy), m.semaphore_latency_ps());
+        assert_eq!(r.queues[0].end_ps, u64::from(N) * cost);
+        assert_eq!(r.queues[1].end_ps, u64::from(N) * cost + latency + cost);
+        assert_eq!(r.queues[1].descriptors, u64::from(N / EVERY));
+    }
+
+    #[test]
+    fn an_open_idle_queue_keeps_the_signals_until_it_closes() {
+        let m = TimingModel::new(Generation::Mariana);
+        let (cost, latency) = (m.transfer_ps(256, DescOp::Copy), m.semaphore_latency_ps());
+        let mut t = QueueTimeline::new(m, 2, true).unwrap();
+        for _ in 0..100 {
+            t.push(0, &copy(256).with_signal(sem(4))).unwrap();
+        }
+        // queue 1 may still wait for the first signal
+        assert_eq!(t.held_signals(), 100);
+        t.push(1, &copy(256).with_wait(wait(4, 100))).unwrap();
+        // queue 1 now ends past every signal: only queue 0's last 1.3 us of signals stay,
+        // 1_300_000 / 69_819 -> the 18 latest signals plus the newest end
+        t.push(0, &copy(256).with_signal(sem(4))).unwrap();
+        let kept = latency.div_ceil(cost) as usize;
+        assert_eq!(t.held_signals(), kept);
+        // a wait for a dropped signal starts at its queue's end, as it would have anyway
+        t.push(1, &copy(256).with_wait(wait(4, 3))).unwrap();
+        t.close(1).unwrap();
+        assert_eq!(
+            t.push(1, &copy(8)).unwrap_err(),
+            Error::TimelineClosed { queue: 1, index: 2 }
+        );
+        assert_eq!(
+            t.close(2).unwrap_err(),
+            Error::NoSuchQueue {
+                queue: 2,
+                queues: 2
+            }
+        );
+        let r = t.finish().unwrap();
+        let first = 100 * cost + latency;
+        assert_eq!(
+            r.queues[1].spans,
+            vec![
+                Span {
+                    start_ps: first,
+                    end_ps: first + cost
+                },
+                Span {
+                    start_ps: first + cost,
+                    end_ps: first + 2 * cost
+                },
+            ]
+        );
+    }
+
     /// Random queues; queue `q` signals only semaphore `q`; waits are random (some never
     /// met, some cyclic).
     fn arb_queues() -> impl Strategy<Value = Vec<Vec<Descriptor>>> {
@@ -651,6 +884,9 @@ mod tests {
                 if let Some(d) = queues[q].get(next[q]) {
                     t.push(q, d).unwrap();
                     next[q] += 1;
+                } else {
+                    // closing lets older signals go: the timing must not change
+                    t.close(q).unwrap();
                 }
             }
             prop_assert_eq!(t.finish(), in_order);

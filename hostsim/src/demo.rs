@@ -1,25 +1,25 @@
-//! The embedded default job that `cargo run --release` runs: a row gather with
-//! out-of-bounds indices lowered by the DGE, replayed by the async DMA engine on the
-//! fabric, and checked against a host-side gather of the same rows.
+//! The embedded default job that `cargo run --release` runs: the embedding example
+//! scenario (`examples/embedding/scenario.toml`, compiled in, its indices made in memory
+//! by [`crate::scenario::examples`]) run on every generation by its route (sunda's POOL
+//! kernels, the DGE + DMA engine on the others) and by the closed-form reference, with
+//! the fabrics compared byte for byte.
 
 use std::fmt::Write;
+use std::path::{Path, PathBuf};
 
-use dge::generate::{generate, Kind, Request};
-use dge::indirection::{Indirection, OobPolicy};
-use dge::AccessPattern;
 use dma::addr::{PSUM_BASE, SBUF_BASE};
-use dma::engine::{Engine, EngineConfig};
 use dma::fabric::Fabric;
-use dma::{Dtype, FabricAddr, Generation, Space};
+use dma::{Generation, Space};
 
 use crate::error::Error;
+use crate::npy::NpyArray;
+use crate::runtime::Mechanism;
+use crate::scenario::{self, examples, Format, Loaded, Overrides, Report};
 
-/// Table rows, row width (f32 elements) and index count of the demo gather.
-const ROWS: u32 = 1000;
-const COLS: u32 = 64;
-const INDICES: u32 = 4096;
-const TABLE: u64 = 0x1000;
-const OUT: u64 = 0x100_0000;
+/// The embedded scenario.
+pub const SCENARIO: &str = include_str!("../../examples/embedding/scenario.toml");
+/// Where the embedded scenario lives in the repository.
+const SCENARIO_PATH: &str = "examples/embedding/scenario.toml";
 
 /// The fabric of `generation` in one paragraph.
 pub fn fabric_summary(generation: Generation) -> String {
@@ -35,86 +35,111 @@ pub fn fabric_summary(generation: Generation) -> String {
     )
 }
 
-/// Runs the demo on `generation` and returns its report.
-pub fn run(generation: Generation) -> Result<String, Error> {
-    let mut fabric = Fabric::new(generation);
-    let (table, indices) = inputs();
-    fabric.write_elems(FabricAddr(TABLE), &table)?;
-    fabric.write_elems(FabricAddr(SBUF_BASE), &indices)?;
-    let req = request();
-    let g = generate(&fabric, &req)?;
-    let report = Engine::new(EngineConfig::default())?.run(&mut fabric, &g.queues)?;
-    let mut got = vec![0f32; (INDICES * COLS) as usize];
-    fabric.read_elems(FabricAddr(OUT), &mut got)?;
-    let expected = host_gather(&table, &indices);
-    let mut out = fabric_summary(generation);
-    let used = g.queues.iter().filter(|q| !q.is_empty()).count();
+/// The embedded scenario, parsed.
+pub fn loaded() -> Result<Loaded, Error> {
+    Ok(Loaded {
+        scenario: scenario::parse(SCENARIO_PATH, SCENARIO, Format::Toml)?,
+        dir: PathBuf::new(),
+        file: SCENARIO_PATH.to_string(),
+    })
+}
+
+/// The embedded scenario's one `.npy` file, made in memory.
+fn embedded_npy(file: &Path) -> Result<NpyArray, Error> {
+    match file.to_str() {
+        Some("ids.npy") => Ok(examples::embedding_ids()),
+        _ => Err(Error::Npy {
+            file: file.display().to_string(),
+            rule: "the embedded demo has no such file".into(),
+        }),
+    }
+}
+
+/// One generation's runs: its route's report, and whether its fabric equals the
+/// reference's, and its tensors.
+struct GenerationRun {
+    generation: Generation,
+    report: Report,
+    agrees: bool,
+    tensors: Vec<(String, NpyArray)>,
+}
+
+fn run_generation(loaded: &Loaded, generation: Generation) -> Result<GenerationRun, Error> {
+    let over = Overrides {
+        generation: Some(generation),
+        ..Overrides::default()
+    };
+    let p = scenario::prepare_with(loaded, over, &embedded_npy)?;
+    let routed = p.execute_with(Mechanism::Auto)?;
+    let reference = p.execute_with(Mechanism::Reference)?;
+    Ok(GenerationRun {
+        generation,
+        report: Report::of_run(&p, &routed),
+        agrees: routed.fabric.first_difference(&reference.fabric).is_none(),
+        tensors: p.outputs(&routed.fabric)?,
+    })
+}
+
+/// Runs the demo on `only` (every generation when `None`) and returns its report.
+pub fn run(only: Option<Generation>) -> Result<String, Error> {
+    let loaded = loaded()?;
+    let generations: Vec<Generation> = match only {
+        Some(g) => vec![g],
+        None => Generation::ALL.to_vec(),
+    };
+    let runs = generations
+        .into_iter()
+        .map(|g| run_generation(&loaded, g))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let mut out = intro();
     let _ = writeln!(
         out,
-        "\nRow gather: table {ROWS} x {COLS} f32 in HBM, {INDICES} u32 indices in SBUF partition 0 (bound {ROWS}, soft skip)\n\
-         DGE: {} descriptors over {used} queues, {} bytes, {} indices skipped (first at position {}), notification {}\n\
-         DMA engine: {} descriptors, {} bytes, average {:.0} B per descriptor; estimated makespan {:.2} us, busiest queue {:.2} us\n\
-         Replay matches the host-side gather: {}",
-        g.descriptor_count(),
-        g.bytes,
-        g.skipped.len(),
-        g.skipped.first().map_or(-1, |s| i64::from(s.position)),
-        if g.oob_notification { "raised" } else { "off" },
-        report.summary.descriptors,
-        report.summary.bytes,
-        report.summary.average_descriptor_bytes(),
-        report.summary.makespan_ps as f64 / 1e6,
-        report.summary.queues.iter().map(|q| q.busy_ps).max().unwrap_or(0) as f64 / 1e6,
-        if got == expected { "yes" } else { "NO" },
+        "{:<10} {:<6} {:>11} {:>9} {:>12} {:>8} {:>13}  fabric = reference",
+        "generation", "route", "descriptors", "bytes", "B/descriptor", "skipped", "estimated us"
+    );
+    for r in &runs {
+        out += &row(r);
+    }
+    let same_tensors = runs.windows(2).all(|w| w[0].tensors == w[1].tensors);
+    let agree = runs.iter().all(|r| r.agrees) && same_tensors;
+    let _ = writeln!(
+        out,
+        "\nEvery route leaves the reference's fabric and the generations the same tensors; agree: {}",
+        if agree { "yes" } else { "NO" }
     );
     Ok(out)
 }
 
-fn inputs() -> (Vec<f32>, Vec<u32>) {
-    let table = (0..ROWS * COLS).map(|i| i as f32 * 0.5).collect();
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let indices = (0..INDICES)
-        .map(|i| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            // every 409th index is past the table: soft-skipped
-            if i % 409 == 408 {
-                ROWS + (x % 7) as u32
-            } else {
-                (x % u64::from(ROWS)) as u32
-            }
-        })
-        .collect();
-    (table, indices)
+fn intro() -> String {
+    format!(
+        "hostsim demo: the embedded scenario {SCENARIO_PATH}\n\
+         tensors: table f32 [{rows}, 64] in HBM (iota); ids u32 [1, {n}] in SBUF partition 0 (rows drawn with repeats, the last {pad} padded with the out-of-range row {rows}); out f32 [{n}, 64] in HBM\n\
+         op 0 dma_gather:  out[i, :] = table[ids[i], :], out-of-range indices skipped\n\
+         op 1 dma_scatter: table[ids[i], :] += out[i, :], duplicates accumulating in index order (unique_indices = false), out-of-range skipped\n\n",
+        rows = examples::EMBEDDING_ROWS,
+        n = examples::EMBEDDING_INDICES,
+        pad = examples::EMBEDDING_PADDING,
+    )
 }
 
-fn request() -> Request {
-    let rows = [(i64::from(COLS), INDICES), (1, COLS)];
-    let src = AccessPattern::new(FabricAddr(TABLE), 4, &rows);
-    let dst = AccessPattern::new(FabricAddr(OUT), 4, &rows);
-    let mut req = Request::new(Kind::Indirect, src, dst, Dtype::F32);
-    req.src_indirection = Some(Indirection {
-        dim: 0,
-        indices: FabricAddr(SBUF_BASE),
-        step: (COLS * 4) as i32,
-        bound: Some(u64::from(ROWS)),
-        policy: OobPolicy::SoftSkip,
-    });
-    req
-}
-
-fn host_gather(table: &[f32], indices: &[u32]) -> Vec<f32> {
-    let cols = COLS as usize;
-    indices
-        .iter()
-        .flat_map(
-            |&i| match table.get(i as usize * cols..(i as usize + 1) * cols) {
-                Some(row) => row.to_vec(),
-                None => vec![0.0; cols],
-            },
-        )
-        .collect()
+fn row(r: &GenerationRun) -> String {
+    let t = &r.report.total;
+    let route = r.report.ops.first().map_or("", |o| o.mechanism.as_str());
+    let per = match t.descriptors {
+        0 => "-".to_string(),
+        n => format!("{:.0}", t.bytes as f64 / n as f64),
+    };
+    format!(
+        "{:<10} {:<6} {:>11} {:>9} {:>12} {:>8} {:>13.2}  {}\n",
+        r.generation.name(),
+        route,
+        t.descriptors,
+        t.bytes,
+        per,
+        t.oob_skipped,
+        t.estimated_ns as f64 / 1000.0,
+        if r.agrees { "yes" } else { "NO" }
+    )
 }
 
 #[cfg(test)]
@@ -122,21 +147,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn demo_reports_a_matching_gather() {
-        let report = run(Generation::Cayman).unwrap();
-        assert!(
-            report.contains("Replay matches the host-side gather: yes"),
-            "{report}"
-        );
-        assert!(
-            report.contains("10 indices skipped (first at position 408)"),
-            "{report}"
-        );
-        assert!(report.contains("notification raised"), "{report}");
-        assert!(
-            report.contains("DMA engine: 4081 descriptors, 1046016 bytes"),
-            "{report}"
-        );
+    fn every_route_agrees_on_every_generation() {
+        let report = run(None).unwrap();
+        assert!(report.contains("agree: yes"), "{report}");
+        let rows: Vec<&str> = report
+            .lines()
+            .filter(|l| Generation::ALL.iter().any(|g| l.starts_with(g.name())))
+            .collect();
+        assert_eq!(rows.len(), 4, "{report}");
+        assert!(rows[0].starts_with("sunda      pool"), "{}", rows[0]);
+        for r in &rows[1..] {
+            // 2 x 4000 valid indices of 256-byte rows; 2 x 96 padded ones skipped.
+            let cols: Vec<&str> = r.split_whitespace().collect();
+            assert_eq!(cols[1], "dge", "{r}");
+            assert_eq!(cols[3], "2048000", "{r}");
+            assert_eq!(cols[5], "192", "{r}");
+            assert_eq!(cols[7], "yes", "{r}");
+        }
+    }
+
+    #[test]
+    fn the_embedded_scenario_gathers_then_scatters() {
+        let l = loaded().unwrap();
+        let kinds: Vec<&str> = l.scenario.ops.iter().map(|o| o.kind()).collect();
+        assert_eq!(kinds, ["dma_gather", "dma_scatter"]);
+        let names: Vec<&str> = l.scenario.tensors.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["table", "ids", "out"]);
+        assert!(embedded_npy(Path::new("other.npy")).is_err());
     }
 
     #[test]

@@ -16,6 +16,43 @@ pub enum Error {
     /// The raw 0x79 EMBEDDING_UPDATE: a known opcode with no operand struct.
     #[error("opcode {opcode:#04x} {name} has no operand struct (raw SEQ form; encode PSEUDO_EMBEDDING_UPDATE 0xca)")]
     NoOperandStruct { opcode: u8, name: &'static str },
+    /// An instruction's text form (`isa encode`) that does not parse as TOML or JSON.
+    #[error("instruction {format}: {message}")]
+    InstructionText {
+        format: &'static str,
+        message: String,
+    },
+    /// An instruction's hex form (`isa decode`) with a character that is not a hex digit
+    /// or an odd digit count.
+    #[error("instruction hex: {rule}")]
+    InstructionHex { rule: String },
+    /// An instruction's text form naming a field its operand struct does not have.
+    #[error("{structure} has no field {field} (its fields: {known})")]
+    TextUnknownField {
+        structure: &'static str,
+        field: String,
+        known: String,
+    },
+    /// An instruction's text form without a field (every non-reserved field is required).
+    #[error("{structure}.{field} is missing: every field but the reserved ones must be given")]
+    TextMissingField {
+        structure: &'static str,
+        field: String,
+    },
+    /// An instruction's text form with a value its field cannot hold.
+    #[error("{structure}.{field} = {value}: must be {rule}")]
+    TextFieldValue {
+        structure: &'static str,
+        field: String,
+        value: String,
+        rule: String,
+    },
+    /// A tool's output file or stream that cannot be written (inspect, the SVG timeline).
+    #[error("{what}: cannot be written: {message}")]
+    Output { what: String, message: String },
+    /// A queue file that cannot be opened or fails verification (`inspect`), naming it.
+    #[error("{file}: {source}")]
+    QueueFileInput { file: String, source: dma::Error },
     /// A reserved byte that is not zero.
     #[error("{field}[{index}] = {value:#04x}: reserved bytes must be zero")]
     ReservedByte {
@@ -108,6 +145,10 @@ pub enum Error {
     /// A Pool_Buffer window the DGE route did not load itself.
     #[error("Pool_Buffer channel {channel} was loaded by another route; the DGE route gathers from the SBUF window its own POOL_BUFFER_LOAD recorded")]
     DgeWindowUnrecorded { channel: u32 },
+    /// A Pool_Buffer window whose SBUF source changed since its LOAD (the DGE reads it at
+    /// GATHER time).
+    #[error("Pool_Buffer channel {channel}'s SBUF window changed since its POOL_BUFFER_LOAD; the DGE route gathers from SBUF and refuses a window it cannot read as loaded")]
+    DgeWindowOverwritten { channel: u32 },
     /// A runtime asked to run on a fabric of another generation.
     #[error("the runtime targets {runtime} but the fabric is {fabric}; instructions are validated for the runtime's generation")]
     RuntimeGeneration {
@@ -141,12 +182,65 @@ pub enum Error {
         op: &'static str,
         reason: &'static str,
     },
+    /// A scenario file that does not parse (TOML or JSON), at its line and column (1-based).
+    #[error("{file}:{line}:{column}: {message}")]
+    ScenarioSyntax {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// A scenario setting, file or folder that breaks a rule.
+    #[error("{what}: {rule}")]
+    Scenario { what: String, rule: String },
+    /// A scenario tensor (by index and name) that breaks a rule.
+    #[error("tensor {index} ({name}): {rule}")]
+    ScenarioTensor {
+        index: usize,
+        name: String,
+        rule: String,
+    },
+    /// A scenario op (by index and kind) whose fields break a rule.
+    #[error("op {index} ({op}): {rule}")]
+    ScenarioOp {
+        index: usize,
+        op: &'static str,
+        rule: String,
+    },
+    /// A scenario op rejected when it was lowered or validated, before anything ran.
+    #[error("op {index} ({op} {operands}): {source}")]
+    ScenarioOpInvalid {
+        index: usize,
+        op: &'static str,
+        operands: String,
+        source: Box<Error>,
+    },
+    /// A scenario op that failed while running (the run stopped there).
+    #[error("op {index} ({op} {operands}) failed while running: {source}")]
+    ScenarioOpFault {
+        index: usize,
+        op: &'static str,
+        operands: String,
+        source: Box<Error>,
+    },
     /// `hostsim bench --filter` that names no workload.
     #[error("no bench workload matches --filter {filter} (workloads: {known})")]
     BenchFilter { filter: String, known: String },
     /// A bench workload's child process that failed or printed no row.
     #[error("bench workload {workload} failed in its child process: {detail}")]
     BenchChild { workload: String, detail: String },
+    /// `hostsim fuzz --target` naming no target.
+    #[error("fuzz target {target} does not exist (targets: ivp dge dma oob isa all)")]
+    FuzzTarget { target: String },
+    /// `hostsim fuzz` options that break a rule (two budgets, `--case` without a target).
+    #[error("fuzz {option}: {rule}")]
+    FuzzOption {
+        option: &'static str,
+        rule: &'static str,
+    },
+    /// A fuzz reproducer that cannot be written.
+    #[error("fuzz reproducer {path}: {rule}")]
+    FuzzReproducer { path: String, rule: String },
 }
 
 /// A route-independent classification of an [`enum@Error`]: what the equivalence suite
@@ -189,7 +283,12 @@ impl Error {
             Error::InstructionLength { .. }
             | Error::UnknownOpcode { .. }
             | Error::NoOperandStruct { .. }
-            | Error::ReservedByte { .. } => ErrorKind::Decode,
+            | Error::ReservedByte { .. }
+            | Error::InstructionText { .. }
+            | Error::InstructionHex { .. }
+            | Error::TextUnknownField { .. }
+            | Error::TextMissingField { .. }
+            | Error::TextFieldValue { .. } => ErrorKind::Decode,
             Error::InvalidField { rule, .. } => ErrorKind::Rule(*rule),
             Error::Field { .. } => ErrorKind::Field,
             Error::IndexOutOfBounds { side, .. } => ErrorKind::IndexOutOfBounds(*side),
@@ -203,11 +302,15 @@ impl Error {
             | Error::MechanismUnavailable { .. }
             | Error::DgeRowStep { .. }
             | Error::DgeWindowPattern { .. }
-            | Error::DgeWindowUnrecorded { .. } => ErrorKind::NoMechanism,
+            | Error::DgeWindowUnrecorded { .. }
+            | Error::DgeWindowOverwritten { .. } => ErrorKind::NoMechanism,
             Error::Dma(_) => ErrorKind::Fabric,
             Error::Dge(e) => dge_kind(e),
             Error::PoolDeadStores { .. } | Error::PoolStaging { .. } => ErrorKind::KernelFault,
             Error::Stopped { source, .. } => source.kind(),
+            Error::ScenarioOpInvalid { source, .. } | Error::ScenarioOpFault { source, .. } => {
+                source.kind()
+            }
             _ => ErrorKind::Runtime,
         }
     }

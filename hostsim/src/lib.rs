@@ -19,6 +19,10 @@
 //!   bit;
 //! - **scenarios**: TOML files with `.npy` tensors placed on the fabric, and their dumps;
 //! - the **`hostsim` command-line tool** that runs scenarios and prints summaries.
+//! - its **tools**: [`inspect`] (a queue file's descriptors as a table or JSON lines),
+//!   [`isa::text`] (instructions by field name, to and from TOML/JSON and hex),
+//!   [`timeline`] (the DMA queues over the timing model's time as SVG) and [`progress`]
+//!   (a progress bar on stderr when it is a terminal).
 //!
 //! Data enters as 64-byte instructions (or NKI-level ops lowered to them) and tensors
 //! written to the `dma` fabric, and leaves as fabric memory, statistics and reports.
@@ -29,11 +33,18 @@ pub mod core_state;
 pub mod demo;
 pub mod dge_route;
 pub mod error;
+pub mod fuzz;
+pub mod inspect;
 pub mod isa;
 pub mod nki;
 pub mod npy;
 pub mod pool;
+pub mod progress;
 pub mod reference;
 pub mod runtime;
+pub mod scenario;
+#[cfg(test)]
+mod test_support;
+pub mod timeline;
 
 pub use error::{Error, ErrorKind};

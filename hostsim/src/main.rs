@@ -4,6 +4,8 @@ use clap::{Parser, Subcommand};
 use dma::Generation;
 use std::process::ExitCode;
 
+mod tools_cli;
+
 #[derive(Parser)]
 #[command(
     name = "hostsim",
@@ -13,17 +15,23 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Show tracing events on stderr: -v debug, -vv trace (the DGE stages with their
+    /// fields, queue spans). Without it RUST_LOG applies (default: warnings).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the embedded demo: a DGE row gather with out-of-bounds indices, replayed and checked.
+    /// Run the embedded demo (examples/embedding): an embedding lookup skipping padded
+    /// out-of-range indices, then a gradient scatter-add with duplicate indices, on every
+    /// generation's route and the reference, showing that they agree.
     ///
-    /// Example: hostsim demo --generation cayman
+    /// Example: hostsim demo --generation sunda
     Demo {
-        /// sunda | cayman | mariana | maverick (or v2..v5)
-        #[arg(long, default_value = "cayman")]
-        generation: String,
+        /// Only this generation: sunda | cayman | mariana | maverick (or v2..v5).
+        #[arg(long)]
+        generation: Option<String>,
     },
     /// Measure the workloads of the performance harness, each against a memcpy of the
     /// same bytes in the same run (median of --repeat runs; peak memory per workload).
@@ -43,22 +51,128 @@ enum Command {
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
         repeat: u32,
     },
-    /// Print the fabric and the ISA of a generation: opcodes, operand structs, routes.
+    /// Run a scenario (TOML, or JSON by extension): place its tensors, run its ops in
+    /// order, print a summary; with --out write DIR/<tensor>.npy and DIR/report.json.
+    /// Exit status 1 for a fault while running, 2 for invalid input.
     ///
-    /// Example: hostsim isa --generation sunda
-    Isa {
-        /// sunda | cayman | mariana | maverick (or v2..v5)
-        #[arg(long, default_value = "cayman")]
-        generation: String,
+    /// Example: hostsim run examples/embedding/scenario.toml --out out --mechanism dge
+    Run {
+        /// The scenario file.
+        scenario: std::path::PathBuf,
+        /// Write the final tensors and report.json here (only if the run succeeds).
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
+        /// DMA queues, 1..=16 (default 16).
+        #[arg(long, value_name = "N")]
+        queues: Option<usize>,
+        /// Override the scenario's generation: sunda | cayman | mariana | maverick.
+        #[arg(long, value_name = "G")]
+        generation: Option<String>,
+        /// Override the scenario's mechanism: auto | pool | dge | reference.
+        #[arg(long, value_name = "M")]
+        mechanism: Option<String>,
+        /// Draw the DMA queues of the run over the timing model's time as an SVG.
+        #[arg(long, value_name = "FILE.svg")]
+        timeline: Option<std::path::PathBuf>,
     },
+    /// Generate the scenario's descriptor queues through the DGE (recorded from a run on
+    /// a scratch fabric) and write them as one queue file; print per-queue counts.
+    ///
+    /// Example: hostsim gen examples/embedding/scenario.toml -o embedding.dmaq --queues 4
+    Gen {
+        /// The scenario file.
+        scenario: std::path::PathBuf,
+        /// The queue file to write.
+        #[arg(short = 'o', long = "out", value_name = "QUEUES")]
+        out: std::path::PathBuf,
+        /// DMA queues, 1..=16 (default 16).
+        #[arg(long, value_name = "N")]
+        queues: Option<usize>,
+    },
+    /// Replay a queue file over a scenario's initial tensors; with --out write the same
+    /// outputs as run.
+    ///
+    /// Example: hostsim replay embedding.dmaq --scenario examples/embedding/scenario.toml --out out
+    Replay {
+        /// The queue file.
+        queues: std::path::PathBuf,
+        /// The scenario whose tensors the file runs over.
+        #[arg(long, value_name = "SCENARIO")]
+        scenario: std::path::PathBuf,
+        /// Write the final tensors and report.json here (only if the replay succeeds).
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
+        /// Draw the file's DMA queues over the timing model's time as an SVG.
+        #[arg(long, value_name = "FILE.svg")]
+        timeline: Option<std::path::PathBuf>,
+    },
+    /// The ISA of a generation: the summary (opcodes, operand structs, routes; also what
+    /// `hostsim isa` alone prints), or one 64-byte instruction decoded from hex / encoded
+    /// from its fields by name.
+    ///
+    /// Example: hostsim isa decode $HEX --generation maverick | hostsim isa encode
+    Isa(tools_cli::IsaArgs),
+    /// List a queue file's descriptors (queue, position, src, dst, bytes, op, dtype,
+    /// flags), after verifying the whole file; optionally draw its timeline as SVG.
+    /// Exit status 2 for a bad file, naming what is wrong and its byte offset.
+    ///
+    /// Example: hostsim inspect embedding.dmaq --json --timeline embedding.svg
+    Inspect(tools_cli::InspectArgs),
+    /// Differential fuzzing: edge-biased random cases (ivp lane ops, DGE descriptor
+    /// generation, DMA queue replay, every OOB policy across the routes, 64-byte ISA
+    /// structs), compared with the reference. A mismatch writes a reproducer to --out and
+    /// exits 1; the last line is `fuzz: N cases, M mismatches`, also after Ctrl-C.
+    ///
+    /// Example: hostsim fuzz --target oob --seed 7 --seconds 30 --out fuzz-out
+    Fuzz(hostsim::fuzz::command::Options),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    tools_cli::init_tracing(cli.verbose);
     let result = match cli.command {
-        None => run_demo("cayman"),
-        Some(Command::Demo { generation }) => run_demo(&generation),
-        Some(Command::Isa { generation }) => print_isa(&generation),
+        None => run_demo(None),
+        Some(Command::Demo { generation }) => run_demo(generation.as_deref()),
+        Some(Command::Isa(args)) => tools_cli::isa(&args),
+        Some(Command::Inspect(args)) => tools_cli::inspect(&args),
+        Some(Command::Fuzz(opts)) => return run_fuzz(&opts),
+        Some(Command::Run {
+            scenario,
+            out,
+            queues,
+            generation,
+            mechanism,
+            timeline,
+        }) => {
+            let settings = hostsim::scenario::commands::Settings {
+                generation,
+                mechanism,
+                queues,
+            };
+            let outputs = hostsim::scenario::commands::Outputs {
+                dir: out.as_deref(),
+                timeline: timeline.as_deref(),
+            };
+            hostsim::scenario::commands::run_with(&scenario, outputs, &settings)
+                .map(|text| print!("{text}"))
+        }
+        Some(Command::Gen {
+            scenario,
+            out,
+            queues,
+        }) => hostsim::scenario::commands::gen(&scenario, &out, queues).map(|t| print!("{t}")),
+        Some(Command::Replay {
+            queues,
+            scenario,
+            out,
+            timeline,
+        }) => {
+            let outputs = hostsim::scenario::commands::Outputs {
+                dir: out.as_deref(),
+                timeline: timeline.as_deref(),
+            };
+            hostsim::scenario::commands::replay(&queues, &scenario, outputs).map(|t| print!("{t}"))
+        }
         Some(Command::Bench {
             json,
             filter,
@@ -70,23 +184,40 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hostsim: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(hostsim::scenario::exit_code(&e))
         }
     }
 }
 
-fn run_demo(generation: &str) -> Result<(), hostsim::Error> {
-    let generation = Generation::from_name(generation)?;
-    print!("{}", hostsim::isa::summary(generation));
-    println!();
-    print!("{}", hostsim::demo::run(generation)?);
-    Ok(())
+/// `hostsim fuzz`: Ctrl-C raises the stop flag (a second one exits at once), caught
+/// panics stay quiet (each is reported as a mismatch), exit 1 on any mismatch.
+fn run_fuzz(opts: &hostsim::fuzz::command::Options) -> ExitCode {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let _ = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    });
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = hostsim::fuzz::command::execute(opts, &stop, &mut |line| println!("{line}"));
+    let _ = std::panic::take_hook();
+    match result {
+        Ok(s) if !s.findings.is_empty() => ExitCode::FAILURE,
+        Ok(s) if s.interrupted => ExitCode::from(130),
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hostsim: {e}");
+            ExitCode::from(hostsim::scenario::exit_code(&e))
+        }
+    }
 }
 
-fn print_isa(generation: &str) -> Result<(), hostsim::Error> {
-    let generation = Generation::from_name(generation)?;
-    print!("{}", hostsim::demo::fabric_summary(generation));
-    print!("{}", hostsim::isa::summary(generation));
+fn run_demo(generation: Option<&str>) -> Result<(), hostsim::Error> {
+    let only = generation.map(Generation::from_name).transpose()?;
+    print!("{}", hostsim::demo::run(only)?);
     Ok(())
 }
 

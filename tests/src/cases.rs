@@ -20,7 +20,7 @@ use dma::{Addr4, CceOp, ComputeOp, Dtype, Fabric, FabricAddr, Generation, Space}
 use hostsim::isa::{
     BoundCheckReg, BoundRegisters, Direct2dSide, DmaDirect2d, DmaIndirect1d, DmaIndirectFlags,
     DmaSide, EmbeddingTable, IndexMissBehavior, Indirect, IndirectDim, IndirectMode, InstFlags,
-    Instruction, PoolBufferLoad, PseudoEmbeddingUpdate, S4d4Gt, S4d4Ic, Tensor4d,
+    Instruction, PoolBufferLoad, PseudoEmbeddingUpdate, ReshapeKind, S4d4Gt, S4d4Ic, Tensor4d,
 };
 
 use crate::Rng;
@@ -231,6 +231,9 @@ impl Builder {
         let load = PoolBufferLoad::new(t, dtype, c as u8).with_start_index(start_index);
         if !self.rng.chance(10) {
             self.push("pool_buffer_load", load);
+            if self.rng.chance(8) {
+                self.overwrite_window(Self::addr4(Space::Sbuf, p0, off), dtype);
+            }
         }
         let window = Window {
             c,
@@ -242,6 +245,21 @@ impl Builder {
         for _ in 0..1 + usize::from(self.rng.chance(25)) {
             self.gather(&window);
         }
+    }
+
+    /// A DMA_MEMCPY of one fresh random element over the first element of a loaded
+    /// window at `window`: defined (the reference gathers the copy taken at LOAD), and
+    /// refused by the DGE route at the GATHER, by design.
+    fn overwrite_window(&mut self, window: Addr4, dtype: Dtype) {
+        let size = dtype.size() as u32;
+        let side = |start_addr| Direct2dSide {
+            start_addr,
+            step_elem: [1, 1],
+        };
+        let src = side(self.table(size.into()));
+        let dst = side(self.fabric_of(window));
+        let m = DmaDirect2d::new(src, dst, size, [1, 1], dtype, ComputeOp::None);
+        self.push("window_overwrite", m);
     }
 
     /// One GATHER against `w` (or against other channels' windows, or none).
@@ -339,6 +357,9 @@ impl Builder {
     // ---- DMA_INDIRECT 0xbb --------------------------------------------------------
 
     fn dma_indirect_fragment(&mut self) {
+        if self.rng.chance(20) {
+            return self.gather_transpose_fragment();
+        }
         let mode = self
             .rng
             .pick(&[IndirectMode::Src, IndirectMode::Dst, IndirectMode::SrcDst]);
@@ -361,6 +382,71 @@ impl Builder {
         let op = self.rng.pick(&ComputeOp::ALL);
         let d = DmaIndirect1d::new(flags, src, dst, n as u16, dtype, op);
         self.push("dma_indirect", d);
+    }
+
+    /// A DMA_INDIRECT with reshape_kind GATHER_TRANSPOSE: `n` indexed rows of 1..8
+    /// elements from an HBM table, written as columns into HBM (rows `n..n + 3` elements
+    /// apart) or into SBUF partitions (rows 1..3 partitions apart).
+    fn gather_transpose_fragment(&mut self) {
+        let dtype = self.dtype();
+        let esize = dtype.size() as u32;
+        let cols = self.rng.range(1, 8);
+        let row = esize * cols;
+        let n = self.rng.range(1, 64);
+        let rows = self.rng.range(1, 64);
+        let table = self.hbm((u64::from(rows) + PAD_ROWS) * u64::from(row));
+        let data = self.rng.bytes(((rows + PAD_ROWS as u32) * row) as usize);
+        self.write(table, &data);
+        let (bound, limit) = self.bound(rows);
+        let idx_off = self.sbuf(n * 4);
+        let values: Vec<u32> = (0..n)
+            .map(|_| self.side_index(bound.bc_enabled(), rows, limit, false))
+            .collect();
+        self.write_values(Self::addr4(Space::Sbuf, 0, idx_off), &values, 4);
+        let (dst, step) = match self.rng.chance(50) {
+            true => {
+                let step = self.rng.range(1, 3);
+                let off = self.sbuf(n * esize);
+                let p = self.rng.range(0, 127 - (cols - 1) * step);
+                for c in 0..cols {
+                    self.random_rows(Space::Sbuf, p + c * step, 1, off, n * esize);
+                }
+                (self.fabric_of(Self::addr4(Space::Sbuf, p, off)), step)
+            }
+            false => {
+                let step = n + self.rng.range(0, 3);
+                let bytes = ((cols - 1) * step + n) * esize;
+                let at = self.hbm(bytes.into());
+                let fill = self.rng.bytes(bytes as usize);
+                self.write(at, &fill);
+                (at, step)
+            }
+        };
+        let src = DmaSide {
+            start_addr: table,
+            idx_start_addr: Self::addr4(Space::Sbuf, 0, idx_off),
+            elem_size: row,
+            step_elem: 1,
+            bound,
+        };
+        let out = DmaSide {
+            start_addr: dst,
+            idx_start_addr: Addr4(0),
+            elem_size: row,
+            step_elem: step as u16,
+            bound: BoundCheckReg::DISABLED,
+        };
+        let hard = self.rng.chance(30);
+        let flags = DmaIndirectFlags::new(
+            IndirectMode::Src,
+            hard,
+            false,
+            IndirectDim::X,
+            IndirectDim::X,
+        );
+        let d = DmaIndirect1d::new(flags, src, out, n as u16, dtype, ComputeOp::None)
+            .with_reshape_kind(ReshapeKind::GatherTranspose);
+        self.push("gather_transpose", d);
     }
 
     /// One side of a DMA_INDIRECT of `n` rows of `row` bytes: an indexed table (with
@@ -591,9 +677,11 @@ mod tests {
             "dma_memcpy",
             "embedding_update",
             "gather",
+            "gather_transpose",
             "indirect_copy",
             "invalid",
             "pool_buffer_load",
+            "window_overwrite",
         ];
         assert_eq!(seen.into_iter().collect::<Vec<_>>(), expected);
     }

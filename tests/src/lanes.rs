@@ -11,12 +11,20 @@
 //! DMA_MEMCPY has no POOL kernel: the POOL lane checks that a forced POOL run rejects it
 //! ([`ErrorKind::NoMechanism`]) and then applies the reference to its own fabric, so the
 //! stream can go on; those instructions count as compared between the other lanes only.
+//!
+//! The DGE route refuses a few inputs by design (`hostsim::dge_route::by_design`: a
+//! Pool_Buffer window overwritten since its LOAD or not affine, a POOL instruction that
+//! reads bytes it writes, a row past the 32-bit step). The DGE lane steps first; when it
+//! refuses an instruction by design and the reference runs it, the case is counted as
+//! "rejected by dge, by design" and the stream stops there in every lane, so the final
+//! states are still compared.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use dma::{EngineConfig, Fabric, Generation};
 use hostsim::core_state::Outcome;
+use hostsim::dge_route::by_design;
 use hostsim::isa::Instruction;
 use hostsim::runtime::{Mechanism, Runtime};
 use hostsim::{reference, ErrorKind};
@@ -45,6 +53,9 @@ pub struct Stats {
     pub by_label: BTreeMap<&'static str, u64>,
     /// Rejections per error kind (its `Debug` form).
     pub rejected_by_kind: BTreeMap<String, u64>,
+    /// Instructions the DGE route refused by design while the reference ran them, per
+    /// datapath label (the stream stops there).
+    pub dge_by_design: BTreeMap<&'static str, u64>,
 }
 
 impl Stats {
@@ -61,6 +72,9 @@ impl Stats {
         }
         for (kind, n) in &other.rejected_by_kind {
             *self.rejected_by_kind.entry(kind.clone()).or_default() += n;
+        }
+        for (label, n) in &other.dge_by_design {
+            *self.dge_by_design.entry(label).or_default() += n;
         }
     }
 }
@@ -103,7 +117,10 @@ impl Lanes {
             ..Stats::default()
         };
         for (i, inst) in case.stream.iter().enumerate() {
-            let results: Vec<LaneResult> = lanes.iter_mut().map(|l| l.step(inst)).collect();
+            let Some(results) = step_all(lanes, inst).map_err(|d| describe(case, i, &d))? else {
+                *stats.dge_by_design.entry(case.labels[i]).or_default() += 1;
+                break;
+            };
             let compared = agree(&results).map_err(|d| describe(case, i, &d))?;
             stats.instructions += 1;
             stats.comparisons += compared;
@@ -174,6 +191,39 @@ impl Lane {
             .map(|s| s.outcome)
             .map_err(|e| e.kind())
     }
+}
+
+/// Steps `inst` in every lane, the DGE lanes first; `None` when a DGE lane refuses it by
+/// design and the reference (on a copy of lane 0) runs it: then no other lane steps.
+fn step_all(lanes: &mut [Lane], inst: &Instruction) -> Result<Option<Vec<LaneResult>>, String> {
+    let mut results: Vec<Option<LaneResult>> = vec![None; lanes.len()];
+    for (k, lane) in lanes.iter_mut().enumerate() {
+        if lane.runtime.mechanism() != Mechanism::Dge {
+            continue;
+        }
+        match lane.runtime.step(&mut lane.fabric, inst) {
+            Ok(step) => results[k] = Some(Ok(step.outcome)),
+            Err(e) if by_design(&e) => {
+                let first = lanes.first().ok_or("no lanes")?;
+                let mut state = first.runtime.state().clone();
+                let mut fabric = first.fabric.clone();
+                return match reference::execute(&mut fabric, &mut state, inst) {
+                    Ok(_) => Ok(None),
+                    Err(r) => Err(format!(
+                        "dge refused by design ({e}) what the reference rejects too ({r})"
+                    )),
+                };
+            }
+            Err(e) => results[k] = Some(Err(e.kind())),
+        }
+    }
+    Ok(Some(
+        lanes
+            .iter_mut()
+            .zip(results)
+            .map(|(lane, done)| done.unwrap_or_else(|| lane.step(inst)))
+            .collect(),
+    ))
 }
 
 /// Every lane's fabric and core state equal lane 0's; returns the bytes compared.

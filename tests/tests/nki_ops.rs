@@ -528,21 +528,78 @@ fn embedding_update_reduces_rows_in_order_and_skips_past_the_table() {
     }
 }
 
+/// numpy's `src[idx].T` for `src` of `[N, C]` row-major.
+fn np_take_transpose(src: &[u16], cols: usize, idx: &[u32]) -> Vec<Vec<u16>> {
+    (0..cols)
+        .map(|c| idx.iter().map(|&r| src[r as usize * cols + c]).collect())
+        .collect()
+}
+
 #[test]
-fn dma_gather_transpose_is_rejected_for_now() {
+fn dma_gather_transpose_is_src_take_transposed() {
+    const N: u32 = 300;
+    const C: u32 = 3;
+    const M: u32 = 5000;
+    for g in Generation::ALL {
+        for m in mechanisms(g) {
+            let table: Vec<u16> = noise(3, (N * C) as usize)
+                .into_iter()
+                .map(|x| x as u16)
+                .collect();
+            let idx: Vec<u32> = noise(11, M as usize).into_iter().map(|x| x % N).collect();
+            let expected = np_take_transpose(&table, C as usize, &idx);
+            // into SBUF partitions 1..4, and into HBM rows of M elements
+            for on_core in [true, false] {
+                let mut f = Fabric::new(g);
+                put(&mut f, FabricAddr(TABLE), &table);
+                put4(&mut f, sbuf(0, 0), &idx);
+                let dst = match on_core {
+                    true => at(&f, sbuf(1, 0x4000)),
+                    false => FabricAddr(OUT),
+                };
+                let l = nki::dma_gather_transpose(
+                    g,
+                    &Tensor::new(FabricAddr(TABLE), [N, C], Dtype::U16),
+                    &Tensor::vector(sbuf(0, 0), M, Dtype::U32),
+                    &Tensor::new(dst, [C, M], Dtype::U16),
+                )
+                .unwrap();
+                assert_eq!(l.instructions.len(), 2, "4096 + 904 indices");
+                let report = run(g, m, &mut f, &l).unwrap();
+                for (c, want) in expected.iter().enumerate() {
+                    let row = match on_core {
+                        true => at(&f, sbuf(1 + c as u32, 0x4000)),
+                        false => FabricAddr(OUT + 2 * u64::from(M) * c as u64),
+                    };
+                    let got: Vec<u16> = get(&f, row, M as usize);
+                    assert_eq!(&got, want, "{g} {m:?} row {c} on core {on_core}");
+                }
+                assert_eq!(report.totals.skipped, 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn dma_gather_transpose_rejects_mismatched_shapes() {
     let e = nki::dma_gather_transpose(
         Generation::Cayman,
         &Tensor::new(FabricAddr(TABLE), [8, 4], Dtype::Bf16),
         &Tensor::vector(sbuf(0, 0), 2, Dtype::U32),
-        &Tensor::new(sbuf(1, 0), [4, 2], Dtype::Bf16),
+        &Tensor::new(sbuf(1, 0), [2, 4], Dtype::Bf16),
     )
     .unwrap_err();
-    assert!(matches!(
-        e,
-        Error::NkiUnsupported {
-            op: "dma_gather_transpose",
-            ..
-        }
-    ));
+    assert!(
+        matches!(
+            e,
+            Error::NkiArgument {
+                op: "dma_gather_transpose",
+                arg: "dst.shape[0]",
+                value: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert_eq!(e.kind(), ErrorKind::Runtime);
 }

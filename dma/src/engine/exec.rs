@@ -6,8 +6,8 @@
 //! `Notify` permit). So a queue held on a semaphore cannot starve the queue that will
 //! signal it; validation proved every wait is reached, hence the run always ends.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::runtime::Runtime;
@@ -66,13 +66,43 @@ pub(crate) struct Shared {
     space: Notify,
     /// Descriptors handed to the tasks and not yet executed.
     in_flight: AtomicUsize,
-    /// Queue tasks not yet ended, and how many of them are blocked on a semaphore: when
-    /// every live task is blocked, no signal can ever come (a liveness guard: validation
-    /// rules deadlocks out, this catches whatever slips past it, e.g. a file changed
-    /// between its validation and its execution).
-    live: AtomicUsize,
-    waiting: AtomicUsize,
+    /// Descriptors the tasks have executed (or skipped under the Skip policy).
+    executed: AtomicU64,
+    /// What the liveness guard looks at, under one lock so that it sees one moment.
+    liveness: Mutex<Liveness>,
     skip_invalid: bool,
+}
+
+/// A queue task as the liveness guard sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TaskState {
+    /// Executing, or idle waiting for its next batch.
+    Running,
+    /// Blocked on a WAIT.
+    Blocked(SemWait),
+    Ended,
+}
+
+/// Per semaphore the signals so far, per queue task its state: when every task has
+/// ended or is blocked on a WAIT whose count is not reached, no signal can ever come (a
+/// liveness guard: validation rules deadlocks out, this catches whatever slips past it).
+/// One lock, so that the guard never mixes two moments (a WAIT met by a signal and the
+/// signaller then blocked, seen as neither met nor running).
+#[derive(Debug)]
+struct Liveness {
+    signalled: [u64; SEMAPHORES as usize],
+    states: Vec<TaskState>,
+}
+
+impl Liveness {
+    fn stalled(&self) -> bool {
+        self.states.iter().all(|state| match state {
+            TaskState::Running => false,
+            TaskState::Ended => true,
+            // SemId guarantees index < SEMAPHORES.
+            TaskState::Blocked(w) => self.signalled[w.sem.index()] < u64::from(w.count.get()),
+        })
+    }
 }
 
 impl Shared {
@@ -83,8 +113,11 @@ impl Shared {
             aborted: AtomicBool::new(false),
             space: Notify::new(),
             in_flight: AtomicUsize::new(0),
-            live: AtomicUsize::new(queues),
-            waiting: AtomicUsize::new(0),
+            executed: AtomicU64::new(0),
+            liveness: Mutex::new(Liveness {
+                signalled: [0; SEMAPHORES as usize],
+                states: vec![TaskState::Running; queues],
+            }),
             skip_invalid,
         }
     }
@@ -96,9 +129,21 @@ impl Shared {
         }
     }
 
-    /// Whether every live queue task is blocked on a semaphore.
+    /// The liveness guard's view (a panic elsewhere cannot make it unusable).
+    fn liveness(&self) -> std::sync::MutexGuard<'_, Liveness> {
+        self.liveness.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether every queue task has ended or is blocked on a WAIT not met, at one moment.
     fn stalled(&self) -> bool {
-        self.waiting.load(Ordering::Acquire) >= self.live.load(Ordering::Acquire)
+        self.liveness().stalled()
+    }
+
+    /// Sets `queue`'s state for the liveness guard.
+    fn set_state(&self, queue: usize, state: TaskState) {
+        if let Some(s) = self.liveness().states.get_mut(queue) {
+            *s = state;
+        }
     }
 
     pub(crate) fn fabric(&self) -> &Fabric {
@@ -118,6 +163,7 @@ impl Shared {
 
     fn signal(&self, sem: SemId) {
         // SemId guarantees index < SEMAPHORES.
+        self.liveness().signalled[sem.index()] += 1;
         self.semaphores[sem.index()].send_modify(|n| *n += 1);
     }
 
@@ -131,13 +177,13 @@ impl Shared {
             return Ok(true);
         }
         let mut rx = sem.subscribe();
-        self.waiting.fetch_add(1, Ordering::AcqRel);
+        self.set_state(queue, TaskState::Blocked(w));
         self.nudge();
         // The sender lives in `self`, so `wait_for` cannot fail on a closed channel.
         let _ = rx
             .wait_for(|&n| n >= need || self.is_aborted() || self.stalled())
             .await;
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        self.set_state(queue, TaskState::Running);
         let reached = *sem.borrow();
         match (reached >= need, self.is_aborted()) {
             (true, _) => Ok(true),
@@ -163,6 +209,9 @@ impl Shared {
     ) -> Result<bool, Error> {
         let mut at = first;
         for run in batch.chunk_by(|_, next| next.wait().is_none()) {
+            if self.is_aborted() {
+                return Ok(false);
+            }
             // Only the first descriptor of a run can wait.
             if let Some(w) = run.first().and_then(Descriptor::wait) {
                 if !self.wait(w, queue, at).await? {
@@ -170,6 +219,7 @@ impl Shared {
                 }
             }
             self.execute_run(queue, at, run)?;
+            self.executed.fetch_add(run.len() as u64, Ordering::Relaxed);
             at += run.len() as u64;
         }
         Ok(!self.is_aborted())
@@ -201,13 +251,14 @@ impl Shared {
 /// panic), so that no other queue waits forever for its signals.
 struct AbortOnDrop<'a> {
     shared: &'a Shared,
+    queue: usize,
     armed: bool,
 }
 
 impl Drop for AbortOnDrop<'_> {
     fn drop(&mut self) {
         // One live task fewer: waiters re-check whether the rest are all blocked.
-        self.shared.live.fetch_sub(1, Ordering::AcqRel);
+        self.shared.set_state(self.queue, TaskState::Ended);
         if self.armed {
             self.shared.abort();
         } else {
@@ -224,6 +275,7 @@ async fn queue_task(
 ) -> Result<(), Error> {
     let mut guard = AbortOnDrop {
         shared: &shared,
+        queue,
         armed: true,
     };
     let mut next = 0u64;
@@ -363,8 +415,9 @@ impl Running {
     }
 
     /// Closes every channel, waits for the tasks to finish what they hold, and gives the
-    /// fabric back with the outcome (the first failing queue's error, in queue order).
-    pub(crate) fn finish(mut self, runtime: &Runtime) -> (Fabric, Result<ExecutionStats, Error>) {
+    /// fabric back with the outcome: the first failing queue's error (in queue order), or
+    /// [`Error::RunAborted`] if the run was aborted without one.
+    pub(crate) fn finish(mut self, runtime: &Runtime) -> Finished {
         self.senders.clear();
         let tasks = std::mem::take(&mut self.tasks);
         let results = blocking(|| runtime.block_on(join_all(tasks)));
@@ -374,12 +427,29 @@ impl Running {
             batches: self.counters.batches,
             max_buffered: self.counters.max_in_flight,
         };
-        let outcome = first_error(results).map(|()| stats);
+        let aborted = self.shared.is_aborted();
+        let outcome = first_error(results).and(match aborted {
+            false => Ok(stats),
+            true => Err(Error::RunAborted),
+        });
+        let executed = self.shared.executed.load(Ordering::Acquire);
         // Every task has ended and dropped its handle on the shared state; the clone is a
         // safe fallback that is never expected to run.
         let fabric = Arc::try_unwrap(self.shared).map_or_else(|s| s.fabric.clone(), |s| s.fabric);
-        (fabric, outcome)
+        Finished {
+            fabric,
+            outcome,
+            executed,
+        }
     }
+}
+
+/// What [`Running::finish`] gives back.
+pub(crate) struct Finished {
+    pub fabric: Fabric,
+    pub outcome: Result<ExecutionStats, Error>,
+    /// Descriptors the queue tasks executed (skipped ones included).
+    pub executed: u64,
 }
 
 async fn join_all<T>(tasks: Vec<JoinHandle<T>>) -> Vec<Result<T, tokio::task::JoinError>> {
@@ -422,10 +492,10 @@ pub(crate) fn execute<S: QueueSource>(
     if fed.is_err() {
         running.shared.abort();
     }
-    let (restored, outcome) = running.finish(runtime);
-    *fabric = restored;
+    let finished = running.finish(runtime);
+    *fabric = finished.fabric;
     fed?;
-    outcome
+    finished.outcome
 }
 
 #[cfg(test)]
@@ -555,6 +625,40 @@ mod tests {
         let mut out = [0u8; 4];
         f.read(FabricAddr(0), &mut out).unwrap();
         assert_eq!(out, [9; 4]);
+    }
+
+    /// The liveness guard: queues that validation never saw (a wait past every signal)
+    /// end with a deadlock error instead of hanging, on one worker and on two.
+    #[test]
+    fn a_wait_no_signal_can_meet_fails_instead_of_hanging() {
+        for workers in [1, 2] {
+            let rt = runtime(workers);
+            let mut f = Fabric::new(Generation::Cayman);
+            f.reserve(FabricAddr(0), 64).unwrap();
+            let sem = SemId::new(2).unwrap();
+            let w = SemWait {
+                sem,
+                count: NonZeroU32::new(2).unwrap(),
+            };
+            let fill = |at: u64| Descriptor::fill(FabricAddr(at), 8, Dtype::U8, 3).unwrap();
+            let queues = vec![
+                vec![fill(0).with_signal(sem)],
+                vec![fill(8), fill(16).with_wait(w), fill(24)],
+            ];
+            let e = execute(&rt, &mut f, &mut Slices::new(&queues), &config(2, 1)).unwrap_err();
+            let want = Error::SemaphoreDeadlock {
+                queue: 1,
+                index: 1,
+                sem: 2,
+                count: 2,
+                reached: 1,
+            };
+            assert_eq!(e, want);
+            let mut out = [0u8; 32];
+            f.read(FabricAddr(0), &mut out).unwrap();
+            assert_eq!(out[..16], [3; 16]);
+            assert_eq!(out[16..], [0; 16]);
+        }
     }
 
     #[test]

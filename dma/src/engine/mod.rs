@@ -227,8 +227,25 @@ impl Engine {
     /// so at most a bounded window of descriptors is held whatever the file's size. The
     /// file's generation must be the fabric's. The file is rewound before and after.
     ///
-    /// A read failure during the second pass (the file changed after verification) stops
-    /// the replay with that error after the batches already handed out have run.
+    /// # A file that changes under the replay
+    ///
+    /// Both passes read through [`VerifiedQueueFile::read_queue`], which checks every
+    /// chunk of [`crate::queue_file::DIGEST_CHUNK`] descriptors against the digest
+    /// recorded when the file was verified, before handing out any of it. So the
+    /// validation pass validates exactly the verified descriptors, and the execution pass
+    /// executes only descriptors the validation pass checked. What a change costs depends
+    /// on when it is read:
+    ///
+    /// - in the validation pass: the replay fails with [`Error::QueueFileChanged`] and the
+    ///   fabric is unchanged (fail closed, as for any rejected replay);
+    /// - in the execution pass: the replay stops with [`Error::QueueFileChanged`]; no
+    ///   descriptor of the changed chunk (nor of the batch that would have held it) runs,
+    ///   and no queue starts another batch, but the batches that had already started
+    ///   have run. The fabric then holds the effects of a validated prefix of each queue:
+    ///   it is not rolled back (that would need a copy of every page the replay writes).
+    ///   Hold the file read-only for the replay where that matters.
+    ///
+    /// A read failure (I/O, truncation) in either pass is handled the same way.
     pub fn replay_file<R: Read + Seek + Send>(
         &self,
         fabric: &mut Fabric,
@@ -511,6 +528,112 @@ mod tests {
             let bytes: u64 = descs.iter().map(|(_, d)| u64::from(d.len())).sum();
             prop_assert_eq!(report.summary.descriptors, descs.len() as u64);
             prop_assert_eq!(report.summary.bytes, bytes);
+        }
+    }
+
+    /// Mailbox `k` is `[k * MAILBOX, +MAILBOX)`, below the groups. Every write to a mailbox
+    /// starts at its base, so any two overlap, and writers of one mailbox may sit in any
+    /// queue: only semaphores order them across queues.
+    const MAILBOX: u64 = 4096;
+    const MAILBOXES: u64 = GROUP_BASE / MAILBOX;
+
+    /// Engines with the race check on, 1 and 2 workers.
+    fn checking_engine(workers: usize) -> &'static Engine {
+        static ENGINES: OnceLock<[Engine; 2]> = OnceLock::new();
+        let engines =
+            ENGINES.get_or_init(|| [1, 2].map(|w| with(w, |c| c.race_check = RaceCheck::On)));
+        &engines[workers - 1]
+    }
+
+    /// Builds `queues` queues from `items` (group `g` to queue `g % queues`). An item with
+    /// a mailbox writes there instead of its group's region; when the mailbox's last
+    /// writer is in another queue `p`, queue `p`'s latest descriptor (at or after that
+    /// write) SIGNALs semaphore `p` and, if `ordered`, the item WAITs for that signal:
+    /// well-formed cross-queue orderings, chained through each mailbox's writers. Returns
+    /// the queues and each item's place, in generation order (a valid linearisation).
+    fn mailbox_queues(
+        items: &[(Spec, Option<u64>)],
+        queues: usize,
+        ordered: bool,
+    ) -> (Vec<Vec<Descriptor>>, Vec<(usize, usize)>) {
+        let mut out: Vec<Vec<Descriptor>> = vec![Vec::new(); queues];
+        let mut signals = vec![0u32; queues];
+        let mut last_writer: [Option<usize>; MAILBOXES as usize] = [None; MAILBOXES as usize];
+        let mut order = Vec::new();
+        for (spec, mailbox) in items {
+            let q = spec.group as usize % queues;
+            let mut d = spec.descriptor();
+            if let Some(k) = *mailbox {
+                let at = FabricAddr(k * MAILBOX);
+                d = Descriptor::new(d.op(), d.src(), at, d.len(), d.dtype()).unwrap();
+                if let Some(p) = last_writer[k as usize].filter(|&p| p != q) {
+                    let last = out[p].last_mut().unwrap();
+                    if last.signal().is_none() {
+                        *last = last.with_signal(sem(p as u8));
+                        signals[p] += 1;
+                    }
+                    if ordered {
+                        d = d.with_wait(wait(p as u8, signals[p]));
+                    }
+                }
+                last_writer[k as usize] = Some(q);
+            }
+            order.push((q, out[q].len()));
+            out[q].push(d);
+        }
+        (out, order)
+    }
+
+    /// The lowest mailbox written from two different queues.
+    fn contested(items: &[(Spec, Option<u64>)], queues: usize) -> Option<u64> {
+        (0..MAILBOXES).find(|&k| {
+            let mut writers = items
+                .iter()
+                .filter(|(_, m)| *m == Some(k))
+                .map(|(s, _)| s.group as usize % queues);
+            writers
+                .next()
+                .is_some_and(|first| writers.any(|q| q != first))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn semaphore_ordered_queues_equal_the_references_and_pass_the_race_check(
+            items in proptest::collection::vec(
+                (arb_spec(), proptest::option::weighted(0.3, 0..MAILBOXES)),
+                1..100,
+            ),
+            queues in 1..=16usize,
+            workers in 1..=2usize,
+        ) {
+            let (sprayed, order) = mailbox_queues(&items, queues, true);
+            let in_order: Vec<Descriptor> = order.iter().map(|&(q, i)| sprayed[q][i]).collect();
+            let mut f = fabric();
+            let report = checking_engine(workers).run(&mut f, &sprayed).unwrap();
+            prop_assert_eq!(window(&f), reference(std::slice::from_ref(&in_order)));
+            let mut g = fabric();
+            execute_sequential(&mut g, &sprayed).unwrap();
+            prop_assert_eq!(f.first_difference(&g), None);
+            prop_assert_eq!(report.summary.descriptors, items.len() as u64);
+            // the same writes without the WAITs: two queues writing one mailbox race
+            let (loose, _) = mailbox_queues(&items, queues, false);
+            let mut h = fabric();
+            let result = checking_engine(workers).run(&mut h, &loose);
+            match contested(&items, queues) {
+                None => prop_assert!(result.is_ok(), "{:?}", result),
+                Some(k) => {
+                    let Err(Error::Race { first_queue, second_queue, first_access, second_access, lo, .. }) = result else {
+                        return Err(TestCaseError::fail(format!("no race: {result:?}")));
+                    };
+                    prop_assert_ne!(first_queue, second_queue);
+                    prop_assert_eq!((first_access, second_access), (AccessKind::Write, AccessKind::Write));
+                    prop_assert_eq!(lo, k * MAILBOX);
+                    prop_assert_eq!(h.first_difference(&fabric()), None);
+                }
+            }
         }
     }
 
@@ -1067,10 +1190,11 @@ mod tests {
         }
     }
 
-    /// A WAIT raised past its signals after validation must end the replay with an error
-    /// (the liveness guard), never hang it, whichever pass the rewrite lands in.
+    /// A WAIT raised past its signals after verification: whichever pass reads the
+    /// rewritten chunk refuses it (never a hang, never an unvalidated descriptor run), and
+    /// a rewrite seen by the validation pass changes nothing.
     #[test]
-    fn a_file_rewritten_mid_replay_fails_instead_of_hanging() {
+    fn a_file_rewritten_mid_replay_is_refused_by_its_chunk_digests() {
         use zerocopy::IntoBytes;
         let signal = copy(0x100, 0x9000, 64).with_signal(sem(1));
         let (ok, bad) = (
@@ -1089,7 +1213,13 @@ mod tests {
             .position(|x| x == from.as_bytes())
             .unwrap();
         let later = [&image[..at], to.as_bytes(), &image[at + 32..]].concat();
-        let mut deadlocks = 0;
+        let want = Error::QueueFileChanged {
+            queue: 1,
+            chunk: 0,
+            first: 0,
+            offset: crate::queue_file::HEADER_BYTES + 32,
+        };
+        let (mut refused, mut untouched) = (0, 0);
         for after in 1..8 {
             let r = Rewritten {
                 now: Cursor::new(image.clone()),
@@ -1100,21 +1230,26 @@ mod tests {
             let mut file = VerifiedQueueFile::open(r).unwrap();
             let (tx, rx) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
-                let out = engine(2).replay_file(&mut fabric(), &mut file);
-                let _ = tx.send(out.map(|_| ()));
+                let mut f = fabric();
+                let out = engine(2).replay_file(&mut f, &mut file);
+                let _ = tx.send((out.map(|_| ()), f));
             });
-            let out = rx
+            let (out, f) = rx
                 .recv_timeout(std::time::Duration::from_secs(30))
                 .expect("replay hung");
-            deadlocks += usize::from(matches!(
-                out,
-                Err(Error::SemaphoreDeadlock {
-                    count: 2,
-                    reached: 1,
-                    ..
-                })
-            ));
+            match out {
+                Ok(()) => {}
+                Err(e) => {
+                    assert_eq!(e, want, "after {after}");
+                    // queue 1's copy never ran, whatever happened to queue 0's
+                    let w = window(&f);
+                    assert_eq!(w[0xa000..0xa040], self::image()[0xa000..0xa040]);
+                    refused += 1;
+                    untouched += usize::from(f.first_difference(&fabric()).is_none());
+                }
+            }
         }
-        assert!(deadlocks > 0, "no rewrite reached the executor");
+        assert!(refused >= 2, "{refused}");
+        assert!(untouched >= 1, "no rewrite reached the validation pass");
     }
 }

@@ -9,8 +9,8 @@ use crate::fabric::Fabric;
 use crate::timing::{QueueTimeline, TimingModel};
 use crate::FabricAddr;
 
-use super::exec::{Batch, Running};
-use super::report::{ExecutionStats, ReplayReport, ReplaySummary};
+use super::exec::{Batch, Finished, Running};
+use super::report::{ReplayReport, ReplaySummary};
 use super::validate::{check_ranges, replay_error};
 use super::Engine;
 
@@ -32,6 +32,16 @@ use super::Engine;
 ///
 /// Descriptor indices in errors count the accepted descriptors of the queue.
 ///
+/// # When the run aborts
+///
+/// If a queue fails while the session runs (which the per-push checks rule out for
+/// every cause they know of), the run aborts: descriptors not yet executed are dropped,
+/// later pushes fail with [`Error::EngineAborted`] once their queue's channel is closed,
+/// and [`Engine::stream`] returns [`Error::StreamAborted`] with the descriptors that ran
+/// and those that failed (rejected pushes plus accepted descriptors the run never
+/// reached), whatever the producer returned. The fabric then holds the effects of exactly
+/// the descriptors that ran.
+///
 /// # Batching and back-pressure
 ///
 /// Accepted descriptors are staged per queue and handed over in batches of
@@ -45,7 +55,10 @@ pub struct Session {
     timeline: QueueTimeline,
     staging: Vec<Batch>,
     batch: usize,
-    failed: u64,
+    /// Descriptors of rejected pushes.
+    rejected: u64,
+    /// Descriptors of accepted pushes (all of them run unless the run aborts).
+    accepted: u64,
 }
 
 impl Session {
@@ -60,9 +73,10 @@ impl Session {
             .checker
             .check(self.running.shared().fabric(), queue, descriptors);
         if let Err(e) = checked {
-            self.failed += descriptors.len() as u64;
+            self.rejected += descriptors.len() as u64;
             return Err(e);
         }
+        self.accepted += descriptors.len() as u64;
         for d in descriptors {
             // The checker proved the one-signalling-queue rule the timeline enforces.
             self.timeline.push(queue, d)?;
@@ -201,16 +215,34 @@ where
     let produced = catch_unwind(AssertUnwindSafe(|| produce(&mut session)));
     // Every accepted descriptor runs, whatever the producer did.
     let flushed = session.flush_all();
-    let (restored, outcome, timeline, failed) = session.end(engine);
-    *fabric = restored;
+    let ended = session.end(engine);
+    *fabric = ended.finished.fabric;
     let produced = produced.unwrap_or_else(|panic| resume_unwind(panic));
-    let execution = outcome?;
+    let executed = ended.finished.executed;
+    // Rejected pushes, and accepted descriptors an aborted run never reached.
+    let failed = ended.rejected + ended.accepted.saturating_sub(executed);
+    let execution = ended
+        .finished
+        .outcome
+        .map_err(|source| Error::StreamAborted {
+            executed,
+            failed,
+            source: Box::new(source),
+        })?;
     produced?;
     flushed?;
     Ok(ReplayReport {
-        summary: ReplaySummary::new(generation, timeline.finish()?, &[], failed),
+        summary: ReplaySummary::new(generation, ended.timeline.finish()?, &[], failed),
         execution,
     })
+}
+
+/// What a session leaves once its queues have ended.
+struct Ended {
+    finished: Finished,
+    timeline: QueueTimeline,
+    rejected: u64,
+    accepted: u64,
 }
 
 impl Session {
@@ -232,14 +264,19 @@ impl Session {
             timeline,
             staging: vec![Vec::new(); queues],
             batch: config.batch,
-            failed: 0,
+            rejected: 0,
+            accepted: 0,
         }
     }
 
-    /// Waits for the queues; the fabric, the outcome, the timeline and the failed count.
-    fn end(self, engine: &Engine) -> (Fabric, Result<ExecutionStats, Error>, QueueTimeline, u64) {
-        let (fabric, outcome) = self.running.finish(&engine.runtime);
-        (fabric, outcome, self.timeline, self.failed)
+    /// Waits for the queues to end.
+    fn end(self, engine: &Engine) -> Ended {
+        Ended {
+            finished: self.running.finish(&engine.runtime),
+            timeline: self.timeline,
+            rejected: self.rejected,
+            accepted: self.accepted,
+        }
     }
 }
 
@@ -432,6 +469,57 @@ mod tests {
         assert_eq!(bytes(&f, OUT + 192, 8), [5; 8]);
         let s = report.summary;
         assert_eq!((s.descriptors, s.bytes, s.failed, s.skipped), (2, 16, 5, 0));
+    }
+
+    /// The run aborts mid-send: the descriptors that ran and those that did not add up to
+    /// every pushed one, and the fabric holds exactly the ones reported as run.
+    #[test]
+    fn an_abort_mid_send_reports_what_ran_and_what_failed() {
+        for workers in [1, 2] {
+            let mut f = fabric();
+            let mut late = 0u64;
+            let err = engine(workers)
+                .stream(&mut f, 2, &[(FabricAddr(OUT), OUT_LEN)], |s| {
+                    let gap = GEN.hbm_bytes() + 8;
+                    let bad = Descriptor::new(
+                        DescOp::Copy,
+                        FabricAddr(gap),
+                        FabricAddr(OUT),
+                        8,
+                        Dtype::U8,
+                    );
+                    assert!(s.push(1, &[bad?]).is_err()); // one rejected descriptor
+                    for i in 0..40u64 {
+                        s.push((i % 2) as usize, &[fill(OUT + i * 8, 8, 0x5a)])?;
+                    }
+                    s.running.shared().abort();
+                    for i in 40..200u64 {
+                        late += u64::from(
+                            s.push((i % 2) as usize, &[fill(OUT + i * 8, 8, 0x5a)])
+                                .is_err(),
+                        );
+                    }
+                    Ok(())
+                })
+                .unwrap_err();
+            let Error::StreamAborted {
+                executed,
+                failed,
+                source,
+            } = err
+            else {
+                panic!("{err:?}")
+            };
+            assert_eq!(*source, Error::RunAborted);
+            assert_eq!(executed + failed, 200 + 1, "{executed} {failed}");
+            assert!(executed <= 40, "{executed}"); // nothing runs after the abort
+            let written = (0..200u64)
+                .filter(|i| bytes(&f, OUT + i * 8, 8) == [0x5a; 8])
+                .count() as u64;
+            assert_eq!(written, executed);
+            // once a queue's task has stopped, its pushes fail
+            assert!(late > 0 && late <= 160, "{late}");
+        }
     }
 
     #[test]

@@ -51,6 +51,7 @@ pub(crate) fn replay_error(queue: usize, index: u64, what: &'static str, source:
 
 /// The range rule: the source (every op but FILL) and the destination lie inside one
 /// fabric region each. On failure, which of them and the fabric's error.
+#[inline]
 pub(crate) fn check_ranges(fabric: &Fabric, d: &Descriptor) -> Result<(), (&'static str, Error)> {
     if let Some((src, len)) = d.source_range() {
         fabric.check(src, len).map_err(|e| ("source range", e))?;
@@ -75,9 +76,7 @@ pub(crate) fn validate<S: QueueSource>(
         while !*finished {
             let batch = source.next(queue, VALIDATE_BATCH)?;
             *finished = batch.is_empty();
-            for d in batch {
-                v.push(queue, d, false)?;
-            }
+            v.push(queue, batch, false)?;
         }
     }
     v.finish()
@@ -127,28 +126,34 @@ impl<'f> Validator<'f> {
             let batch = source.next(queue, VALIDATE_BATCH)?;
             *finished = batch.is_empty();
             progressed |= !batch.is_empty();
-            for d in batch {
-                self.push(queue, d, true)?;
+            if *finished {
+                self.timeline.close(queue)?;
             }
+            self.push(queue, batch, true)?;
         }
         Ok(progressed)
     }
 
-    /// Checks the next descriptor of `queue`; `timed` feeds it to the timeline too.
-    fn push(&mut self, queue: usize, d: &Descriptor, timed: bool) -> Result<(), Error> {
+    /// Checks the next descriptors of `queue`; `timed` feeds them to the timeline too.
+    fn push(&mut self, queue: usize, batch: &[Descriptor], timed: bool) -> Result<(), Error> {
         let queues = self.next.len();
-        let Some(next) = self.next.get_mut(queue) else {
+        let Some(&first) = self.next.get(queue) else {
             return Err(Error::NoSuchQueue { queue, queues });
         };
-        let index = *next;
-        *next += 1;
-        let valid = self.check(queue, index, d)?;
-        self.ledger.record(queue, index, d)?;
-        if timed {
-            self.timeline.push(queue, d)?;
+        for (index, d) in (first..).zip(batch) {
+            let valid = self.check(queue, index, d)?;
+            if d.wait().is_some() || d.signal().is_some() {
+                self.ledger.record(queue, index, d)?;
+            }
+            if timed {
+                self.timeline.push(queue, d)?;
+            }
+            if let Some(race) = &mut self.race {
+                race.record(queue, index, d, valid);
+            }
         }
-        if let Some(race) = &mut self.race {
-            race.record(queue, index, d, valid);
+        if let Some(next) = self.next.get_mut(queue) {
+            *next += batch.len() as u64;
         }
         Ok(())
     }

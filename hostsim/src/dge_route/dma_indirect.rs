@@ -9,16 +9,22 @@
 //! sets `bc_disable_oob_error_notif`. `non_unique_dst_idx`, the compute op, the dtype and
 //! `eng_mask` carry over; rows are the units of the sequential element order, so rows
 //! move in order and each reads its source when it moves (the reference's reading).
+//!
+//! reshape_kind GATHER_TRANSPOSE is one `Kind::GatherTranspose` request: the source is
+//! the indexed `[n][C]` rows in HBM as above, the destination the `[C][n]` pattern
+//! `[(dst_step_elem, C), (1, n)]` (its outer step in elements on HBM and in partitions
+//! on SBUF/PSUM, the DGE's convention, which is the ISA's); the DGE walks it in the
+//! source's `(r, c)` order, a source row per sequential unit.
 
 use dge::generate::Kind;
 use dge::indirection::{Indirection, OobPolicy};
 use dge::{AccessPattern, ElementOrder, Request};
-use dma::{Addr4, AddressMap, FabricAddr};
+use dma::{Addr4, AddressMap, FabricAddr, Location, Space};
 
 use super::{flat_pattern, Lowered, RowSide};
 use crate::error::Error;
 use crate::isa::rule::FieldPath;
-use crate::isa::{BoundCheckReg, BoundRegisters, DmaIndirect1d};
+use crate::isa::{BoundCheckReg, BoundRegisters, DmaIndirect1d, ReshapeKind};
 
 fn at(field: &'static str) -> FieldPath {
     FieldPath::new("DMA_INDIRECT1D", field)
@@ -64,7 +70,18 @@ pub(super) fn lower(
         bound: d.dst_idx_bound_reg(),
         step: d.dst_step_elem(),
     })?;
-    let mut req = Request::new(Kind::Indirect, src, dst, dtype);
+    let transpose = d.reshape_kind()? == ReshapeKind::GatherTranspose;
+    let on_core = map.locate(d.dst_start_addr())?.space != Space::Hbm;
+    let (kind, dst) = match transpose {
+        false => (Kind::Indirect, dst),
+        true => {
+            let rows = (i64::from(d.dst_step_elem()), row);
+            let columns = (1, u32::from(d.src_num_elem()));
+            let t = AccessPattern::new(d.dst_start_addr(), dtype.size() as u32, &[rows, columns]);
+            (Kind::GatherTranspose, t)
+        }
+    };
+    let mut req = Request::new(kind, src, dst, dtype);
     req.src_indirection = src_ind;
     req.dst_indirection = dst_ind;
     req.op = op;
@@ -79,11 +96,49 @@ pub(super) fn lower(
             bytes: u64::from(size),
         })
     };
+    let requests = match (transpose, on_core) {
+        (true, true) => column_requests(map, d, &req, row)?,
+        _ => vec![req],
+    };
     Ok(Lowered {
-        requests: vec![req],
+        requests,
         rows: [rows(d.src_start_addr()), rows(d.dst_start_addr())],
         report_skips: true,
     })
+}
+
+/// A gather-transpose into SBUF/PSUM: one `Kind::Indirect` request per destination row
+/// `c` (partition `P + c * dst_step_elem`), moving element `c` of every indexed row. The
+/// DGE's GATHER TRANSPOSE walks its destination with the two dimensions swapped, which
+/// puts the partition step on the index axis on core; per-row requests keep the ISA's
+/// layout. The source is in HBM and the destination on core, so the requests never
+/// touch each other's bytes; each reports the same skips (deduplicated by the outcome).
+fn column_requests(
+    map: &AddressMap,
+    d: &DmaIndirect1d,
+    transpose: &Request,
+    columns: u32,
+) -> Result<Vec<Request>, Error> {
+    let (dtype, n) = (d.dtype()?, u32::from(d.src_num_elem()));
+    let esize = dtype.size() as u64;
+    let head = map.locate(d.dst_start_addr())?;
+    (0..columns)
+        .map(|c| {
+            let partition = head.partition + c * u32::from(d.dst_step_elem());
+            let row = map.fabric_addr(Location { partition, ..head })?;
+            let src_start = d.src_start_addr().0 + u64::from(c) * esize;
+            let src = AccessPattern::new(
+                FabricAddr(src_start),
+                esize as u32,
+                &[(i64::from(columns), n), (1, 1)],
+            );
+            let (dst, _) = flat_pattern(map, row, dtype, &[(1, n), (1, 1)]);
+            let mut req = Request::new(Kind::Indirect, src, dst, dtype);
+            req.src_indirection = transpose.src_indirection;
+            req.eng_mask = transpose.eng_mask;
+            Ok(req)
+        })
+        .collect()
 }
 
 /// One side's pattern and indirection; `(n, row, step, dtype)` is the instruction's shape.
@@ -119,35 +174,27 @@ fn side(
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::dma_indirect::{
+        direct, flags, indirect, BUF, DIDX, SIDX, TABLE,
+    };
     use super::super::test_support::*;
     use crate::core_state::{CoreState, IndexSide, SkippedIndex};
     use crate::error::Error;
-    use crate::isa::{
-        BoundCheckReg, BoundRegisters, DmaIndirect1d, DmaIndirectFlags, DmaSide, IndirectDim,
-        IndirectMode,
-    };
-    use dma::{Addr4, ComputeOp, Dtype, FabricAddr};
+    use crate::isa::{BoundCheckReg, BoundRegisters, DmaIndirect1d, DmaSide, IndirectMode};
+    use dma::{ComputeOp, Dtype, FabricAddr};
     use proptest::prelude::*;
 
-    const TABLE: u64 = 0x1000;
-    const SIDX: u32 = 0;
-    const DIDX: u32 = 0x4000;
-    const BUF: u32 = 0x8000;
+    crate::test_support::dma_indirect::dma_indirect_cases!(route());
 
-    fn flags(mode: IndirectMode, hard: bool, non_unique: bool) -> DmaIndirectFlags {
-        DmaIndirectFlags::new(mode, hard, non_unique, IndirectDim::X, IndirectDim::X)
-    }
-
+    /// A side of `size`-byte rows from `start`: indexed from SBUF p0 byte `idx`, or direct.
     fn side(start: FabricAddr, idx: Option<u32>, size: u32, bound: BoundCheckReg) -> DmaSide {
-        DmaSide {
-            start_addr: start,
-            idx_start_addr: idx.map_or(Addr4(0), |o| sbuf(0, o)),
-            elem_size: size,
-            step_elem: u16::from(idx.is_none()),
-            bound,
+        match idx {
+            Some(at) => indirect(start, at, size, bound),
+            None => direct(start, size),
         }
     }
 
+    /// Bound register pairs 0/1 and 2/3.
     fn state(bounds: [u64; 2]) -> CoreState {
         let mut regs = BoundRegisters::new();
         regs.set_bound(0, bounds[0]).unwrap();
@@ -261,26 +308,6 @@ mod tests {
             ),
             "{e}"
         );
-    }
-
-    #[test]
-    fn overlapping_rows_move_in_order() {
-        // gather rows of the table into the table itself, one row up: each row reads the
-        // row the previous one wrote
-        let mut f = fabric_with_table(TABLE, 256);
-        put::<u32>(&mut f, sbuf_at(0, SIDX), &[0, 1, 2, 3, 5]);
-        let src = side(FabricAddr(TABLE), Some(SIDX), 16, BoundCheckReg::DISABLED);
-        let dst = side(FabricAddr(TABLE + 16), None, 16, BoundCheckReg::DISABLED);
-        let i = DmaIndirect1d::new(
-            flags(IndirectMode::Src, true, false),
-            src,
-            dst,
-            5,
-            Dtype::F32,
-            ComputeOp::Add,
-        );
-        let out = agree(&mut f, &mut CoreState::new(), i.into());
-        assert_eq!(out.bytes_written, 80);
     }
 
     #[test]

@@ -59,10 +59,12 @@ pub(super) fn lower(map: &AddressMap, e: &PseudoEmbeddingUpdate) -> Result<Lower
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;
-    use crate::core_state::{CoreState, IndexSide, SkippedIndex};
+    use crate::core_state::CoreState;
     use crate::isa::{EmbeddingTable, PseudoEmbeddingUpdate};
     use dma::{CceOp, Dtype, FabricAddr};
     use proptest::prelude::*;
+
+    crate::test_support::embedding::embedding_cases!(route());
 
     const TABLE: u64 = 0x10000;
     const IDX: u32 = 0;
@@ -83,31 +85,6 @@ mod tests {
             num_elements: elems,
         };
         PseudoEmbeddingUpdate::new(table, sbuf(0, IDX), sbuf(0, DATA), seq, dtype, op)
-    }
-
-    #[test]
-    fn duplicates_accumulate_and_out_of_range_rows_are_skipped() {
-        let mut f = fabric_with_table(TABLE, 256);
-        put::<u32>(&mut f, sbuf_at(0, IDX), &[2, 7, 2, 0]);
-        put::<f32>(&mut f, sbuf_at(0, DATA), &[1.5; 12]);
-        let before: Vec<f32> = get(&f, FabricAddr(TABLE + 32), 3);
-        let out = agree(
-            &mut f,
-            &mut CoreState::new(),
-            update(5, 16, 3, 4, Dtype::F32, CceOp::Add).into(),
-        );
-        let skipped = SkippedIndex {
-            side: IndexSide::Dst,
-            position: 1,
-            value: 7,
-        };
-        assert_eq!(
-            (out.skipped, out.oob_notification, out.bytes_written),
-            (vec![skipped], false, 36)
-        );
-        let after: Vec<f32> = get(&f, FabricAddr(TABLE + 32), 3);
-        let expect: Vec<f32> = before.iter().map(|v| v + 1.5 + 1.5).collect();
-        assert_eq!(after, expect);
     }
 
     proptest! {

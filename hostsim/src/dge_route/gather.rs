@@ -17,10 +17,11 @@
 //! destination is the channel's dst TENSOR4D. With `free_pool_buffer` the windows (and
 //! their records) are released afterwards.
 //!
-//! Divergence from the reference: the window is read from SBUF at GATHER time, so bytes
-//! overwritten since the LOAD are read as they are now; a window loaded by another route
-//! has no record and is refused ([`Error::DgeWindowUnrecorded`]); a gather whose
-//! destination overlaps its own window is refused by the DGE.
+//! Limits by design (the reference's result is out of the DGE's reach): the window is read
+//! from SBUF at GATHER time, so a window whose SBUF bytes changed since the LOAD is
+//! refused ([`Error::DgeWindowOverwritten`]); a window loaded by another route has no
+//! record and is refused ([`Error::DgeWindowUnrecorded`]); a gather whose destination
+//! overlaps its own window is refused by the DGE (`dge::Error::SourceOverlapsDestination`).
 
 use dge::generate::Kind;
 use dge::indirection::{Indirection, OobPolicy};
@@ -163,11 +164,12 @@ fn read_window(
 /// GATHER: the reference's window checks in channel order, then one request per channel
 /// that writes anything.
 pub(super) fn lower(
-    map: &AddressMap,
+    fabric: &Fabric,
     state: &CoreState,
     sources: &WindowSources,
     g: &S4d4Gt,
 ) -> Result<Lowered, Error> {
+    let map = fabric.map();
     let out_dtype = g.out_dtype()?;
     let (_, p_idx, _) = g.src_mem_pattern().start_addr().decode()?;
     let mut requests = Vec::new();
@@ -185,15 +187,31 @@ pub(super) fn lower(
                     window_size: w.dtype().size(),
                 })
             }
-            Some(w) => Some(
-                sources
-                    .matching(channel, w)
-                    .ok_or(Error::DgeWindowUnrecorded { channel })?,
-            ),
+            Some(w) => Some(unchanged(fabric, channel, sources, w)?),
         };
         requests.extend(channel_request(map, g, k, source)?);
     }
     Ok(Lowered::pool(requests))
+}
+
+/// Channel `channel`'s recorded window source, still holding the bytes its LOAD read:
+/// the DGE reads the window from SBUF at GATHER time, so a source overwritten since the
+/// LOAD is refused ([`Error::DgeWindowOverwritten`]) rather than gathered from.
+fn unchanged<'a>(
+    fabric: &Fabric,
+    channel: u32,
+    sources: &'a WindowSources,
+    window: &Window,
+) -> Result<&'a WindowSource, Error> {
+    let source = sources
+        .matching(channel, window)
+        .ok_or(Error::DgeWindowUnrecorded { channel })?;
+    let count = (window.bytes().len() / window.dtype().size()) as u64;
+    let now = read_window(fabric, source.addr, source.stride, count, window.dtype())?;
+    match now == window.bytes() {
+        true => Ok(source),
+        false => Err(Error::DgeWindowOverwritten { channel }),
+    }
 }
 
 /// Channel `k`'s request (`None` when it writes nothing: SKIP_WRITE without a window).
@@ -277,6 +295,7 @@ mod tests {
     use super::super::DgeRoute;
     use crate::core_state::CoreState;
     use crate::error::Error;
+    use crate::isa::rule::FieldPath;
     use crate::isa::{IndexMissBehavior, PoolBufferLoad, S4d4Gt, Tensor4d};
     use crate::reference;
     use dma::{Dtype, Fabric, Generation};
@@ -347,7 +366,12 @@ mod tests {
         let e = route
             .execute(&mut f, &mut s, &l.into(), engine())
             .unwrap_err();
-        assert!(matches!(e, Error::DgeWindowPattern { .. }), "{e}");
+        let field = FieldPath::new("POOL_BUFFER_LOAD", "src_mem_pattern");
+        assert!(
+            matches!(e, Error::DgeWindowPattern { field: f } if f == field),
+            "{e}"
+        );
+        assert!(super::super::by_design(&e));
         assert_eq!((f.digest(), &s), (digest, &CoreState::new()));
         // a window loaded by the reference has no SBUF record
         reference::execute(&mut f, &mut s, &load(0, 4, Dtype::U8, 1, 0).into()).unwrap();
@@ -373,7 +397,7 @@ mod tests {
     }
 
     #[test]
-    fn a_window_overwritten_after_its_load_is_read_as_it_is_now() {
+    fn a_window_overwritten_after_its_load_is_refused() {
         let mut f = Fabric::new(Generation::Cayman);
         let mut s = CoreState::new();
         let mut route = DgeRoute::new();
@@ -387,13 +411,25 @@ mod tests {
                 engine(),
             )
             .unwrap();
-        put::<u8>(&mut f, sbuf_at(0, DATA), &[50, 60, 70]);
+        put::<u8>(&mut f, sbuf_at(0, DATA + 1), &[60]);
         let g = gather(0, 2, Dtype::U8, Dtype::U8, 1);
         let mut reference_fabric = f.clone();
         reference::execute(&mut reference_fabric, &mut s.clone(), &g.into()).unwrap();
         assert_eq!(get::<u8>(&reference_fabric, sbuf_at(0, DST), 2), [7, 5]);
+        let (digest, before) = (f.digest(), s.clone());
+        let e = route
+            .execute(&mut f, &mut s, &g.into(), engine())
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::DgeWindowOverwritten { channel: 0 }),
+            "{e}"
+        );
+        assert!(super::super::by_design(&e));
+        assert_eq!((f.digest(), &s), (digest, &before));
+        // written back as loaded, the window is gathered
+        put::<u8>(&mut f, sbuf_at(0, DATA + 1), &[6]);
         route.execute(&mut f, &mut s, &g.into(), engine()).unwrap();
-        assert_eq!(get::<u8>(&f, sbuf_at(0, DST), 2), [70, 50]);
+        assert_eq!(get::<u8>(&f, sbuf_at(0, DST), 2), [7, 5]);
     }
 
     #[test]
@@ -445,6 +481,9 @@ mod tests {
             .unwrap();
         assert_eq!(out.replays.len(), 2, "one replay per channel, in order");
         compare_with(&mut route, &mut f, &mut s, g.into()).unwrap();
+        // the gather wrote over the windows: load them again as they now are
+        let reload = load(0, 4, Dtype::U32, 3, 0);
+        compare_with(&mut route, &mut f, &mut s, reload.into()).unwrap();
         let idx = Tensor4d::contiguous(sbuf(0, IDX), 4);
         let g = S4d4Gt::new(
             idx,
@@ -457,10 +496,12 @@ mod tests {
         let e = route
             .execute(&mut f, &mut s, &g.into(), engine())
             .unwrap_err();
-        assert!(
-            matches!(e, Error::Dge(dge::Error::SourceOverlapsDestination { .. })),
-            "{e}"
-        );
+        // channel 1's first window read that channel 0 wrote: element 3 of partition 1's
+        // window (its index 3 is the first to read a written element)
+        let lo = sbuf_at(1, DATA).0 + 12;
+        let exact = dge::Error::SourceOverlapsDestination { lo, hi: lo + 4 };
+        assert!(matches!(&e, Error::Dge(d) if *d == exact), "{e}");
+        assert!(super::super::by_design(&e));
         assert_eq!(f.digest(), digest);
     }
 

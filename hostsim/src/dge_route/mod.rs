@@ -33,9 +33,11 @@
 //! - The DGE has no Pool_Buffer. POOL_BUFFER_LOAD keeps the [`CoreState`] windows exactly
 //!   as the reference does (so a stream mixing routes sees the same state) and records
 //!   where each window came from; GATHER then reads the window from SBUF. A window
-//!   overwritten between its LOAD and the GATHER is read as it is at GATHER (the
-//!   reference reads the copy taken at LOAD); a window loaded by another route is refused
-//!   (`Error::DgeWindowUnrecorded`).
+//!   overwritten between its LOAD and the GATHER is refused (`Error::DgeWindowOverwritten`:
+//!   the reference reads the copy taken at LOAD); a window loaded by another route is
+//!   refused (`Error::DgeWindowUnrecorded`).
+//! - [`by_design`] tells these refusals (and the row step past 32 bits, and a non-affine
+//!   window) from errors every route shares.
 //!
 //! # Queues
 //!
@@ -95,18 +97,51 @@ impl DgeOutcome {
     }
 }
 
+/// The descriptor queues of every engine replay the route ran, in order (one entry per
+/// replay: an instruction's phases are separate replays), as the engine received them.
+pub type RecordedReplays = Vec<Vec<Vec<dma::Descriptor>>>;
+
 /// The DGE route of one core: the Pool_Buffer window sources its POOL_BUFFER_LOADs
-/// recorded, and descriptor buffers reused from instruction to instruction.
+/// recorded, descriptor buffers reused from instruction to instruction, and, when asked
+/// ([`DgeRoute::record_queues`]), a copy of every replay's queues.
 #[derive(Debug, Default)]
 pub struct DgeRoute {
     windows: WindowSources,
     buffers: Vec<Generated>,
+    recorded: Option<RecordedReplays>,
 }
 
 impl DgeRoute {
     /// A route with no window recorded.
     pub fn new() -> DgeRoute {
         DgeRoute::default()
+    }
+
+    /// Forgets every recorded window and buffer (a fresh core); a recording in progress
+    /// goes on.
+    pub fn reset(&mut self) {
+        *self = DgeRoute {
+            recorded: self.recorded.take(),
+            ..DgeRoute::default()
+        };
+    }
+
+    /// Starts (`true`, keeping what was recorded) or stops (`false`, dropping it)
+    /// recording the queues of every replay.
+    pub fn record_queues(&mut self, on: bool) {
+        match on {
+            true => self.recorded = Some(self.recorded.take().unwrap_or_default()),
+            false => self.recorded = None,
+        }
+    }
+
+    /// The replays recorded since the last call (empty when not recording); recording
+    /// stays on if it was.
+    pub fn take_recorded(&mut self) -> RecordedReplays {
+        self.recorded
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Runs `inst` on `fabric` through the DGE and `engine`, updating `state` (the
@@ -127,7 +162,7 @@ impl DgeRoute {
                 return gather::pool_buffer_load(fabric, state, &mut self.windows, p)
             }
             Instruction::Gather(g) => {
-                let lowered = gather::lower(&map, state, &self.windows, g)?;
+                let lowered = gather::lower(fabric, state, &self.windows, g)?;
                 let out = self.run(fabric, engine, lowered)?;
                 gather::release(state, &mut self.windows, g)?;
                 return Ok(out);
@@ -163,12 +198,28 @@ impl DgeRoute {
             generate_into(fabric, req, out).map_err(|e| lowered.map_error(fabric, e))?;
         }
         let generated = &self.buffers[..n];
-        let replays = replay(fabric, engine, generated)?;
+        let replays = replay(fabric, engine, generated, self.recorded.as_mut())?;
         Ok(DgeOutcome {
             outcome: lowered.outcome(generated),
             replays,
             dge_instructions: n as u32,
         })
+    }
+}
+
+/// Whether `e` is one of the DGE route's documented refusals of an input the semantics
+/// define (the other routes run it): a non-affine Pool_Buffer window, a window loaded by
+/// another route or overwritten since its LOAD, a POOL instruction reading bytes it
+/// writes, a row past the 32-bit indirection step.
+pub fn by_design(e: &Error) -> bool {
+    match e {
+        Error::DgeWindowPattern { .. }
+        | Error::DgeWindowUnrecorded { .. }
+        | Error::DgeWindowOverwritten { .. }
+        | Error::DgeRowStep { .. } => true,
+        Error::Dge(d) => matches!(d, dge::Error::SourceOverlapsDestination { .. }),
+        Error::Stopped { source, .. } => by_design(source),
+        _ => false,
     }
 }
 
@@ -283,8 +334,10 @@ impl Lowered {
                 }));
                 out.oob_notification |= g.oob_notification;
             }
-            // Stable: the DGE lists the source side first.
+            // Stable: the DGE lists the source side first. Requests sharing one index
+            // vector (a gather-transpose's per-row requests) report its skips once.
             out.skipped.sort_by_key(|s| s.position);
+            out.skipped.dedup();
         }
         out
     }
@@ -315,6 +368,7 @@ fn replay(
     fabric: &mut Fabric,
     engine: &Engine,
     generated: &[Generated],
+    mut sink: Option<&mut RecordedReplays>,
 ) -> Result<Vec<ReplayReport>, Error> {
     let mut reports = Vec::new();
     let separate = match generated {
@@ -324,7 +378,7 @@ fn replay(
     };
     if separate {
         for phase in generated.iter().flat_map(Generated::phases) {
-            reports.push(run_queues(fabric, engine, phase)?);
+            reports.push(run_queues(fabric, engine, phase, sink.as_deref_mut())?);
         }
         return Ok(reports);
     }
@@ -334,7 +388,7 @@ fn replay(
             list.extend(g.queues.get(q).into_iter().flatten().copied());
         }
     }
-    reports.push(run_queues(fabric, engine, &merged)?);
+    reports.push(run_queues(fabric, engine, &merged, sink)?);
     Ok(reports)
 }
 
@@ -393,17 +447,24 @@ fn hulls(g: &Generated) -> [(u64, u64); 2] {
     out
 }
 
-/// One engine replay of `queues`, trailing empty queues left out.
+/// One engine replay of `queues`, trailing empty queues left out; a copy of what ran
+/// goes to `sink` when recording.
 fn run_queues(
     fabric: &mut Fabric,
     engine: &Engine,
     queues: &[Vec<dma::Descriptor>],
+    sink: Option<&mut RecordedReplays>,
 ) -> Result<ReplayReport, Error> {
     let used = queues
         .iter()
         .rposition(|q| !q.is_empty())
         .map_or(1, |p| p + 1);
-    Ok(engine.run(fabric, queues.get(..used).unwrap_or(queues))?)
+    let ran = queues.get(..used).unwrap_or(queues);
+    let report = engine.run(fabric, ran)?;
+    if let Some(s) = sink {
+        s.push(ran.to_vec());
+    }
+    Ok(report)
 }
 
 /// An access pattern of `dtype` elements at `start` with `dims` (outermost first, steps in

@@ -1,9 +1,12 @@
-//! Test helpers for the DGE route: fabrics, typed reads and writes, a shared race-checked
+//! Test helpers for the DGE route: the shared helpers and cases of
+//! [`crate::test_support`] with the DGE route as their [`Route`], a shared race-checked
 //! engine, and the differential check against the reference.
 
 use std::sync::OnceLock;
 
-use dma::{Addr4, Element, Engine, EngineConfig, Fabric, FabricAddr, Generation, RaceCheck, Space};
+use dma::{Engine, EngineConfig, Fabric, FabricAddr, Generation, RaceCheck};
+
+pub use crate::test_support::*;
 
 use super::DgeRoute;
 use crate::core_state::{CoreState, Outcome};
@@ -25,40 +28,15 @@ pub fn engine() -> &'static Engine {
     })
 }
 
-/// The ADDR4 of SBUF partition `p`, byte `offset`.
-pub fn sbuf(p: u32, offset: u32) -> Addr4 {
-    Addr4::encode(Space::Sbuf, p, offset).unwrap()
-}
-
-/// The fabric address of SBUF partition `p`, byte `offset`.
-pub fn sbuf_at(p: u32, offset: u32) -> FabricAddr {
-    FabricAddr(dma::addr::SBUF_BASE + u64::from(p) * dma::addr::SBUF_STRIDE + u64::from(offset))
-}
-
-/// Writes `elems` at `addr`.
-pub fn put<E: Element>(f: &mut Fabric, addr: FabricAddr, elems: &[E]) {
-    f.write_elems(addr, elems).unwrap();
-}
-
-/// Reads `n` elements at `addr`.
-pub fn get<E: Element + Default>(f: &Fabric, addr: FabricAddr, n: usize) -> Vec<E> {
-    let mut out = vec![E::default(); n];
-    f.read_elems(addr, &mut out).unwrap();
-    out
-}
-
-/// Writes `len` pseudo-random bytes (from `seed`) at `addr`.
-pub fn fill_random(f: &mut Fabric, addr: FabricAddr, len: u64, seed: u64) {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let bytes: Vec<u8> = (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect();
-    f.write(addr, &bytes).unwrap();
+/// A fresh DGE route on cayman fabrics, replaying on [`engine`] (the outcome only).
+pub fn route() -> Route {
+    Route {
+        generation: Generation::Cayman,
+        exec: |f, s, inst| {
+            let out = DgeRoute::new().execute(f, s, inst, engine());
+            out.map(|o| o.outcome)
+        },
+    }
 }
 
 /// A cayman fabric with `len` pseudo-random bytes at `addr`.

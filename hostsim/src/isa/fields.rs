@@ -603,6 +603,35 @@ impl IndexMissBehavior {
     }
 }
 
+/// reshape_kind of DMA_INDIRECT1D (a project field in a byte the seed leaves reserved):
+/// the shape the indices move. Code 0, the default, is the seed's 1-D row move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum ReshapeKind {
+    /// 0: row `k` of `elem_size` bytes moves as a whole (DGE INDIRECT).
+    #[default]
+    Rows,
+    /// 1: gather-transpose (DGE GATHER TRANSPOSE): `dst[c][r] = src[idx[r]][c]`, the
+    /// gathered rows written as columns of a destination whose rows are `dst_step_elem`
+    /// elements (HBM) or partitions (SBUF/PSUM) apart.
+    GatherTranspose,
+}
+
+impl ReshapeKind {
+    /// The code.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// Decodes the code.
+    pub fn from_code(code: u8) -> Option<ReshapeKind> {
+        match code {
+            0 => Some(ReshapeKind::Rows),
+            1 => Some(ReshapeKind::GatherTranspose),
+            _ => None,
+        }
+    }
+}
+
 /// The INDIRECT_COPY sub-mode (the project's codes): which MEM_PATTERN4D members are
 /// INDIRECT. Only `Gather` is implemented by the hardware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -766,6 +795,12 @@ mod tests {
             Some(IndexMissBehavior::SkipWrite)
         );
         assert_eq!(IndexMissBehavior::from_code(2), None);
+        assert_eq!(
+            ReshapeKind::from_code(1),
+            Some(ReshapeKind::GatherTranspose)
+        );
+        assert_eq!(ReshapeKind::from_code(2), None);
+        assert_eq!(ReshapeKind::default().code(), 0);
         assert_eq!(IndirectDim::from_bits(0b110), IndirectDim::Z);
         assert!(IndirectMode::SrcDst.gathers() && IndirectMode::SrcDst.scatters());
         assert!(!IndirectMode::Src.scatters() && !IndirectMode::Dst.gathers());

@@ -15,6 +15,7 @@
 //! - [`registers`]: the bound/shape register file DMA_INDIRECT reads ([`BoundRegisters`]);
 //! - [`kernels`]: the per-generation POOL kernel table and [`route`];
 //! - [`mod@summary`]: a human-readable listing for the CLI ([`summary()`]).
+//! - [`text`]: every field of an instruction by name, to and from TOML/JSON and hex.
 //!
 //! Bytes enter through [`decode`] (generation-free rules: opcode, codes, booleans,
 //! reserved bytes and bits) and [`Instruction::validate`] (the generation's contract,
@@ -29,11 +30,12 @@ pub mod registers;
 pub mod rule;
 pub mod structs;
 pub mod summary;
+pub mod text;
 pub mod validate;
 
 pub use fields::{
     BoundCheckReg, DmaIndirectFlags, IcMode, IndexMissBehavior, Indirect, IndirectDim,
-    IndirectMode, InstFlags, InstHeader, MemPattern4d, ShapeReg, Tensor4d,
+    IndirectMode, InstFlags, InstHeader, MemPattern4d, ReshapeKind, ShapeReg, Tensor4d,
 };
 pub use kernels::{route, Route, KERNEL_TABLE};
 pub use layout::{FieldLayout, Origin, FIELD_LAYOUT};

@@ -109,6 +109,16 @@ pub enum Rule {
     IndirectDimWithoutShapeReg,
     /// A shape register reads `reg..reg + 4`, so `reg <= 60`.
     ShapeRegisterRange,
+    /// Gather-transpose indexes the source only.
+    TransposeMode,
+    /// Gather-transpose copies: no compute op.
+    TransposeComputeOp,
+    /// Gather-transpose is 2-D: no shape register.
+    TransposeShapeReg,
+    /// Gather-transpose's destination row step keeps the rows apart.
+    TransposePitch,
+    /// Gather-transpose reads its source rows from HBM.
+    TransposeSourceHbm,
     // ---- PSEUDO_EMBEDDING_UPDATE ----
     /// EMBEDDING_UPDATE indices are UINT32.
     EmbeddingIndexDtype,
@@ -157,6 +167,11 @@ impl Rule {
             WideBoundRegister => "an enabled bound reads bc_reg and bc_reg + 1, so bc_reg must be <= 62",
             IndirectDimWithoutShapeReg => "without a shape register the indirect dim must be X (0)",
             ShapeRegisterRange => "a shape register reads reg..reg+4, so reg must be <= 60",
+            TransposeMode => "reshape_kind GATHER_TRANSPOSE indexes the source only: indirect_mode must be SRC_INDIRECTION (0)",
+            TransposeComputeOp => "reshape_kind GATHER_TRANSPOSE copies: compute_op must be NONE (0)",
+            TransposeShapeReg => "reshape_kind GATHER_TRANSPOSE is 2-D ([n][C] -> [C][n]): no shape register",
+            TransposePitch => "reshape_kind GATHER_TRANSPOSE: dst_step_elem, the destination row step, must be >= the index count on HBM (elements) and >= 1 on SBUF/PSUM (partitions)",
+            TransposeSourceHbm => "reshape_kind GATHER_TRANSPOSE reads its source rows from HBM: src_start_addr must be an HBM address",
             EmbeddingIndexDtype => "EMBEDDING_UPDATE indices must be UINT32 (0x9)",
             EmbeddingStride => "embed_entry_stride_bytes must be >= embed_entry_num_elements * dtype size",
         }

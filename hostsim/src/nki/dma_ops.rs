@@ -1,6 +1,7 @@
 //! The DMA-side NKI ops: `dma_gather` / `dma_scatter` (DMA_INDIRECT 0xbb), `dma_copy`
 //! over access patterns (DMA_MEMCPY 0xb8, DMA_DIRECT2D), `embedding_update`
-//! (PSEUDO_EMBEDDING_UPDATE 0xca) and `dma_gather_transpose` (not expressible yet).
+//! (PSEUDO_EMBEDDING_UPDATE 0xca) and `dma_gather_transpose` (DMA_INDIRECT 0xbb with
+//! reshape_kind GATHER_TRANSPOSE).
 //!
 //! Requests longer than the ISA's 4096 indices are split into several instructions, in
 //! index order, so their memory effect is the one long request's (updates of one row
@@ -17,7 +18,7 @@ use crate::error::Error;
 use crate::isa::validate::MAX_INDICES;
 use crate::isa::{
     BoundCheckReg, Direct2dSide, DmaDirect2d, DmaIndirect1d, DmaIndirectFlags, DmaSide,
-    EmbeddingTable, IndirectDim, IndirectMode, Instruction, PseudoEmbeddingUpdate,
+    EmbeddingTable, IndirectDim, IndirectMode, Instruction, PseudoEmbeddingUpdate, ReshapeKind,
 };
 
 /// Indices per instruction.
@@ -89,20 +90,94 @@ pub fn dma_scatter(
     r.lower(IndirectMode::Dst, dst.shape[0])
 }
 
-/// NKI `dma_gather_transpose` (`dst = src[indices].T`, the DGE's GATHER_TRANSPOSE kind):
-/// always rejected for now. No ISA operand struct carries the kind (DMA_INDIRECT1D is a
-/// 1-D row move), so there is no instruction to lower to.
+/// NKI `dma_gather_transpose`: `dst = src[indices].T`, i.e. `dst[c, i] = src[indices[i], c]`.
+/// `src` is `[N, C]` in HBM, `indices` `[1, M]` u32 in SBUF partition 0, `dst` `[C, M]`
+/// of `src`'s dtype: on SBUF/PSUM row `c` is partition `P + c`, on HBM rows are `M`
+/// elements apart (so `M <= 65535`, the 16-bit row step). An index `>= N` fails the
+/// instruction (bound register 0). Lowered to DMA_INDIRECT with reshape_kind
+/// GATHER_TRANSPOSE, one per 4096 indices, each writing its columns of `dst`.
 pub fn dma_gather_transpose(
-    _generation: Generation,
-    _src: &Tensor,
-    _indices: &Tensor,
-    _dst: &Tensor,
+    generation: Generation,
+    src: &Tensor,
+    indices: &Tensor,
+    dst: &Tensor,
 ) -> Result<Lowered, Error> {
-    Err(Error::NkiUnsupported {
-        op: "dma_gather_transpose",
-        reason:
-            "no ISA instruction carries the GATHER_TRANSPOSE kind (DMA_INDIRECT1D moves 1-D rows)",
-    })
+    let op = "dma_gather_transpose";
+    nonempty(op, ["src.shape[0]", "src.shape[1]"], src)?;
+    let cast = "must equal src.dtype (elements move without a cast)";
+    equal(op, "dst.dtype", dst.dtype.code(), src.dtype.code(), cast)?;
+    let map = AddressMap::new(generation);
+    let (index_a, count) = index_vector(&map, op, indices)?;
+    let rows = "must equal src.shape[1] (one destination row per source column)";
+    equal(op, "dst.shape[0]", dst.shape[0], src.shape[1], rows)?;
+    let cols = "must equal the index count (one destination column per index)";
+    equal(op, "dst.shape[1]", dst.shape[1], count, cols)?;
+    let (from, to) = (
+        on_fabric(&map, op, "src", src)?,
+        on_fabric(&map, op, "dst", dst)?,
+    );
+    let on_core = map.locate(to).is_ok_and(|l| l.space != Space::Hbm);
+    let step = match on_core {
+        true => 1,
+        false => u16::try_from(count).map_err(|_| {
+            arg_error(
+                op,
+                "dst.shape[1]",
+                count.into(),
+                "an HBM destination row must fit the 16-bit row step (<= 65535 elements)",
+            )
+        })?,
+    };
+    let wide = "a row must fit the 32-bit elem_size";
+    let row_bytes = u32::try_from(src.row_bytes())
+        .map_err(|_| arg_error(op, "src.shape[1]", src.shape[1].into(), wide))?;
+    let bc = BoundCheckReg::enabled(0, false)?;
+    let flags = DmaIndirectFlags::new(
+        IndirectMode::Src,
+        true,
+        false,
+        IndirectDim::X,
+        IndirectDim::X,
+    );
+    let esize = src.dtype.size() as u64;
+    let mut instructions = Vec::new();
+    for first in (0..count).step_by(CHUNK as usize) {
+        let n = (count - first).min(CHUNK);
+        let idx = addr4_plus(op, "indices", index_a, u64::from(first) * 4)?;
+        let gathered = DmaSide {
+            start_addr: from,
+            idx_start_addr: idx,
+            elem_size: row_bytes,
+            step_elem: 1,
+            bound: bc,
+        };
+        let columns = DmaSide {
+            start_addr: fabric_plus(op, "dst", to, u64::from(first) * esize)?,
+            idx_start_addr: Addr4(0),
+            elem_size: row_bytes,
+            step_elem: step,
+            bound: BoundCheckReg::DISABLED,
+        };
+        // n <= 4096 fits the 16-bit count.
+        let d = DmaIndirect1d::new(
+            flags,
+            gathered,
+            columns,
+            n as u16,
+            src.dtype,
+            ComputeOp::None,
+        )
+        .with_reshape_kind(ReshapeKind::GatherTranspose);
+        instructions.push(d.into());
+    }
+    Lowered {
+        instructions,
+        bounds: vec![BoundSetting {
+            reg: 0,
+            bound: u64::from(src.shape[0]),
+        }],
+    }
+    .validated(generation)
 }
 
 /// A checked `dma_gather` / `dma_scatter`.
@@ -553,13 +628,15 @@ mod tests {
             Generation::Cayman,
             &rows(0, [4, 2]),
             &idx,
-            &rows(0x100, [2, 4]),
+            &rows(0x100, [3, 4]),
         )
         .unwrap_err();
         assert!(matches!(
             e,
-            Error::NkiUnsupported {
+            Error::NkiArgument {
                 op: "dma_gather_transpose",
+                arg: "dst.shape[0]",
+                value: 3,
                 ..
             }
         ));

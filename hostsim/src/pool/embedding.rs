@@ -168,117 +168,35 @@ fn table_row(
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;
-    use crate::core_state::{CoreState, IndexSide, SkippedIndex};
-    use crate::isa::{EmbeddingTable, PseudoEmbeddingUpdate, Rule};
-    use dma::{CceOp, Dtype, Fabric, FabricAddr};
-    use half::bf16;
+    use crate::core_state::CoreState;
+    use crate::isa::{EmbeddingTable, PseudoEmbeddingUpdate};
+    use dma::{CceOp, Dtype, FabricAddr};
 
-    const TABLE: u64 = 0x10000;
-    const DATA: u32 = 0x1000;
-    /// Bytes between rows: 3 f32 and a 4-byte pad.
-    const STRIDE: u64 = 16;
-    const PAD: f32 = 12345.0;
-
-    /// A 5-row table, row `r` = `[r, r + 0.5, -r]` plus a pad; indices `[2, 7, 2, 0]`
-    /// (7 is past the 5 rows) and their data rows.
-    fn setup() -> Fabric {
-        let mut f = fabric();
-        for r in 0..5u64 {
-            let v = r as f32;
-            put(
-                &mut f,
-                FabricAddr(TABLE + r * STRIDE),
-                &[v, v + 0.5, -v, PAD],
-            );
-        }
-        put::<u32>(&mut f, sbuf_at(0, 0), &[2, 7, 2, 0]);
-        let data: [f32; 12] = [1., 1., 1., 9., 9., 9., 0.5, 10., -10., -1., 2., 3.];
-        put(&mut f, sbuf_at(0, DATA), &data);
-        f
-    }
-
-    fn table(rows: u32, stride: u32, elems: u32) -> EmbeddingTable {
-        EmbeddingTable {
-            base_addr: FabricAddr(TABLE),
-            num_entries: rows,
-            stride_bytes: stride,
-            num_elements: elems,
-        }
-    }
-
-    fn update(op: CceOp, seq: u32) -> PseudoEmbeddingUpdate {
-        let t = table(5, STRIDE as u32, 3);
-        PseudoEmbeddingUpdate::new(t, sbuf(0, 0), sbuf(0, DATA), seq, Dtype::F32, op)
-    }
-
-    fn row(f: &Fabric, r: u64) -> Vec<f32> {
-        get::<f32>(f, FabricAddr(TABLE + r * STRIDE), 4)
-    }
+    crate::test_support::embedding::embedding_cases!(route());
 
     #[test]
-    fn add_accumulates_duplicates_and_skips_past_the_table() {
-        let mut f = setup();
-        let (out, cost) = run_cost(&mut f, &mut CoreState::new(), update(CceOp::Add, 4));
-        // row 2 = [2, 2.5, -2] + [1, 1, 1] + [0.5, 10, -10]
-        assert_eq!(row(&f, 2), [3.5, 13.5, -11.0, PAD]);
-        assert_eq!(row(&f, 0), [-1.0, 2.5, 3.0, PAD]);
-        assert_eq!(row(&f, 1), [1.0, 1.5, -1.0, PAD]);
-        let skip = SkippedIndex {
-            side: IndexSide::Dst,
-            position: 1,
-            value: 7,
+    fn the_cost_counts_index_vectors_and_row_bytes() {
+        let mut f = fabric();
+        put::<u32>(&mut f, sbuf_at(0, 0), &[0; 20]);
+        let table = EmbeddingTable {
+            base_addr: FabricAddr(0x10000),
+            num_entries: 1,
+            stride_bytes: 12,
+            num_elements: 3,
         };
-        assert_eq!(out.skipped, [skip]);
-        assert!(!out.oob_notification);
-        assert_eq!(out.bytes_written, 3 * 12);
+        let e = PseudoEmbeddingUpdate::new(
+            table,
+            sbuf(0, 0),
+            sbuf(0, 0x1000),
+            20,
+            Dtype::F32,
+            CceOp::Add,
+        );
+        let (out, cost) = run_cost(&mut f, &mut CoreState::new(), e);
+        assert_eq!(out.bytes_written, 240);
         assert_eq!(
             (cost.kernel, cost.vectors, cost.bytes),
-            ("embedding_update", 1, 36)
+            ("embedding_update", 2, 240)
         );
-    }
-
-    #[test]
-    fn max_and_min() {
-        let mut f = setup();
-        run(&mut f, &mut CoreState::new(), update(CceOp::Max, 4));
-        assert_eq!(row(&f, 2), [2.0, 10.0, 1.0, PAD]);
-        assert_eq!(row(&f, 0), [0.0, 2.0, 3.0, PAD]);
-        let mut f = setup();
-        run(&mut f, &mut CoreState::new(), update(CceOp::Min, 4));
-        assert_eq!(row(&f, 2), [0.5, 1.0, -10.0, PAD]);
-        assert_eq!(row(&f, 0), [-1.0, 0.5, 0.0, PAD]);
-    }
-
-    #[test]
-    fn many_indices_across_vectors_in_bf16() {
-        let mut f = fabric();
-        // 40 updates of 1.0 into row (i % 3), 2 elements each; every fifth index is past
-        // the 3 rows
-        let ids: Vec<u32> = (0..40)
-            .map(|i| if i % 5 == 4 { 3 + i } else { i % 3 })
-            .collect();
-        put(&mut f, sbuf_at(0, 0), &ids);
-        put(&mut f, sbuf_at(0, DATA), &[bf16::from_f32(1.0); 80]);
-        let t = table(3, 4, 2);
-        let e =
-            PseudoEmbeddingUpdate::new(t, sbuf(0, 0), sbuf(0, DATA), 40, Dtype::Bf16, CceOp::Add);
-        let out = run(&mut f, &mut CoreState::new(), e);
-        let counts: Vec<f32> = (0..3)
-            .map(|r| ids.iter().filter(|&&i| i == r).count() as f32)
-            .collect();
-        for r in 0..3u64 {
-            let got = get::<bf16>(&f, FabricAddr(TABLE + 4 * r), 2);
-            let c = bf16::from_f32(counts[r as usize]);
-            assert_eq!(got, [c, c], "row {r}");
-        }
-        let skipped: Vec<u32> = out.skipped.iter().map(|s| s.position).collect();
-        assert_eq!(skipped, (0..40).filter(|i| i % 5 == 4).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn an_invalid_update_fails_closed() {
-        let mut f = setup();
-        let e = fails_closed(&mut f, &mut CoreState::new(), update(CceOp::Add, 0));
-        assert_eq!(e.rule(), Some(Rule::NonZero));
     }
 }

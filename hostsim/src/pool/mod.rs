@@ -107,7 +107,7 @@ fn lanes_of(remaining: u32) -> u16 {
 mod tests {
     use super::test_support::*;
     use super::*;
-    use crate::isa::{Direct2dSide, DmaDirect2d};
+    use crate::isa::{Direct2dSide, DmaDirect2d, Rule, S4d4Gt, Tensor4d};
     use dma::{ComputeOp, Dtype};
 
     #[test]
@@ -117,41 +117,40 @@ mod tests {
         assert_eq!(lanes_of(40), 0xffff);
     }
 
-    #[test]
-    fn dma_memcpy_has_no_pool_kernel_and_writes_nothing() {
-        let mut f = fabric();
+    /// A DMA_MEMCPY of 4 elements of `elem_size` bytes from SBUF partition 0 to 1.
+    fn memcpy(elem_size: u32) -> DmaDirect2d {
         let side = |a| Direct2dSide {
             start_addr: a,
             step_elem: [1, 4],
         };
-        let m = DmaDirect2d::new(
-            side(sbuf_at(0, 0)),
-            side(sbuf_at(1, 0)),
-            4,
-            [4, 1],
-            Dtype::U32,
-            ComputeOp::None,
-        );
-        let e = fails_closed(&mut f, &mut CoreState::new(), m);
+        let (src, dst) = (side(sbuf_at(0, 0)), side(sbuf_at(1, 0)));
+        DmaDirect2d::new(src, dst, elem_size, [4, 1], Dtype::U32, ComputeOp::None)
+    }
+
+    #[test]
+    fn dma_memcpy_has_no_pool_kernel_and_writes_nothing() {
+        let mut f = fabric();
+        let e = fails_closed(&mut f, &mut CoreState::new(), memcpy(4));
         assert!(matches!(e, Error::NoPoolKernel { opcode: 0xb8, .. }), "{e}");
     }
 
     #[test]
     fn invalid_instructions_are_rejected_before_running() {
         let mut f = fabric();
-        let side = |a| Direct2dSide {
-            start_addr: a,
-            step_elem: [1, 4],
-        };
-        let m = DmaDirect2d::new(
-            side(sbuf_at(0, 0)),
-            side(sbuf_at(1, 0)),
-            0,
-            [4, 1],
-            Dtype::U32,
-            ComputeOp::None,
+        let e = fails_closed(&mut f, &mut CoreState::new(), memcpy(0));
+        let field = e.field().map(|p| p.to_string());
+        assert_eq!(
+            (e.rule(), field.as_deref()),
+            (Some(Rule::NonZero), Some("DMA_DIRECT2D.elem_size")),
+            "{e}"
         );
-        let e = fails_closed(&mut f, &mut CoreState::new(), m);
-        assert!(e.rule().is_some(), "{e}");
+        // a GATHER immediate wider than out_dtype (u8) is rejected, naming it
+        let t = |o| Tensor4d::contiguous(sbuf(0, o), 4);
+        let g = S4d4Gt::new(t(0), t(0x100), Dtype::U8, Dtype::U8, 1).with_immediate(0x1ff);
+        let e = fails_closed(&mut f, &mut CoreState::new(), g);
+        assert_eq!(
+            e.to_string(),
+            "S4D4_GT.immediate = 511: immediate has bits above the out_dtype width"
+        );
     }
 }

@@ -147,7 +147,7 @@ struct GatherOps {
     in_dtype: Dtype,
     out_dtype: Dtype,
     miss: IndexMissBehavior,
-    /// The immediate's low out_dtype bytes in every 32-bit lane.
+    /// The immediate in every 32-bit lane (validation: it fits out_dtype).
     fill: VecReg,
 }
 
@@ -155,14 +155,13 @@ impl GatherOps {
     fn new(g: &S4d4Gt) -> Result<GatherOps, Error> {
         let at = |field| FieldPath::new("S4D4_GT", field);
         let out_dtype = g.out_dtype()?;
-        let mask = u32::MAX >> (32 - 8 * out_dtype.size() as u32);
         Ok(GatherOps {
             idx: Pattern::new(at("src_mem_pattern"), &g.src_mem_pattern()),
             dst: Pattern::new(at("dst_mem_pattern"), &g.dst_mem_pattern()),
             in_dtype: g.in_dtype()?,
             out_dtype,
             miss: g.index_miss_behavior()?,
-            fill: alu::movva32(g.immediate() & mask),
+            fill: alu::movva32(g.immediate()),
         })
     }
 }
@@ -206,18 +205,20 @@ pub fn pool_gather(
     Ok((outcome, PoolCost::estimate("pool_gather", POOL_CORES, work)))
 }
 
-/// A window must hold elements of out_dtype's size: GATHER copies bytes, no cast.
+/// The window is drained with the gather of its own width and scattered with
+/// out_dtype's: the two must be one width (GATHER copies bytes, no cast).
 fn check_window(window: Option<&Window>, channel: u32, out: Dtype) -> Result<(), Error> {
-    match window {
-        Some(w) if w.dtype().size() != out.size() => Err(Error::GatherWindowDtype {
-            channel,
-            out,
-            out_size: out.size(),
-            window: w.dtype(),
-            window_size: w.dtype().size(),
-        }),
-        _ => Ok(()),
+    let Some(w) = window else { return Ok(()) };
+    if width(w.dtype()) == width(out) {
+        return Ok(());
     }
+    Err(Error::GatherWindowDtype {
+        channel,
+        out,
+        out_size: out.size(),
+        window: w.dtype(),
+        window_size: w.dtype().size(),
+    })
 }
 
 /// Channel `k`: the staged destination stores and the bytes they write.

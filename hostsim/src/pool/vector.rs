@@ -259,6 +259,32 @@ pub fn row_addrs(base: u64, idx: &VecReg, step: u32) -> (AddrVec, u16) {
     (acc, over)
 }
 
+/// A TENSOR4D's element offsets in element order, the way the address generator steps
+/// them: an odometer over dims 1..=3 keeps a running row base (adding a dim's step as it
+/// counts, taking back its whole span as it wraps), and each row's dim-0 offsets are
+/// `base + c0 * step_elem[0]`.
+fn walk_offsets(t: &Tensor4d) -> Vec<i64> {
+    let n = t.num_elem().map(i64::from);
+    let step = t.step_elem().map(i64::from);
+    let mut out = Vec::with_capacity(usize::try_from(t.element_count()).unwrap_or(0));
+    if n.contains(&0) {
+        return out;
+    }
+    let (mut base, mut count) = (0i64, [0i64; 4]);
+    loop {
+        out.extend((0..n[0]).map(|c0| base + c0 * step[0]));
+        let Some(d) = (1..4).find(|&d| count[d] + 1 < n[d]) else {
+            return out;
+        };
+        for lower in 1..d {
+            base -= count[lower] * step[lower];
+            count[lower] = 0;
+        }
+        count[d] += 1;
+        base += step[d];
+    }
+}
+
 /// One TENSOR4D operand: its element offsets in element order (dim 3 outermost, dim 0
 /// innermost, `sum(c[d] * step_elem[d])`), rebased so the lowest is 0.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -280,17 +306,7 @@ impl Pattern {
     /// POOL operand) and keeps the whole span inside one partition, so the rebased
     /// offsets fit u32.
     pub fn new(at: FieldPath, t: &Tensor4d) -> Pattern {
-        let [n0, n1, n2, n3] = t.num_elem().map(i64::from);
-        let [s0, s1, s2, s3] = t.step_elem().map(i64::from);
-        let mut abs = Vec::with_capacity(usize::try_from(t.element_count()).unwrap_or(0));
-        for c3 in 0..n3 {
-            for c2 in 0..n2 {
-                for c1 in 0..n1 {
-                    let row = c3 * s3 + c2 * s2 + c1 * s1;
-                    abs.extend((0..n0).map(|c0| row + c0 * s0));
-                }
-            }
-        }
+        let abs = walk_offsets(t);
         let low = abs.iter().copied().min().unwrap_or(0).min(0);
         let dense = abs.iter().zip(0i64..).all(|(&a, i)| a == i);
         // Every offset minus the minimum is below the partition size in elements (< 2^32).

@@ -14,15 +14,22 @@
 //! positions with one destination index fail unless `non_unique_dst_idx`; with it they
 //! apply in order (accumulate, or the last copy wins). Positions are checked in order and
 //! the first failure is the error.
+//!
+//! reshape_kind GATHER_TRANSPOSE (validation: source indices only, plain copy): position
+//! `r`'s source row is checked as above; its `C = elem_size / dtype size` elements go
+//! down column `r` of the destination: element `c` to row `c`, element `r` of it, where
+//! row `c` starts `c * dst_step_elem` elements after `dst_start` on HBM, and
+//! `c * dst_step_elem` partitions on (same offset) on SBUF/PSUM. Validation put every
+//! destination row on the fabric. Rows move in position order, each read when it moves.
 
-use dma::{Addr4, Dtype, Fabric, FabricAddr};
+use dma::{Addr4, Dtype, Fabric, FabricAddr, Location, Space};
 use hashbrown::HashMap;
 
 use super::{addr4_at, row_addr};
 use crate::core_state::{IndexSide, Outcome, SkippedIndex};
 use crate::error::Error;
 use crate::isa::rule::{dma_at, FieldPath};
-use crate::isa::{BoundCheckReg, BoundRegisters, DmaIndirect1d};
+use crate::isa::{BoundCheckReg, BoundRegisters, DmaIndirect1d, ReshapeKind};
 
 /// Bytes per index (UINT32).
 const INDEX_BYTES: u64 = 4;
@@ -43,7 +50,10 @@ struct Side {
     which: IndexSide,
     start_at: FieldPath,
     start: FabricAddr,
+    /// A direct side's bytes from position `k` to `k + 1`.
     step: u64,
+    /// Bytes of a direct side's position checked on the fabric.
+    len: u64,
     indices: Option<Indices>,
 }
 
@@ -88,11 +98,21 @@ impl Side {
         } else {
             None
         };
+        let size = u64::from(d.src_elem_size());
+        // A transposed destination's position `r` is column `r`: one element per step.
+        let (step, len) = match (d.reshape_kind()?, which) {
+            (ReshapeKind::GatherTranspose, IndexSide::Dst) => {
+                let dsize = d.dtype()?.size() as u64;
+                (dsize, dsize)
+            }
+            _ => (u64::from(step) * size, size),
+        };
         Ok(Side {
             which,
             start_at: at(names.0),
             start,
-            step: u64::from(step),
+            step,
+            len,
             indices,
         })
     }
@@ -100,10 +120,16 @@ impl Side {
     /// Position `k`'s row of `size` bytes: checked, skipped, or the error.
     fn row(&self, fabric: &Fabric, k: u32, size: u64, hard: bool) -> Result<Row, Error> {
         let Some(ix) = &self.indices else {
-            // k < 4096 and step < 2^16: the product fits easily.
-            let addr = row_addr(self.start, u64::from(k) * self.step, size);
-            let addr = addr.map_err(dma_at(self.start_at))?;
-            fabric.check(addr, size).map_err(dma_at(self.start_at))?;
+            // k < 4096 and step < 2^48: the product fits easily.
+            let overflow = dma::Error::AddressOverflow {
+                addr: self.start.0,
+                len: self.len,
+            };
+            let addr = self.start.checked_add(u64::from(k) * self.step);
+            let addr = addr.ok_or(overflow).map_err(dma_at(self.start_at))?;
+            fabric
+                .check(addr, self.len)
+                .map_err(dma_at(self.start_at))?;
             return Ok(Row::At(addr));
         };
         let value = ix.values.get(k as usize).copied().unwrap_or(0);
@@ -163,11 +189,46 @@ pub(super) fn dma_indirect(
     let (dtype, op) = (d.dtype()?, d.compute_op()?);
     let size = u64::from(d.src_elem_size());
     let mut plan = plan(fabric, regs, d)?;
-    for &(src, dst) in &plan.moves {
-        fabric.reduce(src, dst, size, dtype, op)?;
+    match d.reshape_kind()? {
+        ReshapeKind::Rows => {
+            for &(src, dst) in &plan.moves {
+                fabric.reduce(src, dst, size, dtype, op)?;
+            }
+        }
+        ReshapeKind::GatherTranspose => {
+            let step = u32::from(d.dst_step_elem());
+            for &(src, column) in &plan.moves {
+                write_column(fabric, src, (column, step), size, dtype.size())?;
+            }
+        }
     }
     plan.outcome.bytes_written = plan.moves.len() as u64 * size;
     Ok(plan.outcome)
+}
+
+/// Gather-transpose: the `size`-byte row at `src` written down `column` (its element in
+/// destination row 0), element `c` of `esize` bytes into row `c`, `c * step` rows on.
+fn write_column(
+    fabric: &mut Fabric,
+    src: FabricAddr,
+    (column, step): (FabricAddr, u32),
+    size: u64,
+    esize: usize,
+) -> Result<(), Error> {
+    let mut row = vec![0u8; size as usize];
+    fabric.read(src, &mut row)?;
+    let start = fabric.map().locate(column)?;
+    for (c, element) in (0u32..).zip(row.chunks_exact(esize)) {
+        let at = match start.space {
+            Space::Hbm => row_addr(column, u64::from(c * step), esize as u64)?,
+            _ => {
+                let partition = start.partition + c * step;
+                fabric.map().fabric_addr(Location { partition, ..start })?
+            }
+        };
+        fabric.write(at, element)?;
+    }
+    Ok(())
 }
 
 /// Resolves both sides of every position, applying the OOB and duplicate rules.
@@ -229,451 +290,6 @@ fn report_skips(outcome: &mut Outcome, k: u32, rows: [(&Side, Row); 2]) {
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;
-    use crate::core_state::{CoreState, IndexSide, SkippedIndex};
-    use crate::error::Error;
-    use crate::isa::{
-        BoundCheckReg, BoundRegisters, DmaIndirect1d, DmaIndirectFlags, DmaSide, IndirectDim,
-        IndirectMode,
-    };
-    use dma::{Addr4, ComputeOp, Dtype, Element, Fabric, FabricAddr};
-    use proptest::prelude::*;
 
-    /// HBM table of rows.
-    const TABLE: u64 = 0x1000;
-    /// SBUF partition 0 byte offsets of the src and dst index tensors and a direct buffer.
-    const SIDX: u32 = 0;
-    const DIDX: u32 = 0x40;
-    const BUF: u32 = 0x100;
-
-    fn flags(mode: IndirectMode, hard: bool, non_unique: bool) -> DmaIndirectFlags {
-        DmaIndirectFlags::new(mode, hard, non_unique, IndirectDim::X, IndirectDim::X)
-    }
-
-    fn indirect(start: FabricAddr, idx: u32, size: u32, bound: BoundCheckReg) -> DmaSide {
-        DmaSide {
-            start_addr: start,
-            idx_start_addr: sbuf(0, idx),
-            elem_size: size,
-            step_elem: 0,
-            bound,
-        }
-    }
-
-    fn direct(start: FabricAddr, size: u32) -> DmaSide {
-        DmaSide {
-            start_addr: start,
-            idx_start_addr: Addr4(0),
-            elem_size: size,
-            step_elem: 1,
-            bound: BoundCheckReg::DISABLED,
-        }
-    }
-
-    /// Bound register pair 0/1 = `bound`.
-    fn state(bound: u64) -> CoreState {
-        let mut regs = BoundRegisters::new();
-        regs.set_bound(0, bound).unwrap();
-        CoreState::with_registers(regs)
-    }
-
-    fn bc(notify: bool) -> BoundCheckReg {
-        BoundCheckReg::enabled(0, !notify).unwrap()
-    }
-
-    /// A table of `rows` rows of two u32, row `r` = `[10 r, 10 r + 1]`.
-    fn table(rows: u32) -> Fabric {
-        let mut f = fabric();
-        let t: Vec<u32> = (0..rows).flat_map(|r| [10 * r, 10 * r + 1]).collect();
-        put(&mut f, FabricAddr(TABLE), &t);
-        f
-    }
-
-    /// A gather of `sidx` rows (8 bytes) from the table into BUF.
-    fn gather(
-        f: &mut Fabric,
-        sidx: &[u32],
-        fl: DmaIndirectFlags,
-        b: BoundCheckReg,
-    ) -> DmaIndirect1d {
-        put(f, sbuf_at(0, SIDX), sidx);
-        let src = indirect(FabricAddr(TABLE), SIDX, 8, b);
-        let dst = direct(sbuf_at(0, BUF), 8);
-        DmaIndirect1d::new(fl, src, dst, sidx.len() as u16, Dtype::U32, ComputeOp::None)
-    }
-
-    /// A scatter of `n` rows of `E` from BUF into the table at `didx`.
-    fn scatter<E: Element>(
-        f: &mut Fabric,
-        src: &[E],
-        didx: &[u32],
-        fl: DmaIndirectFlags,
-        op: ComputeOp,
-        b: BoundCheckReg,
-    ) -> DmaIndirect1d {
-        put(f, sbuf_at(0, BUF), src);
-        put(f, sbuf_at(0, DIDX), didx);
-        let size = (src.len() / didx.len() * size_of::<E>()) as u32;
-        let s = direct(sbuf_at(0, BUF), size);
-        let d = indirect(FabricAddr(TABLE), DIDX, size, b);
-        DmaIndirect1d::new(fl, s, d, didx.len() as u16, E::DTYPE, op)
-    }
-
-    #[test]
-    fn gather_picks_source_rows() {
-        let mut f = table(6);
-        let g = gather(
-            &mut f,
-            &[4, 0, 4, 2],
-            flags(IndirectMode::Src, true, false),
-            BoundCheckReg::DISABLED,
-        );
-        let out = run(&mut f, &mut CoreState::new(), g);
-        assert_eq!(
-            get::<u32>(&f, sbuf_at(0, BUF), 8),
-            [40, 41, 0, 1, 40, 41, 20, 21]
-        );
-        assert_eq!(out.bytes_written, 32);
-        assert!(out.skipped.is_empty() && !out.oob_notification);
-    }
-
-    #[test]
-    fn scatter_picks_destination_rows() {
-        let mut f = fabric();
-        let fl = flags(IndirectMode::Dst, true, false);
-        let s = scatter::<u32>(
-            &mut f,
-            &[1, 2, 3, 4, 5, 6],
-            &[2, 0, 5],
-            fl,
-            ComputeOp::None,
-            bc(true),
-        );
-        let out = run(&mut f, &mut state(6), s);
-        assert_eq!(
-            get::<u32>(&f, FabricAddr(TABLE), 12),
-            [3, 4, 0, 0, 1, 2, 0, 0, 0, 0, 5, 6]
-        );
-        assert_eq!(out.bytes_written, 24);
-    }
-
-    #[test]
-    fn both_sides_indirect() {
-        let mut f = table(4);
-        put::<u32>(&mut f, sbuf_at(0, SIDX), &[1, 3]);
-        put::<u32>(&mut f, sbuf_at(0, DIDX), &[0, 2]);
-        let src = indirect(FabricAddr(TABLE), SIDX, 8, BoundCheckReg::DISABLED);
-        let dst = indirect(sbuf_at(1, 0), DIDX, 8, BoundCheckReg::DISABLED);
-        let fl = flags(IndirectMode::SrcDst, true, false);
-        run(
-            &mut f,
-            &mut CoreState::new(),
-            DmaIndirect1d::new(fl, src, dst, 2, Dtype::U32, ComputeOp::None),
-        );
-        assert_eq!(get::<u32>(&f, sbuf_at(1, 0), 6), [10, 11, 0, 0, 30, 31]);
-    }
-
-    #[test]
-    fn every_compute_op() {
-        // dst rows start as [10, -5] and [7, 0]; src rows are [3, -7] and [-2, 4].
-        let cases: [(ComputeOp, [i32; 4]); 5] = [
-            (ComputeOp::None, [3, -7, -2, 4]),
-            (ComputeOp::Add, [13, -12, 5, 4]),
-            (ComputeOp::Multiply, [30, 35, -14, 0]),
-            (ComputeOp::Max, [10, -5, 7, 4]),
-            (ComputeOp::Min, [3, -7, -2, 0]),
-        ];
-        for (op, expected) in cases {
-            let mut f = fabric();
-            put::<i32>(&mut f, FabricAddr(TABLE + 8), &[7, 0]);
-            put::<i32>(&mut f, FabricAddr(TABLE + 24), &[10, -5]);
-            let fl = flags(IndirectMode::Dst, true, false);
-            let s = scatter::<i32>(
-                &mut f,
-                &[3, -7, -2, 4],
-                &[3, 1],
-                fl,
-                op,
-                BoundCheckReg::DISABLED,
-            );
-            run(&mut f, &mut CoreState::new(), s);
-            let rows = [
-                get::<i32>(&f, FabricAddr(TABLE + 24), 2),
-                get::<i32>(&f, FabricAddr(TABLE + 8), 2),
-            ];
-            assert_eq!(rows.concat(), expected, "{op:?}");
-        }
-        let mut f = fabric();
-        put::<f32>(&mut f, FabricAddr(TABLE), &[1.5, -0.25]);
-        let s = scatter::<f32>(
-            &mut f,
-            &[2.25, 0.25],
-            &[0],
-            flags(IndirectMode::Dst, true, false),
-            ComputeOp::Add,
-            BoundCheckReg::DISABLED,
-        );
-        run(&mut f, &mut CoreState::new(), s);
-        assert_eq!(get::<f32>(&f, FabricAddr(TABLE), 2), [3.75, 0.0]);
-    }
-
-    #[test]
-    fn hard_oob_fails_closed_naming_the_index() {
-        let mut f = table(6);
-        let g = gather(
-            &mut f,
-            &[1, 6, 2],
-            flags(IndirectMode::Src, true, false),
-            bc(true),
-        );
-        let e = fails_closed(&mut f, &mut state(6), g);
-        assert!(
-            matches!(
-                e,
-                Error::IndexOutOfBounds {
-                    side: IndexSide::Src,
-                    position: 1,
-                    value: 6,
-                    bound: 6
-                }
-            ),
-            "{e}"
-        );
-        assert_eq!(
-            e.to_string(),
-            "src index 6 at position 1 is out of bounds (6 rows)"
-        );
-        let fl = flags(IndirectMode::Dst, true, false);
-        let s = scatter::<u32>(&mut f, &[1, 2, 3, 4], &[5, 9], fl, ComputeOp::Add, bc(true));
-        let e = fails_closed(&mut f, &mut state(6), s);
-        assert!(
-            matches!(
-                e,
-                Error::IndexOutOfBounds {
-                    side: IndexSide::Dst,
-                    position: 1,
-                    value: 9,
-                    bound: 6
-                }
-            ),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn soft_oob_skips_and_reports() {
-        for notify in [true, false] {
-            let mut f = table(6);
-            put::<u32>(&mut f, sbuf_at(0, BUF), &[0xdead; 8]);
-            let g = gather(
-                &mut f,
-                &[1, 6, 2, 9],
-                flags(IndirectMode::Src, false, false),
-                bc(notify),
-            );
-            let out = run(&mut f, &mut state(6), g);
-            assert_eq!(
-                get::<u32>(&f, sbuf_at(0, BUF), 8),
-                [10, 11, 0xdead, 0xdead, 20, 21, 0xdead, 0xdead]
-            );
-            let skip = |position, value| SkippedIndex {
-                side: IndexSide::Src,
-                position,
-                value,
-            };
-            assert_eq!(out.skipped, [skip(1, 6), skip(3, 9)]);
-            assert_eq!(out.oob_notification, notify);
-            assert_eq!(out.bytes_written, 16);
-        }
-    }
-
-    #[test]
-    fn both_sides_out_of_bounds_are_both_reported() {
-        let mut f = table(4);
-        put::<u32>(&mut f, sbuf_at(0, SIDX), &[7, 1]);
-        put::<u32>(&mut f, sbuf_at(0, DIDX), &[8, 2]);
-        let src = indirect(FabricAddr(TABLE), SIDX, 8, bc(false));
-        let dst = indirect(
-            sbuf_at(1, 0),
-            DIDX,
-            8,
-            BoundCheckReg::enabled(2, true).unwrap(),
-        );
-        let mut regs = BoundRegisters::new();
-        regs.set_bound(0, 4).unwrap();
-        regs.set_bound(2, 3).unwrap();
-        let fl = flags(IndirectMode::SrcDst, false, false);
-        let i = DmaIndirect1d::new(fl, src, dst, 2, Dtype::U32, ComputeOp::None);
-        let out = run(&mut f, &mut CoreState::with_registers(regs), i);
-        let src_skip = SkippedIndex {
-            side: IndexSide::Src,
-            position: 0,
-            value: 7,
-        };
-        let dst_skip = SkippedIndex {
-            side: IndexSide::Dst,
-            position: 0,
-            value: 8,
-        };
-        assert_eq!(out.skipped, [src_skip, dst_skip]);
-        assert!(
-            !out.oob_notification,
-            "both registers disable the notification"
-        );
-        assert_eq!(get::<u32>(&f, sbuf_at(1, 16), 2), [10, 11]);
-    }
-
-    #[test]
-    fn duplicates_need_non_unique_dst_idx() {
-        let mut f = fabric();
-        put::<u32>(&mut f, FabricAddr(TABLE), &[0, 100, 200, 300]);
-        let fl = flags(IndirectMode::Dst, true, false);
-        let s = scatter::<u32>(
-            &mut f,
-            &[5, 7, 11],
-            &[3, 1, 3],
-            fl,
-            ComputeOp::Add,
-            BoundCheckReg::DISABLED,
-        );
-        let e = fails_closed(&mut f, &mut CoreState::new(), s);
-        assert!(
-            matches!(
-                e,
-                Error::DuplicateDestination {
-                    value: 3,
-                    first: 0,
-                    second: 2
-                }
-            ),
-            "{e}"
-        );
-        // With non_unique_dst_idx: np.add.at(table, [3, 1, 3], [5, 7, 11]).
-        let fl = flags(IndirectMode::Dst, true, true);
-        let s = scatter::<u32>(
-            &mut f,
-            &[5, 7, 11],
-            &[3, 1, 3],
-            fl,
-            ComputeOp::Add,
-            BoundCheckReg::DISABLED,
-        );
-        run(&mut f, &mut CoreState::new(), s);
-        assert_eq!(get::<u32>(&f, FabricAddr(TABLE), 4), [0, 107, 200, 316]);
-        // A plain copy: the last index wins.
-        let s = scatter::<u32>(
-            &mut f,
-            &[5, 7, 11],
-            &[3, 1, 3],
-            fl,
-            ComputeOp::None,
-            BoundCheckReg::DISABLED,
-        );
-        run(&mut f, &mut CoreState::new(), s);
-        assert_eq!(get::<u32>(&f, FabricAddr(TABLE), 4), [0, 7, 200, 11]);
-    }
-
-    #[test]
-    fn skipped_duplicates_are_not_duplicates() {
-        let mut f = fabric();
-        let fl = flags(IndirectMode::Dst, false, false);
-        let s = scatter::<u32>(
-            &mut f,
-            &[5, 7, 11],
-            &[3, 9, 9],
-            fl,
-            ComputeOp::None,
-            bc(true),
-        );
-        let out = run(&mut f, &mut state(6), s);
-        assert_eq!(out.skipped.len(), 2);
-        assert_eq!(get::<u32>(&f, FabricAddr(TABLE + 12), 1), [5]);
-    }
-
-    #[test]
-    fn rows_off_the_fabric_are_hard_errors() {
-        let mut f = table(4);
-        // Bound check disabled: 0xffff_ffff * 2^24 bytes is far past HBM.
-        put::<u32>(&mut f, sbuf_at(0, SIDX), &[1, u32::MAX]);
-        let src = indirect(FabricAddr(TABLE), SIDX, 1 << 24, BoundCheckReg::DISABLED);
-        let dst = direct(sbuf_at(0, 0x1000), 1 << 24);
-        let i = DmaIndirect1d::new(
-            flags(IndirectMode::Src, false, false),
-            src,
-            dst,
-            2,
-            Dtype::U8,
-            ComputeOp::None,
-        );
-        let e = fails_closed(&mut f, &mut CoreState::new(), i);
-        assert!(
-            matches!(e, Error::Field { .. }),
-            "the direct side leaves SBUF first: {e}"
-        );
-        let dst = direct(FabricAddr(0x4000_0000), 1 << 24);
-        let i = DmaIndirect1d::new(
-            flags(IndirectMode::Src, false, false),
-            src,
-            dst,
-            2,
-            Dtype::U8,
-            ComputeOp::None,
-        );
-        let e = fails_closed(&mut f, &mut CoreState::new(), i);
-        assert!(
-            matches!(
-                e,
-                Error::IndexAddress {
-                    side: IndexSide::Src,
-                    position: 1,
-                    value: u32::MAX,
-                    ..
-                }
-            ),
-            "{e}"
-        );
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
-
-        /// A soft-bounded scatter-add with duplicates equals `np.add.at` over the
-        /// in-bounds positions, reporting exactly the others; under the hard policy any
-        /// out-of-bounds index fails at the first one and writes nothing.
-        #[test]
-        fn scatter_add_policies(
-            didx in prop::collection::vec(0u32..12, 1..48),
-            src in prop::collection::vec(any::<u32>(), 48),
-            bound in 1u64..12,
-            hard in any::<bool>(),
-        ) {
-            let n = didx.len();
-            let src = &src[..n];
-            let mut f = fabric();
-            let init: Vec<u32> = (0..12).map(|r| r * 1000).collect();
-            put(&mut f, FabricAddr(TABLE), &init);
-            let fl = flags(IndirectMode::Dst, hard, true);
-            let s = scatter::<u32>(&mut f, src, &didx, fl, ComputeOp::Add, bc(true));
-            let first_oob = didx.iter().position(|&d| u64::from(d) >= bound);
-            if let (true, Some(k)) = (hard, first_oob) {
-                let e = fails_closed(&mut f, &mut state(bound), s);
-                let named = matches!(e, Error::IndexOutOfBounds { position, .. } if position as usize == k);
-                prop_assert!(named, "{}", e);
-                return Ok(());
-            }
-            let out = run(&mut f, &mut state(bound), s);
-            let mut expected = init;
-            let mut skipped = Vec::new();
-            for (k, (&d, &v)) in didx.iter().zip(src).enumerate() {
-                if u64::from(d) >= bound {
-                    skipped.push(SkippedIndex { side: IndexSide::Dst, position: k as u32, value: d });
-                } else {
-                    expected[d as usize] = expected[d as usize].wrapping_add(v);
-                }
-            }
-            prop_assert_eq!(get::<u32>(&f, FabricAddr(TABLE), 12), expected);
-            prop_assert_eq!(out.oob_notification, !skipped.is_empty());
-            prop_assert_eq!(out.bytes_written, 4 * (n - skipped.len()) as u64);
-            prop_assert_eq!(out.skipped, skipped);
-        }
-    }
+    crate::test_support::dma_indirect::dma_indirect_cases!(route());
 }

@@ -188,8 +188,9 @@ fn addr4_at(
     located(fabric, at, loc, len)
 }
 
-/// The low `size` bytes of the little-endian `bits`; `size` is a dtype size (at most 4,
-/// so the whole image is never the answer).
+/// The first `size` bytes of the little-endian `bits`: an immediate validation proved to
+/// fit a `size`-byte dtype, as that element (`size` is at most 4, so the whole image is
+/// never the answer).
 fn low_bytes(bits: &[u8; 4], size: usize) -> &[u8] {
     bits.get(..size).unwrap_or(bits)
 }

@@ -1,58 +1,35 @@
-//! Test helpers shared by the reference datapath tests: fabric addresses, typed reads and
-//! writes, and the fail-closed assertion.
+//! Test helpers for the reference datapath tests: the shared helpers and cases of
+//! [`crate::test_support`], with the reference as their [`Route`].
 
-use dma::{Addr4, Element, Fabric, FabricAddr, Generation, Space};
+use dma::{Fabric, Generation};
+
+pub use crate::test_support::*;
 
 use super::execute;
 use crate::core_state::{CoreState, Outcome};
 use crate::error::Error;
 use crate::isa::Instruction;
 
+/// The reference on sunda fabrics.
+pub fn route() -> Route {
+    Route {
+        generation: Generation::Sunda,
+        exec: execute,
+    }
+}
+
 /// An empty sunda fabric.
 pub fn fabric() -> Fabric {
-    Fabric::new(Generation::Sunda)
-}
-
-/// The ADDR4 of SBUF partition `p`, byte `offset`.
-pub fn sbuf(p: u32, offset: u32) -> Addr4 {
-    Addr4::encode(Space::Sbuf, p, offset).unwrap()
-}
-
-/// The fabric address of SBUF partition `p`, byte `offset`.
-pub fn sbuf_at(p: u32, offset: u32) -> FabricAddr {
-    FabricAddr(dma::addr::SBUF_BASE + u64::from(p) * dma::addr::SBUF_STRIDE + u64::from(offset))
-}
-
-/// Writes `elems` at `addr`.
-pub fn put<E: Element>(f: &mut Fabric, addr: FabricAddr, elems: &[E]) {
-    f.write_elems(addr, elems).unwrap();
-}
-
-/// Reads `n` elements at `addr`.
-pub fn get<E: Element + Default>(f: &Fabric, addr: FabricAddr, n: usize) -> Vec<E> {
-    let mut out = vec![E::default(); n];
-    f.read_elems(addr, &mut out).unwrap();
-    out
+    route().fabric()
 }
 
 /// Runs `inst` with the reference.
 pub fn run(f: &mut Fabric, state: &mut CoreState, inst: impl Into<Instruction>) -> Outcome {
-    execute(f, state, &inst.into()).unwrap()
+    route().run(f, state, inst)
 }
 
 /// Runs `inst`, asserts it fails leaving the fabric and the state unchanged, and returns
 /// the error.
 pub fn fails_closed(f: &mut Fabric, state: &mut CoreState, inst: impl Into<Instruction>) -> Error {
-    let (digest, before) = (f.digest(), state.clone());
-    let e = execute(f, state, &inst.into()).unwrap_err();
-    assert_eq!(
-        f.digest(),
-        digest,
-        "fabric changed by a failing instruction: {e}"
-    );
-    assert_eq!(
-        *state, before,
-        "state changed by a failing instruction: {e}"
-    );
-    e
+    route().fails_closed(f, state, inst)
 }

@@ -53,7 +53,7 @@ pub use report::{Cost, DmaTiming, RunReport, StepReport, Totals};
 use dma::{Confidence, Engine, EngineConfig, Fabric, Generation, TimingModel};
 
 use crate::core_state::{CoreState, Outcome};
-use crate::dge_route::DgeRoute;
+use crate::dge_route::{DgeRoute, RecordedReplays};
 use crate::error::Error;
 use crate::isa::{self, BoundRegisters, Instruction, Opcode, PseudoEmbeddingUpdate, Route};
 use crate::{pool, reference};
@@ -182,7 +182,18 @@ impl Runtime {
     /// itself; hence no direct access to the Pool_Buffers).
     pub fn reset(&mut self, regs: BoundRegisters) {
         self.state = CoreState::with_registers(regs);
-        self.dge = DgeRoute::new();
+        self.dge.reset();
+    }
+
+    /// Starts (`true`) or stops (`false`, dropping what was kept) recording the
+    /// descriptor queues of every replay the DGE route hands the engine, in order.
+    pub fn record_queues(&mut self, on: bool) {
+        self.dge.record_queues(on);
+    }
+
+    /// The replays recorded since the last call ([`Runtime::record_queues`]).
+    pub fn take_recorded(&mut self) -> RecordedReplays {
+        self.dge.take_recorded()
     }
 
     /// The bound/shape register file DMA_INDIRECT reads.

@@ -5,6 +5,14 @@
 //! Element `k` moves `elem_size` bytes from `src_start_addr + s_k * src_elem_size` to
 //! `dst_start_addr + d_k * dst_elem_size`, where `s_k` is `src_idx[k]` on an indirect
 //! source and `k * src_step_elem` otherwise (likewise for the destination).
+//!
+//! `reshape_kind` (byte 52, the project's field: the seed leaves it reserved) selects
+//! [`ReshapeKind::GatherTranspose`] instead: with `C = elem_size / dtype size`, element
+//! `c` of gathered row `r` goes to element `r` of destination row `c`, i.e.
+//! `dst[c][r] = src[idx[r]][c]`. Destination row `c` starts `c * dst_step_elem` steps
+//! after `dst_start_addr`: elements on HBM, partitions (same offset) on SBUF/PSUM, the
+//! DGE's convention for an outermost dimension (the DGE's GATHER TRANSPOSE kind; the
+//! rules are in `validate::dma_ops`).
 
 use dma::{Addr4, ComputeOp, Dtype, FabricAddr};
 use zerocopy::little_endian::{U16, U32, U64};
@@ -12,7 +20,9 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use super::Operand;
 use crate::error::Error;
-use crate::isa::fields::{BoundCheckReg, DmaIndirectFlags, InstFlags, InstHeader, ShapeReg};
+use crate::isa::fields::{
+    BoundCheckReg, DmaIndirectFlags, InstFlags, InstHeader, ReshapeKind, ShapeReg,
+};
 use crate::isa::opcode::Opcode;
 use crate::isa::rule;
 
@@ -45,7 +55,9 @@ pub struct DmaIndirect1d {
     shape_reg: ShapeReg,
     /// One bit per DMA queue the descriptors may be sprayed over (ndma = popcount).
     eng_mask: U16,
-    reserved: [u8; 12],
+    /// The project's ReshapeKind code (0: rows).
+    reshape_kind: u8,
+    reserved: [u8; 11],
 }
 const _: () = assert!(size_of::<DmaIndirect1d>() == 64);
 
@@ -94,13 +106,20 @@ impl DmaIndirect1d {
             dtype: dtype.code(),
             shape_reg: ShapeReg::NONE,
             eng_mask: U16::new(0xffff),
-            reserved: [0; 12],
+            reshape_kind: ReshapeKind::Rows.code(),
+            reserved: [0; 11],
         }
     }
 
     /// Sets `eng_mask`.
     pub fn with_eng_mask(mut self, eng_mask: u16) -> Self {
         self.eng_mask = U16::new(eng_mask);
+        self
+    }
+
+    /// Sets `reshape_kind`.
+    pub fn with_reshape_kind(mut self, kind: ReshapeKind) -> Self {
+        self.reshape_kind = kind.code();
         self
     }
 
@@ -206,6 +225,37 @@ impl DmaIndirect1d {
     pub fn eng_mask(&self) -> u16 {
         self.eng_mask.get()
     }
+
+    /// The source side's fields (as [`DmaIndirect1d::new`] takes them).
+    pub fn src(&self) -> DmaSide {
+        DmaSide {
+            start_addr: self.src_start_addr(),
+            idx_start_addr: self.src_idx_start_addr(),
+            elem_size: self.src_elem_size(),
+            step_elem: self.src_step_elem(),
+            bound: self.src_idx_bound_reg,
+        }
+    }
+
+    /// The destination side's fields.
+    pub fn dst(&self) -> DmaSide {
+        DmaSide {
+            start_addr: self.dst_start_addr(),
+            idx_start_addr: self.dst_idx_start_addr(),
+            elem_size: self.dst_elem_size(),
+            step_elem: self.dst_step_elem(),
+            bound: self.dst_idx_bound_reg,
+        }
+    }
+
+    /// `reshape_kind`.
+    pub fn reshape_kind(&self) -> Result<ReshapeKind, Error> {
+        rule::code(
+            Self::at("reshape_kind"),
+            self.reshape_kind,
+            ReshapeKind::from_code,
+        )
+    }
 }
 
 impl Operand for DmaIndirect1d {
@@ -220,6 +270,7 @@ impl Operand for DmaIndirect1d {
         rule::addr4(Self::at("dst_idx_start_addr"), self.dst_idx_start_addr())?;
         self.dtype()?;
         self.shape_reg.check(Self::at("shape_reg"))?;
+        self.reshape_kind()?;
         rule::reserved_zero(Self::at("reserved"), &self.reserved)
     }
 }
@@ -281,6 +332,7 @@ mod tests {
                 dtype,
                 shape_reg,
                 eng_mask,
+                reshape_kind,
                 reserved,
             ]
         );
@@ -319,6 +371,11 @@ mod tests {
         assert_eq!(&b[16..24], &0x10_0000u64.to_le_bytes());
         assert_eq!(&b[48..52], &[0xa, 0x88, 0xf0, 0]);
         assert_eq!(DmaIndirect1d::decode_from(&b).unwrap(), d);
+        assert_eq!(
+            (d.src().step_elem, d.dst().bound),
+            (1, d.dst_idx_bound_reg())
+        );
+        assert_eq!(d.dst().idx_start_addr, Addr4(0x200));
         let n = d.with_num_elem(3, 4);
         assert_eq!((n.src_num_elem(), n.dst_num_elem()), (3, 4));
     }
@@ -361,6 +418,20 @@ mod tests {
         );
         let mut b = good;
         b[52] = 1;
+        let t = DmaIndirect1d::decode_from(&b).unwrap();
+        assert_eq!(t.reshape_kind().unwrap(), ReshapeKind::GatherTranspose);
+        assert_eq!(
+            t,
+            scatter_add().with_reshape_kind(ReshapeKind::GatherTranspose)
+        );
+        b[52] = 2;
+        let e = DmaIndirect1d::decode_from(&b).unwrap_err();
+        assert_eq!(
+            (e.rule(), e.field().unwrap().to_string()),
+            (Some(Rule::EnumValue), "DMA_INDIRECT1D.reshape_kind".into())
+        );
+        let mut b = good;
+        b[53] = 1;
         assert!(matches!(
             DmaIndirect1d::decode_from(&b),
             Err(Error::ReservedByte {

@@ -26,7 +26,8 @@ pub struct S4d4Gt {
     out_dtype: u8,
     index_miss_behavior: u8,
     free_pool_buffer: u8,
-    /// The miss fill value's bits, in the low `out_dtype` bytes.
+    /// The miss fill value's bits; validation rejects bits above `out_dtype`'s width
+    /// (Rule::ImmediateWidth), so the value is the element as written.
     immediate: U32,
     reserved: [u8; 12],
 }

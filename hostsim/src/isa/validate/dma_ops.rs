@@ -1,12 +1,12 @@
 //! Validity of the DMA-level instructions: DMA_INDIRECT 0xbb, PSEUDO_EMBEDDING_UPDATE
 //! 0xca and DMA_MEMCPY 0xb8 (DMA_DIRECT2D).
 
-use dma::{Addr4, AddressMap, Dtype, FabricAddr, Generation, Space};
+use dma::{Addr4, AddressMap, ComputeOp, Dtype, FabricAddr, Generation, Location, Space};
 
 use super::pool_ops::MAX_INDICES;
 use super::{addr4_span, fabric_span, run_bytes};
 use crate::error::Error;
-use crate::isa::fields::{BoundCheckReg, IndirectDim};
+use crate::isa::fields::{BoundCheckReg, IndirectDim, IndirectMode, ReshapeKind};
 use crate::isa::rule::{self, ensure, FieldPath, Rule};
 use crate::isa::structs::{DmaDirect2d, DmaIndirect1d, Operand, PseudoEmbeddingUpdate};
 
@@ -16,7 +16,9 @@ const INDEX_BYTES: u64 = 4;
 /// DMA_INDIRECT: equal counts of 1..=4096, equal element sizes that hold whole dtype
 /// elements, a queue, indirect dims X without a shape register, and per side either
 /// indices (SBUF partition 0, a usable bound register, a mapped base) or a direct run on
-/// the fabric with no index address and no bound.
+/// the fabric with no index address and no bound. With reshape_kind GATHER_TRANSPOSE,
+/// also [`gather_transpose`]'s rules, and the destination's transposed extent on the
+/// fabric.
 pub fn dma_indirect(generation: Generation, d: &DmaIndirect1d) -> Result<(), Error> {
     d.check_decode()?;
     let at = DmaIndirect1d::at;
@@ -43,22 +45,90 @@ pub fn dma_indirect(generation: Generation, d: &DmaIndirect1d) -> Result<(), Err
     queues(at("eng_mask"), d.eng_mask())?;
     shape(d)?;
     let map = AddressMap::new(generation);
+    let dst_run = match d.reshape_kind()? {
+        ReshapeKind::Rows => run_bytes(&[(n, d.dst_step_elem())], size),
+        ReshapeKind::GatherTranspose => gather_transpose(&map, d)?,
+    };
     let src = Side {
         indirect: mode.gathers(),
         start: (at("src_start_addr"), d.src_start_addr()),
         index: (at("src_idx_start_addr"), d.src_idx_start_addr()),
         bound: (at("src_idx_bound_reg"), d.src_idx_bound_reg()),
-        step: d.src_step_elem(),
+        run: run_bytes(&[(n, d.src_step_elem())], size),
     };
-    src.check(&map, n, size)?;
+    src.check(&map, n)?;
     let dst = Side {
         indirect: mode.scatters(),
         start: (at("dst_start_addr"), d.dst_start_addr()),
         index: (at("dst_idx_start_addr"), d.dst_idx_start_addr()),
         bound: (at("dst_idx_bound_reg"), d.dst_idx_bound_reg()),
-        step: d.dst_step_elem(),
+        run: dst_run,
     };
-    dst.check(&map, n, size)
+    dst.check(&map, n)
+}
+
+/// reshape_kind GATHER_TRANSPOSE: source indirection only, a plain copy, no shape
+/// register, source rows in HBM, and a destination row step (`dst_step_elem`) of at
+/// least `n` elements on HBM or 1 partition on SBUF/PSUM, the last row on the fabric.
+/// Returns the bytes the direct-side check covers from `dst_start_addr`: every row on
+/// HBM, row 0 on core (the last row, same offset `C - 1` steps on, is checked here).
+fn gather_transpose(map: &AddressMap, d: &DmaIndirect1d) -> Result<u128, Error> {
+    let at = DmaIndirect1d::at;
+    let mode = d.flags().indirect_mode()?;
+    let src_only = mode == IndirectMode::Src;
+    ensure(
+        src_only,
+        at("flags.indirect_mode"),
+        mode.code(),
+        Rule::TransposeMode,
+    )?;
+    let op = d.compute_op()?;
+    let copy = op == ComputeOp::None;
+    ensure(copy, at("compute_op"), op.code(), Rule::TransposeComputeOp)?;
+    let shape = d.shape_reg();
+    ensure(
+        !shape.present(),
+        at("shape_reg"),
+        shape.bits(),
+        Rule::TransposeShapeReg,
+    )?;
+    let src = d.src_start_addr();
+    let in_hbm = map.locate(src).is_ok_and(|l| l.space == Space::Hbm);
+    ensure(
+        in_hbm,
+        at("src_start_addr"),
+        src.0,
+        Rule::TransposeSourceHbm,
+    )?;
+    let dst = map
+        .locate(d.dst_start_addr())
+        .map_err(rule::dma_at(at("dst_start_addr")))?;
+    let (n, step) = (d.src_num_elem(), d.dst_step_elem());
+    let on_core = dst.space != Space::Hbm;
+    let least = if on_core { 1 } else { n };
+    ensure(
+        step >= least,
+        at("dst_step_elem"),
+        step,
+        Rule::TransposePitch,
+    )?;
+    let dsize = d.dtype()?.size() as u128;
+    // The caller checked elem_size is a non-zero multiple of the dtype size.
+    let columns = u128::from(d.src_elem_size()) / dsize;
+    let row = u128::from(n) * dsize;
+    if !on_core {
+        return Ok((columns - 1) * u128::from(step) * dsize + row);
+    }
+    let last = u128::from(dst.partition) + (columns - 1) * u128::from(step);
+    let last = Location {
+        partition: u32::try_from(last).unwrap_or(u32::MAX),
+        ..dst
+    };
+    let start = map
+        .fabric_addr(last)
+        .map_err(rule::dma_at(at("dst_start_addr")))?;
+    fabric_span(map, at("dst_start_addr"), start, row)?;
+    Ok(row)
 }
 
 /// `eng_mask` enables at least one queue.
@@ -101,13 +171,14 @@ struct Side {
     start: (FieldPath, FabricAddr),
     index: (FieldPath, Addr4),
     bound: (FieldPath, BoundCheckReg),
-    step: u16,
+    /// Bytes a direct side spans.
+    run: u128,
 }
 
 impl Side {
     /// An indirect side: indices in SBUF partition 0, a usable bound, a mapped base. A
     /// direct side: no index address, no bound, and its whole run on the fabric.
-    fn check(&self, map: &AddressMap, n: u16, elem_size: u32) -> Result<(), Error> {
+    fn check(&self, map: &AddressMap, n: u16) -> Result<(), Error> {
         let (index_at, index) = self.index;
         let (bound_at, bound) = self.bound;
         let (start_at, start) = self.start;
@@ -119,8 +190,7 @@ impl Side {
                 bound.bits(),
                 Rule::UnusedBoundReg,
             )?;
-            let run = run_bytes(&[(n, self.step)], elem_size);
-            return fabric_span(map, start_at, start, run);
+            return fabric_span(map, start_at, start, self.run);
         }
         let (space, partition) = addr4_span(map, index_at, index, u64::from(n) * INDEX_BYTES)?;
         let partition0 = space == Space::Sbuf && partition == 0;
@@ -223,7 +293,7 @@ pub fn dma_memcpy(generation: Generation, d: &DmaDirect2d) -> Result<(), Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::isa::fields::{DmaIndirectFlags, IndirectMode, ShapeReg};
+    use crate::isa::fields::{DmaIndirectFlags, ShapeReg};
     use crate::isa::structs::{Direct2dSide, DmaSide, EmbeddingTable};
     use crate::isa::validate::{assert_fabric, assert_rule};
     use dma::{CceOp, ComputeOp};
@@ -251,6 +321,102 @@ mod tests {
         scatter_dim: IndirectDim,
     ) -> DmaIndirectFlags {
         DmaIndirectFlags::new(mode, true, false, gather_dim, scatter_dim)
+    }
+
+    /// A gather-transpose of 8 rows of 4 f32 (HBM) into `dst`, rows `step` apart.
+    fn transpose(dst: u64, step: u16) -> DmaIndirect1d {
+        let bc = BoundCheckReg::enabled(0, false).unwrap();
+        let src = DmaSide {
+            elem_size: 16,
+            ..side(0x1000, sbuf(0, 0), bc)
+        };
+        let out = DmaSide {
+            elem_size: 16,
+            step_elem: step,
+            ..side(dst, Addr4(0), BoundCheckReg::DISABLED)
+        };
+        let f = flags(IndirectMode::Src, IndirectDim::X, IndirectDim::X);
+        DmaIndirect1d::new(f, src, out, 8, Dtype::F32, ComputeOp::None)
+            .with_reshape_kind(ReshapeKind::GatherTranspose)
+    }
+
+    #[test]
+    fn gather_transpose_rules() {
+        dma_indirect(SUNDA, &transpose(0x10_0000, 8)).unwrap();
+        dma_indirect(SUNDA, &transpose(SBUF_P1, 1)).unwrap();
+        let at = "DMA_INDIRECT1D.dst_step_elem";
+        assert_rule(
+            dma_indirect(SUNDA, &transpose(0x10_0000, 7)),
+            at,
+            7,
+            Rule::TransposePitch,
+        );
+        assert_rule(
+            dma_indirect(SUNDA, &transpose(SBUF_P1, 0)),
+            at,
+            0,
+            Rule::TransposePitch,
+        );
+        // rows in partitions 1, 43, 85, 127 fit; one more partition step does not
+        dma_indirect(SUNDA, &transpose(SBUF_P1, 42)).unwrap();
+        assert_fabric(
+            dma_indirect(SUNDA, &transpose(SBUF_P1, 43)),
+            "DMA_INDIRECT1D.dst_start_addr",
+        );
+        let t = transpose(0x10_0000, 8);
+        let scatter = DmaIndirect1d::new(
+            flags(IndirectMode::Dst, IndirectDim::X, IndirectDim::X),
+            t.dst(),
+            DmaSide {
+                idx_start_addr: sbuf(0, 0),
+                bound: t.src().bound,
+                ..t.src()
+            },
+            8,
+            Dtype::F32,
+            ComputeOp::None,
+        )
+        .with_reshape_kind(ReshapeKind::GatherTranspose);
+        assert_rule(
+            dma_indirect(SUNDA, &scatter),
+            "DMA_INDIRECT1D.flags.indirect_mode",
+            1,
+            Rule::TransposeMode,
+        );
+        let add = DmaIndirect1d::new(t.flags(), t.src(), t.dst(), 8, Dtype::F32, ComputeOp::Add)
+            .with_reshape_kind(ReshapeKind::GatherTranspose);
+        assert_rule(
+            dma_indirect(SUNDA, &add),
+            "DMA_INDIRECT1D.compute_op",
+            1,
+            Rule::TransposeComputeOp,
+        );
+        let shaped = t.with_shape_reg(ShapeReg::at(4).unwrap());
+        assert_rule(
+            dma_indirect(SUNDA, &shaped),
+            "DMA_INDIRECT1D.shape_reg",
+            u64::from(shaped.shape_reg().bits()),
+            Rule::TransposeShapeReg,
+        );
+        let mut from_sbuf = t;
+        from_sbuf = DmaIndirect1d::new(
+            from_sbuf.flags(),
+            DmaSide {
+                start_addr: FabricAddr(SBUF_P1),
+                ..t.src()
+            },
+            t.dst(),
+            8,
+            Dtype::F32,
+            ComputeOp::None,
+        )
+        .with_reshape_kind(ReshapeKind::GatherTranspose);
+        assert_rule(
+            dma_indirect(SUNDA, &from_sbuf),
+            "DMA_INDIRECT1D.src_start_addr",
+            SBUF_P1,
+            Rule::TransposeSourceHbm,
+        );
     }
 
     /// A gather of 4096 rows of 256 bytes from HBM into SBUF partition 1.

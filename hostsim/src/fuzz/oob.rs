@@ -1,0 +1,411 @@
+//! The `oob` target's generators: one fragment per datapath, each aimed at that
+//! datapath's OOB policies and bounds (seed 000 section 7, DESIGN.md "OOB policy"):
+//!
+//! - GATHER 0x68 (after its POOL_BUFFER_LOAD 0x67): IMMEDIATE_WRITE with a random or
+//!   zero immediate, SKIP_WRITE; indices at the window's edges, u8/u16/u32 sentinels;
+//!   windows of 1, 511, 512 elements; negative steps; PSUM destinations (maverick
+//!   rejects them); 4096 and 4097 indices;
+//! - DMA_INDIRECT 0xbb: bound register enabled or disabled, hard error or soft skip,
+//!   notification on or off; tables ending on the last byte of HBM or an SBUF partition;
+//!   duplicates with and without `non_unique_dst_idx`; every compute op;
+//! - INDIRECT_COPY 0xe7: runs that pass the end of the source buffer (the part past the
+//!   end stays zero), the 0xffff sentinel, every run width;
+//! - PSEUDO_EMBEDDING_UPDATE 0xca: indices at and past `num_entries`, duplicates,
+//!   NaN and signed-zero data under add / max / min;
+//! - DMA_MEMCPY 0xb8: overlapping destinations, tables at the end of HBM, eng_mask 0.
+//!
+//! Every fragment draws its data through [`Rng::edge_data`], so NaNs and signed zeros
+//! meet every reduction.
+
+use dma::{CceOp, ComputeOp, Dtype, FabricAddr, Generation, Space};
+
+use crate::fuzz::case::{pack, strided, Builder, Case};
+use crate::fuzz::rng::Rng;
+use crate::isa::{
+    BoundCheckReg, Direct2dSide, DmaDirect2d, DmaIndirect1d, DmaIndirectFlags, DmaSide,
+    EmbeddingTable, IndexMissBehavior, Indirect, IndirectDim, IndirectMode, PoolBufferLoad,
+    PseudoEmbeddingUpdate, S4d4Gt, S4d4Ic,
+};
+
+/// The index limit of one instruction (per channel, per core).
+const LIMIT: u32 = 4096;
+
+/// The `oob` case drawn from `rng`: 1 to 3 fragments on a random generation.
+pub fn case(mut rng: Rng, generation: Option<Generation>) -> Case {
+    let generation = generation.unwrap_or_else(|| rng.pick(&Generation::ALL));
+    let mut b = Builder::new(rng, generation);
+    for _ in 0..b.rng.range(1, 3) {
+        // A fragment that does not fit what is left is skipped (None).
+        let _ = match b.rng.below(5) {
+            0 => gather_fragment(&mut b),
+            1 => dma_indirect_fragment(&mut b),
+            2 => indirect_copy_fragment(&mut b),
+            3 => embedding_fragment(&mut b),
+            _ => memcpy_fragment(&mut b),
+        };
+    }
+    b.finish()
+}
+
+/// The all-ones value of an index dtype of `size` bytes.
+fn sentinel(size: usize) -> u32 {
+    (u64::from(u32::MAX) >> (32 - 8 * size.min(4))) as u32
+}
+
+// ---- GATHER 0x68 with POOL_BUFFER_LOAD 0x67 ---------------------------------------
+
+/// The window a POOL_BUFFER_LOAD loaded.
+struct Window {
+    channels: u32,
+    partition: u32,
+    dtype: Dtype,
+    start: u32,
+    len: u32,
+}
+
+fn gather_fragment(b: &mut Builder) -> Option<()> {
+    let channels = b.rng.pick(&[1, 1, 2, 7, 16, 128]);
+    let partition = b.rng.range(0, 128 - channels);
+    let dtype = b.rng.dtype();
+    let size = dtype.size() as u32;
+    let len = b.rng.pick(&[1, 2, 17, 511, 512, 100]);
+    let start = 512 * b.rng.below(3) as u32;
+    let step: i16 = b.rng.pick(&[1, 1, 1, 2, -1]);
+    let bytes = len * step.unsigned_abs() as u32 * size;
+    let off = b.sbuf(bytes)?;
+    b.data_rows(
+        Space::Sbuf,
+        partition,
+        channels,
+        off,
+        len * step.unsigned_abs() as u32,
+    )?;
+    // A negative step starts at the last element and walks down.
+    let first = if step < 0 {
+        off + (len - 1) * size
+    } else {
+        off
+    };
+    let src = strided(
+        Builder::addr4(Space::Sbuf, partition, first)?,
+        step,
+        len as u16,
+    );
+    let load = PoolBufferLoad::new(src, dtype, channels as u8).with_start_index(start);
+    if !b.rng.chance(5) {
+        b.push("pool_buffer_load", load);
+    }
+    let w = Window {
+        channels,
+        partition,
+        dtype,
+        start,
+        len,
+    };
+    gather(b, &w)
+}
+
+/// One GATHER against `w`, with a random miss policy and immediate.
+fn gather(b: &mut Builder, w: &Window) -> Option<()> {
+    let in_dtype = b.rng.pick(&[Dtype::U8, Dtype::U16, Dtype::U32]);
+    let isize = in_dtype.size();
+    let m = b.rng.edge_count(48, LIMIT);
+    let idx_off = b.sbuf(m * isize as u32)?;
+    for q in w.partition..w.partition + w.channels {
+        let values = b
+            .rng
+            .edge_indices(m as usize, w.start, w.len, sentinel(isize));
+        b.write_at(Space::Sbuf, q, idx_off, &pack(&values, isize))?;
+    }
+    let out_dtype = match b.rng.chance(5) {
+        true => b.rng.dtype(),
+        false => same_size(&mut b.rng, w.dtype),
+    };
+    let dst = gather_dst(b, w.channels, m, out_dtype.size() as u32)?;
+    let miss = b.rng.pick(&[
+        IndexMissBehavior::ImmediateWrite,
+        IndexMissBehavior::SkipWrite,
+    ]);
+    let imm = match b.rng.below(3) {
+        0 => 0,
+        1 => b.rng.next_u32() & sentinel(out_dtype.size()),
+        _ => b.rng.next_u32(),
+    };
+    let src = strided(
+        Builder::addr4(Space::Sbuf, w.partition, idx_off)?,
+        1,
+        m as u16,
+    );
+    let g = S4d4Gt::new(src, dst, in_dtype, out_dtype, w.channels as u8)
+        .with_index_miss_behavior(miss)
+        .with_immediate(imm)
+        .with_free_pool_buffer(b.rng.chance(50));
+    b.push("gather", g);
+    Some(())
+}
+
+/// A dtype of the same size as `d`.
+fn same_size(rng: &mut Rng, d: Dtype) -> Dtype {
+    let same: Vec<Dtype> = Dtype::ALL
+        .into_iter()
+        .filter(|x| x.size() == d.size())
+        .collect();
+    rng.pick_from(&same).unwrap_or(d)
+}
+
+/// A GATHER destination of `m` elements on `channels` channels over random bytes (so
+/// SKIP_WRITE shows): SBUF, or PSUM now and then; step 1, 2 or -1.
+fn gather_dst(b: &mut Builder, channels: u32, m: u32, osize: u32) -> Option<crate::isa::Tensor4d> {
+    let step: i16 = b.rng.pick(&[1, 1, 2, -1]);
+    let bytes = m * step.unsigned_abs() as u32 * osize;
+    let (space, off) = match b.rng.chance(10) {
+        true => (Space::Psum, b.psum(bytes)?),
+        false => (Space::Sbuf, b.sbuf(bytes)?),
+    };
+    let p = b.rng.range(0, 128 - channels);
+    for q in p..p + channels {
+        let bytes = b.rng.bytes(bytes as usize);
+        b.write_at(space, q, off, &bytes)?;
+    }
+    let first = if step < 0 { off + (m - 1) * osize } else { off };
+    Some(strided(Builder::addr4(space, p, first)?, step, m as u16))
+}
+
+// ---- DMA_INDIRECT 0xbb ------------------------------------------------------------
+
+fn dma_indirect_fragment(b: &mut Builder) -> Option<()> {
+    let mode = b
+        .rng
+        .pick(&[IndirectMode::Src, IndirectMode::Dst, IndirectMode::SrcDst]);
+    let dtype = b.rng.dtype();
+    let row = dtype.size() as u32 * b.rng.pick(&[1, 1, 3, 8]);
+    let n = b.rng.edge_count(64, LIMIT);
+    let unique = b.rng.chance(50);
+    let src = dma_side(b, mode.gathers(), n, row)?;
+    let dst = dma_side(b, mode.scatters(), n, row)?;
+    let flags = DmaIndirectFlags::new(
+        mode,
+        b.rng.chance(40),
+        !unique,
+        IndirectDim::X,
+        IndirectDim::X,
+    );
+    let op = b.rng.pick(&ComputeOp::ALL);
+    let d = DmaIndirect1d::new(flags, src, dst, n as u16, dtype, op);
+    b.push("dma_indirect", d);
+    Some(())
+}
+
+/// One side of `n` rows of `row` bytes: an indexed table (indices in SBUF partition 0,
+/// a bound register or none) or a direct run with step 0, 1 or 2.
+fn dma_side(b: &mut Builder, indirect: bool, n: u32, row: u32) -> Option<DmaSide> {
+    if !indirect {
+        let step: u16 = b.rng.pick(&[1, 1, 2, 0]);
+        let rows = u64::from(n - 1) * u64::from(step) + 1;
+        let start = table(b, rows * u64::from(row), false)?;
+        return Some(DmaSide {
+            start_addr: start,
+            idx_start_addr: dma::Addr4(0),
+            elem_size: row,
+            step_elem: step,
+            bound: BoundCheckReg::DISABLED,
+        });
+    }
+    let rows = b.rng.range(1, 40);
+    let start = table(b, u64::from(rows) * u64::from(row), true)?;
+    let bound = match b.rng.below(10) {
+        0..=5 => u64::from(rows),
+        6 => u64::from(rows.saturating_sub(1)),
+        7 => 0,
+        _ => u64::from(rows) + u64::from(b.rng.range(1, 3)),
+    };
+    let bc = match b.rng.chance(20) {
+        true => BoundCheckReg::DISABLED,
+        false => {
+            let silent = b.rng.chance(30);
+            b.bound_register(bound, silent)?
+        }
+    };
+    let limit = if bc.bc_enabled() { bound as u32 } else { rows };
+    let values = b.rng.edge_indices(n as usize, 0, limit, u32::MAX);
+    let idx_off = b.sbuf(n * 4)?;
+    b.write_at(Space::Sbuf, 0, idx_off, &pack(&values, 4))?;
+    Some(DmaSide {
+        start_addr: start,
+        idx_start_addr: Builder::addr4(Space::Sbuf, 0, idx_off)?,
+        elem_size: row,
+        step_elem: 1,
+        bound: bc,
+    })
+}
+
+/// `bytes` of random table rows: in HBM, in one SBUF partition (1..128) when small, or
+/// (with `at_end`, a quarter of the time) ending on the last byte of HBM or of an SBUF
+/// partition, so a row past the table leaves the region.
+fn table(b: &mut Builder, bytes: u64, at_end: bool) -> Option<FabricAddr> {
+    let small = bytes <= 8192;
+    let start = match (at_end && b.rng.chance(25), small && b.rng.chance(25)) {
+        (true, true) => {
+            let off = b.sbuf_top(bytes as u32)?;
+            let p = b.rng.range(1, 127);
+            b.fabric_of(Builder::addr4(Space::Sbuf, p, off)?)?
+        }
+        (true, false) => b.hbm_top(bytes)?,
+        (false, true) => {
+            let off = b.sbuf(bytes as u32)?;
+            let p = b.rng.range(1, 127);
+            b.fabric_of(Builder::addr4(Space::Sbuf, p, off)?)?
+        }
+        (false, false) => b.hbm(bytes)?,
+    };
+    let dtype = b.rng.dtype();
+    let data = b.rng.edge_data(dtype, bytes as usize / dtype.size());
+    b.write(start, &data)?;
+    Some(start)
+}
+
+// ---- INDIRECT_COPY 0xe7 -----------------------------------------------------------
+
+fn indirect_copy_fragment(b: &mut Builder) -> Option<()> {
+    let ch = 16 * b.rng.pick(&[1, 1, 2, 8]);
+    let p_data = 16 * b.rng.range(0, (128 - ch) / 16);
+    let dtype = b.rng.dtype();
+    let size = dtype.size() as u32;
+    let per = b.rng.pick(&[1u32, 2, 4, 8, 16, 32]);
+    let f = b.rng.range(1, 160);
+    let n = match per {
+        1 => b.rng.edge_count(48, LIMIT),
+        _ => b.rng.range(1, 32),
+    };
+    let k = n.div_ceil(16) + b.rng.range(0, 1);
+    let data_off = b.sbuf(f * size)?;
+    b.data_rows(Space::Sbuf, p_data, ch, data_off, f)?;
+    let idx_off = b.sbuf(k * 2)?;
+    for q in p_data..p_data + ch {
+        let ids = b
+            .rng
+            .edge_indices(k as usize, 0, f.saturating_sub(per) + 1, 0xffff);
+        b.write_at(Space::Sbuf, q, idx_off, &pack(&ids, 2))?;
+    }
+    let total = n.checked_mul(per)?;
+    let dst_off = b.sbuf(total * size)?;
+    for q in p_data..p_data + ch {
+        let junk = b.rng.bytes((total * size) as usize);
+        b.write_at(Space::Sbuf, q, dst_off, &junk)?;
+    }
+    let src = Indirect::new(
+        Builder::addr4(Space::Sbuf, p_data, idx_off)?,
+        Builder::addr4(Space::Sbuf, p_data, data_off)?,
+        u16::try_from(total).ok()?,
+    );
+    let dst = strided(
+        Builder::addr4(Space::Sbuf, p_data, dst_off)?,
+        1,
+        total as u16,
+    );
+    let ic = S4d4Ic::gather(src, dst, dtype, per as u8, f, ch as u8);
+    b.push("indirect_copy", ic);
+    Some(())
+}
+
+// ---- PSEUDO_EMBEDDING_UPDATE 0xca -------------------------------------------------
+
+fn embedding_fragment(b: &mut Builder) -> Option<()> {
+    let dtype = b.rng.dtype();
+    let size = dtype.size() as u32;
+    let d = b.rng.range(1, 8);
+    let rows = b.rng.range(1, 32);
+    let stride = d * size + size * b.rng.range(0, 2);
+    let base = table(b, u64::from(rows * stride), true)?;
+    let seq = b.rng.edge_count(64, LIMIT);
+    let span = if b.rng.chance(40) { rows.min(3) } else { rows };
+    let ids = b.rng.edge_indices(seq as usize, 0, span, u32::MAX);
+    let p_idx = b.rng.range(0, 127);
+    let idx_off = b.sbuf(seq * 4)?;
+    b.write_at(Space::Sbuf, p_idx, idx_off, &pack(&ids, 4))?;
+    let p_data = b.rng.range(0, 127);
+    let data_off = b.sbuf(seq * d * size)?;
+    let data = b.rng.edge_data(dtype, (seq * d) as usize);
+    b.write_at(Space::Sbuf, p_data, data_off, &data)?;
+    let table = EmbeddingTable {
+        base_addr: base,
+        num_entries: rows,
+        stride_bytes: stride,
+        num_elements: d,
+    };
+    let cce = b.rng.pick(&[CceOp::Add, CceOp::Max, CceOp::Min]);
+    let e = PseudoEmbeddingUpdate::new(
+        table,
+        Builder::addr4(Space::Sbuf, p_idx, idx_off)?,
+        Builder::addr4(Space::Sbuf, p_data, data_off)?,
+        seq,
+        dtype,
+        cce,
+    );
+    b.push("embedding_update", e);
+    Some(())
+}
+
+// ---- DMA_MEMCPY 0xb8 --------------------------------------------------------------
+
+fn memcpy_fragment(b: &mut Builder) -> Option<()> {
+    let dtype = b.rng.dtype();
+    let elem = dtype.size() as u32 * b.rng.pick(&[1, 1, 2, 4]);
+    let counts = [b.rng.range(1, 16) as u16, b.rng.range(1, 8) as u16];
+    let src = direct2d(b, counts, elem, false)?;
+    let overlap = b.rng.chance(15);
+    let dst = direct2d(b, counts, elem, overlap)?;
+    let op = b.rng.pick(&ComputeOp::ALL);
+    let mask = if b.rng.chance(5) { 0 } else { 0xffff };
+    let m = DmaDirect2d::new(src, dst, elem, counts, dtype, op).with_eng_mask(mask);
+    b.push("dma_memcpy", m);
+    Some(())
+}
+
+/// A 2-D side over fresh random bytes; `overlap` lets its rows overlap.
+fn direct2d(b: &mut Builder, [n0, n1]: [u16; 2], elem: u32, overlap: bool) -> Option<Direct2dSide> {
+    let s0: u16 = b.rng.pick(&[1, 1, 2]);
+    let s1 = match overlap {
+        true => b.rng.range(0, u32::from(n0 * s0)) as u16,
+        false => n0 * s0 + b.rng.range(0, 3) as u16,
+    };
+    let reach = u64::from(n0 - 1) * u64::from(s0) + u64::from(n1 - 1) * u64::from(s1) + 1;
+    Some(Direct2dSide {
+        start_addr: table(b, reach * u64::from(elem), true)?,
+        step_elem: [s0, s1],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cases_are_deterministic_and_cover_every_datapath() {
+        let a = case(Rng::new(42), None);
+        let b = case(Rng::new(42), None);
+        assert_eq!(a.stream, b.stream);
+        assert_eq!(a.fabric.first_difference(&b.fabric), None);
+        assert_eq!(a.regions, b.regions);
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..200 {
+            seen.extend(case(Rng::new(seed), None).labels);
+        }
+        let expected = [
+            "dma_indirect",
+            "dma_memcpy",
+            "embedding_update",
+            "gather",
+            "indirect_copy",
+            "pool_buffer_load",
+        ];
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), expected);
+    }
+
+    #[test]
+    fn sentinels_fill_the_index_width() {
+        assert_eq!(sentinel(1), 0xff);
+        assert_eq!(sentinel(2), 0xffff);
+        assert_eq!(sentinel(4), u32::MAX);
+    }
+}

@@ -1,0 +1,341 @@
+//! Running one stream [`Case`] on every route and comparing them: the closed-form
+//! reference, the POOL kernels and the DGE + DMA engine, each a [`Runtime`] forced to its
+//! mechanism on its own clone of the case's fabric.
+//!
+//! Per instruction every route must report the reference's [`Outcome`], or fail with the
+//! reference's [`ErrorKind`] (never the message text). A route that answers
+//! [`ErrorKind::NoMechanism`] does not serve that instruction (DMA_MEMCPY has no POOL
+//! kernel, the DGE's row-step and window limits): when the reference leaves the core
+//! state as it was, the reference's effect is applied to that route's fabric and the
+//! stream goes on; otherwise the route drops out of the case. A failing instruction ends
+//! the stream, and every route must have left its fabric exactly as it was (fail
+//! closed). At the end each remaining route's fabric and core state must equal the
+//! reference's. A panic anywhere is caught and is a mismatch.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use dma::{EngineConfig, Fabric, Generation};
+
+use crate::core_state::{CoreState, Outcome};
+use crate::error::ErrorKind;
+use crate::fuzz::case::Case;
+use crate::isa::Instruction;
+use crate::reference;
+use crate::runtime::{Mechanism, Runtime};
+
+/// The compared mechanisms, the reference first.
+pub const MECHANISMS: [Mechanism; 3] = [Mechanism::Reference, Mechanism::Pool, Mechanism::Dge];
+
+/// What one instruction did on one route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepResult {
+    /// It ran and reported this outcome.
+    Done(Outcome),
+    /// It was rejected with this kind.
+    Failed(ErrorKind),
+    /// It panicked with this message.
+    Panicked(String),
+}
+
+/// A disagreement between routes, or a panic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Disagreement {
+    /// The mechanism that disagreed with the reference (or panicked).
+    pub mechanism: Mechanism,
+    /// What differed, in words.
+    pub what: String,
+}
+
+/// One route: a forced runtime and its fabric.
+struct Lane {
+    mechanism: Mechanism,
+    runtime: Runtime,
+    fabric: Fabric,
+    active: bool,
+}
+
+/// The runtimes of every route, per generation, built on first use and kept across cases
+/// (each DGE runtime owns a DMA engine with its worker threads).
+#[derive(Default)]
+pub struct Routes {
+    lanes: Vec<(Generation, Vec<Lane>)>,
+}
+
+/// The message of a caught panic.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
+        (Some(s), _) => (*s).to_string(),
+        (None, Some(s)) => s.clone(),
+        (None, None) => "a panic with a non-string payload".to_string(),
+    }
+}
+
+impl Routes {
+    /// No runtime built yet.
+    pub fn new() -> Routes {
+        Routes::default()
+    }
+
+    /// Runs `case` on every route. `Ok(n)`: they agreed on `n` instructions.
+    pub fn compare(&mut self, case: &Case) -> Result<u64, Disagreement> {
+        let result = self.compare_inner(case);
+        if result.is_err() {
+            // A runtime that panicked or diverged is rebuilt for the next case.
+            self.lanes.retain(|(g, _)| *g != case.generation);
+        }
+        result
+    }
+
+    fn compare_inner(&mut self, case: &Case) -> Result<u64, Disagreement> {
+        let lanes = self.lanes_for(case.generation)?;
+        for lane in lanes.iter_mut() {
+            lane.fabric = case.fabric.clone();
+            lane.runtime.reset(case.registers());
+            lane.active = true;
+        }
+        let mut agreed = 0;
+        for (i, inst) in case.stream.iter().enumerate() {
+            let before: Vec<u64> = lanes.iter().map(|l| l.fabric.digest()).collect();
+            let results: Vec<StepResult> = lanes.iter_mut().map(|l| l.step(inst)).collect();
+            let failed = judge(lanes, inst, &results, i)?;
+            agreed += 1;
+            if failed {
+                return fail_closed(lanes, &before, i).map(|()| agreed);
+            }
+        }
+        final_state_agrees(lanes)?;
+        Ok(agreed)
+    }
+
+    /// The lanes of `generation`, built on first use.
+    fn lanes_for(&mut self, generation: Generation) -> Result<&mut Vec<Lane>, Disagreement> {
+        if !self.lanes.iter().any(|(g, _)| *g == generation) {
+            let mut lanes = Vec::new();
+            for m in MECHANISMS {
+                lanes.push(Lane::new(generation, m)?);
+            }
+            self.lanes.push((generation, lanes));
+        }
+        let at = self.lanes.iter().position(|(g, _)| *g == generation);
+        match at.and_then(|at| self.lanes.get_mut(at)) {
+            Some((_, lanes)) => Ok(lanes),
+            None => Err(setup_error(Mechanism::Reference, "no lanes".into())),
+        }
+    }
+}
+
+fn setup_error(mechanism: Mechanism, what: String) -> Disagreement {
+    Disagreement {
+        mechanism,
+        what: format!("cannot build the route: {what}"),
+    }
+}
+
+impl Lane {
+    fn new(generation: Generation, mechanism: Mechanism) -> Result<Lane, Disagreement> {
+        // Two workers: enough to exercise the engine's concurrency on a shared machine.
+        let config = EngineConfig {
+            workers: 2,
+            ..EngineConfig::default()
+        };
+        let runtime = Runtime::with_engine_config(generation, mechanism, config)
+            .map_err(|e| setup_error(mechanism, e.to_string()))?;
+        Ok(Lane {
+            mechanism,
+            runtime,
+            fabric: Fabric::new(generation),
+            active: true,
+        })
+    }
+
+    /// Runs `inst` on this lane, catching a panic.
+    fn step(&mut self, inst: &Instruction) -> StepResult {
+        if !self.active {
+            return StepResult::Failed(ErrorKind::NoMechanism);
+        }
+        let (runtime, fabric) = (&mut self.runtime, &mut self.fabric);
+        match catch_unwind(AssertUnwindSafe(|| runtime.step(fabric, inst))) {
+            Ok(Ok(step)) => StepResult::Done(step.outcome),
+            Ok(Err(e)) => StepResult::Failed(e.kind()),
+            Err(payload) => StepResult::Panicked(panic_message(payload.as_ref())),
+        }
+    }
+
+    /// After this lane answered NoMechanism: the reference's effect applied to its own
+    /// fabric when that leaves the core state as it is, else the lane drops out.
+    fn stand_in(&mut self, inst: &Instruction) {
+        let mut state: CoreState = self.runtime.state().clone();
+        let mut fabric = self.fabric.clone();
+        let ok = reference::execute(&mut fabric, &mut state, inst).is_ok();
+        match ok && state == *self.runtime.state() {
+            true => self.fabric = fabric,
+            false => self.active = false,
+        }
+    }
+}
+
+/// Compares every lane's result at instruction `i` with the reference's (lane 0).
+/// `Ok(true)`: the reference failed (and the others failed alike).
+fn judge(
+    lanes: &mut [Lane],
+    inst: &Instruction,
+    results: &[StepResult],
+    i: usize,
+) -> Result<bool, Disagreement> {
+    let Some((reference, rest)) = results.split_first() else {
+        return Ok(false);
+    };
+    let opcode = inst.opcode().code();
+    if let StepResult::Panicked(msg) = reference {
+        return Err(panicked(Mechanism::Reference, i, opcode, msg));
+    }
+    for (lane, got) in lanes.iter_mut().skip(1).zip(rest) {
+        if !lane.active {
+            continue;
+        }
+        match got {
+            StepResult::Panicked(msg) => return Err(panicked(lane.mechanism, i, opcode, msg)),
+            StepResult::Failed(ErrorKind::NoMechanism)
+                if *reference != StepResult::Failed(ErrorKind::NoMechanism) =>
+            {
+                lane.stand_in(inst);
+            }
+            _ if got != reference => {
+                return Err(Disagreement {
+                    mechanism: lane.mechanism,
+                    what: format!(
+                    "instruction {i} ({opcode:#04x}): {} gave {got:?}, the reference {reference:?}",
+                    lane.mechanism.name()
+                ),
+                })
+            }
+            _ => {}
+        }
+    }
+    Ok(matches!(reference, StepResult::Failed(_)))
+}
+
+fn panicked(mechanism: Mechanism, i: usize, opcode: u8, msg: &str) -> Disagreement {
+    Disagreement {
+        mechanism,
+        what: format!(
+            "instruction {i} ({opcode:#04x}): {} panicked: {msg}",
+            mechanism.name()
+        ),
+    }
+}
+
+/// After a rejected instruction `i`: every lane's fabric is as it was before it.
+fn fail_closed(lanes: &[Lane], before: &[u64], i: usize) -> Result<(), Disagreement> {
+    for (lane, digest) in lanes.iter().zip(before) {
+        if lane.active && lane.fabric.digest() != *digest {
+            return Err(Disagreement {
+                mechanism: lane.mechanism,
+                what: format!(
+                    "instruction {i} was rejected but {} changed the fabric",
+                    lane.mechanism.name()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Every active lane's fabric and core state equal the reference's.
+fn final_state_agrees(lanes: &[Lane]) -> Result<(), Disagreement> {
+    let Some((reference, rest)) = lanes.split_first() else {
+        return Ok(());
+    };
+    for lane in rest.iter().filter(|l| l.active) {
+        if let Some(at) = lane.fabric.first_difference(&reference.fabric) {
+            return Err(Disagreement {
+                mechanism: lane.mechanism,
+                what: format!(
+                    "{} leaves a fabric that differs from the reference's at {:#x}",
+                    lane.mechanism.name(),
+                    at.0
+                ),
+            });
+        }
+        if lane.runtime.state() != reference.runtime.state() {
+            return Err(Disagreement {
+                mechanism: lane.mechanism,
+                what: format!(
+                    "{} leaves a core state (Pool_Buffers, registers) unlike the reference's",
+                    lane.mechanism.name()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fuzz::case::Builder;
+    use crate::fuzz::rng::Rng;
+    use crate::isa::{Direct2dSide, DmaDirect2d};
+    use dma::{ComputeOp, Dtype, FabricAddr};
+
+    fn memcpy(src: u64, dst: u64) -> DmaDirect2d {
+        let side = |a| Direct2dSide {
+            start_addr: FabricAddr(a),
+            step_elem: [1, 4],
+        };
+        DmaDirect2d::new(side(src), side(dst), 4, [4, 1], Dtype::U32, ComputeOp::None)
+    }
+
+    #[test]
+    fn routes_agree_on_a_memcpy_the_pool_route_does_not_serve() {
+        let mut b = Builder::new(Rng::new(1), Generation::Sunda);
+        b.write(FabricAddr(0x1000), &[7; 16]).unwrap();
+        b.push("dma_memcpy", memcpy(0x1000, 0x2000));
+        let case = b.finish();
+        let mut routes = Routes::new();
+        assert_eq!(routes.compare(&case), Ok(1));
+    }
+
+    #[test]
+    fn a_rejected_instruction_ends_the_stream_alike() {
+        let mut b = Builder::new(Rng::new(1), Generation::Cayman);
+        b.push("dma_memcpy", memcpy(0x1000, 0x2000).with_eng_mask(0));
+        b.push("dma_memcpy", memcpy(0x1000, 0x3000));
+        let mut routes = Routes::new();
+        assert_eq!(routes.compare(&b.finish()), Ok(1));
+    }
+
+    #[test]
+    fn a_judged_difference_names_the_route() {
+        let mut lanes = vec![
+            Lane::new(Generation::Cayman, Mechanism::Reference).unwrap(),
+            Lane::new(Generation::Cayman, Mechanism::Dge).unwrap(),
+        ];
+        let inst: Instruction = memcpy(0, 0).into();
+        let results = [
+            StepResult::Failed(ErrorKind::Fabric),
+            StepResult::Panicked("boom".into()),
+        ];
+        let e = judge(&mut lanes, &inst, &results, 3).unwrap_err();
+        assert_eq!(e.mechanism, Mechanism::Dge);
+        assert_eq!(e.what, "instruction 3 (0xb8): dge panicked: boom");
+        let results = [
+            StepResult::Failed(ErrorKind::Fabric),
+            StepResult::Failed(ErrorKind::Decode),
+        ];
+        let e = judge(&mut lanes, &inst, &results, 0).unwrap_err();
+        assert_eq!(
+            e.what,
+            "instruction 0 (0xb8): dge gave Failed(Decode), the reference Failed(Fabric)"
+        );
+        let same = [
+            StepResult::Failed(ErrorKind::Fabric),
+            StepResult::Failed(ErrorKind::Fabric),
+        ];
+        assert_eq!(judge(&mut lanes, &inst, &same, 0), Ok(true));
+        assert_eq!(panic_message(&"x"), "x");
+    }
+}

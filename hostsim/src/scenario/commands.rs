@@ -1,0 +1,185 @@
+//! The bodies of `hostsim run`, `hostsim gen` and `hostsim replay`: each checks its
+//! input whole, does its work, writes its outputs only on success, and returns the text
+//! the command prints (the binary only parses arguments and prints).
+
+use std::fmt::Write;
+use std::path::Path;
+
+use dma::Generation;
+
+use super::{exec, load, prepare, queues, Overrides, Prepared};
+use crate::error::Error;
+use crate::runtime::Mechanism;
+
+/// The settings `run` may override, as the command line spells them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    pub generation: Option<String>,
+    pub mechanism: Option<String>,
+    pub queues: Option<usize>,
+}
+
+impl Settings {
+    /// The overrides, names parsed.
+    pub fn overrides(&self) -> Result<Overrides, Error> {
+        let generation = self
+            .generation
+            .as_deref()
+            .map(Generation::from_name)
+            .transpose()?;
+        let mechanism = match self.mechanism.as_deref() {
+            None => None,
+            Some(m) => Some(Mechanism::from_name(m).ok_or_else(|| Error::Scenario {
+                what: format!("--mechanism {m}"),
+                rule: "must be auto, pool, dge or reference".into(),
+            })?),
+        };
+        Ok(Overrides {
+            generation,
+            mechanism,
+            queues: self.queues,
+        })
+    }
+}
+
+fn prepared(scenario: &Path, settings: &Settings) -> Result<Prepared, Error> {
+    prepare(&load(scenario)?, settings.overrides()?)
+}
+
+/// `hostsim run` without a timeline: executes the scenario, writes `out` (if given,
+/// only on success) and returns the summary.
+pub fn run(scenario: &Path, out: Option<&Path>, settings: &Settings) -> Result<String, Error> {
+    let outputs = Outputs {
+        dir: out,
+        timeline: None,
+    };
+    run_with(scenario, outputs, settings)
+}
+
+/// Where `run` and `replay` write: the output folder, the SVG timeline.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Outputs<'a> {
+    pub dir: Option<&'a Path>,
+    pub timeline: Option<&'a Path>,
+}
+
+/// `hostsim run --timeline`: executes the scenario, writes the outputs asked for (only on success)
+/// and returns the summary. The timeline draws the DGE route's descriptor queues
+/// (replays chained as `gen` chains them).
+pub fn run_with(
+    scenario: &Path,
+    outputs: Outputs<'_>,
+    settings: &Settings,
+) -> Result<String, Error> {
+    let p = prepared(scenario, settings)?;
+    let (exec, replays) = p.execute_recording(p.mechanism, outputs.timeline.is_some())?;
+    let report = exec::Report::of_run(&p, &exec);
+    let svg = match outputs.timeline {
+        Some(_) => {
+            let set = queues::QueueSet::chained(&p, &replays)?;
+            Some(queues::timeline_svg(
+                &set,
+                &format!("hostsim run {}", scenario.display()),
+            )?)
+        }
+        None => None,
+    };
+    let mut text = format!(
+        "{}: {} ops on {} (mechanism {}, {} queues)\n",
+        scenario.display(),
+        p.ops.len(),
+        p.generation,
+        p.mechanism.name(),
+        p.queues
+    );
+    text += &report.table();
+    write(
+        &p,
+        &exec.fabric,
+        &report,
+        outputs,
+        svg.as_deref(),
+        &mut text,
+    )?;
+    Ok(text)
+}
+
+/// `hostsim gen`: records the scenario's DGE queues into the queue file `out`.
+pub fn gen(scenario: &Path, out: &Path, queue_count: Option<usize>) -> Result<String, Error> {
+    let settings = Settings {
+        queues: queue_count,
+        ..Settings::default()
+    };
+    let p = prepared(scenario, &settings)?;
+    let set = queues::generate(&p)?;
+    queues::write_queue_file(out, &set)?;
+    let counts = set.counts();
+    let mut text = format!(
+        "{}: {} descriptors from {} ops ({} engine replays chained by semaphores) on {}, {} queues\n",
+        out.display(),
+        counts.iter().sum::<usize>(),
+        p.ops.len(),
+        set.replays,
+        p.generation,
+        counts.len()
+    );
+    for (q, n) in counts.iter().enumerate() {
+        let _ = writeln!(text, "queue {q:>2}: {n} descriptors");
+    }
+    Ok(text)
+}
+
+/// `hostsim replay`: replays the queue file over the scenario's initial tensors and
+/// writes the outputs asked for (only on success).
+pub fn replay(file: &Path, scenario: &Path, outputs: Outputs<'_>) -> Result<String, Error> {
+    let p = prepared(scenario, &Settings::default())?;
+    let done = queues::replay(&p, file)?;
+    let report = done.report();
+    let svg = match outputs.timeline {
+        Some(_) => {
+            let mut f = dma::queue_file::VerifiedQueueFile::open_path(file)?;
+            Some(queues::file_svg(
+                &mut f,
+                &format!("hostsim replay {}", file.display()),
+            )?)
+        }
+        None => None,
+    };
+    let mut text = format!(
+        "{}: replayed over the tensors of {}\n",
+        file.display(),
+        scenario.display()
+    );
+    text += &report.table();
+    write(
+        &p,
+        &done.fabric,
+        &report,
+        outputs,
+        svg.as_deref(),
+        &mut text,
+    )?;
+    Ok(text)
+}
+
+/// Writes what `outputs` asks for after a success: the folder (tensors of `fabric` and
+/// `report`), then the SVG; says so in `text`.
+fn write(
+    p: &Prepared,
+    fabric: &dma::Fabric,
+    report: &exec::Report,
+    outputs: Outputs<'_>,
+    svg: Option<&str>,
+    text: &mut String,
+) -> Result<(), Error> {
+    if let Some(dir) = outputs.dir {
+        exec::write_outputs(dir, &p.outputs(fabric)?, report)?;
+        let (n, d) = (p.tensors.len(), dir.display());
+        let _ = writeln!(text, "wrote {n} tensors and report.json to {d}");
+    }
+    if let (Some(path), Some(svg)) = (outputs.timeline, svg) {
+        crate::timeline::write_svg(path, svg)?;
+        let _ = writeln!(text, "wrote the timeline to {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,213 @@
+//! The `.npy` inputs of the three example scenarios in the repository's `examples/`
+//! folder, made deterministically (a fixed xorshift stream per file): `cargo run -p
+//! hostsim --example make_examples` writes them, a test regenerates them and compares
+//! with the committed files, and the demo uses the embedding example's indices.
+//!
+//! - `embedding/`: `ids.npy`, 4096 u32 row indices into a 1000-row table, drawn with
+//!   repeats, the last [`EMBEDDING_PADDING`] padded with the out-of-range row 1000;
+//! - `pool_gathers/`: `nc_idx.npy` (u32 `[16, 256]`, some past the 1500-element rows),
+//!   `lg_src.npy` (bf16 bits `[32, 512]`) and `lg_idx.npy` (u16 element offsets
+//!   `[32, 8]`);
+//! - `copy_update/`: `table.npy` (f32 `[256, 32]`), `upd_idx.npy` (u32 `[1, 512]`, some
+//!   past the 256 rows) and `upd_data.npy` (f32 `[1, 512, 32]`).
+
+use std::path::{Path, PathBuf};
+
+use dma::Dtype;
+
+use crate::error::Error;
+use crate::npy::{self, storage_descr, NpyArray};
+
+/// Rows of the embedding example's table.
+pub const EMBEDDING_ROWS: u32 = 1000;
+/// Indices of the embedding example.
+pub const EMBEDDING_INDICES: usize = 4096;
+/// Trailing indices of the embedding example padded with [`EMBEDDING_ROWS`].
+pub const EMBEDDING_PADDING: usize = 96;
+
+/// A deterministic xorshift64 stream.
+struct Stream(u64);
+
+impl Stream {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
+}
+
+fn array(dtype: Dtype, shape: &[u64], data: Vec<u8>) -> NpyArray {
+    NpyArray {
+        descr: storage_descr(dtype).to_string(),
+        shape: shape.to_vec(),
+        data,
+    }
+}
+
+fn u32s(values: impl IntoIterator<Item = u32>) -> Vec<u8> {
+    values.into_iter().flat_map(u32::to_le_bytes).collect()
+}
+
+/// Small multiples of 1/8 in -125..125: exact in f32 and bf16.
+fn eighths(s: &mut Stream) -> f32 {
+    (s.below(2000) as f32 - 1000.0) / 8.0
+}
+
+/// The embedding example's `ids.npy`: `[1, 4096]` u32.
+pub fn embedding_ids() -> NpyArray {
+    let mut s = Stream(0x2545_f491_4f6c_dd1d);
+    let ids = (0..EMBEDDING_INDICES).map(|i| match i >= EMBEDDING_INDICES - EMBEDDING_PADDING {
+        true => EMBEDDING_ROWS,
+        false => s.below(u64::from(EMBEDDING_ROWS)) as u32,
+    });
+    array(
+        Dtype::U32,
+        &[1, EMBEDDING_INDICES as u64],
+        u32s(ids.collect::<Vec<_>>()),
+    )
+}
+
+fn pool_gathers() -> Vec<(&'static str, NpyArray)> {
+    let mut s = Stream(0x9e37_79b9_7f4a_7c15);
+    let nc_idx = u32s(
+        (0..16 * 256)
+            .map(|_| s.below(1600) as u32)
+            .collect::<Vec<_>>(),
+    );
+    let lg_src: Vec<u8> = (0..32 * 512)
+        .flat_map(|_| half::bf16::from_f32(eighths(&mut s)).to_le_bytes())
+        .collect();
+    let lg_idx: Vec<u8> = (0..32 * 8)
+        .flat_map(|_| (s.below(508) as u16).to_le_bytes())
+        .collect();
+    vec![
+        (
+            "pool_gathers/nc_idx.npy",
+            array(Dtype::U32, &[16, 256], nc_idx),
+        ),
+        (
+            "pool_gathers/lg_src.npy",
+            array(Dtype::Bf16, &[32, 512], lg_src),
+        ),
+        (
+            "pool_gathers/lg_idx.npy",
+            array(Dtype::U16, &[32, 8], lg_idx),
+        ),
+    ]
+}
+
+fn copy_update() -> Vec<(&'static str, NpyArray)> {
+    let mut s = Stream(0xd1b5_4a32_d192_ed03);
+    let f32s = |s: &mut Stream, n: usize| -> Vec<u8> {
+        (0..n).flat_map(|_| eighths(s).to_le_bytes()).collect()
+    };
+    let table = f32s(&mut s, 256 * 32);
+    let idx = u32s((0..512).map(|_| s.below(300) as u32).collect::<Vec<_>>());
+    let data = f32s(&mut s, 512 * 32);
+    vec![
+        (
+            "copy_update/table.npy",
+            array(Dtype::F32, &[256, 32], table),
+        ),
+        ("copy_update/upd_idx.npy", array(Dtype::U32, &[1, 512], idx)),
+        (
+            "copy_update/upd_data.npy",
+            array(Dtype::F32, &[1, 512, 32], data),
+        ),
+    ]
+}
+
+/// Every example `.npy` file: its path under `examples/` and its array.
+pub fn example_files() -> Vec<(&'static str, NpyArray)> {
+    let mut files = vec![("embedding/ids.npy", embedding_ids())];
+    files.extend(pool_gathers());
+    files.extend(copy_update());
+    files
+}
+
+/// Writes every example `.npy` file under `root` (creating the folders); returns the
+/// paths written.
+pub fn write_examples(root: &Path) -> Result<Vec<PathBuf>, Error> {
+    example_files()
+        .into_iter()
+        .map(|(rel, a)| {
+            let path = root.join(rel);
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| Error::Scenario {
+                    what: dir.display().to_string(),
+                    rule: format!("the folder cannot be created: {e}"),
+                })?;
+            }
+            npy::write(&path, &a)?;
+            Ok(path)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Mechanism;
+    use crate::scenario::{load, prepare, Overrides};
+
+    fn repo_examples() -> PathBuf {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples"))
+    }
+
+    #[test]
+    fn the_committed_files_are_what_the_generator_makes() {
+        let dir = std::env::temp_dir().join(format!("hostsim-examples-{}", std::process::id()));
+        let written = write_examples(&dir).unwrap();
+        assert_eq!(written.len(), 7);
+        for (rel, _) in example_files() {
+            let fresh = std::fs::read(dir.join(rel)).unwrap();
+            let committed = std::fs::read(repo_examples().join(rel)).unwrap();
+            assert!(
+                fresh == committed,
+                "examples/{rel} differs from the generator's output"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_embedding_indices_repeat_and_end_in_padding() {
+        let a = embedding_ids();
+        let ids: Vec<u32> = a
+            .data
+            .chunks(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(ids.len(), EMBEDDING_INDICES);
+        assert!(ids[EMBEDDING_INDICES - EMBEDDING_PADDING..]
+            .iter()
+            .all(|&i| i == EMBEDDING_ROWS));
+        let real = &ids[..EMBEDDING_INDICES - EMBEDDING_PADDING];
+        assert!(real.iter().all(|&i| i < EMBEDDING_ROWS));
+        let mut distinct = real.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() < real.len(), "duplicates exist");
+    }
+
+    #[test]
+    fn every_example_runs_and_matches_the_reference() {
+        for name in ["embedding", "pool_gathers", "copy_update"] {
+            let loaded = load(&repo_examples().join(name).join("scenario.toml")).unwrap();
+            let p = prepare(&loaded, Overrides::default()).unwrap();
+            let routed = p.execute().unwrap();
+            let reference = p.execute_with(Mechanism::Reference).unwrap();
+            assert_eq!(
+                routed.fabric.first_difference(&reference.fabric),
+                None,
+                "{name}"
+            );
+            assert_eq!(routed.reports.len(), 2, "{name}");
+        }
+    }
+}

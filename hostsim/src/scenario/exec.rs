@@ -1,0 +1,571 @@
+//! Running a prepared scenario: the fabric with the initial tensors, the ops executed in
+//! order by one [`Runtime`] (one [`RunReport`] per op), the final tensors read back as
+//! `.npy` arrays, the [`Report`] (`report.json`) and the output folder written only
+//! after success.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use dma::{EngineConfig, Fabric};
+use serde::Serialize;
+
+use super::Prepared;
+use crate::dge_route::RecordedReplays;
+use crate::error::Error;
+use crate::npy::{self, NpyArray};
+use crate::runtime::{Mechanism, RunReport, Runtime};
+
+/// What executing the ops left: the fabric, one report per op, and the wall time of the
+/// execution alone.
+#[derive(Debug)]
+pub struct Execution {
+    /// The fabric after the last op.
+    pub fabric: Fabric,
+    /// Report `i` is op `i`'s.
+    pub reports: Vec<RunReport>,
+    /// Seconds spent executing (no parsing, placement or file I/O).
+    pub wall_seconds: f64,
+}
+
+impl Prepared {
+    /// A fresh fabric of the scenario's generation holding every tensor's initial bytes.
+    pub fn initial_fabric(&self) -> Result<Fabric, Error> {
+        let mut fabric = Fabric::new(self.generation);
+        let map = *fabric.map();
+        for (t, bytes) in self.tensors.iter().zip(&self.initial) {
+            let Some(bytes) = bytes else { continue };
+            let mut at = 0usize;
+            for (addr, len) in t.runs(&map)? {
+                // The initial bytes are exactly the tensor's (checked when prepared).
+                let end = at + len as usize;
+                let row = bytes.get(at..end).ok_or_else(|| Error::Scenario {
+                    what: format!("tensor {} ({})", t.index, t.name),
+                    rule: "initial bytes shorter than the tensor".into(),
+                })?;
+                fabric.write(addr, row)?;
+                at = end;
+            }
+        }
+        Ok(fabric)
+    }
+
+    /// A runtime for `mechanism` with the scenario's generation and queue count.
+    pub fn runtime(&self, mechanism: Mechanism) -> Result<Runtime, Error> {
+        let config = EngineConfig {
+            queues: self.queues,
+            ..EngineConfig::default()
+        };
+        Runtime::with_engine_config(self.generation, mechanism, config)
+    }
+
+    /// Runs every op on `runtime` over `fabric`, in order; the first failing op stops
+    /// the run with [`Error::ScenarioOpFault`].
+    pub fn run_ops(
+        &self,
+        runtime: &mut Runtime,
+        fabric: &mut Fabric,
+    ) -> Result<Vec<RunReport>, Error> {
+        self.ops
+            .iter()
+            .map(|op| {
+                let _span =
+                    tracing::debug_span!("scenario_op", index = op.index, op = op.kind).entered();
+                runtime
+                    .run_lowered(fabric, &op.lowered)
+                    .map_err(|e| Error::ScenarioOpFault {
+                        index: op.index,
+                        op: op.kind,
+                        operands: op.operands.clone(),
+                        source: Box::new(e),
+                    })
+            })
+            .collect()
+    }
+
+    /// Executes the scenario with its mechanism on a fresh fabric.
+    pub fn execute(&self) -> Result<Execution, Error> {
+        self.execute_with(self.mechanism)
+    }
+
+    /// Executes the scenario with `mechanism` on a fresh fabric.
+    pub fn execute_with(&self, mechanism: Mechanism) -> Result<Execution, Error> {
+        self.execute_recording(mechanism, false)
+            .map(|(exec, _)| exec)
+    }
+
+    /// [`Prepared::execute_with`], also returning (when `record`) the queues of every
+    /// replay the DGE route ran.
+    pub fn execute_recording(
+        &self,
+        mechanism: Mechanism,
+        record: bool,
+    ) -> Result<(Execution, RecordedReplays), Error> {
+        let mut fabric = self.initial_fabric()?;
+        let mut runtime = self.runtime(mechanism)?;
+        runtime.record_queues(record);
+        let started = Instant::now();
+        let reports = self.run_ops(&mut runtime, &mut fabric)?;
+        let exec = Execution {
+            fabric,
+            reports,
+            wall_seconds: started.elapsed().as_secs_f64(),
+        };
+        Ok((exec, runtime.take_recorded()))
+    }
+
+    /// Every tensor's contents on `fabric` as a `.npy` array (bf16 as raw `<u2` bits), in
+    /// scenario order.
+    pub fn outputs(&self, fabric: &Fabric) -> Result<Vec<(String, NpyArray)>, Error> {
+        let map = *fabric.map();
+        self.tensors
+            .iter()
+            .map(|t| {
+                let mut data = vec![0u8; t.bytes() as usize];
+                let mut at = 0usize;
+                for (addr, len) in t.runs(&map)? {
+                    let end = at + len as usize;
+                    if let Some(row) = data.get_mut(at..end) {
+                        fabric.read(addr, row)?;
+                    }
+                    at = end;
+                }
+                let a = NpyArray {
+                    descr: npy::storage_descr(t.dtype).to_string(),
+                    shape: t.shape.clone(),
+                    data,
+                };
+                Ok((t.name.clone(), a))
+            })
+            .collect()
+    }
+}
+
+/// One op's line of `report.json`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OpReport {
+    /// The op's kind (`dma_gather`, ...; `replay` for a queue-file replay).
+    pub op: String,
+    /// The mechanisms that ran its instructions, in order of first use, `+`-joined.
+    pub mechanism: String,
+    /// ISA instructions executed.
+    pub instructions: u64,
+    /// DMA descriptors executed.
+    pub descriptors: u64,
+    /// Fabric bytes stored.
+    pub bytes: u64,
+    /// Indices skipped under a soft OOB policy.
+    pub oob_skipped: u64,
+    /// The timing model's estimate, ns.
+    pub estimated_ns: u64,
+}
+
+/// `report.json`'s `total`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TotalReport {
+    pub descriptors: u64,
+    pub bytes: u64,
+    pub oob_skipped: u64,
+    pub estimated_ns: u64,
+    /// Seconds of execution alone (no file I/O).
+    pub wall_seconds: f64,
+}
+
+/// `report.json`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    pub ops: Vec<OpReport>,
+    pub total: TotalReport,
+}
+
+impl Report {
+    /// The report of `exec`, op `i` named by `prepared.ops[i]`.
+    pub fn of_run(prepared: &Prepared, exec: &Execution) -> Report {
+        let ops = prepared
+            .ops
+            .iter()
+            .zip(&exec.reports)
+            .map(|(op, r)| op_report(op.kind, r))
+            .collect();
+        Report::with_total(ops, exec.wall_seconds)
+    }
+
+    /// A report of `ops` whose total sums them.
+    pub fn with_total(ops: Vec<OpReport>, wall_seconds: f64) -> Report {
+        let sum = |f: fn(&OpReport) -> u64| ops.iter().map(f).fold(0u64, u64::saturating_add);
+        let total = TotalReport {
+            descriptors: sum(|o| o.descriptors),
+            bytes: sum(|o| o.bytes),
+            oob_skipped: sum(|o| o.oob_skipped),
+            estimated_ns: sum(|o| o.estimated_ns),
+            wall_seconds,
+        };
+        Report { ops, total }
+    }
+
+    /// `report.json`'s text.
+    pub fn to_json(&self) -> String {
+        // A struct of numbers and strings always serializes.
+        serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
+    }
+
+    /// A short fixed-width table: one line per op and the total.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "{:<4} {:<22} {:<16} {:>6} {:>11} {:>13} {:>8} {:>14}\n",
+            "#", "op", "mechanism", "insts", "descriptors", "bytes", "skipped", "estimated ns"
+        );
+        for (i, o) in self.ops.iter().enumerate() {
+            out += &format!(
+                "{:<4} {:<22} {:<16} {:>6} {:>11} {:>13} {:>8} {:>14}\n",
+                i,
+                o.op,
+                o.mechanism,
+                o.instructions,
+                o.descriptors,
+                o.bytes,
+                o.oob_skipped,
+                o.estimated_ns
+            );
+        }
+        let t = &self.total;
+        out + &format!(
+            "{:<4} {:<22} {:<16} {:>6} {:>11} {:>13} {:>8} {:>14}\nexecution took {:.6} s (wall clock)\n",
+            "", "total", "", "", t.descriptors, t.bytes, t.oob_skipped, t.estimated_ns, t.wall_seconds
+        )
+    }
+}
+
+/// One op's report from its run.
+fn op_report(kind: &str, r: &RunReport) -> OpReport {
+    let mut mechanisms: Vec<&str> = Vec::new();
+    for s in &r.steps {
+        if !mechanisms.contains(&s.taken.name()) {
+            mechanisms.push(s.taken.name());
+        }
+    }
+    OpReport {
+        op: kind.to_string(),
+        mechanism: mechanisms.join("+"),
+        instructions: r.totals.instructions as u64,
+        descriptors: r.totals.descriptors,
+        bytes: r.totals.bytes_written,
+        oob_skipped: r.totals.skipped as u64,
+        estimated_ns: r.estimated_ns(),
+    }
+}
+
+/// Writes `DIR/<name>.npy` for every array and `DIR/report.json`, each atomically
+/// (temporary file, then rename); creates `dir` if needed. Call only after success.
+pub fn write_outputs(
+    dir: &Path,
+    arrays: &[(String, NpyArray)],
+    report: &Report,
+) -> Result<(), Error> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::Scenario {
+        what: dir.display().to_string(),
+        rule: format!("the output folder cannot be created: {e}"),
+    })?;
+    for (name, a) in arrays {
+        npy::write(&dir.join(format!("{name}.npy")), a)?;
+    }
+    write_atomic(&dir.join("report.json"), report.to_json().as_bytes())
+}
+
+/// Writes `bytes` to `path` through a temporary file beside it and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    write_atomic_with(path, |mut file| {
+        file.write_all(bytes)
+            .map_err(|e| io_error(path, "written", e))
+    })
+}
+
+/// Creates a temporary file beside `path`, lets `write` fill it, and renames it over
+/// `path`; on any failure the temporary file is removed and `path` is untouched.
+pub fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(File) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = PathBuf::from(tmp);
+    let file = File::create(&tmp).map_err(|e| io_error(path, "created", e))?;
+    let done = write(file).and_then(|()| {
+        std::fs::rename(&tmp, path).map_err(|e| io_error(path, "renamed into place", e))
+    });
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done
+}
+
+fn io_error(path: &Path, what: &str, e: std::io::Error) -> Error {
+    Error::Scenario {
+        what: path.display().to_string(),
+        rule: format!("cannot be {what}: {e}"),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::scenario::{parse, prepare_with, Format, Loaded, Overrides};
+
+    /// A `.npy` array of u32 values.
+    pub(crate) fn u32_array(shape: &[u64], v: &[u32]) -> NpyArray {
+        NpyArray {
+            descr: "<u4".into(),
+            shape: shape.to_vec(),
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    /// Prepares scenario `text` whose `.npy` files are `files`.
+    pub(crate) fn prepared(
+        text: &str,
+        files: &[(&str, NpyArray)],
+        over: Overrides,
+    ) -> Result<Prepared, Error> {
+        let loaded = Loaded {
+            scenario: parse("t.toml", text, Format::Toml)?,
+            dir: Default::default(),
+            file: "t.toml".into(),
+        };
+        let read = |p: &Path| {
+            files
+                .iter()
+                .find(|(n, _)| Path::new(n) == p)
+                .map(|(_, a)| a.clone())
+                .ok_or_else(|| Error::Npy {
+                    file: p.display().to_string(),
+                    rule: "missing".into(),
+                })
+        };
+        prepare_with(&loaded, over, &read)
+    }
+
+    /// The final contents of tensor `name` as little-endian words of 4 (or 2) bytes.
+    fn words(out: &[(String, NpyArray)], name: &str, size: usize) -> Vec<u64> {
+        let a = &out.iter().find(|(n, _)| n == name).unwrap().1;
+        a.data
+            .chunks(size)
+            .map(|c| c.iter().rev().fold(0u64, |acc, &b| acc << 8 | u64::from(b)))
+            .collect()
+    }
+
+    fn f32s(v: &[f32]) -> Vec<u64> {
+        v.iter().map(|x| u64::from(x.to_bits())).collect()
+    }
+
+    /// Runs `text` with every mechanism that serves it on `generations` and checks that
+    /// tensor `name` ends as `want` (words of `size` bytes) on each.
+    fn check(text: &str, files: &[(&str, NpyArray)], name: &str, size: usize, want: &[u64]) {
+        for g in [dma::Generation::Sunda, dma::Generation::Cayman] {
+            for m in [Mechanism::Auto, Mechanism::Reference] {
+                let over = Overrides {
+                    generation: Some(g),
+                    mechanism: Some(m),
+                    queues: Some(3),
+                };
+                let p = prepared(text, files, over).unwrap();
+                let exec = p.execute().unwrap();
+                let got = words(&p.outputs(&exec.fabric).unwrap(), name, size);
+                assert_eq!(got, want, "{g} {}", m.name());
+            }
+        }
+    }
+
+    const TABLE: &str = "[[tensor]]\nname = \"table\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [4, 3]\ninit = \"iota\"\n";
+
+    #[test]
+    fn dma_gather_skips_out_of_range_rows() {
+        let text = format!(
+            "{TABLE}[[tensor]]\nname = \"idx\"\nspace = \"sbuf\"\ndtype = \"u32\"\nshape = [1, 3]\ninit = \"idx.npy\"\n\
+             [[tensor]]\nname = \"out\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [3, 3]\n\
+             [[op]]\nop = \"dma_gather\"\nsrc = \"table\"\nindex = \"idx\"\ndst = \"out\"\noob = \"skip\"\n"
+        );
+        let files = [("idx.npy", u32_array(&[1, 3], &[2, 0, 9]))];
+        let want = f32s(&[6., 7., 8., 0., 1., 2., 0., 0., 0.]);
+        check(&text, &files, "out", 4, &want);
+        let p = prepared(&text, &files, Overrides::default()).unwrap();
+        let report = Report::of_run(&p, &p.execute().unwrap());
+        let op = &report.ops[0];
+        assert_eq!(
+            (
+                op.op.as_str(),
+                op.mechanism.as_str(),
+                op.instructions,
+                op.bytes,
+                op.oob_skipped
+            ),
+            ("dma_gather", "dge", 1, 24, 1)
+        );
+        assert_eq!(report.total.descriptors, op.descriptors);
+    }
+
+    #[test]
+    fn dma_scatter_add_accumulates_duplicates() {
+        let text = "[[tensor]]\nname = \"g\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [4, 2]\ninit = \"iota\"\n\
+             [[tensor]]\nname = \"idx\"\nspace = \"sbuf\"\ndtype = \"u32\"\nshape = [1, 4]\ninit = \"idx.npy\"\n\
+             [[tensor]]\nname = \"acc\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [3, 2]\n\
+             [[op]]\nop = \"dma_scatter\"\nsrc = \"g\"\nindex = \"idx\"\ndst = \"acc\"\ncompute = \"add\"\nunique_indices = false\noob = \"skip\"\n";
+        let files = [("idx.npy", u32_array(&[1, 4], &[1, 1, 0, 5]))];
+        check(text, &files, "acc", 4, &f32s(&[4., 5., 2., 4., 0., 0.]));
+    }
+
+    #[test]
+    fn dma_copy_transposes_by_patterns() {
+        let text = "[[tensor]]\nname = \"m\"\nspace = \"hbm\"\ndtype = \"i32\"\nshape = [2, 3]\ninit = \"iota\"\n\
+             [[tensor]]\nname = \"t\"\nspace = \"hbm\"\ndtype = \"i32\"\nshape = [3, 2]\n\
+             [[op]]\nop = \"dma_copy\"\nsrc = \"m\"\ndst = \"t\"\nsrc_pattern = { ap = [[1, 3], [3, 2]] }\ndst_pattern = { ap = [[2, 3], [1, 2]] }\n";
+        check(text, &[], "t", 4, &[0, 3, 1, 4, 2, 5]);
+    }
+
+    #[test]
+    fn dma_gather_transpose_writes_columns_to_partitions() {
+        let text = "[[tensor]]\nname = \"s\"\nspace = \"hbm\"\ndtype = \"u16\"\nshape = [4, 3]\ninit = \"iota\"\n\
+             [[tensor]]\nname = \"i\"\nspace = \"sbuf\"\ndtype = \"u32\"\nshape = [1, 2]\ninit = \"i.npy\"\n\
+             [[tensor]]\nname = \"d\"\nspace = \"sbuf\"\ndtype = \"u16\"\nshape = [3, 2]\npartition = 4\n\
+             [[op]]\nop = \"dma_gather_transpose\"\nsrc = \"s\"\nindex = \"i\"\ndst = \"d\"\n";
+        let files = [("i.npy", u32_array(&[1, 2], &[3, 1]))];
+        check(text, &files, "d", 2, &[9, 3, 10, 4, 11, 5]);
+    }
+
+    #[test]
+    fn nc_n_gather_zeroes_misses() {
+        let text = "[[tensor]]\nname = \"d\"\nspace = \"sbuf\"\ndtype = \"f32\"\nshape = [2, 4]\ninit = \"iota\"\n\
+             [[tensor]]\nname = \"i\"\nspace = \"sbuf\"\ndtype = \"u32\"\nshape = [2, 3]\ninit = \"i.npy\"\n\
+             [[tensor]]\nname = \"o\"\nspace = \"sbuf\"\ndtype = \"f32\"\nshape = [2, 3]\n\
+             [[op]]\nop = \"nc_n_gather\"\ndata = \"d\"\nindex = \"i\"\ndst = \"o\"\n";
+        let files = [("i.npy", u32_array(&[2, 3], &[3, 0, 7, 1, 1, 2]))];
+        check(text, &files, "o", 4, &f32s(&[3., 0., 0., 5., 5., 6.]));
+    }
+
+    #[test]
+    fn local_gather_copies_runs_at_element_offsets() {
+        let text = "[[tensor]]\nname = \"s\"\nspace = \"sbuf\"\ndtype = \"u16\"\nshape = [16, 8]\ninit = \"iota\"\n\
+             [[tensor]]\nname = \"i\"\nspace = \"sbuf\"\ndtype = \"u16\"\nshape = [16, 1]\ninit = \"i.npy\"\n\
+             [[tensor]]\nname = \"o\"\nspace = \"sbuf\"\ndtype = \"u16\"\nshape = [16, 4]\n\
+             [[op]]\nop = \"local_gather\"\nsrc = \"s\"\nindex = \"i\"\ndst = \"o\"\nnum_elem_per_idx = 2\nnum_valid_indices = 2\n";
+        let mut idx = vec![0u8; 32];
+        idx[0] = 3;
+        let files = [(
+            "i.npy",
+            NpyArray {
+                descr: "<u2".into(),
+                shape: vec![16, 1],
+                data: idx,
+            },
+        )];
+        let want: Vec<u64> = (0..16u64)
+            .flat_map(|p| [8 * p + 3, 8 * p + 4, 8 * p, 8 * p + 1])
+            .collect();
+        check(text, &files, "o", 2, &want);
+    }
+
+    #[test]
+    fn embedding_update_reduces_in_index_order() {
+        let text = "[[tensor]]\nname = \"t\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [3, 2]\ninit = \"iota\"\n\
+             [[tensor]]\nname = \"i\"\nspace = \"sbuf\"\ndtype = \"u32\"\nshape = [1, 3]\ninit = \"i.npy\"\n\
+             [[tensor]]\nname = \"d\"\nspace = \"sbuf\"\ndtype = \"f32\"\nshape = [1, 3, 2]\ninit = \"iota\"\npartition = 2\n\
+             [[op]]\nop = \"embedding_update\"\ntable = \"t\"\nindex = \"i\"\ndata = \"d\"\nreduce = \"add\"\n";
+        let files = [("i.npy", u32_array(&[1, 3], &[2, 7, 2]))];
+        check(text, &files, "t", 4, &f32s(&[0., 1., 2., 3., 8., 11.]));
+    }
+
+    #[test]
+    fn isa_runs_a_raw_instruction() {
+        let copy = "[[tensor]]\nname = \"m\"\nspace = \"hbm\"\ndtype = \"i32\"\nshape = [2, 3]\ninit = \"iota\"\n\
+             [[tensor]]\nname = \"t\"\nspace = \"hbm\"\ndtype = \"i32\"\nshape = [2, 3]\n";
+        let lowered = prepared(
+            &format!("{copy}[[op]]\nop = \"dma_copy\"\nsrc = \"m\"\ndst = \"t\"\n"),
+            &[],
+            Overrides::default(),
+        )
+        .unwrap();
+        let bytes = lowered.ops[0].lowered.instructions[0].encode();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let text = format!("{copy}[[op]]\nop = \"isa\"\nhex = \"0x{hex}\"\n");
+        check(&text, &[], "t", 4, &[0, 1, 2, 3, 4, 5]);
+        let inst = &lowered.ops[0].lowered.instructions[0];
+        let fields = crate::isa::text::to_toml(inst, None);
+        let text = format!("{copy}[[op]]\nop = \"isa\"\n[op.fields]\n{fields}");
+        check(&text, &[], "t", 4, &[0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn a_hard_oob_index_stops_the_run_naming_op_position_value_and_bound() {
+        let text = format!(
+            "{TABLE}[[tensor]]\nname = \"idx\"\nspace = \"sbuf\"\ndtype = \"u32\"\nshape = [1, 3]\ninit = \"idx.npy\"\n\
+             [[tensor]]\nname = \"out\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [3, 3]\n\
+             [[op]]\nop = \"dma_gather\"\nsrc = \"table\"\nindex = \"idx\"\ndst = \"out\"\n"
+        );
+        let files = [("idx.npy", u32_array(&[1, 3], &[2, 0, 9]))];
+        let p = prepared(&text, &files, Overrides::default()).unwrap();
+        let e = p.execute().unwrap_err();
+        assert_eq!(crate::scenario::exit_code(&e), 1);
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("op 0 (dma_gather src=table index=idx dst=out) failed while running"),
+            "{msg}"
+        );
+        assert!(
+            msg.ends_with("src index 9 at position 2 is out of bounds (4 rows)"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn reports_serialize_exactly_the_issue_fields() {
+        let op = OpReport {
+            op: "dma_copy".into(),
+            mechanism: "dge".into(),
+            instructions: 1,
+            descriptors: 2,
+            bytes: 3,
+            oob_skipped: 4,
+            estimated_ns: 5,
+        };
+        let r = Report::with_total(vec![op.clone(), op], 0.5);
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        let want = serde_json::json!({
+            "ops": [
+                {"op": "dma_copy", "mechanism": "dge", "instructions": 1, "descriptors": 2, "bytes": 3, "oob_skipped": 4, "estimated_ns": 5},
+                {"op": "dma_copy", "mechanism": "dge", "instructions": 1, "descriptors": 2, "bytes": 3, "oob_skipped": 4, "estimated_ns": 5}
+            ],
+            "total": {"descriptors": 4, "bytes": 6, "oob_skipped": 8, "estimated_ns": 10, "wall_seconds": 0.5}
+        });
+        assert_eq!(v, want);
+        assert_eq!(r.table().lines().count(), 5);
+    }
+
+    #[test]
+    fn outputs_are_written_atomically_only_when_asked() {
+        let dir = std::env::temp_dir().join(format!("hostsim-exec-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let a = u32_array(&[2], &[1, 2]);
+        let r = Report::with_total(Vec::new(), 0.0);
+        write_outputs(&dir, &[("x".into(), a.clone())], &r).unwrap();
+        assert_eq!(npy::read(&dir.join("x.npy")).unwrap(), a);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("report.json")).unwrap(),
+            r.to_json()
+        );
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["report.json", "x.npy"]);
+        let failed = write_atomic_with(&dir.join("y"), |_| {
+            Err(Error::Scenario {
+                what: "w".into(),
+                rule: "r".into(),
+            })
+        });
+        assert!(failed.is_err());
+        assert!(!dir.join("y").exists() && !dir.join("y.partial").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

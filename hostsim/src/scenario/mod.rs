@@ -1,0 +1,432 @@
+//! # Scenarios: tensors and ops described in TOML (or JSON), with `.npy` data
+//!
+//! A scenario names a generation and a mechanism, declares tensors (name, space, dtype,
+//! shape, initial contents, optional placement) and lists NKI-level ops over them
+//! (`dma_gather`, `dma_scatter`, `dma_gather_transpose`, `dma_copy`, `nc_n_gather`,
+//! `local_gather`, `embedding_update`, or a raw `isa` instruction). The schema is
+//! [`model::Scenario`], a plain data type with [`model::Scenario::to_toml`].
+//!
+//! The life of a scenario:
+//!
+//! 1. [`load`] / [`parse`]: the text, with unknown fields denied; a syntax or schema
+//!    error names the file, line and column ([`Error::ScenarioSyntax`]).
+//! 2. [`prepare`]: the whole scenario is checked before anything runs: tensors placed
+//!    and their `.npy` files read and checked ([`place`]), every op lowered to ISA
+//!    instructions for the generation through `crate::nki` ([`ops`]). Errors name the
+//!    tensor or op by index and name and the rule.
+//! 3. [`Prepared::execute`] ([`exec`]): the ops run in order on one
+//!    [`crate::runtime::Runtime`]; the first fault stops the run
+//!    ([`Error::ScenarioOpFault`]).
+//! 4. [`exec::write_outputs`]: only after success, `DIR/<tensor>.npy` and
+//!    `DIR/report.json`, each written atomically.
+//!
+//! [`queues`] records the DGE's descriptor queues of a run into one queue file
+//! (`hostsim gen`) and replays such a file over the scenario's tensors (`hostsim
+//! replay`). [`exit_code`] is the CLI's status for an error: 1 for a fault while
+//! running, 2 for invalid input.
+
+pub mod commands;
+pub mod examples;
+pub mod exec;
+pub mod model;
+pub mod ops;
+pub mod place;
+pub mod queues;
+
+use std::path::{Path, PathBuf};
+
+use dma::{AddressMap, Generation};
+
+pub use exec::{Execution, OpReport, Report, TotalReport};
+pub use model::{OpSpec, Scenario, TensorSpec};
+pub use ops::PreparedOp;
+pub use place::Placed;
+
+use crate::error::{Error, ErrorKind};
+use crate::runtime::Mechanism;
+
+/// DMA queues used when neither the command line nor anything else says.
+pub const DEFAULT_QUEUES: usize = 16;
+
+/// The text format of a scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Toml,
+    Json,
+}
+
+impl Format {
+    /// JSON for a `.json` extension, TOML otherwise.
+    pub fn of_path(path: &Path) -> Format {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("json") => Format::Json,
+            _ => Format::Toml,
+        }
+    }
+}
+
+/// A scenario read from a file, with the folder its `.npy` paths are relative to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Loaded {
+    pub scenario: Scenario,
+    /// The folder `.npy` inits are read from.
+    pub dir: PathBuf,
+    /// The file's name, for messages.
+    pub file: String,
+}
+
+/// Reads and parses the scenario at `path` (format by extension).
+pub fn load(path: &Path) -> Result<Loaded, Error> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Scenario {
+        what: file.clone(),
+        rule: format!("the scenario cannot be read: {e}"),
+    })?;
+    let scenario = parse(&file, &text, Format::of_path(path))?;
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    Ok(Loaded {
+        scenario,
+        dir,
+        file,
+    })
+}
+
+/// Parses scenario text; `file` names it in errors.
+pub fn parse(file: &str, text: &str, format: Format) -> Result<Scenario, Error> {
+    match format {
+        Format::Toml => toml::from_str(text).map_err(|e| {
+            let at = e.span().map_or(0, |s| s.start);
+            let (line, column) = line_column(text, at);
+            syntax(file, line, column, e.message())
+        }),
+        Format::Json => serde_json::from_str(text)
+            .map_err(|e| syntax(file, e.line(), e.column(), &strip_position(&e.to_string()))),
+    }
+}
+
+fn syntax(file: &str, line: usize, column: usize, message: &str) -> Error {
+    Error::ScenarioSyntax {
+        file: file.to_string(),
+        line,
+        column,
+        message: message.trim().to_string(),
+    }
+}
+
+/// serde_json's message without its trailing " at line L column C".
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// The 1-based line and column (in characters) of byte `at` of `text`.
+fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let before = text.get(..at).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let start = before.rfind('\n').map_or(0, |n| n + 1);
+    (line, before[start..].chars().count() + 1)
+}
+
+/// Command-line overrides of a scenario's settings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub generation: Option<Generation>,
+    pub mechanism: Option<Mechanism>,
+    pub queues: Option<usize>,
+}
+
+/// A scenario checked whole and ready to run: tensors placed with their initial bytes,
+/// ops lowered for the generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prepared {
+    pub generation: Generation,
+    pub mechanism: Mechanism,
+    /// DMA queues (1..=16).
+    pub queues: usize,
+    /// Tensor `i` is the scenario's `[[tensor]]` `i`.
+    pub tensors: Vec<Placed>,
+    /// Their initial bytes (`None`: zeros).
+    pub initial: Vec<Option<Vec<u8>>>,
+    /// Op `i` is the scenario's `[[op]]` `i`.
+    pub ops: Vec<PreparedOp>,
+}
+
+/// Checks the whole of `loaded` (settings, tensors, `.npy` files, ops) and prepares it.
+pub fn prepare(loaded: &Loaded, over: Overrides) -> Result<Prepared, Error> {
+    prepare_with(loaded, over, &|file: &Path| {
+        crate::npy::read(&loaded.dir.join(file))
+    })
+}
+
+/// [`prepare`], the `.npy` inits read by `read` (the embedded demo supplies its own).
+pub fn prepare_with(
+    loaded: &Loaded,
+    over: Overrides,
+    read: place::NpyReader<'_>,
+) -> Result<Prepared, Error> {
+    let s = &loaded.scenario;
+    let generation = over.generation.unwrap_or(s.generation.0);
+    let queues = over.queues.unwrap_or(DEFAULT_QUEUES);
+    if !(1..=dma::queue_file::MAX_QUEUES).contains(&queues) {
+        return Err(Error::Scenario {
+            what: format!("queues = {queues}"),
+            rule: "must be 1..=16 (the DMA rings)".into(),
+        });
+    }
+    let map = AddressMap::new(generation);
+    let tensors = place::place(&map, &s.tensors)?;
+    let initial = s
+        .tensors
+        .iter()
+        .zip(&tensors)
+        .map(|(spec, t)| place::initial_bytes(t.index, spec, t, read))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let ops = ops::prepare(generation, &s.ops, &tensors)?;
+    Ok(Prepared {
+        generation,
+        mechanism: over.mechanism.unwrap_or(s.mechanism.0),
+        queues,
+        tensors,
+        initial,
+        ops,
+    })
+}
+
+/// The CLI's exit status for `e`: 1 for a fault while an op ran (a hard OOB index, an
+/// index off the fabric, duplicate destinations, a fabric or descriptor fault), 2 for
+/// everything else (invalid input or usage, caught before anything ran).
+pub fn exit_code(e: &Error) -> u8 {
+    let fault = matches!(
+        e.kind(),
+        ErrorKind::IndexOutOfBounds(_)
+            | ErrorKind::IndexAddress(_)
+            | ErrorKind::DuplicateDestination
+            | ErrorKind::Fabric
+            | ErrorKind::Descriptor
+            | ErrorKind::KernelFault
+    );
+    match e {
+        Error::ScenarioOpFault { .. } if fault => 1,
+        _ => 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::model::{Compute, DmaGather, GenerationName, Init, Oob};
+    use super::*;
+    use proptest::prelude::*;
+
+    const GOOD: &str = r#"
+generation = "sunda"
+[[tensor]]
+name = "t"
+space = "hbm"
+dtype = "f32"
+shape = [4, 2]
+init = "iota"
+[[op]]
+op = "dma_gather"
+src = "t"
+index = "i"
+dst = "t"
+"#;
+
+    fn syntax_error(text: &str, format: Format) -> (usize, usize, String) {
+        match parse("s.toml", text, format) {
+            Err(Error::ScenarioSyntax {
+                file,
+                line,
+                column,
+                message,
+            }) => {
+                assert_eq!(file, "s.toml");
+                (line, column, message)
+            }
+            other => panic!("not a syntax error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_the_schema_with_its_defaults() {
+        let s = parse("s.toml", GOOD, Format::Toml).unwrap();
+        assert_eq!(s.generation, GenerationName(Generation::Sunda));
+        assert_eq!(s.mechanism.0, Mechanism::Auto);
+        assert_eq!(s.tensors[0].init, Init::Iota);
+        assert_eq!(s.tensors[0].addr, None);
+        let want = OpSpec::DmaGather(DmaGather {
+            src: "t".into(),
+            index: "i".into(),
+            dst: "t".into(),
+            compute: Compute::None,
+            oob: Oob::Error,
+        });
+        assert_eq!(s.ops, vec![want]);
+        let empty = parse("e.toml", "", Format::Toml).unwrap();
+        assert_eq!(empty.generation.0, Generation::Cayman);
+    }
+
+    #[test]
+    fn toml_errors_point_at_line_and_column() {
+        let bad_value = GOOD.replace("dtype = \"f32\"", "dtype = \"f64\"");
+        let (line, column, message) = syntax_error(&bad_value, Format::Toml);
+        assert_eq!((line, column), (6, 9), "{message}");
+        assert!(message.contains("f64"), "{message}");
+        let unknown = GOOD.replace("init = \"iota\"", "colour = \"red\"");
+        let (line, _, message) = syntax_error(&unknown, Format::Toml);
+        assert_eq!(line, 8, "{message}");
+        assert!(message.contains("unknown field `colour`"), "{message}");
+        let (line, column, _) = syntax_error("generation = \n", Format::Toml);
+        assert_eq!((line, column), (1, 14));
+        let op = GOOD.replace("\"dma_gather\"", "\"dma_gatherr\"");
+        let (line, _, message) = syntax_error(&op, Format::Toml);
+        assert_eq!(line, 10, "{message}");
+        assert!(message.contains("dma_gatherr"), "{message}");
+    }
+
+    #[test]
+    fn json_is_the_same_schema() {
+        let s = parse("s.toml", GOOD, Format::Toml).unwrap();
+        let json = s.to_json().unwrap();
+        assert_eq!(parse("s.json", &json, Format::Json).unwrap(), s);
+        let (line, column, message) = syntax_error(
+            "{\n  \"generation\": \"cayman\",\n  \"bogus\": 1\n}",
+            Format::Json,
+        );
+        assert_eq!((line, column), (3, 9), "{message}");
+        assert!(message.starts_with("unknown field `bogus`"), "{message}");
+        assert_eq!(Format::of_path(Path::new("a/b.JSON")), Format::Json);
+        assert_eq!(Format::of_path(Path::new("a/b.toml")), Format::Toml);
+    }
+
+    #[test]
+    fn line_columns_count_characters() {
+        assert_eq!(line_column("ab\ncdé\nx", 7), (2, 4));
+        assert_eq!(line_column("ab\ncdé\nx", 8), (3, 1));
+        assert_eq!(line_column("", 0), (1, 1));
+    }
+
+    #[test]
+    fn exit_codes_split_faults_from_invalid_input() {
+        let oob = Error::IndexOutOfBounds {
+            side: crate::core_state::IndexSide::Src,
+            position: 3,
+            value: 9,
+            bound: 4,
+        };
+        let fault = Error::ScenarioOpFault {
+            index: 0,
+            op: "dma_gather",
+            operands: String::new(),
+            source: Box::new(oob),
+        };
+        assert_eq!(exit_code(&fault), 1);
+        let usage = Error::ScenarioOpFault {
+            index: 0,
+            op: "dma_copy",
+            operands: String::new(),
+            source: Box::new(Error::NoPoolKernel {
+                opcode: 0xb8,
+                name: "DMA_MEMCPY",
+            }),
+        };
+        assert_eq!(exit_code(&usage), 2);
+        let invalid = Error::Scenario {
+            what: "x".into(),
+            rule: "y".into(),
+        };
+        assert_eq!(exit_code(&invalid), 2);
+    }
+
+    fn arb_tensor() -> impl Strategy<Value = TensorSpec> {
+        let dtypes = proptest::sample::select(dma::Dtype::ALL.to_vec());
+        let spaces = proptest::sample::select(vec![dma::Space::Hbm, dma::Space::Sbuf]);
+        (
+            "[a-z][a-z0-9_]{0,6}",
+            spaces,
+            dtypes,
+            proptest::collection::vec(1u64..9, 1..4),
+            proptest::option::of(0u64..1 << 20),
+            prop_oneof![
+                Just(Init::Zeros),
+                Just(Init::Iota),
+                Just(Init::Npy("d/x.npy".into()))
+            ],
+        )
+            .prop_map(|(name, space, dtype, shape, addr, init)| TensorSpec {
+                name,
+                space: model::SpaceName(space),
+                dtype: model::DtypeName(dtype),
+                shape,
+                init,
+                addr,
+                partition: (space != dma::Space::Hbm).then_some(3),
+            })
+    }
+
+    fn arb_op() -> impl Strategy<Value = OpSpec> {
+        prop_oneof![
+            ("[a-z]{1,4}", any::<bool>()).prop_map(|(n, skip)| OpSpec::DmaScatter(
+                model::DmaScatter {
+                    src: n.clone(),
+                    index: n.clone(),
+                    dst: n,
+                    compute: Compute::Add,
+                    oob: if skip { Oob::Skip } else { Oob::Error },
+                    unique_indices: skip,
+                }
+            )),
+            (0u64..100, 1u64..50).prop_map(|(offset, n)| OpSpec::DmaCopy(model::DmaCopy {
+                src: "a".into(),
+                dst: "b".into(),
+                src_pattern: Some(model::Pattern {
+                    offset,
+                    ap: vec![[1, n]]
+                }),
+                dst_pattern: None,
+                compute: Compute::Max,
+            })),
+            (1u32..33, proptest::option::of(1u32..100)).prop_map(|(per, valid)| {
+                OpSpec::LocalGather(model::LocalGather {
+                    src: "s".into(),
+                    index: "i".into(),
+                    dst: "d".into(),
+                    num_elem_per_idx: per,
+                    num_valid_indices: valid,
+                })
+            }),
+            Just(OpSpec::Isa(model::IsaOp {
+                hex: Some("b8".repeat(64)),
+                fields: None,
+                bounds: vec![model::BoundSpec { reg: 2, bound: 77 }],
+            })),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn to_toml_round_trips(
+            tensors in proptest::collection::vec(arb_tensor(), 0..4),
+            ops in proptest::collection::vec(arb_op(), 0..4),
+            g in 0usize..4,
+        ) {
+            let s = Scenario {
+                generation: GenerationName(Generation::ALL[g]),
+                mechanism: model::MechanismName(Mechanism::Dge),
+                tensors,
+                ops,
+            };
+            let text = s.to_toml().unwrap();
+            prop_assert_eq!(parse("p.toml", &text, Format::Toml).unwrap(), s.clone());
+            prop_assert_eq!(parse("p.json", &s.to_json().unwrap(), Format::Json).unwrap(), s);
+        }
+
+        #[test]
+        fn parse_never_panics(text in "\\PC{0,200}") {
+            let _ = parse("f.toml", &text, Format::Toml);
+            let _ = parse("f.json", &text, Format::Json);
+        }
+    }
+}

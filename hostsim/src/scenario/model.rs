@@ -1,0 +1,418 @@
+//! The scenario file's schema as plain public data types (serde, unknown fields denied):
+//! what a TOML or JSON scenario says, before any of it is checked against a fabric.
+//!
+//! Names that the `dma` and runtime crates already know (generation, mechanism, space,
+//! dtype) travel as those types, parsed by their own `from_name`; the small option enums
+//! of the ops (compute op, OOB mode, reduce op) are spelled here in lower case.
+
+use std::path::PathBuf;
+
+use dma::{CceOp, ComputeOp, Dtype, Generation, Space};
+use serde::{Deserialize, Serialize};
+
+use crate::nki::OobMode;
+use crate::runtime::Mechanism;
+
+/// A whole scenario: the target, its tensors and its ops, in file order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// The generation (default cayman).
+    #[serde(default)]
+    pub generation: GenerationName,
+    /// The mechanism (default auto: the generation's route).
+    #[serde(default)]
+    pub mechanism: MechanismName,
+    /// `[[tensor]]` tables.
+    #[serde(default, rename = "tensor", skip_serializing_if = "Vec::is_empty")]
+    pub tensors: Vec<TensorSpec>,
+    /// `[[op]]` tables, executed in order.
+    #[serde(default, rename = "op", skip_serializing_if = "Vec::is_empty")]
+    pub ops: Vec<OpSpec>,
+}
+
+impl Scenario {
+    /// The scenario as TOML text that parses back to an equal scenario.
+    pub fn to_toml(&self) -> Result<String, crate::Error> {
+        toml::to_string(self).map_err(|e| crate::Error::Scenario {
+            what: "scenario".into(),
+            rule: format!("cannot be written as TOML: {e}"),
+        })
+    }
+
+    /// The scenario as pretty JSON (the same schema).
+    pub fn to_json(&self) -> Result<String, crate::Error> {
+        serde_json::to_string_pretty(self).map_err(|e| crate::Error::Scenario {
+            what: "scenario".into(),
+            rule: format!("cannot be written as JSON: {e}"),
+        })
+    }
+}
+
+/// A newtype that travels as its inner type's name: `$parse` turns the text into the
+/// inner value (or the message of why not), the inner `name()` turns it back.
+macro_rules! by_name {
+    ($(#[$doc:meta])* $name:ident($inner:ty), $parse:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(pub $inner);
+
+        impl TryFrom<String> for $name {
+            type Error = String;
+            fn try_from(s: String) -> Result<Self, String> {
+                let parse: fn(&str) -> Result<$inner, String> = $parse;
+                parse(&s).map($name)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(v: $name) -> String {
+                v.0.name().to_string()
+            }
+        }
+    };
+}
+
+by_name!(
+    /// A generation by name (`sunda`, `cayman`, `mariana`, `maverick` or `v2`..`v5`).
+    GenerationName(Generation),
+    |s| Generation::from_name(s).map_err(|e| e.to_string())
+);
+
+impl Default for GenerationName {
+    fn default() -> Self {
+        GenerationName(Generation::Cayman)
+    }
+}
+
+by_name!(
+    /// A mechanism by name (`auto`, `pool`, `dge`, `reference`).
+    MechanismName(Mechanism),
+    |s| {
+        Mechanism::from_name(s)
+            .ok_or_else(|| format!("unknown mechanism {s:?} (auto | pool | dge | reference)"))
+    }
+);
+
+impl Default for MechanismName {
+    fn default() -> Self {
+        MechanismName(Mechanism::Auto)
+    }
+}
+
+by_name!(
+    /// A fabric space by name (`hbm`, `sbuf`, `psum`).
+    SpaceName(Space),
+    |s| Space::from_name(s).map_err(|e| e.to_string())
+);
+
+by_name!(
+    /// An element dtype by name (`u8 i8 u16 i16 u32 i32 f16 bf16 f32`).
+    DtypeName(Dtype),
+    |s| Dtype::from_name(s).map_err(|e| e.to_string())
+);
+
+/// A tensor's initial contents.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum Init {
+    /// All zero bytes (the default).
+    #[default]
+    Zeros,
+    /// Element `i` (row-major) holds `i` in the tensor's dtype (integers wrap).
+    Iota,
+    /// A `.npy` file, relative to the scenario's folder.
+    Npy(PathBuf),
+}
+
+impl From<String> for Init {
+    fn from(s: String) -> Init {
+        match s.as_str() {
+            "zeros" => Init::Zeros,
+            "iota" => Init::Iota,
+            _ => Init::Npy(PathBuf::from(s)),
+        }
+    }
+}
+
+impl From<Init> for String {
+    fn from(i: Init) -> String {
+        match i {
+            Init::Zeros => "zeros".into(),
+            Init::Iota => "iota".into(),
+            Init::Npy(p) => p.display().to_string(),
+        }
+    }
+}
+
+/// One `[[tensor]]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorSpec {
+    /// The name ops refer to and the output file's stem (`[A-Za-z0-9_-]`).
+    pub name: String,
+    /// Where it lives.
+    pub space: SpaceName,
+    /// Its element dtype.
+    pub dtype: DtypeName,
+    /// Row-major shape; on sbuf/psum `shape[0]` is the partition count.
+    pub shape: Vec<u64>,
+    /// Its initial contents.
+    #[serde(default)]
+    pub init: Init,
+    /// HBM byte address, or byte offset inside each partition (placed automatically when
+    /// absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<u64>,
+    /// sbuf/psum: the first partition (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u32>,
+}
+
+/// `compute`: what a moved row does to its destination (DGE_COMPUTE_OP).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compute {
+    #[default]
+    None,
+    Add,
+    Multiply,
+    Max,
+    Min,
+}
+
+impl From<Compute> for ComputeOp {
+    fn from(c: Compute) -> ComputeOp {
+        match c {
+            Compute::None => ComputeOp::None,
+            Compute::Add => ComputeOp::Add,
+            Compute::Multiply => ComputeOp::Multiply,
+            Compute::Max => ComputeOp::Max,
+            Compute::Min => ComputeOp::Min,
+        }
+    }
+}
+
+/// `oob`: what an index at or past the indexed tensor's rows does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Oob {
+    /// The op fails and writes nothing.
+    #[default]
+    Error,
+    /// The index moves nothing and is counted.
+    Skip,
+}
+
+impl From<Oob> for OobMode {
+    fn from(o: Oob) -> OobMode {
+        match o {
+            Oob::Error => OobMode::Error,
+            Oob::Skip => OobMode::Skip,
+        }
+    }
+}
+
+/// `reduce` of `embedding_update` (CCE_OP).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reduce {
+    Add,
+    Max,
+    Min,
+}
+
+impl From<Reduce> for CceOp {
+    fn from(r: Reduce) -> CceOp {
+        match r {
+            Reduce::Add => CceOp::Add,
+            Reduce::Max => CceOp::Max,
+            Reduce::Min => CceOp::Min,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// One `[[op]]`, tagged by its `op` field.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum OpSpec {
+    DmaGather(DmaGather),
+    DmaScatter(DmaScatter),
+    DmaGatherTranspose(DmaGatherTranspose),
+    DmaCopy(DmaCopy),
+    NcNGather(NcNGather),
+    LocalGather(LocalGather),
+    EmbeddingUpdate(EmbeddingUpdate),
+    Isa(IsaOp),
+}
+
+impl OpSpec {
+    /// The op's kind as the `op` field spells it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OpSpec::DmaGather(_) => "dma_gather",
+            OpSpec::DmaScatter(_) => "dma_scatter",
+            OpSpec::DmaGatherTranspose(_) => "dma_gather_transpose",
+            OpSpec::DmaCopy(_) => "dma_copy",
+            OpSpec::NcNGather(_) => "nc_n_gather",
+            OpSpec::LocalGather(_) => "local_gather",
+            OpSpec::EmbeddingUpdate(_) => "embedding_update",
+            OpSpec::Isa(_) => "isa",
+        }
+    }
+
+    /// The tensors the op names, as `(field, tensor)` pairs in field order.
+    pub fn operands(&self) -> Vec<(&'static str, &str)> {
+        match self {
+            OpSpec::DmaGather(o) => vec![("src", &o.src), ("index", &o.index), ("dst", &o.dst)],
+            OpSpec::DmaScatter(o) => vec![("src", &o.src), ("index", &o.index), ("dst", &o.dst)],
+            OpSpec::DmaGatherTranspose(o) => {
+                vec![("src", &o.src), ("index", &o.index), ("dst", &o.dst)]
+            }
+            OpSpec::DmaCopy(o) => vec![("src", &o.src), ("dst", &o.dst)],
+            OpSpec::NcNGather(o) => {
+                vec![("data", &o.data), ("index", &o.index), ("dst", &o.dst)]
+            }
+            OpSpec::LocalGather(o) => vec![("src", &o.src), ("index", &o.index), ("dst", &o.dst)],
+            OpSpec::EmbeddingUpdate(o) => {
+                vec![("table", &o.table), ("index", &o.index), ("data", &o.data)]
+            }
+            OpSpec::Isa(_) => Vec::new(),
+        }
+    }
+}
+
+/// `dma_gather`: `dst[i, :] (compute)= src[index[i], :]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DmaGather {
+    pub src: String,
+    pub index: String,
+    pub dst: String,
+    #[serde(default)]
+    pub compute: Compute,
+    #[serde(default)]
+    pub oob: Oob,
+}
+
+/// `dma_scatter`: `dst[index[i], :] (compute)= src[i, :]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DmaScatter {
+    pub src: String,
+    pub index: String,
+    pub dst: String,
+    #[serde(default)]
+    pub compute: Compute,
+    #[serde(default)]
+    pub oob: Oob,
+    /// Indices promised unique (duplicates are an error); `false` lets them accumulate.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub unique_indices: bool,
+}
+
+/// `dma_gather_transpose`: `dst = src[index].T`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DmaGatherTranspose {
+    pub src: String,
+    pub index: String,
+    pub dst: String,
+}
+
+/// An access pattern in elements of the tensor: `offset` then `ap = [[step, num], ...]`,
+/// outermost first (at most two dimensions).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pattern {
+    #[serde(default)]
+    pub offset: u64,
+    pub ap: Vec<[u64; 2]>,
+}
+
+/// `dma_copy`: element `(i, j)` of `dst` (compute)= element `(i, j)` of `src`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DmaCopy {
+    pub src: String,
+    pub dst: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src_pattern: Option<Pattern>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_pattern: Option<Pattern>,
+    #[serde(default)]
+    pub compute: Compute,
+}
+
+/// `nc_n_gather`: `dst[p, m] = data[p, index[p, m]]` (0 past the row).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NcNGather {
+    pub data: String,
+    pub index: String,
+    pub dst: String,
+}
+
+/// `local_gather`: per core of 16 partitions, runs of `num_elem_per_idx` elements at
+/// element offsets `index` (u16).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalGather {
+    pub src: String,
+    pub index: String,
+    pub dst: String,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub num_elem_per_idx: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_valid_indices: Option<u32>,
+}
+
+/// `embedding_update`: `table[index[i], :] = reduce(table[index[i], :], data[i, :])`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingUpdate {
+    pub table: String,
+    pub index: String,
+    pub data: String,
+    pub reduce: Reduce,
+}
+
+/// One bound register setting an `isa` op needs (BOUND_CHECK_REG `reg`, `reg + 1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundSpec {
+    pub reg: u8,
+    pub bound: u64,
+}
+
+/// `isa`: one raw 64-byte instruction, as `hex` or as the struct's `fields` by name.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IsaOp {
+    /// The 64 bytes as 128 hex digits (spaces and `0x` allowed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hex: Option<String>,
+    /// The struct's fields by name (`opcode` plus the fields `hostsim isa decode` prints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<toml::Table>,
+    /// Bound registers to set before the instruction runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bounds: Vec<BoundSpec>,
+}

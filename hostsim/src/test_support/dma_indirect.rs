@@ -1,0 +1,546 @@
+//! DMA_INDIRECT 0xbb cases every route must pass with the same exact results: gathers,
+//! scatters, both sides indexed, every compute op, both OOB policies and their reports,
+//! the duplicate rule and the order of failures, rows off the fabric, overlapping rows,
+//! and reshape_kind GATHER_TRANSPOSE into HBM and into SBUF partitions.
+
+use dma::{Addr4, ComputeOp, Dtype, Element, Fabric, FabricAddr};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+use super::{get, put, sbuf, sbuf_at, Route};
+use crate::core_state::{CoreState, IndexSide, SkippedIndex};
+use crate::error::Error;
+use crate::isa::{
+    BoundCheckReg, BoundRegisters, DmaIndirect1d, DmaIndirectFlags, DmaSide, IndirectDim,
+    IndirectMode, ReshapeKind,
+};
+
+/// HBM table of rows.
+pub const TABLE: u64 = 0x1000;
+/// SBUF partition 0 byte offsets of the src and dst index tensors and a direct buffer.
+pub const SIDX: u32 = 0;
+pub const DIDX: u32 = 0x4000;
+pub const BUF: u32 = 0x8000;
+
+pub fn flags(mode: IndirectMode, hard: bool, non_unique: bool) -> DmaIndirectFlags {
+    DmaIndirectFlags::new(mode, hard, non_unique, IndirectDim::X, IndirectDim::X)
+}
+
+/// An indexed side: rows of `size` bytes from `start`, u32 indices at SBUF p0 byte `idx`.
+pub fn indirect(start: FabricAddr, idx: u32, size: u32, bound: BoundCheckReg) -> DmaSide {
+    DmaSide {
+        start_addr: start,
+        idx_start_addr: sbuf(0, idx),
+        elem_size: size,
+        step_elem: 0,
+        bound,
+    }
+}
+
+/// A direct side: consecutive rows of `size` bytes from `start`.
+pub fn direct(start: FabricAddr, size: u32) -> DmaSide {
+    DmaSide {
+        start_addr: start,
+        idx_start_addr: Addr4(0),
+        elem_size: size,
+        step_elem: 1,
+        bound: BoundCheckReg::DISABLED,
+    }
+}
+
+/// Bound register pair 0/1 = `bound`.
+pub fn state(bound: u64) -> CoreState {
+    let mut regs = BoundRegisters::new();
+    regs.set_bound(0, bound).unwrap();
+    CoreState::with_registers(regs)
+}
+
+/// Bound register 0, notifying on a skip or not.
+pub fn bc(notify: bool) -> BoundCheckReg {
+    BoundCheckReg::enabled(0, !notify).unwrap()
+}
+
+/// A fabric whose HBM table has `rows` rows of two u32, row `r` = `[10 r, 10 r + 1]`.
+pub fn table(r: Route, rows: u32) -> Fabric {
+    let mut f = r.fabric();
+    let t: Vec<u32> = (0..rows).flat_map(|r| [10 * r, 10 * r + 1]).collect();
+    put(&mut f, FabricAddr(TABLE), &t);
+    f
+}
+
+/// A gather of `sidx` rows (8 bytes) from the table into BUF.
+pub fn gather(
+    f: &mut Fabric,
+    sidx: &[u32],
+    fl: DmaIndirectFlags,
+    b: BoundCheckReg,
+) -> DmaIndirect1d {
+    put(f, sbuf_at(0, SIDX), sidx);
+    let src = indirect(FabricAddr(TABLE), SIDX, 8, b);
+    let dst = direct(sbuf_at(0, BUF), 8);
+    DmaIndirect1d::new(fl, src, dst, sidx.len() as u16, Dtype::U32, ComputeOp::None)
+}
+
+/// A scatter of rows of `E` from BUF into the table at `didx` (`src.len() / didx.len()`
+/// elements a row).
+pub fn scatter<E: Element>(
+    f: &mut Fabric,
+    src: &[E],
+    didx: &[u32],
+    (fl, op): (DmaIndirectFlags, ComputeOp),
+    b: BoundCheckReg,
+) -> DmaIndirect1d {
+    put(f, sbuf_at(0, BUF), src);
+    put(f, sbuf_at(0, DIDX), didx);
+    let size = (src.len() / didx.len() * size_of::<E>()) as u32;
+    let s = direct(sbuf_at(0, BUF), size);
+    let d = indirect(FabricAddr(TABLE), DIDX, size, b);
+    DmaIndirect1d::new(fl, s, d, didx.len() as u16, E::DTYPE, op)
+}
+
+fn skip(side: IndexSide, position: u32, value: u32) -> SkippedIndex {
+    SkippedIndex {
+        side,
+        position,
+        value,
+    }
+}
+
+pub fn gather_picks_source_rows(r: Route) {
+    let mut f = table(r, 6);
+    let fl = flags(IndirectMode::Src, true, false);
+    let g = gather(&mut f, &[4, 0, 4, 2], fl, BoundCheckReg::DISABLED);
+    let out = r.run(&mut f, &mut CoreState::new(), g);
+    let rows = [40, 41, 0, 1, 40, 41, 20, 21];
+    assert_eq!(get::<u32>(&f, sbuf_at(0, BUF), 8), rows);
+    assert_eq!(out.bytes_written, 32);
+    assert!(out.skipped.is_empty() && !out.oob_notification);
+}
+
+pub fn a_long_gather_walks_many_vectors(r: Route) {
+    let mut f = table(r, 64);
+    let sidx: Vec<u32> = (0..50).map(|k| (k * 7) % 64).collect();
+    let g = gather(
+        &mut f,
+        &sidx,
+        flags(IndirectMode::Src, true, false),
+        bc(true),
+    );
+    r.run(&mut f, &mut state(64), g);
+    let expect: Vec<u32> = sidx.iter().flat_map(|&r| [10 * r, 10 * r + 1]).collect();
+    assert_eq!(get::<u32>(&f, sbuf_at(0, BUF), 100), expect);
+}
+
+pub fn scatter_picks_destination_rows(r: Route) {
+    let mut f = r.fabric();
+    let op = (flags(IndirectMode::Dst, true, false), ComputeOp::None);
+    let s = scatter::<u32>(&mut f, &[1, 2, 3, 4, 5, 6], &[2, 0, 5], op, bc(true));
+    let out = r.run(&mut f, &mut state(6), s);
+    let got = get::<u32>(&f, FabricAddr(TABLE), 12);
+    assert_eq!(got, [3, 4, 0, 0, 1, 2, 0, 0, 0, 0, 5, 6]);
+    assert_eq!(out.bytes_written, 24);
+}
+
+pub fn both_sides_indirect(r: Route) {
+    let mut f = table(r, 4);
+    put::<u32>(&mut f, sbuf_at(0, SIDX), &[1, 3]);
+    put::<u32>(&mut f, sbuf_at(0, DIDX), &[0, 2]);
+    let src = indirect(FabricAddr(TABLE), SIDX, 8, BoundCheckReg::DISABLED);
+    let dst = indirect(sbuf_at(1, 0), DIDX, 8, BoundCheckReg::DISABLED);
+    let fl = flags(IndirectMode::SrcDst, true, false);
+    let i = DmaIndirect1d::new(fl, src, dst, 2, Dtype::U32, ComputeOp::None);
+    r.run(&mut f, &mut CoreState::new(), i);
+    assert_eq!(get::<u32>(&f, sbuf_at(1, 0), 6), [10, 11, 0, 0, 30, 31]);
+}
+
+pub fn every_compute_op(r: Route) {
+    // dst rows start as [10, -5] and [7, 0]; src rows are [3, -7] and [-2, 4].
+    let cases: [(ComputeOp, [i32; 4]); 5] = [
+        (ComputeOp::None, [3, -7, -2, 4]),
+        (ComputeOp::Add, [13, -12, 5, 4]),
+        (ComputeOp::Multiply, [30, 35, -14, 0]),
+        (ComputeOp::Max, [10, -5, 7, 4]),
+        (ComputeOp::Min, [3, -7, -2, 0]),
+    ];
+    for (op, expected) in cases {
+        let mut f = r.fabric();
+        put::<i32>(&mut f, FabricAddr(TABLE + 8), &[7, 0]);
+        put::<i32>(&mut f, FabricAddr(TABLE + 24), &[10, -5]);
+        let fo = (flags(IndirectMode::Dst, true, false), op);
+        let s = scatter::<i32>(
+            &mut f,
+            &[3, -7, -2, 4],
+            &[3, 1],
+            fo,
+            BoundCheckReg::DISABLED,
+        );
+        r.run(&mut f, &mut CoreState::new(), s);
+        let rows = [
+            get::<i32>(&f, FabricAddr(TABLE + 24), 2),
+            get::<i32>(&f, FabricAddr(TABLE + 8), 2),
+        ];
+        assert_eq!(rows.concat(), expected, "{op:?}");
+    }
+    let mut f = r.fabric();
+    put::<f32>(&mut f, FabricAddr(TABLE), &[1.5, -0.25]);
+    let fo = (flags(IndirectMode::Dst, true, false), ComputeOp::Add);
+    let s = scatter::<f32>(&mut f, &[2.25, 0.25], &[0], fo, BoundCheckReg::DISABLED);
+    r.run(&mut f, &mut CoreState::new(), s);
+    assert_eq!(get::<f32>(&f, FabricAddr(TABLE), 2), [3.75, 0.0]);
+}
+
+pub fn hard_oob_fails_closed_naming_the_index(r: Route) {
+    let mut f = table(r, 6);
+    let g = gather(
+        &mut f,
+        &[1, 6, 2],
+        flags(IndirectMode::Src, true, false),
+        bc(true),
+    );
+    let e = r.fails_closed(&mut f, &mut state(6), g);
+    let expected = Error::IndexOutOfBounds {
+        side: IndexSide::Src,
+        position: 1,
+        value: 6,
+        bound: 6,
+    };
+    assert_eq!(e.to_string(), expected.to_string());
+    assert_eq!(
+        e.to_string(),
+        "src index 6 at position 1 is out of bounds (6 rows)"
+    );
+    let fo = (flags(IndirectMode::Dst, true, false), ComputeOp::Add);
+    let s = scatter::<u32>(&mut f, &[1, 2, 3, 4], &[5, 9], fo, bc(true));
+    let e = r.fails_closed(&mut f, &mut state(6), s);
+    let expected = Error::IndexOutOfBounds {
+        side: IndexSide::Dst,
+        position: 1,
+        value: 9,
+        bound: 6,
+    };
+    assert_eq!(e.to_string(), expected.to_string());
+}
+
+pub fn soft_oob_skips_and_reports(r: Route) {
+    for notify in [true, false] {
+        let mut f = table(r, 6);
+        put::<u32>(&mut f, sbuf_at(0, BUF), &[0xdead; 8]);
+        let fl = flags(IndirectMode::Src, false, false);
+        let g = gather(&mut f, &[1, 6, 2, 9], fl, bc(notify));
+        let out = r.run(&mut f, &mut state(6), g);
+        let got = get::<u32>(&f, sbuf_at(0, BUF), 8);
+        assert_eq!(got, [10, 11, 0xdead, 0xdead, 20, 21, 0xdead, 0xdead]);
+        let src = IndexSide::Src;
+        assert_eq!(out.skipped, [skip(src, 1, 6), skip(src, 3, 9)]);
+        assert_eq!(out.oob_notification, notify);
+        assert_eq!(out.bytes_written, 16);
+    }
+}
+
+/// Both sides out of bounds at one position: src reported first; the notification
+/// follows whichever side's register keeps it.
+pub fn both_sides_out_of_bounds_are_both_reported(r: Route) {
+    for (dst_silent, notification) in [(false, true), (true, false)] {
+        let mut f = table(r, 4);
+        put::<u32>(&mut f, sbuf_at(0, SIDX), &[7, 1]);
+        put::<u32>(&mut f, sbuf_at(0, DIDX), &[8, 2]);
+        let src = indirect(FabricAddr(TABLE), SIDX, 8, bc(false));
+        let dst_bound = BoundCheckReg::enabled(2, dst_silent).unwrap();
+        let dst = indirect(sbuf_at(1, 0), DIDX, 8, dst_bound);
+        let mut regs = BoundRegisters::new();
+        regs.set_bound(0, 4).unwrap();
+        regs.set_bound(2, 3).unwrap();
+        let fl = flags(IndirectMode::SrcDst, false, false);
+        let i = DmaIndirect1d::new(fl, src, dst, 2, Dtype::U32, ComputeOp::None);
+        let out = r.run(&mut f, &mut CoreState::with_registers(regs), i);
+        let expect = [skip(IndexSide::Src, 0, 7), skip(IndexSide::Dst, 0, 8)];
+        assert_eq!(out.skipped, expect);
+        assert_eq!(out.oob_notification, notification);
+        assert_eq!(get::<u32>(&f, sbuf_at(1, 16), 2), [10, 11]);
+    }
+}
+
+/// A bound past u32 holds every index: u32::MAX - 1 is in bounds and its 4 KiB row is
+/// far outside HBM, a hard address error rather than an OOB skip.
+pub fn a_bound_above_u32_bounds_nothing(r: Route) {
+    let mut f = table(r, 4);
+    put::<u32>(&mut f, sbuf_at(0, SIDX), &[u32::MAX - 1, 3]);
+    let src = indirect(FabricAddr(TABLE), SIDX, 4096, bc(true));
+    let dst = direct(sbuf_at(0, BUF), 4096);
+    let fl = flags(IndirectMode::Src, true, false);
+    let g = DmaIndirect1d::new(fl, src, dst, 2, Dtype::U8, ComputeOp::None);
+    let e = r.fails_closed(&mut f, &mut state(1 << 33), g);
+    let named = matches!(
+        e,
+        Error::IndexAddress {
+            side: IndexSide::Src,
+            position: 0,
+            value: 0xffff_fffe,
+            ..
+        }
+    );
+    assert!(named, "{e}");
+}
+
+/// An enabled bound of 0 rows admits no index: every position is skipped.
+pub fn a_zero_bound_admits_no_index(r: Route) {
+    let mut f = table(r, 4);
+    let g = gather(
+        &mut f,
+        &[0, 3],
+        flags(IndirectMode::Src, false, false),
+        bc(true),
+    );
+    let out = r.run(&mut f, &mut state(0), g);
+    let src = IndexSide::Src;
+    assert_eq!(out.skipped, [skip(src, 0, 0), skip(src, 1, 3)]);
+    assert_eq!((out.bytes_written, out.oob_notification), (0, true));
+}
+
+pub fn duplicates_need_non_unique_dst_idx(r: Route) {
+    let mut f = r.fabric();
+    put::<u32>(&mut f, FabricAddr(TABLE), &[0, 100, 200, 300]);
+    let (rows, didx) = ([5, 7, 11], [3, 1, 3]);
+    let fo = (flags(IndirectMode::Dst, true, false), ComputeOp::Add);
+    let s = scatter::<u32>(&mut f, &rows, &didx, fo, BoundCheckReg::DISABLED);
+    let e = r.fails_closed(&mut f, &mut CoreState::new(), s);
+    let dup = Error::DuplicateDestination {
+        value: 3,
+        first: 0,
+        second: 2,
+    };
+    assert_eq!(e.to_string(), dup.to_string());
+    // With non_unique_dst_idx: np.add.at(table, [3, 1, 3], [5, 7, 11]).
+    let fo = (flags(IndirectMode::Dst, true, true), ComputeOp::Add);
+    let s = scatter::<u32>(&mut f, &rows, &didx, fo, BoundCheckReg::DISABLED);
+    r.run(&mut f, &mut CoreState::new(), s);
+    assert_eq!(get::<u32>(&f, FabricAddr(TABLE), 4), [0, 107, 200, 316]);
+    // A plain copy: the last index wins.
+    let fo = (flags(IndirectMode::Dst, true, true), ComputeOp::None);
+    let s = scatter::<u32>(&mut f, &rows, &didx, fo, BoundCheckReg::DISABLED);
+    r.run(&mut f, &mut CoreState::new(), s);
+    assert_eq!(get::<u32>(&f, FabricAddr(TABLE), 4), [0, 7, 200, 11]);
+}
+
+/// The first failing position wins, across vectors: a duplicate at position 20 (of
+/// position 3) before a hard OOB index at 25; then the OOB index moved to 10, first.
+pub fn the_first_failing_position_is_the_error(r: Route) {
+    let mut didx: Vec<u32> = (0..30).collect();
+    didx[20] = 3;
+    didx[25] = 99;
+    let fo = (flags(IndirectMode::Dst, true, false), ComputeOp::None);
+    let rows: Vec<u32> = (0..30).collect();
+    let mut f = r.fabric();
+    let s = scatter::<u32>(&mut f, &rows, &didx, fo, bc(true));
+    let e = r.fails_closed(&mut f, &mut state(40), s);
+    let dup = Error::DuplicateDestination {
+        value: 3,
+        first: 3,
+        second: 20,
+    };
+    assert_eq!(e.to_string(), dup.to_string());
+    didx[10] = 77;
+    let s = scatter::<u32>(&mut f, &rows, &didx, fo, bc(true));
+    let e = r.fails_closed(&mut f, &mut state(40), s);
+    let oob = Error::IndexOutOfBounds {
+        side: IndexSide::Dst,
+        position: 10,
+        value: 77,
+        bound: 40,
+    };
+    assert_eq!(e.to_string(), oob.to_string());
+}
+
+pub fn skipped_duplicates_are_not_duplicates(r: Route) {
+    let mut f = r.fabric();
+    let fo = (flags(IndirectMode::Dst, false, false), ComputeOp::None);
+    let s = scatter::<u32>(&mut f, &[5, 7, 11], &[3, 9, 9], fo, bc(true));
+    let out = r.run(&mut f, &mut state(6), s);
+    let dst = IndexSide::Dst;
+    assert_eq!(out.skipped, [skip(dst, 1, 9), skip(dst, 2, 9)]);
+    assert_eq!(get::<u32>(&f, FabricAddr(TABLE + 12), 1), [5]);
+}
+
+/// With the bound check disabled, index u32::MAX's 16 MiB row is far past HBM: the
+/// instruction fails naming it (the direct side, on the fabric, is fine).
+pub fn rows_off_the_fabric_are_hard_errors(r: Route) {
+    let mut f = table(r, 4);
+    put::<u32>(&mut f, sbuf_at(0, SIDX), &[1, u32::MAX]);
+    let src = indirect(FabricAddr(TABLE), SIDX, 1 << 24, BoundCheckReg::DISABLED);
+    let dst = direct(FabricAddr(0x4000_0000), 1 << 24);
+    let fl = flags(IndirectMode::Src, false, false);
+    let i = DmaIndirect1d::new(fl, src, dst, 2, Dtype::U8, ComputeOp::None);
+    let e = r.fails_closed(&mut f, &mut CoreState::new(), i);
+    let named = matches!(
+        e,
+        Error::IndexAddress {
+            side: IndexSide::Src,
+            position: 1,
+            value: u32::MAX,
+            ..
+        }
+    );
+    assert!(named, "{e}");
+}
+
+/// Rows gathered into the table one row up: each row reads what the previous wrote.
+pub fn overlapping_rows_move_in_order(r: Route) {
+    let mut f = r.fabric();
+    let rows: Vec<u32> = (0..24).collect();
+    put(&mut f, FabricAddr(TABLE), &rows);
+    put::<u32>(&mut f, sbuf_at(0, SIDX), &[0, 1, 2, 4]);
+    let src = indirect(FabricAddr(TABLE), SIDX, 16, BoundCheckReg::DISABLED);
+    let dst = direct(FabricAddr(TABLE + 16), 16);
+    let fl = flags(IndirectMode::Src, true, false);
+    let i = DmaIndirect1d::new(fl, src, dst, 4, Dtype::U32, ComputeOp::Add);
+    let out = r.run(&mut f, &mut CoreState::new(), i);
+    // row1 += row0; row2 += new row1; row3 += new row2; row4 += row4
+    let expect = [
+        0, 1, 2, 3, 4, 6, 8, 10, 12, 15, 18, 21, 24, 28, 32, 36, 32, 34, 36, 38,
+    ];
+    assert_eq!(get::<u32>(&f, FabricAddr(TABLE), 20), expect);
+    assert_eq!(out.bytes_written, 64);
+}
+
+/// A gather-transpose of `sidx` rows of 4 u16 (row `r` = `[10 r, 10 r + 1, ...]`, 6 rows)
+/// into `dst`, rows `step` apart; the destination prefilled with 0xeeee.
+fn transpose(
+    r: Route,
+    sidx: &[u32],
+    (dst, step): (FabricAddr, u16),
+    hard: bool,
+) -> (Fabric, DmaIndirect1d) {
+    let mut f = r.fabric();
+    let rows: Vec<u16> = (0..24).map(|e| 10 * (e / 4) + e % 4).collect();
+    put(&mut f, FabricAddr(TABLE), &rows);
+    put(&mut f, sbuf_at(0, SIDX), sidx);
+    let src = indirect(FabricAddr(TABLE), SIDX, 8, bc(true));
+    let mut out = direct(dst, 8);
+    out.step_elem = step;
+    let fl = flags(IndirectMode::Src, hard, false);
+    let n = sidx.len() as u16;
+    let d = DmaIndirect1d::new(fl, src, out, n, Dtype::U16, ComputeOp::None)
+        .with_reshape_kind(ReshapeKind::GatherTranspose);
+    (f, d)
+}
+
+/// dst[c][r] = src[idx[r]][c] into HBM, destination rows 5 elements apart.
+pub fn gather_transpose_into_hbm(r: Route) {
+    let dst = FabricAddr(0x2_0000);
+    let (mut f, d) = transpose(r, &[4, 0, 5], (dst, 5), true);
+    put::<u16>(&mut f, dst, &[0xeeee; 20]);
+    let out = r.run(&mut f, &mut state(6), d);
+    let e = 0xeeee;
+    let expect = [
+        40, 0, 50, e, e, 41, 1, 51, e, e, 42, 2, 52, e, e, 43, 3, 53, e, e,
+    ];
+    assert_eq!(get::<u16>(&f, dst, 20), expect);
+    assert_eq!((out.bytes_written, out.skipped.len()), (24, 0));
+}
+
+/// Into SBUF, destination row `c` in partition 2 + 2c; a soft-skipped index leaves its
+/// column as it was.
+pub fn gather_transpose_into_partitions(r: Route) {
+    let (mut f, d) = transpose(r, &[4, 9, 5], (sbuf_at(2, 0x100), 2), false);
+    for c in 0..4 {
+        put::<u16>(&mut f, sbuf_at(2 + 2 * c, 0x100), &[0xeeee; 3]);
+    }
+    let out = r.run(&mut f, &mut state(6), d);
+    for c in 0..4u32 {
+        let row = get::<u16>(&f, sbuf_at(2 + 2 * c, 0x100), 3);
+        assert_eq!(row, [40 + c as u16, 0xeeee, 50 + c as u16], "row {c}");
+    }
+    assert_eq!(out.skipped, [skip(IndexSide::Src, 1, 9)]);
+    assert_eq!(out.bytes_written, 16);
+}
+
+/// Under the hard policy an OOB index fails the transpose and writes nothing.
+pub fn gather_transpose_hard_oob_fails_closed(r: Route) {
+    let (mut f, d) = transpose(r, &[4, 6, 5], (FabricAddr(0x2_0000), 3), true);
+    let e = r.fails_closed(&mut f, &mut state(6), d);
+    assert_eq!(
+        e.to_string(),
+        "src index 6 at position 1 is out of bounds (6 rows)"
+    );
+}
+
+/// A soft-bounded scatter-add with duplicates equals `np.add.at` over the in-bounds
+/// positions, reporting exactly the others; under the hard policy any out-of-bounds
+/// index fails at the first one and writes nothing.
+pub fn scatter_add_policies(r: Route) {
+    let strategy = (
+        prop::collection::vec(0u32..12, 1..40),
+        prop::collection::vec(any::<u32>(), 40),
+        1u64..12,
+        any::<bool>(),
+    );
+    let config = Config {
+        cases: 32,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let result = TestRunner::new(config).run(&strategy, |(didx, src, bound, hard)| {
+        let src = &src[..didx.len()];
+        let mut f = r.fabric();
+        let init: Vec<u32> = (0..12).map(|r| r * 1000).collect();
+        put(&mut f, FabricAddr(TABLE), &init);
+        let fo = (flags(IndirectMode::Dst, hard, true), ComputeOp::Add);
+        let s = scatter::<u32>(&mut f, src, &didx, fo, bc(true));
+        let first_oob = didx.iter().position(|&d| u64::from(d) >= bound);
+        if let (true, Some(k)) = (hard, first_oob) {
+            let e = r.fails_closed(&mut f, &mut state(bound), s);
+            let named =
+                matches!(e, Error::IndexOutOfBounds { position, .. } if position as usize == k);
+            prop_assert!(named, "{}", e);
+            return Ok(());
+        }
+        let out = r.run(&mut f, &mut state(bound), s);
+        let mut expected = init;
+        let mut skipped = Vec::new();
+        for (k, (&d, &v)) in (0u32..).zip(didx.iter().zip(src)) {
+            match expected
+                .get_mut(d as usize)
+                .filter(|_| u64::from(d) < bound)
+            {
+                Some(slot) => *slot = slot.wrapping_add(v),
+                None => skipped.push(skip(IndexSide::Dst, k, d)),
+            }
+        }
+        prop_assert_eq!(get::<u32>(&f, FabricAddr(TABLE), 12), expected);
+        prop_assert_eq!(out.oob_notification, !skipped.is_empty());
+        prop_assert_eq!(out.bytes_written, 4 * (didx.len() - skipped.len()) as u64);
+        prop_assert_eq!(out.skipped, skipped);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// Every case above, as `#[test]`s on `$route`.
+macro_rules! dma_indirect_cases {
+    ($route:expr) => {
+        $crate::test_support::route_cases!($route, dma_indirect: [
+            gather_picks_source_rows,
+            a_long_gather_walks_many_vectors,
+            scatter_picks_destination_rows,
+            both_sides_indirect,
+            every_compute_op,
+            hard_oob_fails_closed_naming_the_index,
+            soft_oob_skips_and_reports,
+            both_sides_out_of_bounds_are_both_reported,
+            a_bound_above_u32_bounds_nothing,
+            a_zero_bound_admits_no_index,
+            duplicates_need_non_unique_dst_idx,
+            the_first_failing_position_is_the_error,
+            skipped_duplicates_are_not_duplicates,
+            rows_off_the_fabric_are_hard_errors,
+            overlapping_rows_move_in_order,
+            gather_transpose_into_hbm,
+            gather_transpose_into_partitions,
+            gather_transpose_hard_oob_fails_closed,
+            scatter_add_policies,
+        ]);
+    };
+}
+pub(crate) use dma_indirect_cases;

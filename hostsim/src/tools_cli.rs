@@ -1,0 +1,215 @@
+//! The binary's glue for the tool commands: `inspect`, `isa [summary|decode|encode]`, the
+//! global `-v`/`-vv` flag and the tracing subscriber. The work is in the library
+//! (`hostsim::inspect`, `hostsim::isa::text`, `hostsim::timeline`); this only parses,
+//! prints and picks the streams.
+
+use std::io::{BufWriter, IsTerminal, Read, Write};
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+use dma::{Generation, VerifiedQueueFile};
+use hostsim::inspect::{write_listing, ListingFormat};
+use hostsim::isa::text;
+use hostsim::progress::Progress;
+use hostsim::Error;
+
+/// `hostsim inspect`.
+#[derive(Args)]
+pub struct InspectArgs {
+    /// The queue file (as written by `hostsim gen`).
+    queues: PathBuf,
+    /// One JSON object per line (a header record, then one per descriptor) instead of the
+    /// table.
+    #[arg(long)]
+    json: bool,
+    /// Also draw the queues over the timing model's time as a standalone SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    timeline: Option<PathBuf>,
+}
+
+/// `hostsim isa`.
+#[derive(Args)]
+pub struct IsaArgs {
+    #[command(subcommand)]
+    action: Option<IsaAction>,
+    /// The generation whose validity contract applies: sunda | cayman | mariana | maverick
+    /// (or v2..v5).
+    #[arg(long, global = true, default_value = "cayman")]
+    generation: String,
+}
+
+/// The text format of an instruction's fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FieldFormat {
+    /// JSON if the text starts with `{`, else TOML (encode only).
+    Auto,
+    Toml,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum IsaAction {
+    /// Print the fabric and the ISA of a generation: opcodes, operand structs, routes
+    /// (also what `hostsim isa` alone prints).
+    ///
+    /// Example: hostsim isa summary --generation sunda
+    Summary,
+    /// Decode one 64-byte instruction given in hex (spaces, commas and 0x prefixes allowed;
+    /// from stdin if no argument) and print its opcode, struct and every field by name,
+    /// then its validity on the generation. The output is valid input for `isa encode`.
+    /// Exit status 2 if the bytes are not an instruction.
+    ///
+    /// Example: hostsim isa decode 68000400000100000100000000000000 08000100010001000002800001000000 000000000800010001000100090a0100 0000803f000000000000000000000000 --generation maverick
+    Decode {
+        /// The 64 bytes in hex (one argument or several).
+        hex: Vec<String>,
+        /// toml (default) or json.
+        #[arg(long, value_enum, default_value = "toml")]
+        format: FieldFormat,
+    },
+    /// Encode one instruction from its fields by name on stdin (TOML or JSON: `opcode`
+    /// or `op` by name, plus every field `isa decode` prints), print its 64 bytes in hex,
+    /// then its validity on the generation. Exit status 2 naming the field for an unknown
+    /// or missing field or a value out of range.
+    ///
+    /// Example: hostsim isa decode $HEX > gather.toml; edit it; hostsim isa encode < gather.toml
+    Encode {
+        /// auto (default: JSON if the text starts with `{`), toml or json.
+        #[arg(long, value_enum, default_value = "auto")]
+        format: FieldFormat,
+    },
+}
+
+/// The tracing subscriber on stderr: `-v` debug and `-vv` trace for the project's crates;
+/// without `-v`, `RUST_LOG` if set, else warnings only.
+pub fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let flags = match verbose {
+        0 => None,
+        1 => Some("warn,dge=debug,dma=debug,hostsim=debug,ivp=debug"),
+        _ => Some("warn,dge=trace,dma=trace,hostsim=trace,ivp=trace"),
+    };
+    let filter = match flags {
+        Some(f) => EnvFilter::new(f),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+/// Stdout for a listing: buffered, and remembering a closed pipe (`inspect | head`), which
+/// ends the command quietly.
+struct ListingOut {
+    inner: BufWriter<std::io::StdoutLock<'static>>,
+    broken: bool,
+}
+
+impl ListingOut {
+    fn note<T>(&mut self, r: std::io::Result<T>) -> std::io::Result<T> {
+        if matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe) {
+            self.broken = true;
+        }
+        r
+    }
+}
+
+impl Write for ListingOut {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let r = self.inner.write(buf);
+        self.note(r)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let r = self.inner.flush();
+        self.note(r)
+    }
+}
+
+/// `hostsim inspect`: verify the whole file, then list it (and draw it).
+pub fn inspect(args: &InspectArgs) -> Result<(), Error> {
+    let mut file =
+        VerifiedQueueFile::open_path(&args.queues).map_err(|e| Error::QueueFileInput {
+            file: args.queues.display().to_string(),
+            source: e,
+        })?;
+    let format = if args.json {
+        ListingFormat::JsonLines
+    } else {
+        ListingFormat::Table
+    };
+    let mut out = ListingOut {
+        inner: BufWriter::new(std::io::stdout().lock()),
+        broken: false,
+    };
+    let mut progress = Progress::new(file.summary().descriptors, "inspect");
+    let listed = write_listing(
+        &mut file,
+        format,
+        &mut out,
+        &mut progress,
+        args.timeline.is_some(),
+    );
+    progress.finish();
+    let ops = match listed {
+        Err(_) if out.broken => return Ok(()),
+        other => other?,
+    };
+    if let Some(path) = &args.timeline {
+        let title = format!("DMA queues of {}", args.queues.display());
+        let svg = hostsim::timeline::queue_file_svg(&mut file, &ops, &title)?;
+        hostsim::timeline::write_svg(path, &svg)?;
+    }
+    Ok(())
+}
+
+/// `hostsim isa ...`.
+pub fn isa(args: &IsaArgs) -> Result<(), Error> {
+    let generation = Generation::from_name(&args.generation)?;
+    match &args.action {
+        None | Some(IsaAction::Summary) => {
+            print!("{}", hostsim::demo::fabric_summary(generation));
+            print!("{}", hostsim::isa::summary(generation));
+        }
+        Some(IsaAction::Decode { hex, format }) => {
+            let text = if hex.is_empty() {
+                stdin()?
+            } else {
+                hex.join(" ")
+            };
+            let inst = hostsim::isa::decode(&text::parse_hex(&text)?)?;
+            match format {
+                FieldFormat::Json => print!("{}", text::to_json(&inst, Some(generation))),
+                _ => print!("{}", text::to_toml(&inst, Some(generation))),
+            }
+        }
+        Some(IsaAction::Encode { format }) => {
+            let input = stdin()?;
+            let json = match format {
+                FieldFormat::Auto => input.trim_start().starts_with('{'),
+                f => *f == FieldFormat::Json,
+            };
+            let inst = if json {
+                text::from_json(&input)?
+            } else {
+                text::from_toml(&input)?
+            };
+            println!("{}", text::to_hex(&inst.encode()));
+            println!("# {}", text::verdict(&inst, generation));
+        }
+    }
+    Ok(())
+}
+
+fn stdin() -> Result<String, Error> {
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .map_err(|e| Error::InstructionText {
+            format: "stdin",
+            message: e.to_string(),
+        })?;
+    Ok(s)
+}

@@ -1,0 +1,228 @@
+//! The `hostsim run`, `gen`, `replay` and `demo` commands through the binary: exit
+//! statuses, outputs, and that a failure leaves `--out` untouched.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn hostsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hostsim"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn example(name: &str) -> String {
+    format!(
+        "{}/../examples/{name}/scenario.toml",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// A fresh temporary folder for one test.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hostsim-cli-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn run_writes_every_tensor_and_the_report() {
+    let dir = scratch("run");
+    let out = dir.join("out");
+    let o = hostsim(&[
+        "run",
+        &example("embedding"),
+        "--out",
+        s(&out),
+        "--queues",
+        "4",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("dma_scatter") && text.contains("total"),
+        "{text}"
+    );
+    assert_eq!(
+        files(&out),
+        ["ids.npy", "out.npy", "report.json", "table.npy"]
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let op_keys: Vec<&String> = report["ops"][0].as_object().unwrap().keys().collect();
+    assert_eq!(
+        op_keys,
+        [
+            "bytes",
+            "descriptors",
+            "estimated_ns",
+            "instructions",
+            "mechanism",
+            "oob_skipped",
+            "op"
+        ]
+    );
+    assert_eq!(report["ops"][1]["op"], "dma_scatter");
+    assert_eq!(report["total"]["oob_skipped"], 192);
+    assert_eq!(report["total"]["bytes"], 2_048_000);
+    assert!(report["total"]["wall_seconds"].as_f64().unwrap() > 0.0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn invalid_input_exits_2_pointing_at_the_line_and_writes_nothing() {
+    let dir = scratch("invalid");
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "generation = \"cayman\"\n[[tensor]]\nname = \"t\"\nspace = \"dram\"\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let o = hostsim(&["run", s(&bad), "--out", s(&out)]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("bad.toml:4:9:") && e.contains("dram"), "{e}");
+    assert!(!out.exists());
+    let o = hostsim(&["run", &example("embedding"), "--queues", "17"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("queues = 17: must be 1..=16"),
+        "{}",
+        stderr(&o)
+    );
+    let o = hostsim(&["run"]);
+    assert_eq!(o.status.code(), Some(2), "a usage error");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_fault_exits_1_naming_the_index_and_leaves_out_untouched() {
+    let dir = scratch("fault");
+    std::fs::copy(
+        format!(
+            "{}/../examples/embedding/ids.npy",
+            env!("CARGO_MANIFEST_DIR")
+        ),
+        dir.join("ids.npy"),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(example("embedding")).unwrap();
+    let hard = text.replacen("oob   = \"skip\"", "oob   = \"error\"", 1);
+    assert_ne!(hard, text);
+    std::fs::write(dir.join("hard.toml"), hard).unwrap();
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("keep.txt"), "mine").unwrap();
+    let o = hostsim(&["run", s(&dir.join("hard.toml")), "--out", s(&out)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("op 0 (dma_gather src=table index=ids dst=out) failed while running"),
+        "{e}"
+    );
+    assert!(
+        e.contains("src index 1000 at position 4000 is out of bounds (1000 rows)"),
+        "{e}"
+    );
+    assert_eq!(files(&out), ["keep.txt"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn gen_then_replay_gives_the_run_s_tensors() {
+    let dir = scratch("gen");
+    for name in ["embedding", "copy_update", "pool_gathers"] {
+        let scenario = example(name);
+        let queues = dir.join(format!("{name}.dmaq"));
+        let o = hostsim(&["gen", &scenario, "-o", s(&queues), "--queues", "4"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("queue ")).count(),
+            4,
+            "{text}"
+        );
+        let replayed = dir.join(format!("{name}-replay"));
+        let svg = dir.join(format!("{name}.svg"));
+        let o = hostsim(&[
+            "replay",
+            s(&queues),
+            "--scenario",
+            &scenario,
+            "--out",
+            s(&replayed),
+            "--timeline",
+            s(&svg),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        let picture = std::fs::read_to_string(&svg).unwrap();
+        assert_eq!(
+            picture.matches("<svg").count(),
+            1,
+            "{name}: one SVG document"
+        );
+        assert!(picture.contains(">q3<"), "{name}: a lane per queue");
+        for mechanism in ["dge", "reference"] {
+            let ran = dir.join(format!("{name}-{mechanism}"));
+            let o = hostsim(&["run", &scenario, "--mechanism", mechanism, "--out", s(&ran)]);
+            assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+            for f in files(&ran).iter().filter(|f| f.ends_with(".npy")) {
+                let a = std::fs::read(ran.join(f)).unwrap();
+                let b = std::fs::read(replayed.join(f)).unwrap();
+                assert!(
+                    a == b,
+                    "{name}: {f} differs between replay and run --mechanism {mechanism}"
+                );
+            }
+        }
+    }
+    let o = hostsim(&[
+        "replay",
+        s(&dir.join("missing.dmaq")),
+        "--scenario",
+        &example("embedding"),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_demo_runs_with_no_arguments_and_the_routes_agree() {
+    let o = hostsim(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("agree: yes"), "{text}");
+    assert!(text.contains("sunda      pool"), "{text}");
+}
+
+#[test]
+fn every_command_s_help_has_an_example() {
+    for cmd in ["run", "gen", "replay", "demo"] {
+        let o = hostsim(&[cmd, "--help"]);
+        assert_eq!(o.status.code(), Some(0));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            text.contains(&format!("Example: hostsim {cmd}")),
+            "{cmd}: {text}"
+        );
+    }
+}

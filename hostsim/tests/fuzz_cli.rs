@@ -1,0 +1,72 @@
+//! `hostsim fuzz` through the binary: the summary line, determinism for a seed, usage
+//! errors (exit 2), and the summary printed after Ctrl-C.
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn hostsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hostsim"))
+        .args(args)
+        .output()
+        .expect("the hostsim binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn a_clean_run_prints_the_summary_and_exits_0() {
+    let o = hostsim(&["fuzz", "--target", "isa", "--iters", "300", "--seed", "5"]);
+    assert_eq!(stdout(&o), "fuzz: 300 cases, 0 mismatches\n");
+    assert_eq!(o.status.code(), Some(0));
+}
+
+#[test]
+fn the_same_seed_runs_the_same_cases() {
+    let args = ["fuzz", "--target", "all", "--iters", "25", "--seed", "9"];
+    let (a, b) = (hostsim(&args), hostsim(&args));
+    assert_eq!(stdout(&a), "fuzz: 25 cases, 0 mismatches\n");
+    assert_eq!(stdout(&a), stdout(&b));
+    let one = hostsim(&["fuzz", "--target", "dge", "--case", "12345"]);
+    assert_eq!(stdout(&one), "fuzz: 1 cases, 0 mismatches\n");
+}
+
+#[test]
+fn bad_options_exit_2_naming_the_rule() {
+    let o = hostsim(&["fuzz", "--target", "gpu"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        err,
+        "hostsim: fuzz target gpu does not exist (targets: ivp dge dma oob isa all)\n"
+    );
+    let o = hostsim(&["fuzz", "--iters", "3", "--seconds", "3"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = hostsim(&["fuzz", "--case", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stdout(&o).is_empty());
+}
+
+#[test]
+fn ctrl_c_stops_between_cases_and_still_prints_the_summary() {
+    let child = Command::new(env!("CARGO_BIN_EXE_hostsim"))
+        .args(["fuzz", "--target", "ivp", "--seconds", "120"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the hostsim binary runs");
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let o = child.wait_with_output().expect("hostsim exits");
+    let text = stdout(&o);
+    let line = text.lines().last().unwrap_or_default();
+    assert!(
+        line.starts_with("fuzz: ") && line.ends_with(" cases, 0 mismatches"),
+        "{text:?}"
+    );
+    assert_eq!(o.status.code(), Some(130));
+}
