@@ -1,10 +1,10 @@
 //! Instructions as text: every field of an operand struct by name and value, both ways
 //! (`hostsim isa decode` / `isa encode`, the scenario `isa` op, the `isa` fuzz target).
 //!
-//! The fields, their offsets and sizes come from the one table [`FIELD_LAYOUT`](super::layout::FIELD_LAYOUT); this
-//! module only adds how a field's bytes read as text ([`Kind`], chosen by [`kind`] from the
-//! field's struct, name and size). A field H5 or anyone adds to the table shows up here
-//! without another list to update.
+//! The fields, their offsets and sizes come from the one table
+//! [`FIELD_LAYOUT`](super::layout::FIELD_LAYOUT); this module only adds how a field's
+//! bytes read as text ([`Kind`], chosen by [`kind`] from the field's struct, name and
+//! size). A field added to the table shows up here without another list to update.
 //!
 //! # The text form
 //!
