@@ -28,6 +28,7 @@
 //! written to the `dma` fabric, and leaves as fabric memory, statistics and reports.
 //! Every failure is one [`Error`].
 
+pub mod atomic_file;
 pub mod bench;
 pub mod core_state;
 pub mod demo;

@@ -201,11 +201,8 @@ pub fn read(path: &Path) -> Result<NpyArray, Error> {
 /// Writes a `.npy` file atomically (a temporary file beside it, then a rename).
 pub fn write(path: &Path, a: &NpyArray) -> Result<(), Error> {
     let name = path.display().to_string();
-    let tmp = path.with_extension("npy.partial");
-    std::fs::write(&tmp, encode(a)).map_err(|e| bad(&name, format!("cannot be written: {e}")))?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        bad(&name, format!("cannot be renamed into place: {e}"))
+    crate::atomic_file::write_bytes(path, &encode(a), |stage, e| {
+        bad(&name, format!("cannot be {stage}: {e}"))
     })
 }
 

@@ -425,18 +425,9 @@ pub fn queue_file_svg<R: Read + Seek>(
 
 /// Writes `svg` to `path` atomically: a temporary file beside it, then a rename.
 pub fn write_svg(path: &Path, svg: &str) -> Result<(), Error> {
-    let name = path.display().to_string();
-    let fail = |e: std::io::Error| Error::Output {
-        what: name.clone(),
-        message: e.to_string(),
-    };
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".partial");
-    let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, svg).map_err(fail)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        fail(e)
+    crate::atomic_file::write_bytes(path, svg.as_bytes(), |stage, e| Error::Output {
+        what: path.display().to_string(),
+        message: format!("{e} (when {stage})"),
     })
 }
 

@@ -4,14 +4,14 @@
 //! after success.
 
 use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use dma::{EngineConfig, Fabric};
 use serde::Serialize;
 
 use super::Prepared;
+use crate::atomic_file;
 use crate::dge_route::RecordedReplays;
 use crate::error::Error;
 use crate::npy::{self, NpyArray};
@@ -273,31 +273,17 @@ pub fn write_outputs(
     write_atomic(&dir.join("report.json"), report.to_json().as_bytes())
 }
 
-/// Writes `bytes` to `path` through a temporary file beside it and a rename.
+/// Writes `bytes` to `path` atomically ([`atomic_file::write_bytes`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    write_atomic_with(path, |mut file| {
-        file.write_all(bytes)
-            .map_err(|e| io_error(path, "written", e))
-    })
+    atomic_file::write_bytes(path, bytes, |stage, e| io_error(path, stage, e))
 }
 
-/// Creates a temporary file beside `path`, lets `write` fill it, and renames it over
-/// `path`; on any failure the temporary file is removed and `path` is untouched.
+/// Fills `path` atomically through `write` ([`atomic_file::write_with`]).
 pub fn write_atomic_with(
     path: &Path,
     write: impl FnOnce(File) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".partial");
-    let tmp = PathBuf::from(tmp);
-    let file = File::create(&tmp).map_err(|e| io_error(path, "created", e))?;
-    let done = write(file).and_then(|()| {
-        std::fs::rename(&tmp, path).map_err(|e| io_error(path, "renamed into place", e))
-    });
-    if done.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    done
+    atomic_file::write_with(path, write, |stage, e| io_error(path, stage, e))
 }
 
 fn io_error(path: &Path, what: &str, e: std::io::Error) -> Error {
