@@ -807,16 +807,11 @@ impl Emitter {
 /// kept and returned rather than dropped.
 #[inline(always)]
 fn describe(op: DescOp, dtype: Dtype, r: Run) -> Result<Descriptor, dma::Error> {
-    match r.fill {
-        true => Descriptor::fill(FabricAddr(r.dst), r.len as u32, dtype, r.src),
-        false => Descriptor::new(
-            op,
-            FabricAddr(r.src),
-            FabricAddr(r.dst),
-            r.len as u32,
-            dtype,
-        ),
-    }
+    let op = if r.fill { DescOp::Fill } else { op };
+    let (src, dst) = (FabricAddr(r.src), FabricAddr(r.dst));
+    // `checked` rather than `new` on the hot path: see `Descriptor::checked`.
+    Descriptor::checked(op, src, dst, r.len as u32, dtype)
+        .ok_or_else(|| Descriptor::refusal(op, src, r.len as u32, dtype))
 }
 
 /// END_OF_INSTRUCTION on each queue's last descriptor.

@@ -271,6 +271,7 @@ fn bad(field: &'static str, value: impl Into<u64>, rule: impl Into<String>) -> E
 
 impl Descriptor {
     /// A descriptor without flags or semaphores. For FILL, `src.0` is the element.
+    #[inline]
     pub fn new(
         op: DescOp,
         src: FabricAddr,
@@ -278,19 +279,30 @@ impl Descriptor {
         len: u32,
         dtype: Dtype,
     ) -> Result<Descriptor, Error> {
-        if len == 0 || len > MAX_DESCRIPTOR_LEN {
-            return Err(bad("len", len, "length must be 1..=65536 bytes"));
-        }
+        Descriptor::checked(op, src, dst, len, dtype)
+            .ok_or_else(|| Descriptor::refusal(op, src, len, dtype))
+    }
+
+    /// [`Descriptor::new`] without the reason: `None` where `new` fails. The DGE builds
+    /// millions of these; an `Option` of a descriptor is a descriptor-sized value that
+    /// goes straight into a queue's list, where the `Result` is built on the stack and
+    /// copied (a store-forwarding stall per descriptor).
+    #[inline]
+    pub fn checked(
+        op: DescOp,
+        src: FabricAddr,
+        dst: FabricAddr,
+        len: u32,
+        dtype: Dtype,
+    ) -> Option<Descriptor> {
         let size = dtype.size() as u32;
-        if op.needs_whole_elements() && !len.is_multiple_of(size) {
-            let rule = format!("{op} needs whole {dtype} elements ({size} bytes each)");
-            return Err(bad("len", len, rule));
+        let bad_len = len == 0 || len > MAX_DESCRIPTOR_LEN;
+        let partial = op.needs_whole_elements() && !len.is_multiple_of(size);
+        let wide_fill = op == DescOp::Fill && src.0 >> (8 * size) != 0;
+        if bad_len || partial || wide_fill {
+            return None;
         }
-        if op == DescOp::Fill && src.0 >> (8 * size) != 0 {
-            let rule = format!("the fill element must fit one {dtype} ({size} bytes)");
-            return Err(bad("src", src.0, rule));
-        }
-        Ok(Descriptor {
+        Some(Descriptor {
             src,
             dst,
             len,
@@ -300,6 +312,23 @@ impl Descriptor {
             wait: None,
             signal: None,
         })
+    }
+
+    /// The rule that arguments [`Descriptor::checked`] refused break (the first, in the
+    /// order checked): the error [`Descriptor::new`] returns for them.
+    #[cold]
+    #[inline(never)]
+    pub fn refusal(op: DescOp, src: FabricAddr, len: u32, dtype: Dtype) -> Error {
+        let size = dtype.size();
+        if len == 0 || len > MAX_DESCRIPTOR_LEN {
+            return bad("len", len, "length must be 1..=65536 bytes");
+        }
+        if op.needs_whole_elements() && !len.is_multiple_of(size as u32) {
+            let rule = format!("{op} needs whole {dtype} elements ({size} bytes each)");
+            return bad("len", len, rule);
+        }
+        let rule = format!("the fill element must fit one {dtype} ({size} bytes)");
+        bad("src", src.0, rule)
     }
 
     /// A FILL of `len` bytes at `dst` with `element` (little-endian, fits `dtype`).
@@ -937,6 +966,19 @@ pub(crate) mod tests {
                 let raw = d.encode();
                 prop_assert_eq!(raw.as_bytes(), &bytes[..]);
             }
+        }
+
+        /// `checked` accepts exactly what `new` accepts, with the same descriptor, and
+        /// `refusal` is `new`'s error for the rest.
+        #[test]
+        fn checked_and_refusal_agree_with_new(
+            op in 0usize..6, dt in 0usize..9, len in 0u32..70_000, src in any::<u64>(),
+        ) {
+            let (op, dtype) = (DescOp::ALL[op], Dtype::ALL[dt]);
+            let src = FabricAddr(src >> (src % 64));
+            let new = Descriptor::new(op, src, FabricAddr(8), len, dtype);
+            let checked = Descriptor::checked(op, src, FabricAddr(8), len, dtype);
+            prop_assert_eq!(checked.ok_or_else(|| Descriptor::refusal(op, src, len, dtype)), new);
         }
 
         #[test]

@@ -85,6 +85,7 @@ impl Dtype {
     }
 
     /// Bytes per element.
+    #[inline]
     pub fn size(self) -> usize {
         match self {
             Dtype::U8 | Dtype::I8 => 1,
