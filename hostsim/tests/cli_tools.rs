@@ -12,8 +12,8 @@ use dma::{
 };
 use hostsim::isa::{
     BoundCheckReg, Direct2dSide, DmaDirect2d, DmaIndirect1d, DmaIndirectFlags, DmaSide,
-    EmbeddingTable, Indirect, IndirectDim, IndirectMode, Instruction, PoolBufferLoad,
-    PseudoEmbeddingUpdate, S4d4Gt, S4d4Ic, Tensor4d,
+    EmbeddingTable, Indirect, IndirectMode, Instruction, PoolBufferLoad, PseudoEmbeddingUpdate,
+    S4d4Gt, S4d4Ic, Tensor4d,
 };
 
 fn hostsim(args: &[&str], stdin: Option<&str>) -> Output {
@@ -213,13 +213,7 @@ fn one_of_each() -> Vec<Instruction> {
         step_elem: 1,
         bound,
     };
-    let flags = DmaIndirectFlags::new(
-        IndirectMode::Src,
-        true,
-        false,
-        IndirectDim::X,
-        IndirectDim::X,
-    );
+    let flags = DmaIndirectFlags::rows(IndirectMode::Src, true, false);
     let d2 = |s| Direct2dSide {
         start_addr: FabricAddr(s),
         step_elem: [1, 16],

@@ -23,6 +23,26 @@ use super::opcode::Opcode;
 use super::rule::{self, ensure, FieldPath, Rule};
 use crate::error::Error;
 
+/// `code()` and `from_code()` for a field-less enum whose codes are its variants'
+/// positions, 0 up, in declaration order (the order `$variant`s are listed in, which must
+/// be the declaration order): `code` is the discriminant, `from_code` its inverse, `None`
+/// past the last variant.
+macro_rules! coded_enum {
+    ($t:ident: [$($variant:ident),+]) => {
+        impl $t {
+            /// The code.
+            pub fn code(self) -> u8 {
+                self as u8
+            }
+
+            /// Decodes the code (`None` for a code no variant has).
+            pub fn from_code(code: u8) -> Option<$t> {
+                [$($t::$variant),+].get(usize::from(code)).copied()
+            }
+        }
+    };
+}
+
 /// The 4-byte header that opens every operand struct (the project's own layout).
 #[derive(
     FromBytes,
@@ -187,6 +207,11 @@ impl Tensor4d {
     /// `num_elem[4]`.
     pub fn num_elem(&self) -> [u16; 4] {
         self.num_elem.map(U16::get)
+    }
+
+    /// Decode rule: `start_addr` is a valid ADDR4 (`at` names it in the error).
+    pub(crate) fn check_start(&self, at: FieldPath) -> Result<(), Error> {
+        rule::addr4(at, self.start_addr()).map(drop)
     }
 
     /// Elements the pattern visits (the product of the counts; fits in u64).
@@ -354,19 +379,9 @@ pub enum IndirectMode {
     SrcDst,
 }
 
+coded_enum!(IndirectMode: [Src, Dst, SrcDst]);
+
 impl IndirectMode {
-    /// The 2-bit code.
-    pub fn code(self) -> u8 {
-        self as u8
-    }
-
-    /// Decodes the 2-bit code (3 is undefined).
-    pub fn from_code(code: u8) -> Option<IndirectMode> {
-        [IndirectMode::Src, IndirectMode::Dst, IndirectMode::SrcDst]
-            .get(usize::from(code))
-            .copied()
-    }
-
     /// Whether indices drive the source (a gather).
     pub fn gathers(self) -> bool {
         self != IndirectMode::Dst
@@ -387,20 +402,12 @@ pub enum IndirectDim {
     W,
 }
 
-impl IndirectDim {
-    /// The 2-bit code.
-    pub fn code(self) -> u8 {
-        self as u8
-    }
+coded_enum!(IndirectDim: [X, Y, Z, W]);
 
-    /// Decodes the low 2 bits (every value is defined).
+impl IndirectDim {
+    /// Decodes the low 2 bits (every 2-bit code is defined, so the fallback is never taken).
     pub fn from_bits(bits: u8) -> IndirectDim {
-        match bits & 3 {
-            0 => IndirectDim::X,
-            1 => IndirectDim::Y,
-            2 => IndirectDim::Z,
-            _ => IndirectDim::W,
-        }
+        IndirectDim::from_code(bits & 3).unwrap_or(IndirectDim::W)
     }
 }
 
@@ -437,6 +444,12 @@ impl DmaIndirectFlags {
                 | gather_dim.code() << 4
                 | scatter_dim.code() << 6,
         )
+    }
+
+    /// The flags of a 1-D row move, both dims X (every DMA-level gather and scatter).
+    pub fn rows(indirect_mode: IndirectMode, idx_bound_is_err: bool, non_unique: bool) -> Self {
+        let x = IndirectDim::X;
+        DmaIndirectFlags::new(indirect_mode, idx_bound_is_err, non_unique, x, x)
     }
 
     /// The raw byte.
@@ -587,21 +600,7 @@ pub enum IndexMissBehavior {
     SkipWrite,
 }
 
-impl IndexMissBehavior {
-    /// The code (project's values).
-    pub fn code(self) -> u8 {
-        self as u8
-    }
-
-    /// Decodes the code.
-    pub fn from_code(code: u8) -> Option<IndexMissBehavior> {
-        match code {
-            0 => Some(IndexMissBehavior::ImmediateWrite),
-            1 => Some(IndexMissBehavior::SkipWrite),
-            _ => None,
-        }
-    }
-}
+coded_enum!(IndexMissBehavior: [ImmediateWrite, SkipWrite]);
 
 /// reshape_kind of DMA_INDIRECT1D (a project field in a byte the seed leaves reserved):
 /// the shape the indices move. Code 0, the default, is the seed's 1-D row move.
@@ -616,21 +615,7 @@ pub enum ReshapeKind {
     GatherTranspose,
 }
 
-impl ReshapeKind {
-    /// The code.
-    pub fn code(self) -> u8 {
-        self as u8
-    }
-
-    /// Decodes the code.
-    pub fn from_code(code: u8) -> Option<ReshapeKind> {
-        match code {
-            0 => Some(ReshapeKind::Rows),
-            1 => Some(ReshapeKind::GatherTranspose),
-            _ => None,
-        }
-    }
-}
+coded_enum!(ReshapeKind: [Rows, GatherTranspose]);
 
 /// The INDIRECT_COPY sub-mode (the project's codes): which MEM_PATTERN4D members are
 /// INDIRECT. Only `Gather` is implemented by the hardware.
@@ -645,19 +630,9 @@ pub enum IcMode {
     GatherScatter,
 }
 
+coded_enum!(IcMode: [Gather, Scatter, GatherScatter]);
+
 impl IcMode {
-    /// The code.
-    pub fn code(self) -> u8 {
-        self as u8
-    }
-
-    /// Decodes the code.
-    pub fn from_code(code: u8) -> Option<IcMode> {
-        [IcMode::Gather, IcMode::Scatter, IcMode::GatherScatter]
-            .get(usize::from(code))
-            .copied()
-    }
-
     /// Whether the src member is INDIRECT.
     pub fn src_indirect(self) -> bool {
         self != IcMode::Scatter
@@ -709,6 +684,8 @@ mod tests {
             (f.gather_dim(), f.scatter_dim()),
             (IndirectDim::Z, IndirectDim::W)
         );
+        let rows = DmaIndirectFlags::rows(IndirectMode::Dst, false, true);
+        assert_eq!(rows.bits(), 0b0000_1001);
         let e = DmaIndirectFlags(3).indirect_mode().unwrap_err();
         assert_eq!(e.rule(), Some(Rule::EnumValue));
         assert_eq!(
@@ -802,6 +779,11 @@ mod tests {
         assert_eq!(ReshapeKind::from_code(2), None);
         assert_eq!(ReshapeKind::default().code(), 0);
         assert_eq!(IndirectDim::from_bits(0b110), IndirectDim::Z);
+        for code in 0..=3 {
+            assert_eq!(IndirectDim::from_bits(code).code(), code);
+        }
+        assert_eq!(IndexMissBehavior::SkipWrite.code(), 1);
+        assert_eq!(ReshapeKind::GatherTranspose.code(), 1);
         assert!(IndirectMode::SrcDst.gathers() && IndirectMode::SrcDst.scatters());
         assert!(!IndirectMode::Src.scatters() && !IndirectMode::Dst.gathers());
         assert!(!IcMode::Gather.dst_indirect() && !IcMode::Scatter.src_indirect());

@@ -26,12 +26,11 @@ pub struct FieldLayout {
     pub origin: Origin,
 }
 
-const fn p(
-    structure: &'static str,
-    field: &'static str,
-    offset: usize,
-    size: usize,
-) -> FieldLayout {
+/// A struct or field name in the table.
+type Name = &'static str;
+
+/// A row whose offset is the project's own.
+const fn p(structure: Name, field: Name, offset: usize, size: usize) -> FieldLayout {
     FieldLayout {
         structure,
         field,
@@ -41,18 +40,11 @@ const fn p(
     }
 }
 
-const fn s(
-    structure: &'static str,
-    field: &'static str,
-    offset: usize,
-    size: usize,
-) -> FieldLayout {
+/// A row whose offset seed 000 gives.
+const fn s(structure: Name, field: Name, offset: usize, size: usize) -> FieldLayout {
     FieldLayout {
-        structure,
-        field,
-        offset,
-        size,
         origin: Origin::Seed,
+        ..p(structure, field, offset, size)
     }
 }
 

@@ -132,13 +132,7 @@ pub fn dma_gather_transpose(
     let row_bytes = u32::try_from(src.row_bytes())
         .map_err(|_| arg_error(op, "src.shape[1]", src.shape[1].into(), wide))?;
     let bc = BoundCheckReg::enabled(0, false)?;
-    let flags = DmaIndirectFlags::new(
-        IndirectMode::Src,
-        true,
-        false,
-        IndirectDim::X,
-        IndirectDim::X,
-    );
+    let flags = DmaIndirectFlags::rows(IndirectMode::Src, true, false);
     let esize = src.dtype.size() as u64;
     let mut instructions = Vec::new();
     for first in (0..count).step_by(CHUNK as usize) {

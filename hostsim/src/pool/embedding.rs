@@ -82,9 +82,12 @@ fn plan(fabric: &Fabric, e: &PseudoEmbeddingUpdate, row_bytes: u64) -> Result<Pl
                 });
                 continue;
             }
-            let row = table_row(fabric, v.rows[lane], v.overflow & bit != 0, row_bytes)?;
-            plan.moves
-                .push([data_row(fabric, data, i, row_bytes)?, row]);
+            let formed = (v.overflow & bit == 0).then_some(v.rows[lane]);
+            let table_at = "embedding_table_base_addr";
+            let row = checked_row(fabric, table_at, (v.rows[lane], formed), row_bytes)?;
+            let from = data.0.checked_add(u64::from(i) * row_bytes);
+            let from = checked_row(fabric, "embed_data_addr", (data.0, from), row_bytes)?;
+            plan.moves.push([from, row]);
         }
     }
     Ok(plan)
@@ -123,46 +126,22 @@ fn walk(
     }
 }
 
-/// Data row `i`, checked on the fabric (validation put all of them there; the check
-/// names a stray one).
-fn data_row(
+/// The row at `row` (`None`: its address passed 64 bits from `base`) with its `row_bytes`
+/// on the fabric, or the error naming `field`: a table row the MAC formed, or data row `i`
+/// (validation put every data row on the fabric; the check names a stray one).
+fn checked_row(
     fabric: &Fabric,
-    data: FabricAddr,
-    i: u32,
+    field: &'static str,
+    (base, row): (u64, Option<u64>),
     row_bytes: u64,
 ) -> Result<FabricAddr, Error> {
-    let at = at("embed_data_addr");
     let overflow = dma::Error::AddressOverflow {
-        addr: data.0,
+        addr: base,
         len: row_bytes,
     };
-    let from = data
-        .checked_add(u64::from(i) * row_bytes)
-        .ok_or(overflow)
-        .map_err(dma_at(at))?;
-    fabric.check(from, row_bytes).map_err(dma_at(at))?;
-    Ok(from)
-}
-
-/// A table row the MAC formed, checked on the fabric.
-fn table_row(
-    fabric: &Fabric,
-    addr: u64,
-    overflow: bool,
-    row_bytes: u64,
-) -> Result<FabricAddr, Error> {
-    let table_at = at("embedding_table_base_addr");
-    if overflow {
-        let e = dma::Error::AddressOverflow {
-            addr,
-            len: row_bytes,
-        };
-        return Err(dma_at(table_at)(e));
-    }
-    fabric
-        .check(FabricAddr(addr), row_bytes)
-        .map_err(dma_at(table_at))?;
-    Ok(FabricAddr(addr))
+    let row = FabricAddr(row.ok_or(overflow).map_err(dma_at(at(field)))?);
+    fabric.check(row, row_bytes).map_err(dma_at(at(field)))?;
+    Ok(row)
 }
 
 #[cfg(test)]

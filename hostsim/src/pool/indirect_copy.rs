@@ -339,38 +339,13 @@ fn outside(addr: u64, len: usize) -> Error {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::indirect_copy::{copy, indices, rows, DST};
     use super::super::test_support::*;
     use super::*;
     use crate::core_state::CoreState;
-    use crate::isa::{Rule, Tensor4d};
-    use dma::Dtype;
     use proptest::prelude::*;
 
-    const DATA: u32 = 0x100;
-    const DST: u32 = 0x2000;
-
-    /// Source rows (u16) in partitions `0..channels`: element `e` of partition `q` is
-    /// `q * 100 + e`, `len` elements; destinations prefilled with 0xffff.
-    fn rows(f: &mut Fabric, channels: u32, len: u16, outputs: usize) {
-        for q in 0..channels {
-            let row: Vec<u16> = (0..len).map(|e| q as u16 * 100 + e).collect();
-            put(f, sbuf_at(q, DATA), &row);
-            put(f, sbuf_at(q, DST), &vec![0xffffu16; outputs]);
-        }
-    }
-
-    /// Index `j` of core `c` written column-major into the block at partition `base`.
-    fn indices(f: &mut Fabric, base: u32, c: u32, ids: &[u16]) {
-        for (j, id) in (0u32..).zip(ids) {
-            put(f, sbuf_at(base + 16 * c + j % 16, 2 * (j / 16)), &[*id]);
-        }
-    }
-
-    fn copy(index_partition: u32, num_elem: u16, per: u8, size: u32, channels: u8) -> S4d4Ic {
-        let src = Indirect::new(sbuf(index_partition, 0), sbuf(0, DATA), num_elem);
-        let dst = Tensor4d::contiguous(sbuf(0, DST), num_elem);
-        S4d4Ic::gather(src, dst, Dtype::U16, per, size, channels)
-    }
+    crate::test_support::indirect_copy::indirect_copy_cases!(route());
 
     #[test]
     fn send_gather_request_clips_runs_at_the_buffer_end() {
@@ -398,56 +373,6 @@ mod tests {
         assert_eq!((cost.kernel, cost.cores), ("pool_indirect_copy", 8));
         // 16 index rows of one vector each and 2 requests in each of 16 partitions
         assert_eq!((cost.vectors, cost.bytes), (16 + 32, 16 * 40));
-    }
-
-    #[test]
-    fn runs_past_the_source_end_leave_zeros() {
-        let mut f = fabric();
-        rows(&mut f, 16, 10, 12);
-        // runs of 4 from 0, 8 (two inside) and 12 (past the 10-element row)
-        indices(&mut f, 0, 0, &[0, 8, 12]);
-        run(&mut f, &mut CoreState::new(), copy(0, 12, 4, 10, 16));
-        let expect = |q: u16| {
-            let b = 100 * q;
-            vec![b, b + 1, b + 2, b + 3, b + 8, b + 9, 0, 0, 0, 0, 0, 0]
-        };
-        for q in [0u16, 7, 15] {
-            assert_eq!(get::<u16>(&f, sbuf_at(q.into(), DST), 12), expect(q));
-        }
-    }
-
-    #[test]
-    fn each_core_reads_its_own_index_block() {
-        let mut f = fabric();
-        rows(&mut f, 32, 16, 2);
-        indices(&mut f, 64, 0, &[1, 2]);
-        indices(&mut f, 64, 1, &[5, 15]);
-        run(&mut f, &mut CoreState::new(), copy(64, 4, 2, 16, 32));
-        assert_eq!(get::<u16>(&f, sbuf_at(3, DST), 4), [301, 302, 302, 303]);
-        assert_eq!(get::<u16>(&f, sbuf_at(20, DST), 4), [2005, 2006, 2015, 0]);
-    }
-
-    #[test]
-    fn a_strided_destination() {
-        let mut f = fabric();
-        rows(&mut f, 16, 8, 8);
-        indices(&mut f, 0, 0, &[6, 1]);
-        let src = Indirect::new(sbuf(0, 0), sbuf(0, DATA), 4);
-        // every other element, backwards from element 6: 6, 4, 2, 0
-        let dst = Tensor4d::new(sbuf(0, DST + 12), [-2, 0, 0, 0], [4, 1, 1, 1]);
-        let ic = S4d4Ic::gather(src, dst, Dtype::U16, 2, 8, 16);
-        run(&mut f, &mut CoreState::new(), ic);
-        // outputs [906, 907, 901, 902] land at elements 6, 4, 2, 0
-        let got = get::<u16>(&f, sbuf_at(9, DST), 8);
-        assert_eq!(got, [902, 0xffff, 901, 0xffff, 907, 0xffff, 906, 0xffff]);
-    }
-
-    #[test]
-    fn a_partial_core_is_rejected_and_nothing_changes() {
-        let mut f = fabric();
-        rows(&mut f, 16, 8, 4);
-        let e = fails_closed(&mut f, &mut CoreState::new(), copy(0, 4, 1, 8, 8));
-        assert_eq!(e.rule(), Some(Rule::IndirectCopyCoreChannels));
     }
 
     proptest! {

@@ -1,8 +1,9 @@
 //! # The closed-form reference semantics
 //!
-//! Plain loops that apply each instruction's semantics (`/work/notes/semantics.md`, the
-//! binding contract) directly to the fabric. This is the route the POOL kernels and the
-//! DGE + DMA engine are compared against bit for bit, so it shares nothing with them but
+//! Plain loops that apply each instruction's semantics (seed 000 section 7 with the
+//! binding decisions of the design's "Semantic decisions") directly to the fabric. This
+//! is the route the POOL kernels and the DGE + DMA engine are compared against bit for
+//! bit, so it shares nothing with them but
 //! the fabric's bounds-checked access path and the dtype arithmetic
 //! ([`dma::compute::apply`], reached through [`Fabric::reduce`]).
 //!

@@ -347,8 +347,8 @@ mod tests {
     use crate::core_state::IndexSide;
     use crate::error::ErrorKind;
     use crate::isa::{
-        DmaIndirect1d, DmaIndirectFlags, DmaSide, EmbeddingTable, IndirectDim, IndirectMode,
-        InstFlags, PoolBufferLoad, S4d4Gt, Tensor4d,
+        DmaIndirect1d, DmaIndirectFlags, DmaSide, EmbeddingTable, IndirectMode, InstFlags,
+        PoolBufferLoad, S4d4Gt, Tensor4d,
     };
     use dma::{Addr4, CceOp, ComputeOp, Dtype, FabricAddr, Space};
 
@@ -394,13 +394,7 @@ mod tests {
         f.write_elems(FabricAddr(TABLE), &[5u32, 6, 7, 8]).unwrap();
         f.write_elems(at(f, sbuf(0, 0)), idx).unwrap();
         r.registers_mut().set_bound(0, 2).unwrap();
-        let flags = DmaIndirectFlags::new(
-            IndirectMode::Src,
-            true,
-            false,
-            IndirectDim::X,
-            IndirectDim::X,
-        );
+        let flags = DmaIndirectFlags::rows(IndirectMode::Src, true, false);
         let src = DmaSide {
             start_addr: FabricAddr(TABLE),
             idx_start_addr: sbuf(0, 0),

@@ -11,8 +11,8 @@ use super::{get, put, sbuf, sbuf_at, Route};
 use crate::core_state::{CoreState, IndexSide, SkippedIndex};
 use crate::error::Error;
 use crate::isa::{
-    BoundCheckReg, BoundRegisters, DmaIndirect1d, DmaIndirectFlags, DmaSide, IndirectDim,
-    IndirectMode, ReshapeKind,
+    BoundCheckReg, BoundRegisters, DmaIndirect1d, DmaIndirectFlags, DmaSide, IndirectMode,
+    ReshapeKind,
 };
 
 /// HBM table of rows.
@@ -23,7 +23,7 @@ pub const DIDX: u32 = 0x4000;
 pub const BUF: u32 = 0x8000;
 
 pub fn flags(mode: IndirectMode, hard: bool, non_unique: bool) -> DmaIndirectFlags {
-    DmaIndirectFlags::new(mode, hard, non_unique, IndirectDim::X, IndirectDim::X)
+    DmaIndirectFlags::rows(mode, hard, non_unique)
 }
 
 /// An indexed side: rows of `size` bytes from `start`, u32 indices at SBUF p0 byte `idx`.

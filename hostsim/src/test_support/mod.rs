@@ -1,11 +1,12 @@
 //! Test support shared by the three routes' unit tests (POOL kernels, reference, DGE):
 //! fabrics, addresses, typed reads and writes, the fail-closed assertion over any route
 //! ([`Route`]), and the datapath cases every route must pass with the same exact
-//! results ([`dma_indirect`], [`embedding`]), so a case is written once and run three
-//! times.
+//! results ([`dma_indirect`], [`embedding`], [`indirect_copy`]), so a case is written
+//! once and run on every route.
 
 pub mod dma_indirect;
 pub mod embedding;
+pub mod indirect_copy;
 
 use dma::{Addr4, Element, Fabric, FabricAddr, Generation, Space};
 

@@ -131,14 +131,10 @@ impl Operand for S4d4Gt {
 
     fn check_decode(&self) -> Result<(), Error> {
         self.header.check(Self::NAME, Self::OPCODE)?;
-        rule::addr4(
-            Self::at("src_mem_pattern.start_addr"),
-            self.src_mem_pattern.start_addr(),
-        )?;
-        rule::addr4(
-            Self::at("dst_mem_pattern.start_addr"),
-            self.dst_mem_pattern.start_addr(),
-        )?;
+        self.src_mem_pattern
+            .check_start(Self::at("src_mem_pattern.start_addr"))?;
+        self.dst_mem_pattern
+            .check_start(Self::at("dst_mem_pattern.start_addr"))?;
         self.in_dtype()?;
         self.out_dtype()?;
         self.index_miss_behavior()?;

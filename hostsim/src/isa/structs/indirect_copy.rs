@@ -203,7 +203,7 @@ fn check_member(m: MemPattern4d, indirect: bool, names: [&'static str; 4]) -> Re
         rule::addr4(S4d4Ic::at(index), m.indirect().index_addr())?;
         rule::addr4(S4d4Ic::at(data), m.indirect().data_addr()).map(drop)
     } else {
-        rule::addr4(S4d4Ic::at(start), m.tensor().start_addr()).map(drop)
+        m.tensor().check_start(S4d4Ic::at(start))
     }
 }
 

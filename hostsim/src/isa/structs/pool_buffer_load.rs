@@ -87,10 +87,8 @@ impl Operand for PoolBufferLoad {
 
     fn check_decode(&self) -> Result<(), Error> {
         self.header.check(Self::NAME, Self::OPCODE)?;
-        rule::addr4(
-            Self::at("src_mem_pattern.start_addr"),
-            self.src_mem_pattern.start_addr(),
-        )?;
+        self.src_mem_pattern
+            .check_start(Self::at("src_mem_pattern.start_addr"))?;
         self.dtype()?;
         rule::reserved_zero(Self::at("reserved0"), &self.reserved0)?;
         rule::reserved_zero(Self::at("reserved1"), &self.reserved1)

@@ -1,11 +1,12 @@
 //! The per-generation validity contracts: one function per operand struct, each
 //! returning the first rule the instruction breaks on that generation.
 //!
-//! What every generation shares (seed 000 sections 3 and 8, DESIGN.md "Limits"): the index
-//! dtype sets, `num_elem_per_idx` set, at most 4096 indices, DMA_INDIRECT indices in SBUF
-//! partition 0, indirect dim X without a shape register, INDIRECT_COPY only in the Gather
-//! sub-mode, CCE_OP 1 rejected, and every address on the generation's fabric (sizes drift:
-//! SBUF 192/224/256/256 KiB per partition, HBM 32/96/144/144 GiB).
+//! What every generation shares (seed 000 sections 3 and 8, and the project's limits
+//! listed here): the index dtype sets, `num_elem_per_idx` set, at most 4096 indices,
+//! DMA_INDIRECT indices in SBUF partition 0, indirect dim X without a shape register,
+//! INDIRECT_COPY only in the Gather sub-mode, CCE_OP 1 rejected, and every address on the
+//! generation's fabric (sizes drift: SBUF 192/224/256/256 KiB per partition, HBM
+//! 32/96/144/144 GiB).
 //!
 //! What drifts (seed 000 section 1): on maverick (v5) GATHER may not touch PSUM, and the
 //! active-channel check is tile-aware. The seed names the tile-aware check but not its

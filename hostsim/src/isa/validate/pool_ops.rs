@@ -256,10 +256,23 @@ mod tests {
         S4d4Gt::new(src, dst, Dtype::U32, Dtype::F32, 64)
     }
 
+    /// A GATHER of 8 indices at SBUF p0 byte 0 into `dst_count` elements at byte 0x100,
+    /// one channel.
+    fn gt_typed(dst_count: u16, in_dtype: Dtype, out_dtype: Dtype) -> S4d4Gt {
+        let src = Tensor4d::contiguous(sbuf(0, 0), 8);
+        let dst = Tensor4d::contiguous(sbuf(0, 0x100), dst_count);
+        S4d4Gt::new(src, dst, in_dtype, out_dtype, 1)
+    }
+
+    /// An f16 INDIRECT_COPY over `p` into `dst_count` elements at SBUF p0 byte 0x8000.
+    fn ic_over(p: Indirect, dst_count: u16, per: u8, buffer: u32, channels: u8) -> S4d4Ic {
+        let dst = Tensor4d::contiguous(sbuf(0, 0x8000), dst_count);
+        S4d4Ic::gather(p, dst, Dtype::F16, per, buffer, channels)
+    }
+
     fn ic(num_elem: u16, per: u8) -> S4d4Ic {
         let p = Indirect::new(sbuf(0, 0), sbuf(0, 0x1000), num_elem);
-        let dst = Tensor4d::contiguous(sbuf(0, 0x8000), num_elem);
-        S4d4Ic::gather(p, dst, Dtype::F16, per, 2048, 128)
+        ic_over(p, num_elem, per, 2048, 128)
     }
 
     #[test]
@@ -334,14 +347,7 @@ mod tests {
             (Dtype::I32, false),
             (Dtype::F32, false),
         ] {
-            let src = Tensor4d::contiguous(sbuf(0, 0), 8);
-            let g = S4d4Gt::new(
-                src,
-                Tensor4d::contiguous(sbuf(0, 0x100), 8),
-                d,
-                Dtype::F32,
-                1,
-            );
+            let g = gt_typed(8, d, Dtype::F32);
             if ok {
                 gather(SUNDA, &g).unwrap();
             } else {
@@ -357,13 +363,7 @@ mod tests {
 
     #[test]
     fn gather_element_count() {
-        let g = S4d4Gt::new(
-            Tensor4d::contiguous(sbuf(0, 0), 8),
-            Tensor4d::contiguous(sbuf(0, 0x100), 9),
-            Dtype::U16,
-            Dtype::U8,
-            1,
-        );
+        let g = gt_typed(9, Dtype::U16, Dtype::U8);
         assert_rule(
             gather(SUNDA, &g),
             "S4D4_GT.dst_mem_pattern.num_elem",
@@ -384,13 +384,7 @@ mod tests {
 
     #[test]
     fn gather_immediate_width() {
-        let g = S4d4Gt::new(
-            Tensor4d::contiguous(sbuf(0, 0), 8),
-            Tensor4d::contiguous(sbuf(0, 0x100), 8),
-            Dtype::U8,
-            Dtype::Bf16,
-            1,
-        );
+        let g = gt_typed(8, Dtype::U8, Dtype::Bf16);
         gather(SUNDA, &g.with_immediate(0xffff)).unwrap();
         assert_rule(
             gather(SUNDA, &g.with_immediate(0x1_0000)),
@@ -489,14 +483,7 @@ mod tests {
 
     #[test]
     fn indirect_copy_core_channels() {
-        let bad = S4d4Ic::gather(
-            Indirect::new(sbuf(0, 0), sbuf(0, 64), 8),
-            Tensor4d::contiguous(sbuf(0, 128), 8),
-            Dtype::U8,
-            1,
-            8,
-            24,
-        );
+        let bad = ic_over(Indirect::new(sbuf(0, 0), sbuf(0, 64), 8), 8, 1, 8, 24);
         assert_rule(
             indirect_copy(SUNDA, &bad),
             "S4D4_IC.header.num_active_channels",
@@ -609,14 +596,7 @@ mod tests {
     #[test]
     fn indirect_copy_sbuf_only() {
         let p = Indirect::new(psum(0, 0), sbuf(0, 0x1000), 64);
-        let bad = S4d4Ic::gather(
-            p,
-            Tensor4d::contiguous(sbuf(0, 0x8000), 64),
-            Dtype::F16,
-            1,
-            2048,
-            16,
-        );
+        let bad = ic_over(p, 64, 1, 2048, 16);
         assert_rule(
             indirect_copy(SUNDA, &bad),
             "S4D4_IC.src.i.p.index_addr",
@@ -624,14 +604,7 @@ mod tests {
             Rule::IndirectCopySbuf,
         );
         let p = Indirect::new(sbuf(0, 0), psum(0, 0), 64);
-        let bad = S4d4Ic::gather(
-            p,
-            Tensor4d::contiguous(sbuf(0, 0x8000), 64),
-            Dtype::F16,
-            1,
-            2048,
-            16,
-        );
+        let bad = ic_over(p, 64, 1, 2048, 16);
         assert_rule(
             indirect_copy(SUNDA, &bad),
             "S4D4_IC.src.i.p.data_addr",
@@ -643,28 +616,14 @@ mod tests {
     #[test]
     fn indirect_copy_dst_count_and_buffer() {
         let p = Indirect::new(sbuf(0, 0), sbuf(0, 0x1000), 64);
-        let bad = S4d4Ic::gather(
-            p,
-            Tensor4d::contiguous(sbuf(0, 0x8000), 63),
-            Dtype::F16,
-            1,
-            2048,
-            16,
-        );
+        let bad = ic_over(p, 63, 1, 2048, 16);
         assert_rule(
             indirect_copy(SUNDA, &bad),
             "S4D4_IC.dst.t.num_elem",
             63,
             Rule::IndirectCopyDstCount,
         );
-        let bad = S4d4Ic::gather(
-            p,
-            Tensor4d::contiguous(sbuf(0, 0x8000), 64),
-            Dtype::F16,
-            1,
-            0,
-            16,
-        );
+        let bad = ic_over(p, 64, 1, 0, 16);
         assert_rule(
             indirect_copy(SUNDA, &bad),
             "S4D4_IC.src_buffer_size",
@@ -672,14 +631,7 @@ mod tests {
             Rule::NonZero,
         );
         // a 100 000-element f16 row (200 000 bytes) leaves a v2 partition
-        let bad = S4d4Ic::gather(
-            p,
-            Tensor4d::contiguous(sbuf(0, 0x8000), 64),
-            Dtype::F16,
-            1,
-            100_000,
-            16,
-        );
+        let bad = ic_over(p, 64, 1, 100_000, 16);
         assert_fabric(indirect_copy(SUNDA, &bad), "S4D4_IC.src.i.p.data_addr");
     }
 }
