@@ -216,7 +216,9 @@ fn the_demo_runs_with_no_arguments_and_the_routes_agree() {
 
 #[test]
 fn every_command_s_help_has_an_example() {
-    for cmd in ["run", "gen", "replay", "demo"] {
+    for cmd in [
+        "run", "gen", "replay", "demo", "inspect", "isa", "fuzz", "bench",
+    ] {
         let o = hostsim(&[cmd, "--help"]);
         assert_eq!(o.status.code(), Some(0));
         let text = String::from_utf8_lossy(&o.stdout);
@@ -225,4 +227,99 @@ fn every_command_s_help_has_an_example() {
             "{cmd}: {text}"
         );
     }
+}
+
+#[test]
+fn without_a_terminal_stderr_stays_silent_and_v_shows_the_dge_stages() {
+    let dir = scratch("quiet");
+    let queues = dir.join("q.dmaq");
+    let scenario = example("copy_update");
+    let runs: [Vec<&str>; 3] = [
+        vec!["run", &scenario],
+        vec!["gen", &scenario, "-o", s(&queues)],
+        vec!["replay", s(&queues), "--scenario", &scenario],
+    ];
+    for args in &runs {
+        let o = hostsim(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o), "", "{args:?}: no progress bar into a pipe");
+    }
+    let o = hostsim(&["-v", "run", &scenario]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let e = stderr(&o);
+    for stage in [
+        "dge::generate: gen_spray_info",
+        "dge::reshape: Tensor shape before Batman",
+        "dge::indirection:",
+        "scenario_op{index=1 op=\"embedding_update\"}",
+    ] {
+        assert!(e.contains(stage), "{stage} missing from -v output");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn run_timeline_has_a_lane_per_queue_and_a_legend() {
+    let dir = scratch("timeline");
+    let svg = dir.join("run.svg");
+    let o = hostsim(&[
+        "run",
+        &example("embedding"),
+        "--queues",
+        "3",
+        "--timeline",
+        s(&svg),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    let lanes: Vec<&str> = ["q0", "q1", "q2", "q3"]
+        .into_iter()
+        .filter(|q| picture.contains(&format!(">{q}</text>")))
+        .collect();
+    assert_eq!(lanes, ["q0", "q1", "q2"]);
+    assert!(picture.contains(">copy</text>") && picture.contains(">add</text>"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_failed_replay_or_timeline_writes_nothing_to_out() {
+    let dir = scratch("replay-fail");
+    let queues = dir.join("e.dmaq");
+    let o = hostsim(&["gen", &example("embedding"), "-o", s(&queues)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = dir.join("out");
+    let o = hostsim(&[
+        "replay",
+        s(&queues),
+        "--scenario",
+        &example("copy_update"),
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cayman"), "{}", stderr(&o));
+    let bytes = std::fs::read(&queues).unwrap();
+    let cut = dir.join("cut.dmaq");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let o = hostsim(&[
+        "replay",
+        s(&cut),
+        "--scenario",
+        &example("embedding"),
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let nowhere = dir.join("no-such-folder").join("t.svg");
+    let o = hostsim(&[
+        "run",
+        &example("embedding"),
+        "--out",
+        s(&out),
+        "--timeline",
+        s(&nowhere),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!out.exists(), "nothing written to --out");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -9,6 +9,7 @@ use dma::Generation;
 
 use super::{exec, load, prepare, queues, Overrides, Prepared};
 use crate::error::Error;
+use crate::progress::Progress;
 use crate::runtime::Mechanism;
 
 /// The settings `run` may override, as the command line spells them.
@@ -65,26 +66,22 @@ pub struct Outputs<'a> {
 
 /// `hostsim run --timeline`: executes the scenario, writes the outputs asked for (only on success)
 /// and returns the summary. The timeline draws the DGE route's descriptor queues
-/// (replays chained as `gen` chains them).
+/// (replays joined as `gen` joins them). A progress bar counts the ops on stderr when
+/// it is a terminal.
 pub fn run_with(
     scenario: &Path,
     outputs: Outputs<'_>,
     settings: &Settings,
 ) -> Result<String, Error> {
     let p = prepared(scenario, settings)?;
-    let (exec, replays) = p.execute_recording(p.mechanism, outputs.timeline.is_some())?;
+    let mut progress = Progress::new(p.ops.len() as u64, "run");
+    let record = outputs.timeline.is_some();
+    let (exec, replays) = p.execute_recording(p.mechanism, record, &mut progress)?;
+    progress.finish();
     let report = exec::Report::of_run(&p, &exec);
-    let svg = match outputs.timeline {
-        Some(_) => {
-            let set = queues::QueueSet::chained(&p, &replays)?;
-            Some(queues::timeline_svg(
-                &set,
-                &format!("hostsim run {}", scenario.display()),
-            )?)
-        }
-        None => None,
-    };
-    let mut text = format!(
+    let title = format!("hostsim run {}", scenario.display());
+    let svg = || queues::timeline_svg(&queues::QueueSet::joined(&p, &replays)?, &title);
+    let header = format!(
         "{}: {} ops on {} (mechanism {}, {} queues)\n",
         scenario.display(),
         p.ops.len(),
@@ -92,16 +89,7 @@ pub fn run_with(
         p.mechanism.name(),
         p.queues
     );
-    text += &report.table();
-    write(
-        &p,
-        &exec.fabric,
-        &report,
-        outputs,
-        svg.as_deref(),
-        &mut text,
-    )?;
-    Ok(text)
+    finish(header, &p, &exec.fabric, &report, outputs, svg)
 }
 
 /// `hostsim gen`: records the scenario's DGE queues into the queue file `out`.
@@ -115,7 +103,7 @@ pub fn gen(scenario: &Path, out: &Path, queue_count: Option<usize>) -> Result<St
     queues::write_queue_file(out, &set)?;
     let counts = set.counts();
     let mut text = format!(
-        "{}: {} descriptors from {} ops ({} engine replays chained by semaphores) on {}, {} queues\n",
+        "{}: {} descriptors from {} ops ({} engine replays joined by semaphores) on {}, {} queues\n",
         out.display(),
         counts.iter().sum::<usize>(),
         p.ops.len(),
@@ -135,51 +123,41 @@ pub fn replay(file: &Path, scenario: &Path, outputs: Outputs<'_>) -> Result<Stri
     let p = prepared(scenario, &Settings::default())?;
     let done = queues::replay(&p, file)?;
     let report = done.report();
-    let svg = match outputs.timeline {
-        Some(_) => {
-            let mut f = dma::queue_file::VerifiedQueueFile::open_path(file)?;
-            Some(queues::file_svg(
-                &mut f,
-                &format!("hostsim replay {}", file.display()),
-            )?)
-        }
-        None => None,
+    let title = format!("hostsim replay {}", file.display());
+    let svg = || {
+        let mut f = dma::queue_file::VerifiedQueueFile::open_path(file)?;
+        queues::file_svg(&mut f, &title)
     };
-    let mut text = format!(
+    let header = format!(
         "{}: replayed over the tensors of {}\n",
         file.display(),
         scenario.display()
     );
-    text += &report.table();
-    write(
-        &p,
-        &done.fabric,
-        &report,
-        outputs,
-        svg.as_deref(),
-        &mut text,
-    )?;
-    Ok(text)
+    finish(header, &p, &done.fabric, &report, outputs, svg)
 }
 
-/// Writes what `outputs` asks for after a success: the folder (tensors of `fabric` and
-/// `report`), then the SVG; says so in `text`.
-fn write(
+/// The end of `run` and `replay`: the summary (`header` and the report's table), then
+/// what `outputs` asks for: the SVG drawn by `svg`, then the folder (tensors of
+/// `fabric` and `report`) last, so no earlier failure leaves anything in it.
+fn finish(
+    header: String,
     p: &Prepared,
     fabric: &dma::Fabric,
     report: &exec::Report,
     outputs: Outputs<'_>,
-    svg: Option<&str>,
-    text: &mut String,
-) -> Result<(), Error> {
-    if let Some(dir) = outputs.dir {
-        exec::write_outputs(dir, &p.outputs(fabric)?, report)?;
+    svg: impl FnOnce() -> Result<String, Error>,
+) -> Result<String, Error> {
+    let svg = outputs.timeline.map(|_| svg()).transpose()?;
+    let mut text = header + &report.table();
+    let arrays = outputs.dir.map(|_| p.outputs(fabric)).transpose()?;
+    if let (Some(path), Some(svg)) = (outputs.timeline, svg) {
+        crate::timeline::write_svg(path, &svg)?;
+        let _ = writeln!(text, "wrote the timeline to {}", path.display());
+    }
+    if let (Some(dir), Some(arrays)) = (outputs.dir, arrays) {
+        exec::write_outputs(dir, &arrays, report)?;
         let (n, d) = (p.tensors.len(), dir.display());
         let _ = writeln!(text, "wrote {n} tensors and report.json to {d}");
     }
-    if let (Some(path), Some(svg)) = (outputs.timeline, svg) {
-        crate::timeline::write_svg(path, svg)?;
-        let _ = writeln!(text, "wrote the timeline to {}", path.display());
-    }
-    Ok(())
+    Ok(text)
 }

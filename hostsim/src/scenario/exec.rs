@@ -15,6 +15,7 @@ use crate::atomic_file;
 use crate::dge_route::RecordedReplays;
 use crate::error::Error;
 use crate::npy::{self, NpyArray};
+use crate::progress::Progress;
 use crate::runtime::{Mechanism, RunReport, Runtime};
 
 /// What executing the ops left: the fabric, one report per op, and the wall time of the
@@ -60,26 +61,31 @@ impl Prepared {
         Runtime::with_engine_config(self.generation, mechanism, config)
     }
 
-    /// Runs every op on `runtime` over `fabric`, in order; the first failing op stops
-    /// the run with [`Error::ScenarioOpFault`].
+    /// Runs every op on `runtime` over `fabric`, in order, drawing `progress` at 0 and
+    /// advancing it by one per op; the first failing op stops the run with [`Error::ScenarioOpFault`].
     pub fn run_ops(
         &self,
         runtime: &mut Runtime,
         fabric: &mut Fabric,
+        progress: &mut Progress,
     ) -> Result<Vec<RunReport>, Error> {
+        progress.inc(0);
         self.ops
             .iter()
             .map(|op| {
                 let _span =
                     tracing::debug_span!("scenario_op", index = op.index, op = op.kind).entered();
-                runtime
-                    .run_lowered(fabric, &op.lowered)
-                    .map_err(|e| Error::ScenarioOpFault {
-                        index: op.index,
-                        op: op.kind,
-                        operands: op.operands.clone(),
-                        source: Box::new(e),
-                    })
+                let report =
+                    runtime
+                        .run_lowered(fabric, &op.lowered)
+                        .map_err(|e| Error::ScenarioOpFault {
+                            index: op.index,
+                            op: op.kind,
+                            operands: op.operands.clone(),
+                            source: Box::new(e),
+                        });
+                progress.inc(1);
+                report
             })
             .collect()
     }
@@ -91,22 +97,23 @@ impl Prepared {
 
     /// Executes the scenario with `mechanism` on a fresh fabric.
     pub fn execute_with(&self, mechanism: Mechanism) -> Result<Execution, Error> {
-        self.execute_recording(mechanism, false)
+        self.execute_recording(mechanism, false, &mut Progress::hidden(0, "run"))
             .map(|(exec, _)| exec)
     }
 
     /// [`Prepared::execute_with`], also returning (when `record`) the queues of every
-    /// replay the DGE route ran.
+    /// replay the DGE route ran, and advancing `progress` by one per op.
     pub fn execute_recording(
         &self,
         mechanism: Mechanism,
         record: bool,
+        progress: &mut Progress,
     ) -> Result<(Execution, RecordedReplays), Error> {
         let mut fabric = self.initial_fabric()?;
         let mut runtime = self.runtime(mechanism)?;
         runtime.record_queues(record);
         let started = Instant::now();
-        let reports = self.run_ops(&mut runtime, &mut fabric)?;
+        let reports = self.run_ops(&mut runtime, &mut fabric, progress)?;
         let exec = Execution {
             fabric,
             reports,
@@ -362,16 +369,21 @@ pub(crate) mod tests {
         }
     }
 
-    const TABLE: &str = "[[tensor]]\nname = \"table\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [4, 3]\ninit = \"iota\"\n";
+    /// A table of 4 rows of 3 f32 (iota), an index tensor and a gather of 3 rows.
+    const GATHER: &str = "[[tensor]]\nname = \"table\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [4, 3]\ninit = \"iota\"\n\
+         [[tensor]]\nname = \"idx\"\nspace = \"sbuf\"\ndtype = \"u32\"\nshape = [1, 3]\ninit = \"idx.npy\"\n\
+         [[tensor]]\nname = \"out\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [3, 3]\n\
+         [[op]]\nop = \"dma_gather\"\nsrc = \"table\"\nindex = \"idx\"\ndst = \"out\"\n";
+
+    /// [`GATHER`]'s index file: rows 2, 0 and 9 (out of range).
+    fn gather_files() -> [(&'static str, NpyArray); 1] {
+        [("idx.npy", u32_array(&[1, 3], &[2, 0, 9]))]
+    }
 
     #[test]
     fn dma_gather_skips_out_of_range_rows() {
-        let text = format!(
-            "{TABLE}[[tensor]]\nname = \"idx\"\nspace = \"sbuf\"\ndtype = \"u32\"\nshape = [1, 3]\ninit = \"idx.npy\"\n\
-             [[tensor]]\nname = \"out\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [3, 3]\n\
-             [[op]]\nop = \"dma_gather\"\nsrc = \"table\"\nindex = \"idx\"\ndst = \"out\"\noob = \"skip\"\n"
-        );
-        let files = [("idx.npy", u32_array(&[1, 3], &[2, 0, 9]))];
+        let text = format!("{GATHER}oob = \"skip\"\n");
+        let files = gather_files();
         let want = f32s(&[6., 7., 8., 0., 1., 2., 0., 0., 0.]);
         check(&text, &files, "out", 4, &want);
         let p = prepared(&text, &files, Overrides::default()).unwrap();
@@ -482,13 +494,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_hard_oob_index_stops_the_run_naming_op_position_value_and_bound() {
-        let text = format!(
-            "{TABLE}[[tensor]]\nname = \"idx\"\nspace = \"sbuf\"\ndtype = \"u32\"\nshape = [1, 3]\ninit = \"idx.npy\"\n\
-             [[tensor]]\nname = \"out\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [3, 3]\n\
-             [[op]]\nop = \"dma_gather\"\nsrc = \"table\"\nindex = \"idx\"\ndst = \"out\"\n"
-        );
-        let files = [("idx.npy", u32_array(&[1, 3], &[2, 0, 9]))];
-        let p = prepared(&text, &files, Overrides::default()).unwrap();
+        let p = prepared(GATHER, &gather_files(), Overrides::default()).unwrap();
         let e = p.execute().unwrap_err();
         assert_eq!(crate::scenario::exit_code(&e), 1);
         let msg = e.to_string();

@@ -215,7 +215,7 @@ pub fn exit_code(e: &Error) -> u8 {
 
 #[cfg(test)]
 mod tests {
-    use super::model::{Compute, DmaGather, GenerationName, Init, Oob};
+    use super::model::{Compute, GenerationName, Init, Oob, RowDma};
     use super::*;
     use proptest::prelude::*;
 
@@ -256,12 +256,13 @@ dst = "t"
         assert_eq!(s.mechanism.0, Mechanism::Auto);
         assert_eq!(s.tensors[0].init, Init::Iota);
         assert_eq!(s.tensors[0].addr, None);
-        let want = OpSpec::DmaGather(DmaGather {
+        let want = OpSpec::DmaGather(RowDma {
             src: "t".into(),
             index: "i".into(),
             dst: "t".into(),
             compute: Compute::None,
             oob: Oob::Error,
+            unique_indices: None,
         });
         assert_eq!(s.ops, vec![want]);
         let empty = parse("e.toml", "", Format::Toml).unwrap();
@@ -368,16 +369,14 @@ dst = "t"
 
     fn arb_op() -> impl Strategy<Value = OpSpec> {
         prop_oneof![
-            ("[a-z]{1,4}", any::<bool>()).prop_map(|(n, skip)| OpSpec::DmaScatter(
-                model::DmaScatter {
-                    src: n.clone(),
-                    index: n.clone(),
-                    dst: n,
-                    compute: Compute::Add,
-                    oob: if skip { Oob::Skip } else { Oob::Error },
-                    unique_indices: skip,
-                }
-            )),
+            ("[a-z]{1,4}", any::<bool>()).prop_map(|(n, skip)| OpSpec::DmaScatter(model::RowDma {
+                src: n.clone(),
+                index: n.clone(),
+                dst: n,
+                compute: Compute::Add,
+                oob: if skip { Oob::Skip } else { Oob::Error },
+                unique_indices: Some(skip),
+            })),
             (0u64..100, 1u64..50).prop_map(|(offset, n)| OpSpec::DmaCopy(model::DmaCopy {
                 src: "a".into(),
                 dst: "b".into(),

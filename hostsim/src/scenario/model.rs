@@ -233,14 +233,6 @@ impl From<Reduce> for CceOp {
     }
 }
 
-fn yes() -> bool {
-    true
-}
-
-fn is_true(b: &bool) -> bool {
-    *b
-}
-
 fn one() -> u32 {
     1
 }
@@ -253,8 +245,8 @@ fn is_one(n: &u32) -> bool {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum OpSpec {
-    DmaGather(DmaGather),
-    DmaScatter(DmaScatter),
+    DmaGather(RowDma),
+    DmaScatter(RowDma),
     DmaGatherTranspose(DmaGatherTranspose),
     DmaCopy(DmaCopy),
     NcNGather(NcNGather),
@@ -281,8 +273,9 @@ impl OpSpec {
     /// The tensors the op names, as `(field, tensor)` pairs in field order.
     pub fn operands(&self) -> Vec<(&'static str, &str)> {
         match self {
-            OpSpec::DmaGather(o) => vec![("src", &o.src), ("index", &o.index), ("dst", &o.dst)],
-            OpSpec::DmaScatter(o) => vec![("src", &o.src), ("index", &o.index), ("dst", &o.dst)],
+            OpSpec::DmaGather(o) | OpSpec::DmaScatter(o) => {
+                vec![("src", &o.src), ("index", &o.index), ("dst", &o.dst)]
+            }
             OpSpec::DmaGatherTranspose(o) => {
                 vec![("src", &o.src), ("index", &o.index), ("dst", &o.dst)]
             }
@@ -299,10 +292,12 @@ impl OpSpec {
     }
 }
 
-/// `dma_gather`: `dst[i, :] (compute)= src[index[i], :]`.
+/// `dma_gather` (`dst[i, :] (compute)= src[index[i], :]`) and `dma_scatter`
+/// (`dst[index[i], :] (compute)= src[i, :]`): one set of fields, `unique_indices` the
+/// scatter's alone (a gather given one is rejected when it is lowered).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DmaGather {
+pub struct RowDma {
     pub src: String,
     pub index: String,
     pub dst: String,
@@ -310,22 +305,10 @@ pub struct DmaGather {
     pub compute: Compute,
     #[serde(default)]
     pub oob: Oob,
-}
-
-/// `dma_scatter`: `dst[index[i], :] (compute)= src[i, :]`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DmaScatter {
-    pub src: String,
-    pub index: String,
-    pub dst: String,
-    #[serde(default)]
-    pub compute: Compute,
-    #[serde(default)]
-    pub oob: Oob,
-    /// Indices promised unique (duplicates are an error); `false` lets them accumulate.
-    #[serde(default = "yes", skip_serializing_if = "is_true")]
-    pub unique_indices: bool,
+    /// `dma_scatter`: indices promised unique (duplicates are an error; the default);
+    /// `false` lets them accumulate in index order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_indices: Option<bool>,
 }
 
 /// `dma_gather_transpose`: `dst = src[index].T`.

@@ -7,7 +7,7 @@
 
 use dma::{AddressMap, Generation, Space};
 
-use super::model::{DmaCopy, IsaOp, OpSpec, Pattern};
+use super::model::{DmaCopy, IsaOp, OpSpec, Pattern, RowDma};
 use super::place::Placed;
 use crate::error::Error;
 use crate::isa;
@@ -122,21 +122,29 @@ impl Cx<'_> {
         t.nki(self.map)
     }
 
+    /// `dma_gather` (`scatter` false) or `dma_scatter`.
+    fn row_dma(&self, o: &RowDma, scatter: bool) -> Result<Lowered, Error> {
+        if let (false, Some(u)) = (scatter, o.unique_indices) {
+            return Err(self.error(format!(
+                "unique_indices = {u}: applies to dma_scatter only (a gather writes each destination row once)"
+            )));
+        }
+        let (s, d) = (self.rows("src", &o.src)?, self.rows("dst", &o.dst)?);
+        let i = self.nki(self.tensor("index", &o.index)?)?;
+        let unique = o.unique_indices.unwrap_or(true);
+        let opts = row_options(o.compute.into(), o.oob.into(), unique);
+        let g = self.map.generation();
+        match scatter {
+            true => nki::dma_scatter(g, &s, &i, &d, opts),
+            false => nki::dma_gather(g, &s, &i, &d, opts),
+        }
+    }
+
     fn lower(&self, op: &OpSpec) -> Result<Lowered, Error> {
         let g = self.map.generation();
         match op {
-            OpSpec::DmaGather(o) => {
-                let (s, d) = (self.rows("src", &o.src)?, self.rows("dst", &o.dst)?);
-                let i = self.nki(self.tensor("index", &o.index)?)?;
-                let opts = row_options(o.compute.into(), o.oob.into(), true);
-                nki::dma_gather(g, &s, &i, &d, opts)
-            }
-            OpSpec::DmaScatter(o) => {
-                let (s, d) = (self.rows("src", &o.src)?, self.rows("dst", &o.dst)?);
-                let i = self.nki(self.tensor("index", &o.index)?)?;
-                let opts = row_options(o.compute.into(), o.oob.into(), o.unique_indices);
-                nki::dma_scatter(g, &s, &i, &d, opts)
-            }
+            OpSpec::DmaGather(o) => self.row_dma(o, false),
+            OpSpec::DmaScatter(o) => self.row_dma(o, true),
             OpSpec::DmaGatherTranspose(o) => {
                 // dst rows are partitions on core (the transpose's layout).
                 let s = self.rows("src", &o.src)?;
@@ -352,6 +360,10 @@ mod tests {
             (
                 "op = \"local_gather\"\nsrc = \"src\"\nindex = \"lidx\"\ndst = \"ldst\"\nnum_valid_indices = 4097",
                 "op 0 (local_gather src=src index=lidx dst=ldst): local_gather: num_valid_indices = 4097: must be 1 ..= 16 * index.shape[1] (a core's index block) and at most 4096",
+            ),
+            (
+                "op = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx\"\ndst = \"out\"\nunique_indices = false",
+                "op 0 (dma_gather): unique_indices = false: applies to dma_scatter only",
             ),
             ("op = \"isa\"", "op 0 (isa): give exactly one of hex or fields"),
             ("op = \"isa\"\nhex = \"b8\"", "op 0 (isa "),

@@ -11,26 +11,31 @@
 //! therefore holds descriptors for *these* initial tensors; replaying it over others
 //! moves the rows the recorded indices chose.
 //!
-//! # Ordering the replays in one file: a semaphore chain
+//! # Ordering the replays in one file: a join tree per replay
 //!
 //! Replay `k + 1` must start after replay `k` has finished on every queue. A
 //! descriptor waits on one semaphore, and each semaphore has one signalling queue
-//! (`dma::descriptor`), so no single counting barrier exists; [`chain_replays`] builds
-//! one from a chain instead. Queue `q` signals semaphore `q` only. In replay `k`, taken
-//! over its non-empty queues `q1 < q2 < ... < qm`:
+//! (`dma::descriptor`), so no single counting barrier exists; [`join_replays`] builds
+//! one from a tree of waits instead. Queue `q` signals semaphore `q` only, at its last
+//! descriptor of each replay it takes part in. In replay `k`:
 //!
-//! - the last descriptor of `q1` signals `q1`;
-//! - the last descriptor of `qi` (`i > 1`) waits for `q(i-1)`'s signal of replay `k`,
-//!   then signals `qi`: so `qm`'s signal means every queue of replay `k` is done;
-//! - the first descriptor of every queue in replay `k + 1` waits for that signal of
-//!   `qm`, except where the wait is implied: on `qm` itself (a queue is in order), and on
-//!   a queue whose only descriptor in replay `k + 1` already waits on the chain (that
-//!   chain leads back to a descriptor that waited for replay `k`).
+//! - the *root* is the queue with the most descriptors; the other non-empty queues are
+//!   taken breadth first by descriptor count, each queue adopting as many of them as it
+//!   has descriptors ([`join_tree`]): its last descriptor waits for its first child's
+//!   signal, the one before for the second's, and so on. So the root's signal means every
+//!   queue of replay `k` is done;
+//! - the first descriptor of every queue in replay `k + 1` waits for that signal of the
+//!   root, except on the root itself (a queue is in order) and where the descriptor
+//!   already waits for a child (the child's chain of waits leads back to a descriptor that
+//!   waited for replay `k`).
 //!
-//! No no-op descriptors are needed: a queue empty in a replay takes no part in its chain,
-//! and an empty replay is left out. The chain costs one hand-off per queue at the end of
-//! every replay in the timing model, so the file's estimate is somewhat above the sum of
-//! the separate replays'. The descriptors and the bytes they move are the run's.
+//! No no-op descriptors are needed: a queue empty in a replay takes no part in its tree,
+//! and an empty replay is left out. With enough descriptors on the root (one per other
+//! queue) the tree is a star and a replay costs two semaphore hand-offs in the timing
+//! model (children to root, root to the next replay), whatever the queue count; only
+//! replays of single descriptors on many queues grow deeper trees. The file's estimate is
+//! therefore somewhat above the sum of the separate replays'. The descriptors and the
+//! bytes they move are the run's.
 
 use std::fs::File;
 use std::io::{BufWriter, Cursor, Read, Seek, Write};
@@ -45,6 +50,7 @@ use super::exec::{write_atomic_with, OpReport, Report};
 use super::Prepared;
 use crate::dge_route::RecordedReplays;
 use crate::error::Error;
+use crate::progress::Progress;
 use crate::runtime::Mechanism;
 
 /// A scenario's descriptor queues, ready for a queue file.
@@ -53,7 +59,7 @@ pub struct QueueSet {
     pub generation: dma::Generation,
     /// Queue `q` is DMA ring `q`; `len()` is the file's queue count.
     pub queues: Vec<Vec<Descriptor>>,
-    /// Engine replays the run made (joined by the semaphore chain).
+    /// Engine replays the run made (joined by semaphore trees).
     pub replays: usize,
 }
 
@@ -67,24 +73,26 @@ impl QueueSet {
 /// Runs the scenario's ops through the DGE on a scratch fabric, recording their queues,
 /// and joins them into one ordered set of `prepared.queues` queues.
 pub fn generate(prepared: &Prepared) -> Result<QueueSet, Error> {
-    let (_, replays) = prepared.execute_recording(Mechanism::Dge, true)?;
-    QueueSet::chained(prepared, &replays)
+    let mut progress = Progress::new(prepared.ops.len() as u64, "gen");
+    let (_, replays) = prepared.execute_recording(Mechanism::Dge, true, &mut progress)?;
+    progress.finish();
+    QueueSet::joined(prepared, &replays)
 }
 
 impl QueueSet {
-    /// The recorded `replays` of `prepared`, chained ([`chain_replays`]).
-    pub fn chained(prepared: &Prepared, replays: &RecordedReplays) -> Result<QueueSet, Error> {
+    /// The recorded `replays` of `prepared`, joined ([`join_replays`]).
+    pub fn joined(prepared: &Prepared, replays: &RecordedReplays) -> Result<QueueSet, Error> {
         Ok(QueueSet {
             generation: prepared.generation,
-            queues: chain_replays(replays, prepared.queues)?,
+            queues: join_replays(replays, prepared.queues)?,
             replays: replays.len(),
         })
     }
 }
 
-/// The replays, in order, as `queues` queues ordered by the semaphore chain of the
-/// module docs.
-pub fn chain_replays(
+/// The replays, in order, as `queues` queues ordered by the join trees of the module
+/// docs.
+pub fn join_replays(
     replays: &[Vec<Vec<Descriptor>>],
     queues: usize,
 ) -> Result<Vec<Vec<Descriptor>>, Error> {
@@ -93,24 +101,48 @@ pub fn chain_replays(
     let mut barrier: Option<(usize, u32)> = None;
     for (k, replay) in replays.iter().enumerate() {
         check_replay(k, replay, queues)?;
-        let mut prev: Option<(usize, u32)> = None;
+        let mut spans = Vec::new();
         for (q, list) in replay.iter().enumerate().filter(|(_, l)| !l.is_empty()) {
-            let (first, last) = (out[q].len(), out[q].len() + list.len() - 1);
+            let first = out[q].len();
             out[q].extend_from_slice(list);
-            let implied = first == last && prev.is_some();
-            if let Some((b, n)) = barrier.filter(|&(b, _)| b != q && !implied) {
+            if let Some((b, n)) = barrier.filter(|&(b, _)| b != q) {
                 out[q][first] = out[q][first].with_wait(wait(b, n)?);
             }
-            if let Some((p, n)) = prev {
-                out[q][last] = out[q][last].with_wait(wait(p, n)?);
-            }
+            let last = out[q].len() - 1;
             signals[q] += 1;
             out[q][last] = out[q][last].with_signal(SemId::new(q as u8)?);
-            prev = Some((q, signals[q]));
+            spans.push((q, list.len()));
         }
-        barrier = prev.or(barrier);
+        // A join wait replaces a barrier wait: the child it waits for waited for the barrier.
+        for (parent, slot, child) in join_tree(&mut spans) {
+            let at = out[parent].len() - 1 - slot;
+            out[parent][at] = out[parent][at].with_wait(wait(child, signals[child])?);
+        }
+        barrier = spans
+            .first()
+            .map(|&(root, _)| (root, signals[root]))
+            .or(barrier);
     }
     Ok(out)
+}
+
+/// The join tree of one replay over its non-empty queues `spans` (queue, descriptors):
+/// `(parent, slot, child)` edges, meaning that the parent's descriptor `slot` places
+/// from its last waits for the child's last. The root is the queue with the most
+/// descriptors; queues are taken breadth first by descriptor count, and a queue takes as
+/// many children as it has descriptors. `spans` is reordered root first.
+fn join_tree(spans: &mut [(usize, usize)]) -> Vec<(usize, usize, usize)> {
+    spans.sort_by_key(|&(q, len)| (std::cmp::Reverse(len), q));
+    let mut edges = Vec::with_capacity(spans.len().saturating_sub(1));
+    let mut next = 1;
+    for &(parent, len) in spans.iter() {
+        let take = len.min(spans.len().saturating_sub(next));
+        for (slot, &(child, _)) in spans.iter().skip(next).take(take).enumerate() {
+            edges.push((parent, slot, child));
+        }
+        next += take;
+    }
+    edges
 }
 
 /// A recorded replay fits the queue count and uses no semaphores of its own.
@@ -131,7 +163,7 @@ fn check_replay(k: usize, replay: &[Vec<Descriptor>], queues: usize) -> Result<(
         .any(|d| d.wait().is_some() || d.signal().is_some());
     match own {
         true => Err(bad(
-            "its descriptors use semaphores, which the chain needs".into()
+            "its descriptors use semaphores, which the join needs".into()
         )),
         false => Ok(()),
     }
@@ -198,8 +230,14 @@ pub fn replay(prepared: &Prepared, path: &Path) -> Result<Replayed, Error> {
         ..EngineConfig::default()
     };
     let engine = Engine::new(config)?;
+    // The engine reports nothing until the replay ends: the bar shows the count to do,
+    // then all of it done.
+    let mut progress = Progress::new(file.summary().descriptors, "replay");
+    progress.inc(0);
     let started = Instant::now();
     let report = engine.replay_file(&mut fabric, &mut file)?;
+    progress.inc(report.summary.descriptors);
+    progress.finish();
     Ok(Replayed {
         fabric,
         report,
@@ -262,7 +300,7 @@ mod tests {
     }
 
     #[test]
-    fn replays_are_chained_by_semaphores() {
+    fn replays_are_joined_by_semaphore_trees() {
         let (a, b, c, d, e, f, g) = (
             copy(0),
             copy(1),
@@ -278,12 +316,12 @@ mod tests {
             vec![],
             vec![vec![], vec![], vec![g]],
         ];
-        let q = chain_replays(&replays, 4).unwrap();
+        let q = join_replays(&replays, 4).unwrap();
         let want = vec![
-            vec![(None, None), (None, Some(0))],
-            vec![(Some((0, 1)), Some(1)), (None, Some(1))],
+            vec![(None, None), (Some((1, 1)), Some(0))],
+            vec![(None, Some(1)), (Some((0, 1)), Some(1))],
             vec![
-                (Some((1, 1)), None),
+                (Some((0, 1)), None),
                 (Some((1, 2)), Some(2)),
                 (None, Some(2)),
             ],
@@ -293,12 +331,100 @@ mod tests {
         assert_eq!(q[2][2].src(), g.src(), "descriptors keep their order");
         let mut fabric = Fabric::new(dma::Generation::Cayman);
         dma::engine::execute_sequential(&mut fabric, &q).unwrap();
-        let too_many = chain_replays(&[vec![vec![a], vec![b]]], 1).unwrap_err();
+        let too_many = join_replays(&[vec![vec![a], vec![b]]], 1).unwrap_err();
         assert_eq!(
             too_many.to_string(),
             "recorded replay 0: uses 2 queues, more than 1"
         );
         let signalled = a.with_signal(SemId::new(3).unwrap());
-        assert!(chain_replays(&[vec![vec![signalled]]], 1).is_err());
+        assert!(join_replays(&[vec![vec![signalled]]], 1).is_err());
+    }
+
+    #[test]
+    fn join_trees_are_stars_when_the_root_has_room() {
+        let mut star = [(0, 1), (1, 5), (2, 2), (3, 1)];
+        assert_eq!(
+            join_tree(&mut star),
+            [(1, 0, 2), (1, 1, 0), (1, 2, 3)],
+            "(parent, slot from the last, child)"
+        );
+        let mut thin = [(0, 1), (1, 1), (2, 2), (3, 1), (4, 1)];
+        assert_eq!(
+            join_tree(&mut thin),
+            [(2, 0, 0), (2, 1, 1), (0, 0, 3), (1, 0, 4)]
+        );
+        assert_eq!(join_tree(&mut [(7, 3)]), []);
+    }
+
+    /// Replay `k` from `(counts, rotation)`: queue `q` copies `counts[q]` distinct source
+    /// rows onto block `(q + rotation) % 4`, so queues of one replay never overlap and
+    /// the blocks pass from queue to queue between replays.
+    fn rotating_replays(plan: &[(Vec<usize>, usize)]) -> Vec<Vec<Vec<Descriptor>>> {
+        let mut row = 0u64;
+        let mut replays = Vec::new();
+        for (counts, rotation) in plan {
+            let mut replay = vec![Vec::new(); counts.len()];
+            for (q, &n) in counts.iter().enumerate() {
+                let block = ((q + rotation) % counts.len()) as u64;
+                for _ in 0..n {
+                    let d = Descriptor::new(
+                        DescOp::Copy,
+                        FabricAddr(row * 64),
+                        FabricAddr(0x10000 + block * 64),
+                        64,
+                        Dtype::U8,
+                    )
+                    .unwrap();
+                    replay[q].push(d);
+                    row += 1;
+                }
+            }
+            replays.push(replay);
+        }
+        replays
+    }
+
+    fn source_fabric() -> Fabric {
+        let mut fabric = Fabric::new(dma::Generation::Cayman);
+        let rows: Vec<u8> = (0..64 * 64).map(|i| (i * 7 + i / 64) as u8).collect();
+        fabric.write(FabricAddr(0), &rows).unwrap();
+        fabric
+    }
+
+    fn blocks(fabric: &Fabric) -> Vec<u8> {
+        let mut out = vec![0u8; 4 * 64];
+        fabric.read(FabricAddr(0x10000), &mut out).unwrap();
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        #[test]
+        fn joined_replays_run_in_replay_order_on_the_engine(
+            plan in proptest::collection::vec(
+                (proptest::collection::vec(0usize..4, 4), 0usize..4),
+                1..6,
+            ),
+        ) {
+            let replays = rotating_replays(&plan);
+            let mut want = source_fabric();
+            for replay in &replays {
+                dma::engine::execute_sequential(&mut want, replay).unwrap();
+            }
+            let joined = join_replays(&replays, 4).unwrap();
+            let config = EngineConfig {
+                queues: 4,
+                workers: 2,
+                race_check: dma::RaceCheck::On,
+                ..EngineConfig::default()
+            };
+            let mut got = source_fabric();
+            // The race check rejects any cross-queue overlap the semaphores leave unordered.
+            Engine::new(config).unwrap().run(&mut got, &joined).unwrap();
+            proptest::prop_assert_eq!(blocks(&got), blocks(&want));
+            let mut sequential = source_fabric();
+            dma::engine::execute_sequential(&mut sequential, &joined).unwrap();
+            proptest::prop_assert_eq!(blocks(&sequential), blocks(&want));
+        }
     }
 }
