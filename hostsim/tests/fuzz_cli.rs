@@ -1,5 +1,6 @@
 //! `hostsim fuzz` through the binary: the summary line, determinism for a seed, usage
-//! errors (exit 2), and the summary printed after Ctrl-C.
+//! errors (exit 2), the summary printed after Ctrl-C, and the progress bar (drawn on a
+//! terminal only).
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -19,6 +20,33 @@ fn stdout(o: &Output) -> String {
 fn a_clean_run_prints_the_summary_and_exits_0() {
     let o = hostsim(&["fuzz", "--target", "isa", "--iters", "300", "--seed", "5"]);
     assert_eq!(stdout(&o), "fuzz: 300 cases, 0 mismatches\n");
+    // stderr is not a terminal here: no progress bar.
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "");
+    assert_eq!(o.status.code(), Some(0));
+}
+
+/// On a terminal (a pseudo-terminal from util-linux `script`) the bar is drawn on
+/// stderr and ends at 100% before the summary line.
+#[test]
+fn a_terminal_shows_the_progress_bar() {
+    let bin = env!("CARGO_BIN_EXE_hostsim");
+    let line = format!("{bin} fuzz --target isa --iters 200 --seed 5");
+    let Ok(o) = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+    else {
+        eprintln!("skipped: no `script` to make a pseudo-terminal");
+        return;
+    };
+    let text = stdout(&o).replace("\r\n", "\n");
+    let bar = "fuzz isa [##############################] 100% 200/200\n";
+    assert!(text.contains(bar), "{text:?}");
+    assert!(
+        text.ends_with("fuzz: 200 cases, 0 mismatches\n"),
+        "{text:?}"
+    );
+    assert!(text.contains("\rfuzz isa [###############...............]  50% 100/200"));
     assert_eq!(o.status.code(), Some(0));
 }
 

@@ -17,6 +17,7 @@
 //! results every route must reproduce.
 
 use dma::{Addr4, CceOp, ComputeOp, Dtype, Fabric, FabricAddr, Generation, Space};
+use hostsim::fuzz::oob::direct2d_steps;
 use hostsim::isa::{
     BoundCheckReg, BoundRegisters, Direct2dSide, DmaDirect2d, DmaIndirect1d, DmaIndirectFlags,
     DmaSide, EmbeddingTable, IndexMissBehavior, Indirect, IndirectDim, IndirectMode, InstFlags,
@@ -205,7 +206,8 @@ impl Builder {
             .into_iter()
             .filter(|d| d.size() == size)
             .collect();
-        self.rng.pick(&same)
+        // Every size the datapaths use has a dtype; U8 only if asked for another.
+        self.rng.pick_from(&same).unwrap_or(Dtype::U8)
     }
 
     // ---- GATHER 0x68 with POOL_BUFFER_LOAD 0x67 -----------------------------------
@@ -587,16 +589,11 @@ impl Builder {
     }
 
     /// A 2-D side over fresh random bytes; `overlap` lets its rows overlap.
-    fn direct2d(&mut self, [n0, n1]: [u16; 2], elem: u32, overlap: bool) -> Direct2dSide {
-        let s0 = self.rng.pick(&[1u16, 1, 2]);
-        let s1 = match overlap {
-            true => self.rng.range(0, u32::from(n0 * s0)) as u16,
-            false => n0 * s0 + self.rng.range(0, 3) as u16,
-        };
-        let reach = u64::from(n0 - 1) * u64::from(s0) + u64::from(n1 - 1) * u64::from(s1) + 1;
+    fn direct2d(&mut self, counts: [u16; 2], elem: u32, overlap: bool) -> Direct2dSide {
+        let (step_elem, reach) = direct2d_steps(&mut self.rng, counts, overlap);
         Direct2dSide {
             start_addr: self.table(reach * u64::from(elem)),
-            step_elem: [s0, s1],
+            step_elem,
         }
     }
 

@@ -1,7 +1,7 @@
 //! `hostsim fuzz`: the options, the run with its progress bar, and what it reports. The
 //! CLI prints the lines this module hands it (nothing here prints).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use dma::Generation;
@@ -67,8 +67,9 @@ impl Options {
     }
 }
 
-/// Runs the command; `emit` receives every line to print (findings, reproducer paths,
-/// replay commands, and last the summary line). Checks `stop` between cases.
+/// Runs the command; `emit` receives every line to print: each finding as it is made
+/// (what differed, the reproducer's folder, the commands that replay it), and last the
+/// summary line. Checks `stop` between cases.
 pub fn execute(
     opts: &Options,
     stop: &AtomicBool,
@@ -79,51 +80,67 @@ pub fn execute(
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("fuzz-out"));
+    let mut on_finding = |index: u64, f: &Finding| report(&out, index, f, &mut *emit);
     let summary = match opts.case {
-        Some(seed) => one_case(&plan, seed)?,
-        None => many_cases(&plan, stop),
+        Some(seed) => one_case(&plan, seed, &mut on_finding)?,
+        None => many_cases(&plan, stop, &mut on_finding),
     };
-    for (index, finding) in &summary.1 {
-        emit(&format!(
-            "mismatch in case {index} ({}): {}",
-            finding.input.target().name(),
-            finding.what
-        ));
-        let commands = repro::write(&out, *index, finding)?;
-        emit(&format!(
-            "reproducer: {}",
-            out.join(format!("case-{index}")).display()
-        ));
-        for line in commands.lines() {
-            emit(&format!("  {line}"));
-        }
-    }
-    let summary = summary.0;
     emit(&summary.line());
     Ok(summary)
 }
 
-/// The findings with their case numbers, and the summary.
-type Found = (Summary, Vec<(u64, Finding)>);
+/// Emits finding `index` and writes its reproducer under `out`. A reproducer that
+/// cannot be written is reported and the run goes on: the finding still counts.
+pub fn report(out: &Path, index: u64, finding: &Finding, emit: &mut dyn FnMut(&str)) {
+    emit(&format!(
+        "mismatch in case {index} ({}): {}",
+        finding.input.target().name(),
+        finding.what
+    ));
+    match repro::write(out, index, finding) {
+        Ok(commands) => {
+            let folder = out.join(format!("case-{index}"));
+            emit(&format!("reproducer: {}", folder.display()));
+            for line in commands.lines() {
+                emit(&format!("  {line}"));
+            }
+        }
+        Err(e) => emit(&format!("reproducer not written: {e}")),
+    }
+}
 
-fn many_cases(plan: &Plan, stop: &AtomicBool) -> Found {
+/// Runs `plan` with a progress bar, handing each finding to `on_finding` at once (the
+/// bar is ended first and drawn again after it, so lines do not run into it).
+fn many_cases(
+    plan: &Plan,
+    stop: &AtomicBool,
+    on_finding: &mut dyn FnMut(u64, &Finding),
+) -> Summary {
     let total = match plan.budget {
         Budget::Iters(n) => n,
         Budget::Seconds(_) => 0,
     };
-    let mut progress = Progress::new(total, &format!("fuzz {}", plan.target.name()));
-    let mut found = Vec::new();
+    let label = format!("fuzz {}", plan.target.name());
+    let mut progress = Progress::new(total, &label);
     let summary = run(plan, stop, |index, finding| {
         progress.inc(1);
         if let Some(f) = finding {
-            found.push((index, f.clone()));
+            progress.finish();
+            on_finding(index, f);
+            let done = progress.done();
+            progress = Progress::new(total, &label);
+            progress.inc(done);
         }
     });
     progress.finish();
-    (summary, found)
+    summary
 }
 
-fn one_case(plan: &Plan, seed: u64) -> Result<Found, Error> {
+fn one_case(
+    plan: &Plan,
+    seed: u64,
+    on_finding: &mut dyn FnMut(u64, &Finding),
+) -> Result<Summary, Error> {
     if plan.target == Target::All {
         return Err(Error::FuzzOption {
             option: "--case with --target all",
@@ -131,18 +148,22 @@ fn one_case(plan: &Plan, seed: u64) -> Result<Found, Error> {
         });
     }
     let input = seed_case(plan.target, seed, plan.generation);
-    let finding = Checker::new().finding(seed, input);
-    let summary = Summary {
+    let finding = Checker::new().finding(seed, plan.generation, input);
+    if let Some(f) = &finding {
+        on_finding(0, f);
+    }
+    Ok(Summary {
         cases: 1,
-        findings: finding.iter().cloned().collect(),
+        findings: finding.into_iter().collect(),
         interrupted: false,
-    };
-    Ok((summary, finding.into_iter().map(|f| (0, f)).collect()))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fuzz::plan_case;
+    use crate::runtime::Mechanism;
 
     fn opts(target: &str, iters: u64) -> Options {
         Options {
@@ -203,5 +224,54 @@ mod tests {
             e.to_string(),
             "fuzz --case with --target all: a case seed belongs to one target: name it"
         );
+    }
+
+    #[test]
+    fn a_finding_is_reported_with_its_reproducer_and_replay_commands() {
+        let plan = Plan {
+            target: Target::Oob,
+            seed: 2,
+            budget: Budget::Iters(1),
+            generation: Some(Generation::Mariana),
+        };
+        let (seed, input) = plan_case(&plan, 0);
+        let f = Finding {
+            case_seed: Some(seed),
+            generation: plan.generation,
+            input,
+            mechanism: Some(Mechanism::Pool),
+            what: "in0 differs at byte 3".into(),
+        };
+        let dir = std::env::temp_dir().join(format!("hostsim-report-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut lines = Vec::new();
+        report(&dir, 4, &f, &mut |l| lines.push(l.to_string()));
+        let folder = dir.join("case-4");
+        let scenario = folder.join("scenario.toml");
+        let expect = [
+            "mismatch in case 4 (oob): in0 differs at byte 3".to_string(),
+            format!("reproducer: {}", folder.display()),
+            format!("  hostsim fuzz --target oob --generation mariana --case {seed}"),
+            format!("  hostsim run {} --mechanism reference", scenario.display()),
+            format!("  hostsim run {} --mechanism pool", scenario.display()),
+        ];
+        assert_eq!(lines, expect);
+        assert!(scenario.exists());
+        // The replay command's options regenerate exactly this case.
+        let again = seed_case(Target::Oob, seed, Some(Generation::Mariana));
+        assert_eq!(format!("{again:?}"), format!("{:?}", f.input));
+        // A folder that cannot be made: the finding is still reported, nothing panics.
+        let blocked = folder.join("finding.txt");
+        lines.clear();
+        report(&blocked, 0, &f, &mut |l| lines.push(l.to_string()));
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[1].starts_with(&format!(
+                "reproducer not written: fuzz reproducer {}",
+                blocked.display()
+            )),
+            "{lines:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

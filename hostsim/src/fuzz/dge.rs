@@ -14,7 +14,7 @@
 //! - the count is that minimum, the skips and notification are the policy's;
 //! - replaying the queues (the plain loop) gives the closed form's memory;
 //! - an expected failure is the same error at the same position, and more than 4096
-//!   indices are refused.
+//!   indices, or none, are refused.
 
 use dge::indirection::{Indirection, OobPolicy};
 use dge::{AccessPattern, Generated, Kind, Request};
@@ -208,6 +208,13 @@ fn expected_fabric(c: &DgeCase, moves: &[(Option<u64>, u64)]) -> Result<Fabric, 
 /// Generates `c`'s descriptors and checks them against the closed form.
 pub fn check(c: &DgeCase) -> Result<(), String> {
     let got = dge::generate(&c.fabric, &c.request);
+    if c.indices.is_empty() {
+        return match got {
+            Err(dge::Error::ZeroCount { dim: 0, .. }) => Ok(()),
+            Err(e) => Err(format!("no indices: expected a count-0 refusal, got: {e}")),
+            Ok(_) => Err("no indices were accepted".to_string()),
+        };
+    }
     if c.indices.len() > 4096 {
         return match got {
             Err(_) => Ok(()),

@@ -155,6 +155,9 @@ pub fn case_from_bytes(data: &[u8]) -> Input {
 pub struct Finding {
     /// The case's seed (`None` for an input made from bytes).
     pub case_seed: Option<u64>,
+    /// The generation the run forced on every case (the seed alone regenerates the
+    /// case only together with it).
+    pub generation: Option<Generation>,
     /// The input, whole.
     pub input: Input,
     /// The route that disagreed, for `oob` cases.
@@ -190,11 +193,18 @@ impl Checker {
         })
     }
 
-    /// Checks the case of `seed`: its [`Finding`] if it fails.
-    pub fn finding(&mut self, seed: u64, input: Input) -> Option<Finding> {
+    /// Checks the case of `seed` (drawn with `generation` forced, if any): its
+    /// [`Finding`] if it fails.
+    pub fn finding(
+        &mut self,
+        seed: u64,
+        generation: Option<Generation>,
+        input: Input,
+    ) -> Option<Finding> {
         let (mechanism, what) = self.check(&input).err()?;
         Some(Finding {
             case_seed: Some(seed),
+            generation,
             input,
             mechanism,
             what,
@@ -303,7 +313,7 @@ pub fn run(plan: &Plan, stop: &AtomicBool, mut each: impl FnMut(u64, Option<&Fin
             break;
         }
         let (seed, input) = plan_case(plan, index);
-        let finding = checker.finding(seed, input);
+        let finding = checker.finding(seed, plan.generation, input);
         summary.cases += 1;
         each(index, finding.as_ref());
         summary.findings.extend(finding);

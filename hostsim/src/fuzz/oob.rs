@@ -15,7 +15,9 @@
 //! - DMA_MEMCPY 0xb8: overlapping destinations, tables at the end of HBM, eng_mask 0.
 //!
 //! Every fragment draws its data through [`Rng::edge_data`], so NaNs and signed zeros
-//! meet every reduction.
+//! meet every reduction; its counts through [`Rng::edge_count`] (none, one, 4096 and
+//! 4097 included); and its partitions through [`Rng::edge_partition`] (the first and
+//! the last that fits included).
 
 use dma::{CceOp, ComputeOp, Dtype, FabricAddr, Generation, Space};
 
@@ -65,7 +67,7 @@ struct Window {
 
 fn gather_fragment(b: &mut Builder) -> Option<()> {
     let channels = b.rng.pick(&[1, 1, 2, 7, 16, 128]);
-    let partition = b.rng.range(0, 128 - channels);
+    let partition = b.rng.edge_partition(channels, 128);
     let dtype = b.rng.dtype();
     let size = dtype.size() as u32;
     let len = b.rng.pick(&[1, 2, 17, 511, 512, 100]);
@@ -162,12 +164,15 @@ fn gather_dst(b: &mut Builder, channels: u32, m: u32, osize: u32) -> Option<crat
         true => (Space::Psum, b.psum(bytes)?),
         false => (Space::Sbuf, b.sbuf(bytes)?),
     };
-    let p = b.rng.range(0, 128 - channels);
+    let p = b.rng.edge_partition(channels, 128);
     for q in p..p + channels {
         let bytes = b.rng.bytes(bytes as usize);
         b.write_at(space, q, off, &bytes)?;
     }
-    let first = if step < 0 { off + (m - 1) * osize } else { off };
+    let first = match step < 0 {
+        true => off + m.saturating_sub(1) * osize,
+        false => off,
+    };
     Some(strided(Builder::addr4(space, p, first)?, step, m as u16))
 }
 
@@ -201,7 +206,7 @@ fn dma_indirect_fragment(b: &mut Builder) -> Option<()> {
 fn dma_side(b: &mut Builder, indirect: bool, n: u32, row: u32) -> Option<DmaSide> {
     if !indirect {
         let step: u16 = b.rng.pick(&[1, 1, 2, 0]);
-        let rows = u64::from(n - 1) * u64::from(step) + 1;
+        let rows = u64::from(n.saturating_sub(1)) * u64::from(step) + 1;
         let start = table(b, rows * u64::from(row), false)?;
         return Some(DmaSide {
             start_addr: start,
@@ -247,13 +252,13 @@ fn table(b: &mut Builder, bytes: u64, at_end: bool) -> Option<FabricAddr> {
     let start = match (at_end && b.rng.chance(25), small && b.rng.chance(25)) {
         (true, true) => {
             let off = b.sbuf_top(bytes as u32)?;
-            let p = b.rng.range(1, 127);
+            let p = 1 + b.rng.edge_partition(1, 127);
             b.fabric_of(Builder::addr4(Space::Sbuf, p, off)?)?
         }
         (true, false) => b.hbm_top(bytes)?,
         (false, true) => {
             let off = b.sbuf(bytes as u32)?;
-            let p = b.rng.range(1, 127);
+            let p = 1 + b.rng.edge_partition(1, 127);
             b.fabric_of(Builder::addr4(Space::Sbuf, p, off)?)?
         }
         (false, false) => b.hbm(bytes)?,
@@ -320,10 +325,10 @@ fn embedding_fragment(b: &mut Builder) -> Option<()> {
     let seq = b.rng.edge_count(64, LIMIT);
     let span = if b.rng.chance(40) { rows.min(3) } else { rows };
     let ids = b.rng.edge_indices(seq as usize, 0, span, u32::MAX);
-    let p_idx = b.rng.range(0, 127);
+    let p_idx = b.rng.edge_partition(1, 128);
     let idx_off = b.sbuf(seq * 4)?;
     b.write_at(Space::Sbuf, p_idx, idx_off, &pack(&ids, 4))?;
-    let p_data = b.rng.range(0, 127);
+    let p_data = b.rng.edge_partition(1, 128);
     let data_off = b.sbuf(seq * d * size)?;
     let data = b.rng.edge_data(dtype, (seq * d) as usize);
     b.write_at(Space::Sbuf, p_data, data_off, &data)?;
@@ -363,17 +368,28 @@ fn memcpy_fragment(b: &mut Builder) -> Option<()> {
 }
 
 /// A 2-D side over fresh random bytes; `overlap` lets its rows overlap.
-fn direct2d(b: &mut Builder, [n0, n1]: [u16; 2], elem: u32, overlap: bool) -> Option<Direct2dSide> {
-    let s0: u16 = b.rng.pick(&[1, 1, 2]);
-    let s1 = match overlap {
-        true => b.rng.range(0, u32::from(n0 * s0)) as u16,
-        false => n0 * s0 + b.rng.range(0, 3) as u16,
-    };
-    let reach = u64::from(n0 - 1) * u64::from(s0) + u64::from(n1 - 1) * u64::from(s1) + 1;
+fn direct2d(b: &mut Builder, counts: [u16; 2], elem: u32, overlap: bool) -> Option<Direct2dSide> {
+    let (step_elem, reach) = direct2d_steps(&mut b.rng, counts, overlap);
     Some(Direct2dSide {
         start_addr: table(b, reach * u64::from(elem), true)?,
-        step_elem: [s0, s1],
+        step_elem,
     })
+}
+
+/// The element steps of a 2-D side of `[n0, n1]` elements and the elements it spans:
+/// inner step 1 or 2; outer step past the inner run by 0 to 3 elements or, with
+/// `overlap`, anywhere from 0 to the run's length so that rows overlap.
+pub fn direct2d_steps(rng: &mut Rng, [n0, n1]: [u16; 2], overlap: bool) -> ([u16; 2], u64) {
+    let s0: u16 = rng.pick(&[1, 1, 2]);
+    let run = n0.saturating_mul(s0);
+    let s1 = match overlap {
+        true => rng.range(0, u32::from(run)) as u16,
+        false => run.saturating_add(rng.range(0, 3) as u16),
+    };
+    let reach = u64::from(n0.saturating_sub(1)) * u64::from(s0)
+        + u64::from(n1.saturating_sub(1)) * u64::from(s1)
+        + 1;
+    ([s0, s1], reach)
 }
 
 #[cfg(test)]
@@ -400,6 +416,20 @@ mod tests {
             "pool_buffer_load",
         ];
         assert_eq!(seen.into_iter().collect::<Vec<_>>(), expected);
+    }
+
+    #[test]
+    fn direct2d_steps_span_the_rows_and_overlap_only_when_asked() {
+        let mut rng = Rng::new(4);
+        for _ in 0..200 {
+            let ([s0, s1], reach) = direct2d_steps(&mut rng, [5, 3], false);
+            assert!(s0 == 1 || s0 == 2, "{s0}");
+            assert!((5 * s0..=5 * s0 + 3).contains(&s1), "{s0} {s1}");
+            assert_eq!(reach, 4 * u64::from(s0) + 2 * u64::from(s1) + 1);
+            let ([s0, s1], _) = direct2d_steps(&mut rng, [5, 3], true);
+            assert!(s1 <= 5 * s0, "{s0} {s1}");
+        }
+        assert_eq!(direct2d_steps(&mut Rng::new(1), [1, 1], false).1, 1);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use dma::{Fabric, FabricAddr, Generation, QueueFileWriter, Space};
 
 use crate::error::Error;
-use crate::fuzz::{isa::hex, Finding, Input, Target};
+use crate::fuzz::{case::Case, isa::hex, Finding, Input, Target};
 use crate::npy::{self, NpyArray};
 use crate::runtime::Mechanism;
 use crate::scenario::exec::write_atomic;
@@ -58,18 +58,20 @@ fn io(path: &Path, what: &str, e: std::io::Error) -> Error {
 /// Writes the files into `at`; the commands name `folder`, where they will end up.
 fn fill(at: &Path, folder: &Path, finding: &Finding) -> Result<String, Error> {
     let target = finding.input.target();
+    let forced = finding
+        .generation
+        .map_or(String::new(), |g| format!(" --generation {}", g.name()));
     let mut commands = match finding.case_seed {
-        Some(seed) => format!("hostsim fuzz --target {} --case {seed}\n", target.name()),
+        Some(seed) => format!(
+            "hostsim fuzz --target {}{forced} --case {seed}\n",
+            target.name()
+        ),
         None => String::new(),
     };
     let scenario = folder.join("scenario.toml");
     match &finding.input {
         Input::Oob(c) => {
-            let ops = c
-                .stream
-                .iter()
-                .map(|i| isa_op(&i.encode(), &c.bounds))
-                .collect();
+            let ops = stream_ops(c);
             write_scenario(
                 at,
                 c.generation,
@@ -129,6 +131,14 @@ fn routes_to_show(m: Option<Mechanism>) -> Vec<Mechanism> {
     }
 }
 
+/// One `isa` op per instruction of the stream, each with the case's bound registers.
+fn stream_ops(c: &Case) -> Vec<OpSpec> {
+    c.stream
+        .iter()
+        .map(|i| isa_op(&i.encode(), &c.bounds))
+        .collect()
+}
+
 fn isa_op(bytes: &[u8], bounds: &[(u8, u64)]) -> OpSpec {
     OpSpec::Isa(IsaOp {
         hex: Some(hex(bytes)),
@@ -183,13 +193,8 @@ fn scenario_of(
 }
 
 /// The `scenario.toml` text an `oob` case's reproducer holds.
-pub fn oob_scenario_text(c: &crate::fuzz::case::Case) -> Result<String, Error> {
-    let ops = c
-        .stream
-        .iter()
-        .map(|i| isa_op(&i.encode(), &c.bounds))
-        .collect();
-    scenario_of(c.generation, &c.fabric, &c.regions, ops, None)?
+pub fn oob_scenario_text(c: &Case) -> Result<String, Error> {
+    scenario_of(c.generation, &c.fabric, &c.regions, stream_ops(c), None)?
         .0
         .to_toml()
 }
@@ -251,21 +256,27 @@ mod tests {
     use super::*;
     use crate::fuzz::{plan_case, Budget, Plan};
 
-    fn finding(target: Target) -> (u64, Finding) {
+    /// The first case of a run of `target` seeded with `seed`, as a finding of `route`.
+    fn finding_of(target: Target, seed: u64, route: Option<Mechanism>) -> (u64, Finding) {
         let plan = Plan {
             target,
-            seed: 3,
+            seed,
             budget: Budget::Iters(1),
             generation: None,
         };
-        let (seed, input) = plan_case(&plan, 0);
+        let (case_seed, input) = plan_case(&plan, 0);
         let f = Finding {
-            case_seed: Some(seed),
+            case_seed: Some(case_seed),
+            generation: None,
             input,
-            mechanism: Some(Mechanism::Dge),
+            mechanism: route,
             what: "a test finding".into(),
         };
-        (seed, f)
+        (case_seed, f)
+    }
+
+    fn finding(target: Target) -> (u64, Finding) {
+        finding_of(target, 3, Some(Mechanism::Dge))
     }
 
     fn temp_dir(name: &str) -> PathBuf {
@@ -303,19 +314,7 @@ mod tests {
         let dir = temp_dir("replay");
         let mut ran = 0;
         for index in 0..6 {
-            let plan = Plan {
-                target: Target::Oob,
-                seed: 40 + index,
-                budget: Budget::Iters(1),
-                generation: None,
-            };
-            let (seed, input) = plan_case(&plan, 0);
-            let f = Finding {
-                case_seed: Some(seed),
-                input,
-                mechanism: None,
-                what: "replay test".into(),
-            };
+            let (_, f) = finding_of(Target::Oob, 40 + index, None);
             write(&dir, index, &f).unwrap();
             let folder = dir.join(format!("case-{index}"));
             let results: Vec<Result<Vec<u8>, String>> = ["reference", "dge"]

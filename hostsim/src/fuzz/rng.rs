@@ -147,14 +147,26 @@ impl Rng {
         out
     }
 
-    /// An element count biased to the limits around `limit` (4096 indices): 1, a few,
-    /// `limit` and `limit + 1`, or up to `small`.
+    /// An element count biased to the limits around `limit` (4096 indices): none, 1, a
+    /// few, `limit` and `limit + 1`, or up to `small`.
     pub fn edge_count(&mut self, small: u32, limit: u32) -> u32 {
         match self.below(100) {
-            0..=9 => 1,
+            0..=2 => 0,
+            3..=9 => 1,
             10..=13 => limit,
             14..=16 => limit.saturating_add(1),
             _ => self.range(1, small.max(1)),
+        }
+    }
+
+    /// The first of `n` consecutive partitions out of `of`: the first partition, the
+    /// last start that fits (so the run ends on the last partition), or any start.
+    pub fn edge_partition(&mut self, n: u32, of: u32) -> u32 {
+        let last = of.saturating_sub(n);
+        match self.below(4) {
+            0 => 0,
+            1 => last,
+            _ => self.range(0, last),
         }
     }
 
@@ -234,6 +246,10 @@ mod tests {
         assert_eq!(r.next_u64(), expect.next_u64());
         assert_eq!(Rng::from_bytes(&[]).pick_from::<u8>(&[]), None);
         assert_eq!(Rng::new(1).pick(&[4]), 4);
+        let mut r = Rng::new(2);
+        assert_eq!((r.below(0), r.range(9, 2)), (0, 9));
+        assert!((0..200).all(|_| (3..=5).contains(&r.range(3, 5))));
+        assert_eq!(r.range(u32::MAX, u32::MAX), u32::MAX);
     }
 
     #[test]
@@ -249,7 +265,13 @@ mod tests {
         let narrow: Vec<u32> = (0..500).map(|_| r.edge_index(0, 300, 0xff)).collect();
         assert_eq!(narrow.iter().max(), Some(&0xff));
         let counts: Vec<u32> = (0..500).map(|_| r.edge_count(40, 4096)).collect();
-        assert!(counts.contains(&4096) && counts.contains(&4097) && counts.contains(&1));
+        for n in [0, 1, 4096, 4097] {
+            assert!(counts.contains(&n), "count {n} never drawn");
+        }
+        let starts: Vec<u32> = (0..200).map(|_| r.edge_partition(16, 128)).collect();
+        assert!(starts.contains(&0) && starts.contains(&112));
+        assert_eq!(starts.iter().max(), Some(&112));
+        assert_eq!(r.edge_partition(200, 128), 0);
     }
 
     #[test]
