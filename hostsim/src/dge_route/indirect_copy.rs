@@ -72,9 +72,33 @@ pub(super) fn lower(map: &AddressMap, ic: &S4d4Ic) -> Result<Lowered, Error> {
 mod tests {
     use super::super::test_support::*;
     use crate::core_state::CoreState;
+    use crate::error::Error;
     use crate::isa::{Indirect, S4d4Ic, Tensor4d};
     use dma::{Dtype, Fabric, Generation};
     use proptest::prelude::*;
+
+    crate::test_support::indirect_copy::indirect_copy_cases!(route(), except_reads_first);
+
+    /// The DGE has no staging buffer: a copy whose destination covers rows it still has
+    /// to read is refused, naming the first byte range read after it is written, and the
+    /// fabric is left as it was.
+    #[test]
+    fn a_destination_over_the_source_is_refused_by_design() {
+        use crate::test_support::indirect_copy::{overlapping_copy, rows};
+        let r = route();
+        let mut f = r.fabric();
+        rows(&mut f, 16, 16, 8);
+        crate::test_support::indirect_copy::indices(&mut f, 64, 0, &[4, 0]);
+        let e = r.fails_closed(&mut f, &mut CoreState::new(), overlapping_copy());
+        assert!(crate::dge_route::by_design(&e), "{e}");
+        let Error::Dge(dge::Error::SourceOverlapsDestination { lo, hi }) = e else {
+            panic!("expected SourceOverlapsDestination, got {e}");
+        };
+        let data = sbuf_at(0, crate::test_support::indirect_copy::DATA).0;
+        // Partition 0 reads bytes 0..16 of its row (elements 4..8, then 0..4) and
+        // writes bytes 4..20: the overlap is 4..16.
+        assert_eq!((lo, hi), (data + 4, data + 16), "{e}");
+    }
 
     const IDX: u32 = 0x100;
     const DATA: u32 = 0x1000;
