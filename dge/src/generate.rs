@@ -35,7 +35,8 @@ use crate::indirection::{
 use crate::order::{self, ElementOrder};
 use crate::pattern::{AccessPattern, BytePattern};
 use crate::reshape::{batman_reshape, Reshaped};
-use crate::runs::{for_each_run, for_each_run_batch, for_each_unit_run, Run, Walker};
+use crate::rows::RowMove;
+use crate::runs::{for_each_run, for_each_run_batch, for_each_unit_run, IndexedBases, Run, Walker};
 use crate::spray::{self, SprayMode, QUEUES};
 use dma::descriptor::{DescFlags, DescOp, Descriptor};
 use dma::fabric::Fabric;
@@ -254,11 +255,16 @@ fn spray_runs(
 ) -> Result<(), Error> {
     if spray_mode(req, d) == SprayMode::Disjoint {
         let mut next = RoundRobin::new(queues);
-        let mut src = Walker::new(&s.shape, s.indexed.as_ref().map(|i| &i.bases));
-        let mut dst = Walker::new(&d.shape, d.indexed.as_ref().map(|i| &i.bases));
-        for_each_run_batch(&mut src, &mut dst, elem, |runs| {
-            emitter.push_all(runs, &mut next)
-        });
+        let (sb, db) = (bases(s), bases(d));
+        match RowMove::of((&s.shape, sb), (&d.shape, db)) {
+            Some(rows) => rows.for_each_run_batch(|runs| emitter.push_all(runs, &mut next)),
+            None => {
+                let (mut src, mut dst) = (Walker::new(&s.shape, sb), Walker::new(&d.shape, db));
+                for_each_run_batch(&mut src, &mut dst, elem, |runs| {
+                    emitter.push_all(runs, &mut next)
+                });
+            }
+        }
         if !emitter.hulls_meet() {
             return Ok(());
         }
@@ -276,6 +282,11 @@ fn spray_runs(
         }
         (Err(e), ElementOrder::Any) => Err(e),
     }
+}
+
+/// A side's per-index bases, if it is indexed.
+fn bases(s: &Side) -> Option<&IndexedBases> {
+    s.indexed.as_ref().map(|i| &i.bases)
 }
 
 /// The selected queues in turn, over and over.
@@ -324,8 +335,10 @@ fn sequential(
     queues: &[u8],
     emitter: &mut Emitter,
 ) -> Result<(), Error> {
-    let mut src = Walker::new(&s.shape, s.indexed.as_ref().map(|i| &i.bases));
-    let mut dst = Walker::new(&d.shape, d.indexed.as_ref().map(|i| &i.bases));
+    let (mut src, mut dst) = (
+        Walker::new(&s.shape, bases(s)),
+        Walker::new(&d.shape, bases(d)),
+    );
     let mut units = Vec::new();
     for_each_unit_run(&mut src, &mut dst, (elem, unit), |u, r| units.push((u, r)));
     let phases = order::phases(&units)?;
@@ -345,8 +358,10 @@ fn sequential(
 
 /// The descriptor loop over both sides, in element order.
 fn walk(s: &Side, d: &Side, elem: u64, emit: impl FnMut(Run)) {
-    let mut src = Walker::new(&s.shape, s.indexed.as_ref().map(|i| &i.bases));
-    let mut dst = Walker::new(&d.shape, d.indexed.as_ref().map(|i| &i.bases));
+    let (mut src, mut dst) = (
+        Walker::new(&s.shape, bases(s)),
+        Walker::new(&d.shape, bases(d)),
+    );
     for_each_run(&mut src, &mut dst, elem, emit);
 }
 
@@ -724,6 +739,7 @@ impl Emitter {
     }
 
     /// Emits `r` to `queue`.
+    #[inline(always)]
     fn push(&mut self, r: Run, queue: u8) {
         self.put(r, queue);
         self.account(std::slice::from_ref(&r));
@@ -755,6 +771,7 @@ impl Emitter {
     }
 
     /// The descriptor of `r`, appended to `queue`'s list.
+    #[inline(always)]
     fn put(&mut self, r: Run, queue: u8) {
         match (
             describe(self.op, self.dtype, r),
@@ -766,6 +783,7 @@ impl Emitter {
     }
 
     /// Adds `runs` to the payload bytes and to the hulls of the bytes read and written.
+    #[inline(always)]
     fn account(&mut self, runs: &[Run]) {
         let (mut bytes, mut src, mut dst) = (self.bytes, self.src_hull, self.dst_hull);
         for r in runs {

@@ -19,6 +19,7 @@
 //!   the OOB policies including the fill);
 //! - [`runs`]: the lockstep walk into maximal runs contiguous on both sides, split at
 //!   64 KiB (FILL runs where the fill policy applies);
+//! - [`rows`]: the same runs for whole rows moved by index, without the general walk;
 //! - [`order`]: the sequential element order, phases for requests that read what they
 //!   write;
 //! - [`spray`]: dealing runs to queues so that writes to one byte stay in one queue;
@@ -34,6 +35,7 @@ pub mod indirection;
 pub mod order;
 pub mod pattern;
 pub mod reshape;
+pub mod rows;
 pub mod runs;
 pub mod spray;
 

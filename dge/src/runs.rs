@@ -528,8 +528,16 @@ pub fn joins(run: &Run, next: &Run) -> bool {
         (true, true) => run.src == next.src,
         _ => false,
     };
-    dst && src
-        && region_slot(run.dst) == region_slot(next.dst)
+    dst && src && same_regions(run, next)
+}
+
+/// Whether `next` lies in `run`'s regions (only the destination for a fill). Out of line
+/// on purpose: inlined, the compiler works out the region slots of every run as it opens
+/// (they are invariant while it grows), which costs more than this call on the rare
+/// joins of scattered rows.
+#[inline(never)]
+fn same_regions(run: &Run, next: &Run) -> bool {
+    region_slot(run.dst) == region_slot(next.dst)
         && (run.fill || region_slot(run.src) == region_slot(next.src))
 }
 

@@ -1,0 +1,328 @@
+//! The descriptor loop's fast path for the shape most requests have: whole rows moved by
+//! index (a row gather, a row scatter, or both at once), one contiguous row per index
+//! position on each side.
+//!
+//! [`RowMove::of`] recognises the shape from the two reshaped sides: each side is either
+//! *indexed* (the indirection dimension outermost, then at most one contiguous row) or
+//! *consecutive* (one contiguous dimension holding the rows back to back), at least one
+//! side indexed, no fill policy, rows of equal length of at most one descriptor.
+//! [`RowMove::for_each_run`] then yields, position by position, the row of every position
+//! whose index passed its bound check on both sides, merged with the previous run exactly
+//! as [`crate::runs::for_each_run`] merges (contiguous on both sides in the same regions,
+//! filled to [`MAX_RUN_BYTES`] and continued in the next run): the same runs, in the same
+//! order, without the odometers and the piece cutting. Any other shape takes the general
+//! walk, which is this path's differential reference (see the tests).
+
+use crate::reshape::Reshaped;
+use crate::runs::{joins, IndexedBases, Run, MAX_RUN_BYTES, RUN_BATCH};
+
+/// Where one side's row at each position starts.
+#[derive(Clone, Copy, Debug)]
+enum RowSide<'a> {
+    /// Rows back to back from the start.
+    Consecutive(u64),
+    /// Rows at the per-index addresses; a position moves only where its index is valid.
+    Indexed { addrs: &'a [u64], valid: &'a [bool] },
+}
+
+impl RowSide<'_> {
+    /// The start of row `i` (`row` bytes long), `None` when its index failed.
+    #[inline(always)]
+    fn at(&self, i: usize, row: u64) -> Option<u64> {
+        match *self {
+            RowSide::Consecutive(start) => Some(start.wrapping_add(i as u64 * row)),
+            RowSide::Indexed { addrs, valid } => match valid.get(i) {
+                Some(true) => addrs.get(i).copied(),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// A request of the row-move shape (module docs): `rows` positions of `row` bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct RowMove<'a> {
+    src: RowSide<'a>,
+    dst: RowSide<'a>,
+    rows: usize,
+    row: u64,
+}
+
+/// One side, if it has the shape: indexed, `(Some(rows), row bytes, side)`;
+/// consecutive, `(None, all its bytes, side)`.
+fn side<'a>(
+    p: &Reshaped,
+    bases: Option<&'a IndexedBases>,
+) -> Option<(Option<u64>, u64, RowSide<'a>)> {
+    let elem = u64::from(p.elem_size);
+    let contiguous = |k: usize| p.dims.get(k).filter(|d| d.step == elem as i64);
+    match (p.indirect_dim, bases) {
+        (None, None) if p.dims.len() == 1 => {
+            let bytes = contiguous(0)?.count.checked_mul(elem)?;
+            Some((None, bytes, RowSide::Consecutive(p.start)))
+        }
+        (Some(0), Some(b)) if b.fill.is_none() && (1..=2).contains(&p.dims.len()) => {
+            let row = match p.dims.len() {
+                1 => elem,
+                _ => contiguous(1)?.count.checked_mul(elem)?,
+            };
+            let rows = p.dims.first()?.count;
+            let fits = b.addrs.len() as u64 == rows && b.valid.len() as u64 == rows;
+            let indexed = RowSide::Indexed {
+                addrs: &b.addrs,
+                valid: &b.valid,
+            };
+            fits.then_some((Some(rows), row, indexed))
+        }
+        _ => None,
+    }
+}
+
+impl<'a> RowMove<'a> {
+    /// The row move of the two sides (each with its bases, if indexed), or `None` when the
+    /// request has another shape.
+    pub fn of(
+        (src, src_bases): (&Reshaped, Option<&'a IndexedBases>),
+        (dst, dst_bases): (&Reshaped, Option<&'a IndexedBases>),
+    ) -> Option<RowMove<'a>> {
+        let (s_rows, s_len, s) = side(src, src_bases)?;
+        let (d_rows, d_len, d) = side(dst, dst_bases)?;
+        // a consecutive side holds exactly the other side's rows
+        let (rows, row) = match (s_rows, d_rows) {
+            (Some(n), None) if n.checked_mul(s_len) == Some(d_len) => (n, s_len),
+            (None, Some(n)) if n.checked_mul(d_len) == Some(s_len) => (n, d_len),
+            (Some(a), Some(b)) if a == b && s_len == d_len => (a, s_len),
+            _ => return None,
+        };
+        let ok = src.elem_size == dst.elem_size && (1..=MAX_RUN_BYTES).contains(&row);
+        ok.then_some(RowMove {
+            src: s,
+            dst: d,
+            rows: usize::try_from(rows).ok()?,
+            row,
+        })
+    }
+
+    /// As [`RowMove::for_each_run`], handing the runs on in order in batches of up to
+    /// [`RUN_BATCH`] (as [`crate::runs::for_each_run_batch`] does).
+    pub fn for_each_run_batch(&self, mut emit: impl FnMut(&[Run])) {
+        let mut batch = [Run::default(); RUN_BATCH];
+        let mut len = 0;
+        self.for_each_run(|r| {
+            if len == RUN_BATCH {
+                emit(&batch);
+                len = 0;
+            }
+            if let Some(slot) = batch.get_mut(len) {
+                *slot = r;
+                len += 1;
+            }
+        });
+        if let Some(rest) = batch.get(..len).filter(|b| !b.is_empty()) {
+            emit(rest);
+        }
+    }
+
+    /// Calls `emit` for every maximal run, in order (module docs).
+    #[inline(always)]
+    pub fn for_each_run(&self, mut emit: impl FnMut(Run)) {
+        let row = self.row;
+        let mut cur: Option<Run> = None;
+        for i in 0..self.rows {
+            let (Some(s), Some(d)) = (self.src.at(i, row), self.dst.at(i, row)) else {
+                continue;
+            };
+            let mut r = Run::copy(s, d, row);
+            if let Some(c) = &mut cur {
+                if joins(c, &r) {
+                    let room = MAX_RUN_BYTES - c.len;
+                    if r.len <= room {
+                        c.len += r.len;
+                        continue;
+                    }
+                    c.len = MAX_RUN_BYTES;
+                    r = r.advance(room);
+                }
+                emit(*c);
+            }
+            cur = Some(r);
+        }
+        if let Some(c) = cur {
+            emit(c);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pattern::ByteDim;
+    use crate::runs::{for_each_run, Walker};
+    use dma::addr::{SBUF_BASE, SBUF_STRIDE};
+    use proptest::prelude::*;
+
+    fn shape(start: u64, es: u32, dims: &[(i64, u64)], ind: Option<usize>) -> Reshaped {
+        Reshaped {
+            start,
+            elem_size: es,
+            dims: dims
+                .iter()
+                .map(|&(step, count)| ByteDim { step, count })
+                .collect(),
+            indirect_dim: ind,
+            partition_dim: None,
+        }
+    }
+
+    fn bases(addrs: Vec<u64>, valid: Vec<bool>) -> IndexedBases {
+        IndexedBases {
+            addrs,
+            valid,
+            fill: None,
+        }
+    }
+
+    /// The runs of the general walk over the same sides.
+    fn walked(
+        (s, sb): (&Reshaped, Option<&IndexedBases>),
+        (d, db): (&Reshaped, Option<&IndexedBases>),
+    ) -> Vec<Run> {
+        let mut v = Vec::new();
+        let es = u64::from(s.elem_size);
+        for_each_run(&mut Walker::new(s, sb), &mut Walker::new(d, db), es, |r| {
+            v.push(r)
+        });
+        v
+    }
+
+    fn fast(m: &RowMove) -> Vec<Run> {
+        let mut v = Vec::new();
+        m.for_each_run(|r| v.push(r));
+        v
+    }
+
+    #[test]
+    fn a_gather_merges_adjacent_rows_and_skips_invalid_ones() {
+        let s = shape(0, 4, &[(256, 4), (4, 64)], Some(0));
+        let d = shape(1 << 20, 4, &[(4, 256)], None);
+        let b = bases(
+            vec![5 * 256, 6 * 256, 99 * 256, 7 * 256],
+            vec![true, true, true, false],
+        );
+        let m = RowMove::of((&s, Some(&b)), (&d, None)).expect("a row gather");
+        let want = vec![
+            Run::copy(1280, 1 << 20, 512),
+            Run::copy(99 * 256, (1 << 20) + 512, 256),
+        ];
+        assert_eq!(fast(&m), want);
+        assert_eq!(walked((&s, Some(&b)), (&d, None)), want);
+    }
+
+    #[test]
+    fn rows_fill_a_descriptor_then_continue_in_the_next() {
+        // 3 adjacent rows of 40000 bytes: 65536, then 54464 (of rows 2 and 3)
+        let s = shape(0, 4, &[(40000, 3), (4, 10000)], Some(0));
+        let d = shape(1 << 24, 4, &[(4, 30000)], None);
+        let b = bases(vec![0, 40000, 80000], vec![true; 3]);
+        let m = RowMove::of((&s, Some(&b)), (&d, None)).unwrap();
+        assert_eq!(fast(&m), walked((&s, Some(&b)), (&d, None)));
+        assert_eq!(fast(&m).len(), 2);
+        assert_eq!(fast(&m)[0].len, MAX_RUN_BYTES);
+    }
+
+    #[test]
+    fn runs_do_not_merge_across_a_partition() {
+        let row = 1024u64;
+        let s = shape(0, 4, &[(1024, 2), (4, 256)], Some(0));
+        let d = shape(SBUF_BASE + SBUF_STRIDE - row, 4, &[(4, 512)], None);
+        let b = bases(vec![0, row], vec![true; 2]);
+        let m = RowMove::of((&s, Some(&b)), (&d, None)).unwrap();
+        assert_eq!(
+            fast(&m).len(),
+            2,
+            "the destination crosses into partition 1"
+        );
+        assert_eq!(fast(&m), walked((&s, Some(&b)), (&d, None)));
+    }
+
+    #[test]
+    fn other_shapes_take_the_general_walk() {
+        let b = bases(vec![0; 4], vec![true; 4]);
+        let rows = shape(0, 4, &[(256, 4), (4, 64)], Some(0));
+        let flat = shape(1 << 20, 4, &[(4, 256)], None);
+        let strided = shape(1 << 20, 4, &[(8, 256)], None);
+        let short = shape(1 << 20, 4, &[(4, 255)], None);
+        let two_d = shape(1 << 20, 4, &[(512, 4), (4, 64)], None);
+        let inner_indexed = shape(0, 4, &[(4, 64), (256, 4)], Some(1));
+        assert!(RowMove::of((&rows, Some(&b)), (&flat, None)).is_some());
+        assert!(RowMove::of((&rows, Some(&b)), (&strided, None)).is_none());
+        assert!(RowMove::of((&rows, Some(&b)), (&short, None)).is_none());
+        assert!(RowMove::of((&rows, Some(&b)), (&two_d, None)).is_none());
+        assert!(RowMove::of((&inner_indexed, Some(&b)), (&flat, None)).is_none());
+        assert!(
+            RowMove::of((&flat, None), (&flat, None)).is_none(),
+            "no index"
+        );
+        let mut filled = b.clone();
+        filled.fill = Some(Default::default());
+        assert!(RowMove::of((&rows, Some(&filled)), (&flat, None)).is_none());
+    }
+
+    /// Rows of `row_elems` 4-byte elements at random (often adjacent) addresses.
+    fn arb_indexed(n: usize) -> impl Strategy<Value = (Vec<u64>, Vec<bool>)> {
+        (
+            prop::collection::vec((0u64..6, any::<bool>()), n),
+            prop::collection::vec(prop::bool::weighted(0.85), n),
+        )
+            .prop_map(|(picks, valid)| {
+                let mut at = 0u64;
+                let addrs = picks
+                    .into_iter()
+                    .map(|(row, next)| {
+                        at = if next { at + 1 } else { row };
+                        at
+                    })
+                    .collect();
+                (addrs, valid)
+            })
+    }
+
+    proptest! {
+        /// Random gathers, scatters and both-sided moves (adjacent and repeated rows,
+        /// invalid positions, rows up to 32 KiB, sides at a partition's end): the fast
+        /// path gives the general walk's runs exactly.
+        #[test]
+        fn the_fast_path_gives_the_walk_s_runs(
+            n in 1usize..40,
+            row_elems in prop::sample::select(vec![1u64, 2, 64, 3000, 8192]),
+            mode in 0u8..3,
+            (sa, sv) in arb_indexed(40),
+            (da, dv) in arb_indexed(40),
+            at_partition_end in any::<bool>(),
+        ) {
+            let row = row_elems * 4;
+            let rows_side = |start: u64| match row_elems {
+                1 => shape(start, 4, &[(row as i64, n as u64)], Some(0)),
+                _ => shape(start, 4, &[(row as i64, n as u64), (4, row_elems)], Some(0)),
+            };
+            let flat_at = match at_partition_end {
+                true => SBUF_BASE + SBUF_STRIDE - row,
+                false => 1 << 30,
+            };
+            let flat = shape(flat_at, 4, &[(4, n as u64 * row_elems)], None);
+            let to_bases = |a: &[u64], v: &[bool], base: u64| {
+                bases(a[..n].iter().map(|r| base + r * row).collect(), v[..n].to_vec())
+            };
+            let sb = to_bases(&sa, &sv, 0);
+            let db = to_bases(&da, &dv, 1 << 32);
+            let (s, d) = (rows_side(0), rows_side(1 << 32));
+            let (src, dst) = match mode {
+                0 => ((&s, Some(&sb)), (&flat, None)),
+                1 => ((&flat, None), (&d, Some(&db))),
+                _ => ((&s, Some(&sb)), (&d, Some(&db))),
+            };
+            let m = RowMove::of(src, dst).expect("a row move");
+            prop_assert_eq!(fast(&m), walked(src, dst));
+        }
+    }
+}
