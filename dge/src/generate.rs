@@ -257,7 +257,7 @@ fn spray_runs(
         let mut next = RoundRobin::new(queues);
         let (sb, db) = (bases(s), bases(d));
         match RowMove::of((&s.shape, sb), (&d.shape, db)) {
-            Some(rows) => rows.for_each_run_batch(|runs| emitter.push_all(runs, &mut next)),
+            Some(rows) => rows.for_each_run(|r| emitter.push(r, next.pick())),
             None => {
                 let (mut src, mut dst) = (Walker::new(&s.shape, sb), Walker::new(&d.shape, db));
                 for_each_run_batch(&mut src, &mut dst, elem, |runs| {
@@ -749,7 +749,7 @@ impl Emitter {
     /// taking every `n`-th run (the same lists, in the same order, as run by run).
     fn push_all(&mut self, runs: &[Run], next: &mut RoundRobin) {
         let n = next.queues.len().max(1);
-        let mut error = None;
+        let mut refused = None;
         for j in 0..n.min(runs.len()) {
             let queue = usize::from(next.pick());
             let Some(list) = self.queues.get_mut(queue) else {
@@ -758,14 +758,14 @@ impl Emitter {
             list.reserve(runs.len().div_ceil(n));
             for &r in runs.iter().skip(j).step_by(n) {
                 match describe(self.op, self.dtype, r) {
-                    Ok(d) => list.push(d),
-                    Err(e) => error = error.or(Some(e)),
+                    Some(d) => list.push(d),
+                    None => refused = refused.or(Some(r)),
                 }
             }
         }
         next.skip(runs.len().saturating_sub(n));
-        if error.is_some() {
-            self.keep(error);
+        if let Some(r) = refused {
+            self.keep(Some(refusal(self.op, self.dtype, r)));
         }
         self.account(runs);
     }
@@ -777,8 +777,9 @@ impl Emitter {
             describe(self.op, self.dtype, r),
             self.queues.get_mut(usize::from(queue)),
         ) {
-            (Ok(d), Some(list)) => list.push(d),
-            (made, _) => self.keep(made.err()),
+            (Some(d), Some(list)) => list.push(d),
+            (Some(_), None) => {}
+            (None, _) => self.keep(Some(refusal(self.op, self.dtype, r))),
         }
     }
 
@@ -821,15 +822,26 @@ impl Emitter {
 
 /// The descriptor of run `r` under `op` and `dtype`. Runs are at most MAX_RUN_BYTES
 /// (64 KiB) and whole elements of the dtype (the patterns' element size equals the
-/// dtype's; a fill value was checked to fit it), so this does not fail; an error is still
-/// kept and returned rather than dropped.
+/// dtype's; a fill value was checked to fit it), so this does not fail; a refusal is
+/// still kept ([`refusal`]) and returned rather than dropped.
 #[inline(always)]
-fn describe(op: DescOp, dtype: Dtype, r: Run) -> Result<Descriptor, dma::Error> {
+fn describe(op: DescOp, dtype: Dtype, r: Run) -> Option<Descriptor> {
     let op = if r.fill { DescOp::Fill } else { op };
-    let (src, dst) = (FabricAddr(r.src), FabricAddr(r.dst));
     // `checked` rather than `new` on the hot path: see `Descriptor::checked`.
-    Descriptor::checked(op, src, dst, r.len as u32, dtype)
-        .ok_or_else(|| Descriptor::refusal(op, src, r.len as u32, dtype))
+    Descriptor::checked(
+        op,
+        FabricAddr(r.src),
+        FabricAddr(r.dst),
+        r.len as u32,
+        dtype,
+    )
+}
+
+/// Why [`describe`] refused `r`: the error `Descriptor::new` gives.
+#[cold]
+fn refusal(op: DescOp, dtype: Dtype, r: Run) -> dma::Error {
+    let op = if r.fill { DescOp::Fill } else { op };
+    Descriptor::refusal(op, FabricAddr(r.src), r.len as u32, dtype)
 }
 
 /// END_OF_INSTRUCTION on each queue's last descriptor.

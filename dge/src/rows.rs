@@ -14,7 +14,7 @@
 //! walk, which is this path's differential reference (see the tests).
 
 use crate::reshape::Reshaped;
-use crate::runs::{joins, IndexedBases, Run, MAX_RUN_BYTES, RUN_BATCH};
+use crate::runs::{joins, IndexedBases, Run, MAX_RUN_BYTES};
 
 /// Where one side's row at each position starts.
 #[derive(Clone, Copy, Debug)]
@@ -103,52 +103,34 @@ impl<'a> RowMove<'a> {
         })
     }
 
-    /// As [`RowMove::for_each_run`], handing the runs on in order in batches of up to
-    /// [`RUN_BATCH`] (as [`crate::runs::for_each_run_batch`] does).
-    pub fn for_each_run_batch(&self, mut emit: impl FnMut(&[Run])) {
-        let mut batch = [Run::default(); RUN_BATCH];
-        let mut len = 0;
-        self.for_each_run(|r| {
-            if len == RUN_BATCH {
-                emit(&batch);
-                len = 0;
-            }
-            if let Some(slot) = batch.get_mut(len) {
-                *slot = r;
-                len += 1;
-            }
-        });
-        if let Some(rest) = batch.get(..len).filter(|b| !b.is_empty()) {
-            emit(rest);
-        }
-    }
-
     /// Calls `emit` for every maximal run, in order (module docs).
     #[inline(always)]
     pub fn for_each_run(&self, mut emit: impl FnMut(Run)) {
         let row = self.row;
-        let mut cur: Option<Run> = None;
+        // The open run; `len == 0` while none is (every row has bytes). A plain `Run`
+        // rather than an `Option`: copying the option byte by byte cost more than the rest.
+        let mut cur = Run::default();
         for i in 0..self.rows {
             let (Some(s), Some(d)) = (self.src.at(i, row), self.dst.at(i, row)) else {
                 continue;
             };
             let mut r = Run::copy(s, d, row);
-            if let Some(c) = &mut cur {
-                if joins(c, &r) {
-                    let room = MAX_RUN_BYTES - c.len;
+            if cur.len > 0 {
+                if joins(&cur, &r) {
+                    let room = MAX_RUN_BYTES - cur.len;
                     if r.len <= room {
-                        c.len += r.len;
+                        cur.len += r.len;
                         continue;
                     }
-                    c.len = MAX_RUN_BYTES;
+                    cur.len = MAX_RUN_BYTES;
                     r = r.advance(room);
                 }
-                emit(*c);
+                emit(cur);
             }
-            cur = Some(r);
+            cur = r;
         }
-        if let Some(c) = cur {
-            emit(c);
+        if cur.len > 0 {
+            emit(cur);
         }
     }
 }
