@@ -35,7 +35,7 @@ use crate::indirection::{
 use crate::order::{self, ElementOrder};
 use crate::pattern::{AccessPattern, BytePattern};
 use crate::reshape::{batman_reshape, Reshaped};
-use crate::rows::RowMove;
+use crate::rows::{RowMove, RunSink};
 use crate::runs::{for_each_run, for_each_run_batch, for_each_unit_run, IndexedBases, Run, Walker};
 use crate::spray::{self, SprayMode, QUEUES};
 use dma::descriptor::{DescFlags, DescOp, Descriptor};
@@ -257,7 +257,10 @@ fn spray_runs(
         let mut next = RoundRobin::new(queues);
         let (sb, db) = (bases(s), bases(d));
         match RowMove::of((&s.shape, sb), (&d.shape, db)) {
-            Some(rows) => rows.for_each_run(|r| emitter.push(r, next.pick())),
+            Some(rows) => rows.for_each_run(&mut Deal {
+                emitter,
+                next: &mut next,
+            }),
             None => {
                 let (mut src, mut dst) = (Walker::new(&s.shape, sb), Walker::new(&d.shape, db));
                 for_each_run_batch(&mut src, &mut dst, elem, |runs| {
@@ -287,6 +290,19 @@ fn spray_runs(
 /// A side's per-index bases, if it is indexed.
 fn bases(s: &Side) -> Option<&IndexedBases> {
     s.indexed.as_ref().map(|i| &i.bases)
+}
+
+/// Runs dealt to the queues in turn, straight into the emitter.
+struct Deal<'e, 'q> {
+    emitter: &'e mut Emitter,
+    next: &'e mut RoundRobin<'q>,
+}
+
+impl RunSink for Deal<'_, '_> {
+    #[inline(always)]
+    fn run(&mut self, r: Run) {
+        self.emitter.push(r, self.next.pick());
+    }
 }
 
 /// The selected queues in turn, over and over.

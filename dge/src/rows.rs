@@ -39,6 +39,19 @@ impl RowSide<'_> {
     }
 }
 
+/// Where [`RowMove::for_each_run`] hands its runs (a trait rather than a closure so that
+/// the consumer inlines into the loop; any `FnMut(Run)` is one).
+pub trait RunSink {
+    fn run(&mut self, r: Run);
+}
+
+impl<F: FnMut(Run)> RunSink for F {
+    #[inline(always)]
+    fn run(&mut self, r: Run) {
+        self(r)
+    }
+}
+
 /// A request of the row-move shape (module docs): `rows` positions of `row` bytes.
 #[derive(Clone, Copy, Debug)]
 pub struct RowMove<'a> {
@@ -103,9 +116,10 @@ impl<'a> RowMove<'a> {
         })
     }
 
-    /// Calls `emit` for every maximal run, in order (module docs).
+    /// Hands `sink` every maximal run, in order (module docs).
     #[inline(always)]
-    pub fn for_each_run(&self, mut emit: impl FnMut(Run)) {
+    pub fn for_each_run(&self, sink: &mut impl RunSink) {
+        let mut emit = |r| sink.run(r);
         let row = self.row;
         // The open run; `len == 0` while none is (every row has bytes). A plain `Run`
         // rather than an `Option`: copying the option byte by byte cost more than the rest.
@@ -179,7 +193,7 @@ mod tests {
 
     fn fast(m: &RowMove) -> Vec<Run> {
         let mut v = Vec::new();
-        m.for_each_run(|r| v.push(r));
+        m.for_each_run(&mut |r| v.push(r));
         v
     }
 
