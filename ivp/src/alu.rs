@@ -143,17 +143,28 @@ pub fn mulusan_2x32(acc: &AddrVec, idx: &VecReg, step: &VecReg) -> AddrVec {
 /// reported as [`Error::AddressOverflow`].
 pub fn checked_mulusan_2x32(acc: &AddrVec, idx: &VecReg, step: &VecReg) -> Result<AddrVec, Error> {
     let (a, i, s) = (acc.lanes(), idx.words(), step.words());
-    let mut out = [0u64; 16];
-    for (lane, slot) in out.iter_mut().enumerate() {
-        let (acc, idx, step) = (a[lane], i[lane], s[lane] as i32);
-        *slot = checked_mulusan(acc, idx, step).ok_or(Error::AddressOverflow {
-            lane,
-            acc,
-            idx,
-            step,
-        })?;
+    // Every lane without a branch (the loop vectorises), then the first failing lane.
+    let mut overflowed = 0u16;
+    let out = std::array::from_fn(|k| {
+        let (sum, over) = a[k].overflowing_add_signed(product(i[k], s[k] as i32));
+        overflowed |= u16::from(over) << k;
+        sum
+    });
+    match overflowed {
+        0 => Ok(AddrVec::new(out)),
+        bits => Err(overflow_at(bits.trailing_zeros() as usize, &a, i, s)),
     }
-    Ok(AddrVec::new(out))
+}
+
+/// [`checked_mulusan_2x32`]'s error for `lane`.
+#[cold]
+fn overflow_at(lane: usize, a: &[u64; 16], i: &[u32; 16], s: &[u32; 16]) -> Error {
+    Error::AddressOverflow {
+        lane,
+        acc: a[lane],
+        idx: i[lane],
+        step: s[lane] as i32,
+    }
 }
 
 #[cfg(test)]
