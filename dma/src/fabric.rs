@@ -31,7 +31,8 @@
 //! piece's pages locked until a piece needs another page: a run of operations on the same
 //! pages (the engine runs a queue's descriptors through one cache) pays one lock pair per
 //! page pair, not one per piece. Locks are only ever waited for in ascending page order
-//! whatever their roles (held pages above a page to lock are released first), so two
+//! whatever their roles (a page is tried without waiting first; held pages above a page
+//! to wait for are released first), so two
 //! queues working on the same pages in opposite directions cannot deadlock. An operation
 //! is therefore atomic per piece, not as a whole: the engine's ordering rules keep
 //! concurrent operations off each other's bytes.
@@ -53,7 +54,7 @@
 //! [`Fabric::first_difference`] and [`Fabric::digest`] treat a missing page and an
 //! all-zero page alike, so reservation never changes either.
 
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use hashbrown::HashMap;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
@@ -96,6 +97,24 @@ impl Page {
 
     fn write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
         self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// [`Page::read`] if the lock can be had without waiting.
+    fn try_read(&self) -> Option<RwLockReadGuard<'_, Box<[u8]>>> {
+        match self.0.try_read() {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// [`Page::write`] if the lock can be had without waiting.
+    fn try_write(&self) -> Option<RwLockWriteGuard<'_, Box<[u8]>>> {
+        match self.0.try_write() {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 }
 
@@ -437,9 +456,10 @@ impl std::fmt::Debug for Fabric {
 ///
 /// # Lock order
 ///
-/// A thread blocks on a page lock only while every page it holds has a lower key: before
-/// locking, held pages not below the lowest page still to lock are released, and the pages
-/// still to lock are taken in ascending key order. A chain of threads each waiting for a
+/// A thread blocks on a page lock only while every page it holds has a lower key: a page
+/// is first tried without waiting (in any order, since a try never blocks); for what that
+/// did not get, held pages not below the lowest page still to lock are released, and the
+/// pages still to lock are taken in ascending key order. A chain of threads each waiting for a
 /// page the next one holds therefore climbs strictly in page key and cannot close into a
 /// cycle. The guards are not `Send`, so an async task cannot keep a `PageLocks` across an
 /// `.await`; a holder must not wait for anything else either (a semaphore, another thread,
@@ -561,9 +581,9 @@ impl<'a> PageLocks<'a> {
         Ok((sp, &mut dp[..]))
     }
 
-    /// Aims the slots at pages `sk` and `dk` and locks what they lack: held pages not
-    /// below the lowest page still to lock are released first, then the pages are locked
-    /// in ascending order. A destination page that was not reserved stays unlocked. Out of
+    /// Aims the slots at pages `sk` and `dk` and locks what they lack: each is tried
+    /// without waiting; for the rest, held pages not below the lowest page still to lock
+    /// are released first, then the pages are locked in ascending order. A destination page that was not reserved stays unlocked. Out of
     /// line, so that the common case (nothing to lock) stays small where it is inlined.
     #[inline(never)]
     fn relock(&mut self, sk: u64, dk: u64) {
@@ -574,6 +594,12 @@ impl<'a> PageLocks<'a> {
         } else {
             self.src.aim(sk, pages);
         }
+        // A page that can be had at once is taken out of order: nothing waits, so no
+        // deadlock; only pages that would block go through the ordered path below
+        // (which otherwise releases the held destination page for every source page
+        // below it: a random row gather would relock both pages per descriptor).
+        self.src.try_lock(Page::try_read);
+        self.dst.try_lock(Page::try_write);
         let Some(first) = [self.src.pending(), self.dst.pending()]
             .into_iter()
             .flatten()
@@ -706,6 +732,14 @@ impl<'a, G> Slot<'a, G> {
     fn release_unless_below(&mut self, first: u64) {
         if self.key >= first {
             self.guard = None;
+        }
+    }
+
+    /// Locks the page if there is one, it is not locked yet and `try_lock` gets it
+    /// without waiting.
+    fn try_lock(&mut self, try_lock: impl FnOnce(&'a Page) -> Option<G>) {
+        if self.guard.is_none() {
+            self.guard = self.page.and_then(try_lock);
         }
     }
 
