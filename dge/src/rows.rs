@@ -152,23 +152,10 @@ impl<'a> RowMove<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pattern::ByteDim;
+    use crate::runs::tests::shape;
     use crate::runs::{for_each_run, Walker};
     use dma::addr::{SBUF_BASE, SBUF_STRIDE};
     use proptest::prelude::*;
-
-    fn shape(start: u64, es: u32, dims: &[(i64, u64)], ind: Option<usize>) -> Reshaped {
-        Reshaped {
-            start,
-            elem_size: es,
-            dims: dims
-                .iter()
-                .map(|&(step, count)| ByteDim { step, count })
-                .collect(),
-            indirect_dim: ind,
-            partition_dim: None,
-        }
-    }
 
     fn bases(addrs: Vec<u64>, valid: Vec<bool>) -> IndexedBases {
         IndexedBases {

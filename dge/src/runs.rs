@@ -575,12 +575,13 @@ fn split_long(run: Run, emit: &mut impl FnMut(Run)) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::pattern::ByteDim;
     use dma::addr::{SBUF_BASE, SBUF_STRIDE};
 
-    fn shape(start: u64, es: u32, dims: &[(i64, u64)], ind: Option<usize>) -> Reshaped {
+    /// A reshaped side from `(step, count)` byte dims, `ind` its indirection dim.
+    pub(crate) fn shape(start: u64, es: u32, dims: &[(i64, u64)], ind: Option<usize>) -> Reshaped {
         Reshaped {
             start,
             elem_size: es,
