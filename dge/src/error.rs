@@ -35,10 +35,10 @@ pub enum Error {
     },
     #[error("source has {src} elements but destination has {dst} (they must be equal)")]
     ElementCountMismatch { src: u64, dst: u64 },
-    #[error("{side} pattern has {count} elements, more than the DGE's limit of {limit}")]
-    TooManyElements {
+    #[error("{side} pattern walks {pieces} pieces (its runs that are contiguous before the other side cuts them), more than the DGE's limit of {limit} per request: split the request")]
+    TooManyPieces {
         side: &'static str,
-        count: u64,
+        pieces: u64,
         limit: u64,
     },
     #[error("{side} index {value} at position {position} is out of bounds (bound {bound}: indices must be below it)")]

@@ -36,7 +36,10 @@ use crate::order::{self, ElementOrder};
 use crate::pattern::{AccessPattern, BytePattern};
 use crate::reshape::{batman_reshape, Reshaped};
 use crate::rows::{RowMove, RunSink};
-use crate::runs::{for_each_run, for_each_run_batch, for_each_unit_run, IndexedBases, Run, Walker};
+use crate::runs::{
+    for_each_run, for_each_run_batch, for_each_unit_run, piece_count, IndexedBases, Run, Walker,
+    MAX_PIECES,
+};
 use crate::spray::{self, SprayMode, QUEUES};
 use dma::descriptor::{DescFlags, DescOp, Descriptor};
 use dma::fabric::Fabric;
@@ -231,6 +234,8 @@ fn prepare(fabric: &Fabric, req: &Request) -> Result<(Side, Side, QueueIds, u64)
     };
     let s = side(&src, req.src_indirection, &req.src_index, "source")?;
     let d = side(&dst, req.dst_indirection, &req.dst_index, "destination")?;
+    check_pieces(&s.shape, "source")?;
+    check_pieces(&d.shape, "destination")?;
     log_masks(req, &s, &d);
     match first_failure(req, &s, &d) {
         Some(e) => Err(e),
@@ -433,6 +438,19 @@ fn check_request(req: &Request, src: &BytePattern, dst: &BytePattern) -> Result<
         (Kind::Indirect | Kind::GatherTranspose, false) => Err(Error::KindIndirection {
             kind: req.kind,
             has: false,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// A side walks at most [`MAX_PIECES`] pieces, so no request loops or allocates without
+/// bound.
+fn check_pieces(p: &Reshaped, side: &'static str) -> Result<(), Error> {
+    match piece_count(p) {
+        pieces if pieces > MAX_PIECES => Err(Error::TooManyPieces {
+            side,
+            pieces,
+            limit: MAX_PIECES,
         }),
         _ => Ok(()),
     }
@@ -1277,6 +1295,30 @@ mod tests {
             generate(&f, &r),
             Err(Error::TooManyIndices { count: 4097, .. })
         ));
+    }
+
+    #[test]
+    fn a_side_walking_more_pieces_than_the_limit_is_refused() {
+        let f = fabric_with(&[0; 8], (0, 1024));
+        let n = MAX_PIECES as u32 + 1;
+        // every other element: each one its own piece; the destination is one piece
+        let src = AccessPattern::new(FabricAddr(0), 4, &[(2, n)]);
+        let dst = AccessPattern::new(FabricAddr(1 << 30), 4, &[(1, n)]);
+        let e = generate(&f, &Request::new(Kind::Direct2d, src, dst, Dtype::F32)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "source pattern walks 4194305 pieces (its runs that are contiguous before the \
+             other side cuts them), more than the DGE's limit of 4194304 per request: split \
+             the request"
+        );
+        // the same count with a zero step on a broadcast read: every element a piece too
+        let src = AccessPattern::new(FabricAddr(0), 4, &[(0, n)]);
+        let dst = AccessPattern::new(FabricAddr(1 << 30), 4, &[(1, n)]);
+        let e = generate(&f, &Request::new(Kind::Direct2d, src, dst, Dtype::F32)).unwrap_err();
+        assert!(
+            matches!(e, Error::TooManyPieces { side: "source", .. }),
+            "{e}"
+        );
     }
 
     #[test]

@@ -192,8 +192,9 @@ pub fn piece_count(p: &Reshaped) -> u64 {
 }
 
 /// The most pieces one side of a request may have ([`piece_count`]): what bounds the
-/// descriptor loop's iterations and the descriptors it can emit.
-pub const MAX_PIECES: u64 = 1 << 24;
+/// descriptor loop's iterations and the descriptors it can emit (at most twice this many
+/// runs, so a request's runs and descriptors stay within a few hundred MiB).
+pub const MAX_PIECES: u64 = 1 << 22;
 
 impl<'a> Walker<'a> {
     /// A walker over `p`; `bases` must be given exactly when `p` has an indirection dim,
