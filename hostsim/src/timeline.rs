@@ -363,7 +363,9 @@ fn legend(
         );
         x += 30.0 + 8.0 * name.len() as f64;
     }
-    let what = if merge {
+    let what = if total == 0 {
+        "No descriptors: nothing ran on the DMA queues (the POOL kernels and the reference route use none; the DGE route, `--mechanism dge`, does).".into()
+    } else if merge {
         format!(
             "A box is a batch of consecutive descriptors of one queue ({total} descriptors in {boxes} boxes: \
              more than {MAX_BOXES}, so neighbours under a pixel apart are merged; colour = most frequent op)."
@@ -502,6 +504,21 @@ mod tests {
         assert!(svg.contains("A box is one descriptor"));
         assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
         assert!(svg.ends_with("</svg>\n"));
+    }
+
+    #[test]
+    fn an_empty_timeline_says_why_it_is_empty() {
+        let report = TimelineReport {
+            queues: vec![queue(&[]), queue(&[])],
+            makespan_ps: 0,
+        };
+        let svg = render("pool", &report, &[]);
+        assert_eq!(count(&svg, "</title></rect>"), 0, "no boxes");
+        assert!(
+            svg.contains("No descriptors: nothing ran on the DMA queues"),
+            "{svg}"
+        );
+        assert!(!svg.contains("A box is"));
     }
 
     #[test]
