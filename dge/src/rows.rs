@@ -129,6 +129,10 @@ impl<'a> RowMove<'a> {
                 continue;
             };
             let mut r = Run::copy(s, d, row);
+            // The merge of `runs::Merger::piece`, written out: one shared helper (tried
+            // with an `Option` or an empty `Run` for "all went in") cost 12 to 24 more
+            // instructions per descriptor under callgrind. The differential proptest below
+            // keeps the two equal.
             if cur.len > 0 {
                 if joins(&cur, &r) {
                     let room = MAX_RUN_BYTES - cur.len;
