@@ -468,23 +468,55 @@ pub fn from_value(value: &Value) -> Result<Instruction, Error> {
     check_struct_key(&mut flat, structure)?;
     flat.remove("verdict");
     let enc = Encoder { structure };
-    // Plain fields first: they include INDIRECT_COPY's `mode`, which picks the union members.
+    match write_leaves(&enc, opcode, &mut flat, &mut bytes) {
+        // A misspelt field is both missing and unknown: the unknown name is the likelier
+        // cause, so it is the one named.
+        Err(missing @ Error::TextMissingField { .. }) => {
+            return Err(unknown_field(&flat, opcode, &bytes, structure)?.unwrap_or(missing))
+        }
+        written => written?,
+    }
+    if let Some(e) = unknown_field(&flat, opcode, &bytes, structure)? {
+        return Err(e);
+    }
+    decode(&bytes)
+}
+
+/// Writes every leaf of `opcode` from `flat` into `bytes`, taking what it uses out of
+/// `flat`. Plain fields first: they include INDIRECT_COPY's `mode`, which picks the union
+/// members.
+fn write_leaves(
+    enc: &Encoder,
+    opcode: Opcode,
+    flat: &mut BTreeMap<String, Value>,
+    bytes: &mut [u8; INSTRUCTION_BYTES],
+) -> Result<(), Error> {
     for in_union in [false, true] {
-        for leaf in leaves(opcode, &bytes)? {
+        for leaf in leaves(opcode, bytes)? {
             if leaf.in_union == in_union {
-                enc.write(&leaf, &mut flat, &mut bytes)?;
+                enc.write(&leaf, flat, bytes)?;
             }
         }
     }
-    if let Some(extra) = flat.keys().next() {
-        let known: Vec<String> = leaf_paths(opcode, &bytes)?;
-        return Err(Error::TextUnknownField {
+    Ok(())
+}
+
+/// The error for the first key of `flat` that names no field of the struct.
+fn unknown_field(
+    flat: &BTreeMap<String, Value>,
+    opcode: Opcode,
+    bytes: &[u8; INSTRUCTION_BYTES],
+    structure: &'static str,
+) -> Result<Option<Error>, Error> {
+    let known: Vec<String> = leaf_paths(opcode, bytes)?;
+    Ok(flat
+        .keys()
+        .find(|k| !known.contains(k))
+        .map(|extra| Error::TextUnknownField {
             structure,
             field: extra.clone(),
             known: known.join(", "),
-        });
-    }
-    decode(&bytes)
+        }))
 }
 
 fn flatten(v: &Value, prefix: &str, out: &mut BTreeMap<String, Value>) {
@@ -1016,8 +1048,15 @@ verdict = \"valid on cayman\"
 
     #[test]
     fn bad_fields_are_named() {
+        // a misspelt field: named as the unknown one, not as the missing one
         let unknown = gather_toml_with("in_dtype = ", "in_dtyp = ");
         let e = toml_error(&unknown);
+        assert!(
+            e.starts_with("S4D4_GT has no field in_dtyp (its fields: opcode,"),
+            "{e}"
+        );
+        let missing = gather_toml_with("in_dtype = ", "# in_dtype = ");
+        let e = toml_error(&missing);
         assert!(e.starts_with("S4D4_GT.in_dtype is missing"), "{e}");
         let extra = format!("{}bogus = 1\n", to_toml(&gather(), None));
         let e = toml_error(&extra);
