@@ -95,7 +95,8 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
 pub fn parse(file: &str, text: &str, format: Format) -> Result<Scenario, Error> {
     match format {
         Format::Toml => toml::from_str(text).map_err(|e| {
-            let at = e.span().map_or(0, |s| s.start);
+            let span = e.span().unwrap_or(0..0);
+            let at = unknown_key_at(text, span.clone(), e.message()).unwrap_or(span.start);
             let (line, column) = line_column(text, at);
             syntax(file, line, column, e.message())
         }),
@@ -119,6 +120,24 @@ fn strip_position(message: &str) -> String {
         Some(at) => message[..at].to_string(),
         None => message.to_string(),
     }
+}
+
+/// Where the key an "unknown field `name`" error names is written inside `span`: the
+/// parser reports a tagged table such as `[[op]]` as a whole (from its header), but the
+/// user wants the line of the misspelt key.
+fn unknown_key_at(text: &str, span: std::ops::Range<usize>, message: &str) -> Option<usize> {
+    let name = message.strip_prefix("unknown field `")?.split('`').next()?;
+    let table = text.get(span.clone())?;
+    let mut offset = 0;
+    for line in table.split_inclusive('\n') {
+        let key = line.trim_start();
+        let rest = key.strip_prefix(name).map(str::trim_start);
+        if rest.is_some_and(|r| r.starts_with('=')) {
+            return Some(span.start + offset + (line.len() - key.len()));
+        }
+        offset += line.len();
+    }
+    None
 }
 
 /// The 1-based line and column (in characters) of byte `at` of `text`.
@@ -285,6 +304,11 @@ dst = "t"
         let (line, _, message) = syntax_error(&op, Format::Toml);
         assert_eq!(line, 10, "{message}");
         assert!(message.contains("dma_gatherr"), "{message}");
+        // a misspelt key of an op (a tagged table, reported as a whole): its own line
+        let key = GOOD.replace("index = \"i\"", "  indx = \"i\"");
+        let (line, column, message) = syntax_error(&key, Format::Toml);
+        assert_eq!((line, column), (12, 3), "{message}");
+        assert!(message.contains("unknown field `indx`"), "{message}");
     }
 
     #[test]
