@@ -860,7 +860,7 @@ impl Emitter {
 /// still kept ([`refusal`]) and returned rather than dropped.
 #[inline(always)]
 fn describe(op: DescOp, dtype: Dtype, r: Run) -> Option<Descriptor> {
-    let op = if r.fill { DescOp::Fill } else { op };
+    let op = run_op(op, r);
     // `checked` rather than `new` on the hot path: see `Descriptor::checked`.
     Descriptor::checked(
         op,
@@ -874,8 +874,17 @@ fn describe(op: DescOp, dtype: Dtype, r: Run) -> Option<Descriptor> {
 /// Why [`describe`] refused `r`: the error `Descriptor::new` gives.
 #[cold]
 fn refusal(op: DescOp, dtype: Dtype, r: Run) -> dma::Error {
-    let op = if r.fill { DescOp::Fill } else { op };
-    Descriptor::refusal(op, FabricAddr(r.src), r.len as u32, dtype)
+    Descriptor::refusal(run_op(op, r), FabricAddr(r.src), r.len as u32, dtype)
+}
+
+/// The op of run `r`'s descriptor: FILL for a fill run, else the request's.
+#[inline(always)]
+fn run_op(op: DescOp, r: Run) -> DescOp {
+    if r.fill {
+        DescOp::Fill
+    } else {
+        op
+    }
 }
 
 /// END_OF_INSTRUCTION on each queue's last descriptor.

@@ -119,7 +119,6 @@ impl<'a> RowMove<'a> {
     /// Hands `sink` every maximal run, in order (module docs).
     #[inline(always)]
     pub fn for_each_run(&self, sink: &mut impl RunSink) {
-        let mut emit = |r| sink.run(r);
         let row = self.row;
         // The open run; `len == 0` while none is (every row has bytes). A plain `Run`
         // rather than an `Option`: copying the option byte by byte cost more than the rest.
@@ -143,12 +142,12 @@ impl<'a> RowMove<'a> {
                     cur.len = MAX_RUN_BYTES;
                     r = r.advance(room);
                 }
-                emit(cur);
+                sink.run(cur);
             }
             cur = r;
         }
         if cur.len > 0 {
-            emit(cur);
+            sink.run(cur);
         }
     }
 }

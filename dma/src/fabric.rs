@@ -54,7 +54,9 @@
 //! [`Fabric::first_difference`] and [`Fabric::digest`] treat a missing page and an
 //! all-zero page alike, so reservation never changes either.
 
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::sync::{
+    PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError, TryLockResult,
+};
 
 use hashbrown::HashMap;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
@@ -80,6 +82,16 @@ static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 /// One page of storage: exactly [`PAGE_BYTES`] bytes.
 struct Page(RwLock<Box<[u8]>>);
 
+/// The guard of a try-lock: `None` if taking it would have waited (poisoning is ignored
+/// as in [`Page::read`]).
+fn untried<G>(tried: TryLockResult<G>) -> Option<G> {
+    match tried {
+        Ok(guard) => Some(guard),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
 impl Page {
     fn zeroed() -> Page {
         Page::from_bytes(vec![0; PAGE].into_boxed_slice())
@@ -101,20 +113,12 @@ impl Page {
 
     /// [`Page::read`] if the lock can be had without waiting.
     fn try_read(&self) -> Option<RwLockReadGuard<'_, Box<[u8]>>> {
-        match self.0.try_read() {
-            Ok(guard) => Some(guard),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        }
+        untried(self.0.try_read())
     }
 
     /// [`Page::write`] if the lock can be had without waiting.
     fn try_write(&self) -> Option<RwLockWriteGuard<'_, Box<[u8]>>> {
-        match self.0.try_write() {
-            Ok(guard) => Some(guard),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        }
+        untried(self.0.try_write())
     }
 }
 
