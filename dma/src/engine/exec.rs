@@ -19,7 +19,7 @@ use tracing::Instrument;
 use crate::compute::ComputeOp;
 use crate::descriptor::{Descriptor, SemId, SemWait, SEMAPHORES};
 use crate::error::Error;
-use crate::fabric::{Fabric, PageLocks};
+use crate::fabric::{Fabric, PageLocks, Side};
 
 use super::report::ExecutionStats;
 use super::source::QueueSource;
@@ -45,6 +45,17 @@ pub(crate) fn execute_descriptor(locks: &mut PageLocks<'_>, d: &Descriptor) -> R
         Some(ComputeOp::None) => locks.copy(d.src(), d.dst(), len),
         Some(op) => locks.reduce(d.src(), d.dst(), len, d.dtype(), op),
     }
+}
+
+/// How many descriptors ahead of the one executing a queue prefetches.
+const PREFETCH_AHEAD: usize = 4;
+
+/// Prefetches what `d` will read and write (a fill reads nothing).
+fn prefetch(locks: &mut PageLocks<'_>, d: &Descriptor) {
+    if d.op().compute_op().is_some() {
+        locks.prefetch(Side::Source, d.src(), d.len());
+    }
+    locks.prefetch(Side::Destination, d.dst(), d.len());
 }
 
 /// Runs `f` on this thread, or, inside an async context (where tokio forbids blocking),
@@ -232,6 +243,9 @@ impl Shared {
     fn execute_run(&self, queue: usize, first: u64, run: &[Descriptor]) -> Result<(), Error> {
         let mut locks = self.fabric.page_locks();
         for (i, d) in run.iter().enumerate() {
+            if let Some(next) = run.get(i + PREFETCH_AHEAD) {
+                prefetch(&mut locks, next);
+            }
             // Validation proved the ranges (or, under the Skip policy, the same check fails
             // here for exactly the descriptors it counted as skipped) and reserved the pages.
             if !(self.skip_invalid && check_ranges(&self.fabric, d).is_err()) {
