@@ -262,10 +262,14 @@ fn spray_runs(
         let mut next = RoundRobin::new(queues);
         let (sb, db) = (bases(s), bases(d));
         match RowMove::of((&s.shape, sb), (&d.shape, db)) {
-            Some(rows) => rows.for_each_run(&mut Deal {
-                emitter,
-                next: &mut next,
-            }),
+            Some(rows) => {
+                let bytes = rows.for_each_run(&mut Deal {
+                    emitter,
+                    next: &mut next,
+                });
+                let (src, dst) = rows.hulls();
+                emitter.widen(src, dst, bytes);
+            }
             None => {
                 let (mut src, mut dst) = (Walker::new(&s.shape, sb), Walker::new(&d.shape, db));
                 for_each_run_batch(&mut src, &mut dst, elem, |runs| {
@@ -303,10 +307,11 @@ struct Deal<'e, 'q> {
     next: &'e mut RoundRobin<'q>,
 }
 
+/// The caller accounts for the runs' bytes and hulls once, after the deal.
 impl RunSink for Deal<'_, '_> {
     #[inline(always)]
     fn run(&mut self, r: Run) {
-        self.emitter.push(r, self.next.pick());
+        self.emitter.put(r, self.next.pick());
     }
 }
 
@@ -831,6 +836,14 @@ impl Emitter {
             dst = (dst.0.min(r.dst), dst.1.max(end(r.dst)));
         }
         (self.bytes, self.src_hull, self.dst_hull) = (bytes, src, dst);
+    }
+
+    /// Adds `bytes` to the payload and `[lo, hi)` hulls around bytes read and written.
+    fn widen(&mut self, src: (u64, u64), dst: (u64, u64), bytes: u64) {
+        let join = |a: (u64, u64), b: (u64, u64)| (a.0.min(b.0), a.1.max(b.1));
+        self.bytes += bytes;
+        self.src_hull = join(self.src_hull, src);
+        self.dst_hull = join(self.dst_hull, dst);
     }
 
     /// Keeps the first construction error.

@@ -226,6 +226,7 @@ pub fn do_indirection(
             addrs: Vec::with_capacity(n),
             valid: Vec::with_capacity(n),
             fill,
+            span: None,
         },
         values: Vec::with_capacity(n),
         ..Indexed::default()
@@ -246,6 +247,7 @@ pub fn do_indirection(
     if let Some(fault) = check_rows(map, info, &out, extremes, row) {
         out.fault = Some(fault);
     }
+    out.bases.span = extremes;
     out
 }
 
@@ -333,17 +335,7 @@ fn index_lanes(info: &IndirectionInfo, chunk: &[u32], start: u64, v: usize) -> L
         indirection_step = format_args!("{:#x}", info.ind.step),
         "Before IVP_MULUSAN_2X32"
     );
-    let (acc, step) = (AddrVec::splat(start), alu::movva32(info.ind.step as u32));
-    let (addrs, overflow) = match alu::checked_mulusan_2x32(&acc, &safe, &step) {
-        Ok(a) => (a, None),
-        Err(e) => {
-            let lane = match e {
-                ivp::Error::AddressOverflow { lane, .. } => lane,
-                _ => 0,
-            };
-            (alu::mulusan_2x32(&acc, &safe, &step), Some(lane))
-        }
-    };
+    let (addrs, overflow) = mac(start, &safe, info.ind.step);
     debug!(
         address = format_args!("{:#x}", addrs.lanes()[0]),
         "After IVP_MULUSAN_2X32"
@@ -361,6 +353,29 @@ fn index_lanes(info: &IndirectionInfo, chunk: &[u32], start: u64, v: usize) -> L
         valid,
         addrs,
         fault,
+    }
+}
+
+/// `mulusan_2x32` of `start + idx[k] * step` in every lane (`movva32` of the step, the
+/// base splatted): the addresses and the first lane that leaves the 64-bit space, if
+/// any. The largest index lands furthest from the base whatever the sign of the step, so
+/// when it stays in 64 bits every lane does and the wrapping MAC is exact; only otherwise
+/// does the checked MAC find the lane.
+fn mac(start: u64, idx: &VecReg, step: i32) -> (AddrVec, Option<usize>) {
+    let (acc, steps) = (AddrVec::splat(start), alu::movva32(step as u32));
+    let top = idx.n_2x32().into_iter().max().unwrap_or(0);
+    if alu::checked_mulusan(start, top, step).is_some() {
+        return (alu::mulusan_2x32(&acc, idx, &steps), None);
+    }
+    match alu::checked_mulusan_2x32(&acc, idx, &steps) {
+        Ok(a) => (a, None),
+        Err(e) => {
+            let lane = match e {
+                ivp::Error::AddressOverflow { lane, .. } => lane,
+                _ => 0,
+            };
+            (alu::mulusan_2x32(&acc, idx, &steps), Some(lane))
+        }
     }
 }
 
@@ -582,6 +597,25 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
+        /// The shortcut MAC (one check at the largest index) gives exactly the checked
+        /// per-lane MAC's addresses and first overflowing lane, near both ends of 64 bits.
+        #[test]
+        fn the_shared_base_mac_equals_the_checked_one(
+            start in prop_oneof![any::<u64>(), 0u64..1 << 36, (u64::MAX - (1 << 36))..=u64::MAX],
+            idx in proptest::array::uniform16(any::<u32>()),
+            step in any::<i32>(),
+        ) {
+            let idx = VecReg::from_n_2x32(idx);
+            let (acc, steps) = (AddrVec::splat(start), alu::movva32(step as u32));
+            let first = match alu::checked_mulusan_2x32(&acc, &idx, &steps) {
+                Ok(_) => None,
+                Err(ivp::Error::AddressOverflow { lane, .. }) => Some(lane),
+                Err(e) => panic!("{e:?}"),
+            };
+            let want = (alu::mulusan_2x32(&acc, &idx, &steps), first);
+            prop_assert_eq!(mac(start, &idx, step), want);
+        }
+
         /// Against the closed form: valid iff `(v - bias) < bound` (wrapping), address
         /// `start + (v - bias) * step`, skips listed in order, the first hard OOB the fault.
         #[test]

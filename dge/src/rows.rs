@@ -22,8 +22,16 @@ enum RowSide<'a> {
     /// Rows back to back from the start.
     Consecutive(u64),
     /// Rows at the per-index addresses; a position moves only where its index is valid.
-    Indexed { addrs: &'a [u64], valid: &'a [bool] },
+    /// `span`: the lowest and highest address of a valid position.
+    Indexed {
+        addrs: &'a [u64],
+        valid: &'a [bool],
+        span: Option<(u64, u64)>,
+    },
 }
+
+/// `[lo, hi)` of no bytes.
+const EMPTY_HULL: (u64, u64) = (u64::MAX, 0);
 
 impl RowSide<'_> {
     /// The start of row `i` (`row` bytes long), `None` when its index failed.
@@ -31,10 +39,22 @@ impl RowSide<'_> {
     fn at(&self, i: usize, row: u64) -> Option<u64> {
         match *self {
             RowSide::Consecutive(start) => Some(start.wrapping_add(i as u64 * row)),
-            RowSide::Indexed { addrs, valid } => match valid.get(i) {
+            RowSide::Indexed { addrs, valid, .. } => match valid.get(i) {
                 Some(true) => addrs.get(i).copied(),
                 _ => None,
             },
+        }
+    }
+
+    /// `[lo, hi)` around every byte the side's `rows` rows of `row` bytes may touch: the
+    /// whole block of a consecutive side (skipped rows included), the valid rows' span of
+    /// an indexed one. Rows end inside the fabric (validated), so the ends do not wrap.
+    fn hull(&self, rows: usize, row: u64) -> (u64, u64) {
+        match *self {
+            RowSide::Consecutive(start) => (start, start.wrapping_add(rows as u64 * row)),
+            RowSide::Indexed { span, .. } => {
+                span.map_or(EMPTY_HULL, |(lo, hi)| (lo, hi.wrapping_add(row)))
+            }
         }
     }
 }
@@ -84,6 +104,7 @@ fn side<'a>(
             let indexed = RowSide::Indexed {
                 addrs: &b.addrs,
                 valid: &b.valid,
+                span: b.span,
             };
             fits.then_some((Some(rows), row, indexed))
         }
@@ -116,10 +137,21 @@ impl<'a> RowMove<'a> {
         })
     }
 
-    /// Hands `sink` every maximal run, in order (module docs).
+    /// `[lo, hi)` around every byte read and around every byte written (a superset of
+    /// them: a consecutive side's skipped rows are inside).
+    pub fn hulls(&self) -> ((u64, u64), (u64, u64)) {
+        (
+            self.src.hull(self.rows, self.row),
+            self.dst.hull(self.rows, self.row),
+        )
+    }
+
+    /// Hands `sink` every maximal run, in order (module docs), and returns the bytes
+    /// they move.
     #[inline(always)]
-    pub fn for_each_run(&self, sink: &mut impl RunSink) {
+    pub fn for_each_run(&self, sink: &mut impl RunSink) -> u64 {
         let row = self.row;
+        let mut moved = 0u64;
         // The open run; `len == 0` while none is (every row has bytes). A plain `Run`
         // rather than an `Option`: copying the option byte by byte cost more than the rest.
         let mut cur = Run::default();
@@ -127,6 +159,7 @@ impl<'a> RowMove<'a> {
             let (Some(s), Some(d)) = (self.src.at(i, row), self.dst.at(i, row)) else {
                 continue;
             };
+            moved += 1;
             let mut r = Run::copy(s, d, row);
             // The merge of `runs::Merger::piece`, written out: one shared helper (tried
             // with an `Option` or an empty `Run` for "all went in") cost 12 to 24 more
@@ -149,6 +182,7 @@ impl<'a> RowMove<'a> {
         if cur.len > 0 {
             sink.run(cur);
         }
+        moved * row
     }
 }
 
@@ -161,11 +195,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn bases(addrs: Vec<u64>, valid: Vec<bool>) -> IndexedBases {
-        IndexedBases {
-            addrs,
-            valid,
-            fill: None,
-        }
+        IndexedBases::unfilled(addrs, valid)
     }
 
     /// The runs of the general walk over the same sides.
@@ -181,9 +211,23 @@ mod tests {
         v
     }
 
+    /// The fast path's runs, checked against the bytes it reports and its hulls.
     fn fast(m: &RowMove) -> Vec<Run> {
         let mut v = Vec::new();
-        m.for_each_run(&mut |r| v.push(r));
+        let bytes = m.for_each_run(&mut |r| v.push(r));
+        assert_eq!(bytes, v.iter().map(|r| r.len).sum::<u64>());
+        let (src, dst) = m.hulls();
+        let inside = |(lo, hi): (u64, u64), a: u64, n: u64| lo <= a && a + n <= hi;
+        for r in &v {
+            assert!(
+                inside(src, r.src, r.len),
+                "{r:?} outside the source hull {src:?}"
+            );
+            assert!(
+                inside(dst, r.dst, r.len),
+                "{r:?} outside the destination hull {dst:?}"
+            );
+        }
         v
     }
 

@@ -86,6 +86,25 @@ pub struct IndexedBases {
     pub valid: Vec<bool>,
     /// The fill policy's shares (`None` under the other policies).
     pub fill: Option<RowFill>,
+    /// The lowest and the highest address of a valid position (`None`: none is valid).
+    pub span: Option<(u64, u64)>,
+}
+
+impl IndexedBases {
+    /// Bases without the fill policy, their span worked out (for tests).
+    #[cfg(test)]
+    pub(crate) fn unfilled(addrs: Vec<u64>, valid: Vec<bool>) -> IndexedBases {
+        let valid_addrs = addrs.iter().zip(&valid).filter(|(_, &ok)| ok);
+        let span = valid_addrs.fold(None, |span: Option<(u64, u64)>, (&a, _)| {
+            Some(span.map_or((a, a), |(lo, hi)| (lo.min(a), hi.max(a))))
+        });
+        IndexedBases {
+            addrs,
+            valid,
+            fill: None,
+            span,
+        }
+    }
 }
 
 /// A piece of one side: `elems` elements at `addr`, of which the first `moved` move; the
@@ -615,11 +634,10 @@ pub(crate) mod tests {
     fn adjacent_indices_collapse_and_invalid_ones_move_nothing() {
         let s = shape(0, 4, &[(256, 4), (4, 64)], Some(0));
         let d = shape(1 << 20, 4, &[(4, 256)], None);
-        let bases = IndexedBases {
-            addrs: vec![5 * 256, 6 * 256, 99 * 256, 7 * 256],
-            valid: vec![true, true, true, false],
-            fill: None,
-        };
+        let bases = IndexedBases::unfilled(
+            vec![5 * 256, 6 * 256, 99 * 256, 7 * 256],
+            vec![true, true, true, false],
+        );
         let r = runs(
             &mut Walker::new(&s, Some(&bases)),
             &mut Walker::new(&d, None),

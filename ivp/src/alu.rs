@@ -118,12 +118,14 @@ pub fn movva32(x: u32) -> VecReg {
     VecReg::from_n_2x32([x; 16])
 }
 
+#[inline]
 fn product(idx: u32, step: i32) -> i64 {
     // |idx * step| < 2^32 * 2^31 = 2^63: exact in i64.
     i64::from(idx) * i64::from(step)
 }
 
 /// Scalar `mulusan`: `acc + idx * step`, wrapping modulo 2^64.
+#[inline]
 pub fn mulusan(acc: u64, idx: u32, step: i32) -> u64 {
     acc.wrapping_add_signed(product(idx, step))
 }
@@ -134,6 +136,7 @@ pub fn checked_mulusan(acc: u64, idx: u32, step: i32) -> Option<u64> {
 }
 
 /// `ivp_mulusan_2x32`: per lane `acc[k] + idx[k] * (step[k] as i32)`, wrapping.
+#[inline]
 pub fn mulusan_2x32(acc: &AddrVec, idx: &VecReg, step: &VecReg) -> AddrVec {
     let (a, i, s) = (acc.lanes(), idx.words(), step.words());
     AddrVec::new(std::array::from_fn(|k| mulusan(a[k], i[k], s[k] as i32)))
