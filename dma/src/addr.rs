@@ -252,6 +252,43 @@ impl AddressMap {
     }
 }
 
+/// The region the last range passed [`AddressMap::check_range`] in, so that a run of
+/// ranges inside one region (a queue's descriptors mostly are) is checked by a subtraction
+/// and two compares instead of decoding the region again. A cache serves one map only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegionCache {
+    /// First address of the cached region.
+    base: u64,
+    /// Bytes in the cached region (0: none cached yet).
+    len: u64,
+}
+
+impl RegionCache {
+    /// [`AddressMap::check_range`] on `map`, answered from the cached region when the
+    /// range lies inside it (regions are disjoint, so `addr` is then in no other region).
+    #[inline]
+    pub fn check(&mut self, map: &AddressMap, addr: FabricAddr, len: u64) -> Result<(), Error> {
+        let off = addr.0.wrapping_sub(self.base);
+        // `1 <= len <= self.len - off` with `off < self.len`: the range is non-empty and
+        // its last byte, `base + off + len - 1`, is below the region's end (no overflow).
+        if off < self.len && len.wrapping_sub(1) < self.len - off {
+            return Ok(());
+        }
+        self.refill(map, addr, len)
+    }
+
+    /// The full check; caches the region on success.
+    #[inline(never)]
+    fn refill(&mut self, map: &AddressMap, addr: FabricAddr, len: u64) -> Result<(), Error> {
+        let region = map.check_range(addr, len)?;
+        *self = RegionCache {
+            base: region.base,
+            len: region.len,
+        };
+        Ok(())
+    }
+}
+
 /// The error of an access that starts in `region` and leaves it (kept out of line: it
 /// formats the region).
 #[cold]
@@ -456,6 +493,31 @@ mod tests {
         assert!(a.to_fabric(&m).is_err());
     }
 
+    #[test]
+    fn region_cache_answers_as_check_range() {
+        let m = map(Generation::Sunda);
+        let mut cache = RegionCache::default();
+        let p1 = SBUF_BASE + SBUF_STRIDE;
+        assert_eq!(cache.check(&m, FabricAddr(p1 + 8), 8), Ok(()));
+        assert_eq!(cache.check(&m, FabricAddr(p1), 16), Ok(()));
+        // the cached region's edges: a byte past it, an empty range, an overflow
+        let end = p1 + Generation::Sunda.sbuf_partition_bytes();
+        let e = cache.check(&m, FabricAddr(end - 4), 8);
+        assert_eq!(e, Err(m.check_range(FabricAddr(end - 4), 8).unwrap_err()));
+        assert!(matches!(
+            cache.check(&m, FabricAddr(p1), 0),
+            Err(Error::EmptyAccess { .. })
+        ));
+        assert!(matches!(
+            cache.check(&m, FabricAddr(u64::MAX), 2),
+            Err(Error::AddressOverflow { .. })
+        ));
+        // a failed check keeps the region; another region replaces it
+        assert_eq!(cache.check(&m, FabricAddr(p1 + 1), 1), Ok(()));
+        assert_eq!(cache.check(&m, FabricAddr(64), 8), Ok(()));
+        assert_eq!(cache.check(&m, FabricAddr(p1 + 1), 1), Ok(()));
+    }
+
     proptest! {
         #[test]
         fn addr4_round_trips(psum in any::<bool>(), p in 0u32..128, o in 0u32..(16 * 1024)) {
@@ -467,6 +529,20 @@ mod tests {
             prop_assert_eq!(Addr4::from_fabric(f, &m).unwrap(), a);
             let loc = m.locate(f).unwrap();
             prop_assert_eq!(m.fabric_addr(loc).unwrap(), f);
+        }
+
+        #[test]
+        fn region_cache_agrees_with_check_range(
+            warm in any::<u64>(),
+            addr in prop_oneof![any::<u64>(), SBUF_BASE..SBUF_BASE + 4 * SBUF_STRIDE],
+            len in prop_oneof![any::<u64>(), 0u64..0x50000],
+        ) {
+            let m = map(Generation::Mariana);
+            let mut cache = RegionCache::default();
+            let _ = cache.check(&m, FabricAddr(warm), 1);
+            let _ = cache.check(&m, FabricAddr(addr & !0xffff), 1);
+            let want = m.check_range(FabricAddr(addr), len).map(|_| ());
+            prop_assert_eq!(cache.check(&m, FabricAddr(addr), len), want);
         }
 
         #[test]

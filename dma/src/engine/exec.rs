@@ -23,7 +23,7 @@ use crate::fabric::{Fabric, PageLocks, Side};
 
 use super::report::ExecutionStats;
 use super::source::QueueSource;
-use super::validate::{check_ranges, replay_error};
+use super::validate::{replay_error, RangeRule};
 use super::{EngineConfig, InvalidPolicy};
 
 /// What one channel message carries.
@@ -242,13 +242,14 @@ impl Shared {
     /// is likely to touch these pages next.
     fn execute_run(&self, queue: usize, first: u64, run: &[Descriptor]) -> Result<(), Error> {
         let mut locks = self.fabric.page_locks();
+        let mut ranges = RangeRule::default();
         for (i, d) in run.iter().enumerate() {
             if let Some(next) = run.get(i + PREFETCH_AHEAD) {
                 prefetch(&mut locks, next);
             }
             // Validation proved the ranges (or, under the Skip policy, the same check fails
             // here for exactly the descriptors it counted as skipped) and reserved the pages.
-            if !(self.skip_invalid && check_ranges(&self.fabric, d).is_err()) {
+            if !(self.skip_invalid && ranges.check(&self.fabric, d).is_err()) {
                 execute_descriptor(&mut locks, d)
                     .map_err(|e| replay_error(queue, first + i as u64, "execution", e))?;
             }

@@ -10,6 +10,7 @@
 
 use hashbrown::HashMap;
 
+use crate::addr::RegionCache;
 use crate::descriptor::{Descriptor, SemaphoreLedger};
 use crate::error::Error;
 use crate::fabric::{Fabric, PAGE_BYTES};
@@ -51,16 +52,35 @@ pub(crate) fn replay_error(queue: usize, index: u64, what: &'static str, source:
 
 /// The range rule: the source (every op but FILL) and the destination lie inside one
 /// fabric region each. On failure, which of them and the fabric's error.
-#[inline]
 pub(crate) fn check_ranges(fabric: &Fabric, d: &Descriptor) -> Result<(), (&'static str, Error)> {
-    if let Some((src, len)) = d.source_range() {
-        fabric.check(src, len).map_err(|e| ("source range", e))?;
+    RangeRule::default().check(fabric, d)
+}
+
+/// [`check_ranges`] for a run of descriptors: the last region of each side is cached, so
+/// that descriptors inside the regions of the one before are checked with a few compares.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RangeRule {
+    source: RegionCache,
+    destination: RegionCache,
+}
+
+impl RangeRule {
+    /// [`check_ranges`] (use one rule with one fabric's map only).
+    #[inline]
+    pub(crate) fn check(
+        &mut self,
+        fabric: &Fabric,
+        d: &Descriptor,
+    ) -> Result<(), (&'static str, Error)> {
+        let map = fabric.map();
+        if let Some((src, len)) = d.source_range() {
+            let checked = self.source.check(map, src, len);
+            checked.map_err(|e| ("source range", e))?;
+        }
+        let (dst, len) = d.dest_range();
+        let checked = self.destination.check(map, dst, len);
+        checked.map_err(|e| ("destination range", e))
     }
-    let (dst, len) = d.dest_range();
-    fabric
-        .check(dst, len)
-        .map_err(|e| ("destination range", e))?;
-    Ok(())
 }
 
 /// Runs the whole validation pass over `source` (which it leaves at the end).
@@ -91,6 +111,7 @@ struct Validator<'f> {
     race: Option<RaceRecorder>,
     skipped: Vec<Skipped>,
     pages: PageSet,
+    ranges: RangeRule,
 }
 
 impl<'f> Validator<'f> {
@@ -109,6 +130,7 @@ impl<'f> Validator<'f> {
             race: (config.race_check == RaceCheck::On).then(|| RaceRecorder::new(queues)),
             skipped: vec![Skipped::default(); queues],
             pages: PageSet::default(),
+            ranges: RangeRule::default(),
         })
     }
 
@@ -160,7 +182,7 @@ impl<'f> Validator<'f> {
 
     /// The range rule under the policy: whether the descriptor will execute.
     fn check(&mut self, queue: usize, index: u64, d: &Descriptor) -> Result<bool, Error> {
-        match check_ranges(self.fabric, d) {
+        match self.ranges.check(self.fabric, d) {
             Ok(()) => {
                 self.pages.add(d.dest_range());
                 Ok(true)
@@ -285,6 +307,25 @@ mod tests {
         // FILL reads no source: its `src` field is the element
         let fill = Descriptor::fill(FabricAddr(64), 8, Dtype::U8, 0xff).unwrap();
         assert_eq!(check_ranges(&f, &fill), Ok(()));
+    }
+
+    #[test]
+    fn a_range_rule_answers_as_check_ranges_along_a_run() {
+        let f = Fabric::new(Generation::Cayman);
+        let (gap, p0) = (SBUF_BASE - 0x1000, SBUF_BASE);
+        let run = [
+            copy(0, 64, 8),
+            copy(8, 72, 8),
+            copy(gap, 64, 8),
+            copy(0, p0, 8),
+            copy(0, p0 + SBUF_STRIDE - 4, 8),
+            copy(64, p0 + 8, 8),
+            copy(p0, 0, 8),
+        ];
+        let mut rule = RangeRule::default();
+        for d in &run {
+            assert_eq!(rule.check(&f, d), check_ranges(&f, d), "{d:?}");
+        }
     }
 
     #[test]
