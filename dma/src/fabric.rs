@@ -530,9 +530,11 @@ impl<'a> PageLocks<'a> {
         if ahead.at == 0 {
             return;
         }
-        let end = PAGE.min(off + (len as usize).min(PREFETCH_BYTES));
-        for line in (off & !(CACHE_LINE - 1)..end).step_by(CACHE_LINE) {
-            prefetch_line(ahead.at + line);
+        let end = ahead.at + PAGE.min(off + (len as usize).min(PREFETCH_BYTES));
+        let mut line = ahead.at + (off & !(CACHE_LINE - 1));
+        while line < end {
+            prefetch_line(line);
+            line += CACHE_LINE;
         }
     }
 
@@ -552,11 +554,14 @@ impl<'a> PageLocks<'a> {
     /// [`Fabric::copy_reserved`].
     pub fn copy(&mut self, src: FabricAddr, dst: FabricAddr, len: u64) -> Result<(), Error> {
         self.check_source(src, len)?;
-        self.check_reserved(dst, len)?;
-        // A range inside one page on each side (the common case) is one piece: no walk.
+        // A range inside one page on each side (the common case) is one piece: no walk, and
+        // the piece checks that its destination page is reserved as it locks it, before its
+        // only write.
         if let Some(n) = one_piece(src.0, dst.0, len) {
+            self.check_destination(dst, len)?;
             return self.copy_piece(src.0, dst.0, n);
         }
+        self.check_reserved(dst, len)?;
         // Both ranges are proved in-region, so `src + off` and `dst + off` cannot overflow.
         for (off, n) in Walk::two(src.0, dst.0, len, 1, u64::MAX) {
             self.copy_piece(src.0 + off, dst.0 + off, n)?;
@@ -623,8 +628,7 @@ impl<'a> PageLocks<'a> {
     /// and its 72-byte `Result` cost more instructions than a small copy's checks.)
     #[inline(always)]
     fn check_reserved(&mut self, addr: FabricAddr, len: u64) -> Result<(), Error> {
-        let region = &mut self.regions[Side::Destination as usize];
-        region.check(&self.fabric.map, addr, len)?;
+        self.check_destination(addr, len)?;
         // The check proved `len >= 1` and that `addr + len - 1` does not overflow.
         let (first, last) = (addr.0 >> PAGE_SHIFT, (addr.0 + (len - 1)) >> PAGE_SHIFT);
         if first != last {
@@ -643,13 +647,21 @@ impl<'a> PageLocks<'a> {
         self.regions[Side::Source as usize].check(&self.fabric.map, addr, len)
     }
 
+    /// [`Fabric::check`] of a destination range, through the cached destination region.
+    #[inline(always)]
+    fn check_destination(&mut self, addr: FabricAddr, len: u64) -> Result<(), Error> {
+        self.regions[Side::Destination as usize].check(&self.fabric.map, addr, len)
+    }
+
     /// Locks the pages of a piece that reads page `sk` and writes page `dk` (keeping held
     /// pages where the lock order allows, see [`PageLocks`]) and returns the source page
     /// (zeros if it has no storage; not meaningful when `sk == dk`) and the destination
     /// page.
     #[inline(always)]
     fn hold(&mut self, sk: u64, dk: u64) -> Result<(&[u8], &mut [u8]), Error> {
-        if !(self.dst.ready(dk) && (sk == dk || self.src.ready(sk))) {
+        // (A destination with no page is never held: it goes to `relock`, which leaves it
+        // unlocked, and fails below.)
+        if !(self.dst.holds(dk) && (sk == dk || self.src.ready(sk))) {
             self.relock(sk, dk);
         }
         let Some(dp) = self.dst.guard.as_deref_mut() else {
@@ -832,6 +844,11 @@ impl<'a, G> Slot<'a, G> {
     /// Whether the slot is aimed at page `key` and holds it locked (or `key` has no page).
     fn ready(&self, key: u64) -> bool {
         self.key == key && self.guard.is_some() == self.page.is_some()
+    }
+
+    /// Whether the slot is aimed at page `key` and holds it locked.
+    fn holds(&self, key: u64) -> bool {
+        self.key == key && self.guard.is_some()
     }
 
     /// The key of the page this slot still has to lock.
@@ -1367,6 +1384,27 @@ mod tests {
             .unwrap();
         assert_eq!(f.first_difference(&fab()), None);
         assert_eq!(f.digest(), fab().digest());
+    }
+
+    #[test]
+    fn a_lock_cache_refuses_unreserved_one_page_copies() {
+        let mut f = fab();
+        f.write(FabricAddr(0), &[7; 16]).unwrap();
+        f.reserve(FabricAddr(3 * P), 1).unwrap();
+        let mut locks = f.page_locks();
+        locks.copy(FabricAddr(0), FabricAddr(3 * P), 4).unwrap();
+        // one piece, into an unreserved page: refused every time, the held pages untouched
+        for _ in 0..2 {
+            let e = locks.copy(FabricAddr(0), FabricAddr(2 * P + 8), 4);
+            assert_eq!(e, Err(Error::NotReserved { page: 2 * P }));
+        }
+        // a bad range is refused before the reservation is looked at
+        let e = locks.copy(FabricAddr(0), FabricAddr(u64::MAX - 1), 4);
+        assert!(matches!(e, Err(Error::AddressOverflow { .. })), "{e:?}");
+        locks.copy(FabricAddr(4), FabricAddr(3 * P + 4), 4).unwrap();
+        drop(locks);
+        assert_eq!(bytes(&f, 3 * P, 12), [7, 7, 7, 7, 7, 7, 7, 7, 0, 0, 0, 0]);
+        assert_eq!(f.allocated_bytes(), 2 * P);
     }
 
     #[test]
