@@ -32,7 +32,7 @@
 //! # Moves
 //!
 //! With every position decided, the rows move in position order with the compute op
-//! over `dtype` (NONE copies; [`RowMover`]): duplicates accumulate or the last copy
+//! over `dtype` (NONE copies; [`move_rows`]): duplicates accumulate or the last copy
 //! wins, and a row reads an earlier row's result. Skips are reported in position order,
 //! src before dst, with the notification unless the side's register sets
 //! `bc_disable_oob_error_notif`.
@@ -42,11 +42,11 @@
 //! is written down its column, element `c` one destination row step (`dst_step_elem`
 //! elements on HBM, partitions on SBUF/PSUM) further per `c`.
 
-use dma::{ComputeOp, Dtype, Fabric, FabricAddr, Space};
+use dma::{Dtype, Fabric, FabricAddr, Space};
 use ivp::{alu, AddrVec, Gr, LaneView, SuperGather, VBool, VecReg, Width};
 
 use super::cost::{PoolCost, Work};
-use super::port::{FabricPort, RowMover};
+use super::port::{move_rows, FabricPort};
 use super::vector::{row_addrs, HALF};
 use super::{addr4_fabric, lanes_of};
 use crate::core_state::{IndexSide, Outcome, SkippedIndex};
@@ -402,22 +402,6 @@ pub fn dma_memcopy_indirect(
     let mut outcome = decided.outcome;
     outcome.bytes_written = moved;
     Ok((outcome, PoolCost::estimate("dma_memcopy_indirect", 1, work)))
-}
-
-/// Moves decided rows in order: `dst (op)= src`.
-pub(super) fn move_rows(
-    fabric: &mut Fabric,
-    moves: &[[FabricAddr; 2]],
-    size: u64,
-    dtype: Dtype,
-    op: ComputeOp,
-) -> Result<(), Error> {
-    let mut mover = RowMover::new();
-    // Every row was range-checked by the walk, so no move fails after an earlier one.
-    for rows in moves {
-        mover.apply(fabric, *rows, size, dtype, op)?;
-    }
-    Ok(())
 }
 
 /// GATHER_TRANSPOSE: each gathered row written down its column, element `c` at the

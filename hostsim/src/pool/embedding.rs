@@ -13,7 +13,7 @@ use dma::{Fabric, FabricAddr};
 use ivp::{alu, Gr, LaneView, SuperGather, VBool, VecReg, Width};
 
 use super::cost::{PoolCost, Work};
-use super::dma_indirect::move_rows;
+use super::port::move_rows;
 use super::port::FabricPort;
 use super::vector::{row_addrs, HALF};
 use super::{addr4_fabric, lanes_of};

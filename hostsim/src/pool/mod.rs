@@ -56,7 +56,7 @@ pub use dma_indirect::dma_memcopy_indirect;
 pub use embedding::embedding_update;
 pub use indirect_copy::{pool_indirect_copy, send_gather_request, GatherRequest};
 pub use pool_gather::{pool_buffer_load, pool_gather, PoolBuffer};
-pub use port::{FabricPort, RowMover, SlicePort, StagedWrites};
+pub use port::{move_rows, FabricPort, SlicePort, StagedWrites};
 
 use dma::{Addr4, Fabric, FabricAddr};
 

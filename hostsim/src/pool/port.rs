@@ -1,6 +1,7 @@
 //! The POOL kernels' view of memory: [`FabricPort`], the [`ivp::MemPort`] adapter over the
 //! `dma` fabric, [`StagedWrites`], the stores a kernel commits only once it has succeeded,
-//! [`SlicePort`] over a Pool_Buffer window, and [`RowMover`] for whole-row reductions.
+//! [`SlicePort`] over a Pool_Buffer window, and [`move_rows`] for whole-row moves and
+//! reductions.
 //!
 //! # Fail closed
 //!
@@ -15,7 +16,7 @@
 //! checked on the fabric when it was staged, so the commit cannot fail half way.
 //!
 //! The DMA-side kernels (DMA_INDIRECT, EMBEDDING_UPDATE) instead plan every row first
-//! (indices, bounds, addresses, duplicates) and only then move rows with [`RowMover`],
+//! (indices, bounds, addresses, duplicates) and only then move rows with [`move_rows`],
 //! which cannot fail on a planned row.
 
 use dma::compute::{self, ComputeOp};
@@ -270,68 +271,38 @@ impl MemPort for SlicePort<'_> {
     }
 }
 
-/// Bytes a [`RowMover`] reduces at a time (the DMA descriptor limit, a multiple of every
-/// dtype size).
-pub const ROW_CHUNK: usize = 64 * 1024;
-
-/// Moves planned rows: `dst (op)= src` over `len` bytes with [`dma::compute::apply`],
-/// in chunks through two reused buffers.
-#[derive(Clone, Debug, Default)]
-pub struct RowMover {
-    src: Vec<u8>,
-    dst: Vec<u8>,
-}
-
-impl RowMover {
-    /// Empty buffers.
-    pub fn new() -> RowMover {
-        RowMover::default()
-    }
-
-    /// `dst (op)= src` over `len` bytes of `dtype` elements. The source is read as a
-    /// whole before the destination is written (a row overlapping itself is reduced
-    /// from a snapshot). Callers have checked both ranges and the element count.
-    pub fn apply(
-        &mut self,
-        fabric: &mut Fabric,
-        rows: [FabricAddr; 2],
-        len: u64,
-        dtype: Dtype,
-        op: ComputeOp,
-    ) -> Result<(), Error> {
-        let [src, dst] = rows;
-        fabric.check(src, len)?;
-        fabric.check(dst, len)?;
-        compute::check_whole_elements(dtype, len)?;
-        let overlap = src.0 < dst.0 + len && dst.0 < src.0 + len;
-        let whole = usize::try_from(len).map_err(|_| too_long(src.0, src.0 + len))?;
-        if overlap {
-            self.src.resize(whole, 0);
-            fabric.read(src, &mut self.src)?;
+/// Moves planned rows in order, `dst (op)= src` over `size` bytes each with the fabric's
+/// own copy and reduce (a row overlapping itself reads the old row: memmove and snapshot
+/// semantics), through one lock cache: the destination pages are reserved first (rows
+/// sharing their pages with the row before are not looked up again), then every row runs
+/// on pages that stay locked while the next row shares them. Callers have checked every
+/// row and the element count, so no move fails after an earlier one.
+pub fn move_rows(
+    fabric: &mut Fabric,
+    moves: &[[FabricAddr; 2]],
+    size: u64,
+    dtype: Dtype,
+    op: ComputeOp,
+) -> Result<(), Error> {
+    compute::check_whole_elements(dtype, size)?;
+    let mut reserved = (0, 0);
+    for &[_, dst] in moves {
+        let end = dst.0.checked_add(size);
+        if !end.is_some_and(|end| reserved.0 <= dst.0 && end <= reserved.1) {
+            fabric.reserve(dst, size)?;
+            // reserve() proved the range, so its end does not wrap
+            let page = |a: u64| a & !(dma::PAGE_BYTES - 1);
+            reserved = (page(dst.0), page(dst.0 + size - 1) + dma::PAGE_BYTES);
         }
-        let mut done = 0usize;
-        while done < whole {
-            let n = (whole - done).min(ROW_CHUNK);
-            // `done + n <= len`, inside both ranges checked above.
-            let (s, d) = (src.0 + done as u64, FabricAddr(dst.0 + done as u64));
-            if !overlap {
-                self.src.resize(n, 0);
-                fabric.read(FabricAddr(s), &mut self.src[..n])?;
-            }
-            let at = if overlap { done } else { 0 };
-            let chunk = self.src.get(at..at + n).unwrap_or_default();
-            if op == ComputeOp::None {
-                fabric.write(d, chunk)?;
-            } else {
-                self.dst.resize(n, 0);
-                fabric.read(d, &mut self.dst[..n])?;
-                compute::apply(op, dtype, &mut self.dst[..n], chunk)?;
-                fabric.write(d, &self.dst[..n])?;
-            }
-            done += n;
-        }
-        Ok(())
     }
+    let mut locks = fabric.page_locks();
+    for &[src, dst] in moves {
+        match op {
+            ComputeOp::None => locks.copy(src, dst, size)?,
+            op => locks.reduce(src, dst, size, dtype, op)?,
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -430,24 +401,37 @@ mod tests {
     }
 
     #[test]
-    fn row_mover_reduces_chunks_and_snapshots_overlap() {
+    fn moved_rows_reduce_in_order_and_snapshot_overlap() {
         let src: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         let mut f = fabric_with(0x10_0000, &src);
         f.write(FabricAddr(0x80_0000), &vec![1u8; 200_000]).unwrap();
-        let mut m = RowMover::new();
         let rows = [FabricAddr(0x10_0000), FabricAddr(0x80_0000)];
-        m.apply(&mut f, rows, 200_000, Dtype::U8, ComputeOp::Add)
-            .unwrap();
+        // the same row twice: both adds land, in order
+        move_rows(&mut f, &[rows, rows], 200_000, Dtype::U8, ComputeOp::Add).unwrap();
         let mut got = vec![0u8; 200_000];
         f.read(FabricAddr(0x80_0000), &mut got).unwrap();
-        assert!(got.iter().zip(&src).all(|(g, s)| *g == s.wrapping_add(1)));
-        // a copy onto itself shifted by one element: the source is the old row
-        let mut f = fabric_with(P0, &[1, 2, 3, 4]);
-        let rows = [FabricAddr(P0), FabricAddr(P0 + 1)];
-        m.apply(&mut f, rows, 3, Dtype::U8, ComputeOp::None)
-            .unwrap();
-        let mut got = [0u8; 4];
+        assert!(got
+            .iter()
+            .zip(&src)
+            .all(|(g, s)| *g == s.wrapping_mul(2).wrapping_add(1)));
+        // a copy onto itself shifted by one element reads the old row; the next row
+        // reads what the one before wrote
+        let mut f = fabric_with(P0, &[1, 2, 3, 4, 5]);
+        let shift = [FabricAddr(P0), FabricAddr(P0 + 1)];
+        let after = [FabricAddr(P0 + 1), FabricAddr(P0 + 8)];
+        move_rows(&mut f, &[shift, after], 3, Dtype::U8, ComputeOp::None).unwrap();
+        let mut got = [0u8; 11];
         f.read(FabricAddr(P0), &mut got).unwrap();
-        assert_eq!(got, [1, 1, 2, 3]);
+        assert_eq!(got, [1, 1, 2, 3, 5, 0, 0, 0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_row_of_partial_elements_moves_nothing() {
+        let mut f = fabric_with(P0, &[9; 8]);
+        let before = f.digest();
+        let rows = [FabricAddr(P0), FabricAddr(P0 + 0x1000)];
+        let e = move_rows(&mut f, &[rows], 6, Dtype::F32, ComputeOp::Add).unwrap_err();
+        assert!(e.to_string().contains('6'), "{e}");
+        assert_eq!(f.digest(), before);
     }
 }
