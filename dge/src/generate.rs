@@ -382,12 +382,15 @@ fn sequential(
     Ok(())
 }
 
-/// The descriptor loop over both sides, in element order.
-fn walk(s: &Side, d: &Side, elem: u64, emit: impl FnMut(Run)) {
-    let (mut src, mut dst) = (
-        Walker::new(&s.shape, bases(s)),
-        Walker::new(&d.shape, bases(d)),
-    );
+/// The descriptor loop over both sides, in element order (through the row-move fast path
+/// where the shape is one).
+fn walk(s: &Side, d: &Side, elem: u64, mut emit: impl FnMut(Run)) {
+    let (sb, db) = (bases(s), bases(d));
+    if let Some(rows) = RowMove::of((&s.shape, sb), (&d.shape, db)) {
+        rows.for_each_run(&mut emit);
+        return;
+    }
+    let (mut src, mut dst) = (Walker::new(&s.shape, sb), Walker::new(&d.shape, db));
     for_each_run(&mut src, &mut dst, elem, emit);
 }
 

@@ -14,6 +14,7 @@
 
 use crate::error::Error;
 use crate::runs::Run;
+use hashbrown::HashMap;
 use smallvec::SmallVec;
 
 /// Queues of one DMA engine set (the 16 DMA rings).
@@ -54,6 +55,9 @@ pub fn assign(runs: &[Run], queues: &[u8], mode: SprayMode) -> Vec<u8> {
 /// its reads after its own writes, so such a request has no defined result. (Fills read
 /// nothing.)
 pub fn check_no_overlap(runs: &[Run]) -> Result<(), Error> {
+    if !hulls_meet(runs) {
+        return Ok(());
+    }
     let union = |f: fn(&Run) -> Option<(u64, u64)>| {
         let mut v: Vec<(u64, u64)> = runs.iter().filter_map(f).collect();
         v.sort_unstable();
@@ -85,14 +89,50 @@ pub fn check_no_overlap(runs: &[Run]) -> Result<(), Error> {
     Ok(())
 }
 
+/// [`overlap_groups`] of runs that all have one length and destinations on one grid of
+/// that length (whole rows of one table, the usual scatter): two such runs overlap exactly
+/// when their destinations are equal, so a hash map replaces the sort. `None` for any
+/// other runs.
+fn slot_groups(runs: &[Run]) -> Option<Vec<usize>> {
+    let len = runs.first()?.len;
+    let grid = runs.first()?.dst.checked_rem(len)?;
+    if !runs.iter().all(|r| r.len == len && r.dst % len == grid) {
+        return None;
+    }
+    let mut first: HashMap<u64, usize> = HashMap::with_capacity(runs.len());
+    let groups = runs.iter().map(|r| {
+        let next = first.len();
+        *first.entry(r.dst).or_insert(next)
+    });
+    Some(groups.collect())
+}
+
+/// Whether the hull of the bytes `runs` read meets the hull of the bytes they write (if
+/// not, no byte can be both: one pass instead of two sorts).
+fn hulls_meet(runs: &[Run]) -> bool {
+    let join = |(lo, hi): (u64, u64), (a, b): (u64, u64)| (lo.min(a), hi.max(b));
+    let (mut read, mut written) = ((u64::MAX, 0), (u64::MAX, 0));
+    for r in runs {
+        if let Some(range) = r.read_range() {
+            read = join(read, range);
+        }
+        written = join(written, (r.dst, r.dst + r.len));
+    }
+    read.0 < written.1 && written.0 < read.1
+}
+
 /// Group ordinal of every run: runs with overlapping destinations (transitively) share a
 /// group; groups are numbered in order of their first run.
 fn overlap_groups(runs: &[Run]) -> Vec<usize> {
-    let mut order: Vec<u32> = (0..runs.len() as u32).collect();
-    order.sort_unstable_by_key(|&i| runs[i as usize].dst);
+    if let Some(groups) = slot_groups(runs) {
+        return groups;
+    }
+    // (destination, run) pairs sort by value, without a lookup per comparison
+    let mut order: Vec<(u64, u32)> = (0u32..).zip(runs).map(|(i, r)| (r.dst, i)).collect();
+    order.sort_unstable();
     let mut raw = vec![0usize; runs.len()];
     let (mut group, mut end) = (0usize, None::<u64>);
-    for &i in &order {
+    for &(_, i) in &order {
         let r = runs[i as usize];
         match end {
             Some(e) if r.dst < e => end = Some(e.max(r.dst + r.len)),
@@ -121,6 +161,7 @@ fn overlap_groups(runs: &[Run]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn run(dst: u64, len: u64) -> Run {
         Run::copy(0, dst, len)
@@ -180,6 +221,89 @@ mod tests {
         );
         let e = check_no_overlap(&[r(0, 100), r(104, 300)]).unwrap_err();
         assert_eq!(e, Error::SourceOverlapsDestination { lo: 104, hi: 108 });
+    }
+
+    /// Random runs, mostly short and close together so that they overlap.
+    fn runs() -> impl Strategy<Value = Vec<Run>> {
+        let run = (
+            0u64..400,
+            0u64..400,
+            1u64..40,
+            proptest::bool::weighted(0.2),
+        )
+            .prop_map(|(src, dst, len, fill)| Run {
+                fill,
+                ..Run::copy(src, dst, len)
+            });
+        proptest::collection::vec(run, 0..24)
+    }
+
+    proptest! {
+        /// Against every pair: refused exactly when some run reads a byte some run
+        /// writes, and the refused bytes are such bytes.
+        #[test]
+        fn overlap_is_refused_exactly_when_a_read_byte_is_written(runs in runs()) {
+            let meets = |(a, b): (u64, u64), (c, d): (u64, u64)| a < d && c < b;
+            let writes = |r: &Run| (r.dst, r.dst + r.len);
+            let any = runs.iter().filter_map(Run::read_range).any(|read| {
+                runs.iter().any(|w| meets(read, writes(w)))
+            });
+            match check_no_overlap(&runs) {
+                Ok(()) => prop_assert!(!any),
+                Err(Error::SourceOverlapsDestination { lo, hi }) => {
+                    prop_assert!(lo < hi);
+                    for b in lo..hi {
+                        let mut read = runs.iter().filter_map(Run::read_range);
+                        prop_assert!(read.any(|r| r.0 <= b && b < r.1), "byte {} unread", b);
+                        prop_assert!(runs.iter().any(|w| w.dst <= b && b < w.dst + w.len));
+                    }
+                }
+                Err(e) => prop_assert!(false, "{e:?}"),
+            }
+        }
+
+        /// Arbitrary runs take the sort.
+        #[test]
+        fn groups_are_the_overlap_closure(runs in runs()) {
+            check_groups(&runs)?;
+        }
+
+        /// Rows of one length on one grid, with duplicates, take the hash map.
+        #[test]
+        fn grid_groups_are_the_overlap_closure(
+            (len, grid) in (1u64..64, 0u64..64),
+            slots in proptest::collection::vec(0u64..12, 1..24),
+        ) {
+            let runs: Vec<Run> = slots.iter().map(|k| run(k * len + grid % len, len)).collect();
+            prop_assert!(slot_groups(&runs).is_some());
+            check_groups(&runs)?;
+        }
+    }
+
+    /// Against a closure over every pair: two runs share a group exactly when a chain of
+    /// destination overlaps joins them; groups are numbered by first run.
+    fn check_groups(runs: &[Run]) -> Result<(), TestCaseError> {
+        let n = runs.len();
+        let meets = |a: Run, b: Run| a.dst < b.dst + b.len && b.dst < a.dst + a.len;
+        let mut joined: Vec<Vec<bool>> = (0..n)
+            .map(|i| (0..n).map(|j| i == j || meets(runs[i], runs[j])).collect())
+            .collect();
+        for k in 0..n {
+            for i in 0..n {
+                for j in 0..n {
+                    joined[i][j] |= joined[i][k] && joined[k][j];
+                }
+            }
+        }
+        let groups = overlap_groups(runs);
+        for i in 0..n {
+            for j in 0..n {
+                prop_assert_eq!(groups[i] == groups[j], joined[i][j], "runs {} {}", i, j);
+            }
+            let first_seen = groups[..i].iter().max().map_or(0, |m| m + 1);
+            prop_assert!(groups[i] <= first_seen);
+        }
+        Ok(())
     }
 
     #[test]
