@@ -157,6 +157,18 @@ impl Shared {
         }
     }
 
+    /// Marks `queue` ended; whether some queue is blocked on a WAIT at that moment (only
+    /// then can the end matter to a waiter: one that blocks later sees it when it first
+    /// checks the liveness guard, under the same lock).
+    fn end(&self, queue: usize) -> bool {
+        let mut liveness = self.liveness();
+        if let Some(s) = liveness.states.get_mut(queue) {
+            *s = TaskState::Ended;
+        }
+        let blocked = |s: &TaskState| matches!(s, TaskState::Blocked(_));
+        liveness.states.iter().any(blocked)
+    }
+
     pub(crate) fn fabric(&self) -> &Fabric {
         &self.fabric
     }
@@ -272,11 +284,12 @@ struct AbortOnDrop<'a> {
 
 impl Drop for AbortOnDrop<'_> {
     fn drop(&mut self) {
-        // One live task fewer: waiters re-check whether the rest are all blocked.
-        self.shared.set_state(self.queue, TaskState::Ended);
+        // One live task fewer: waiters re-check whether the rest are all blocked (waking
+        // the 16 semaphores' waiters costs more than a small batch when nobody waits).
+        let someone_waits = self.shared.end(self.queue);
         if self.armed {
             self.shared.abort();
-        } else {
+        } else if someone_waits {
             self.shared.nudge();
         }
     }
