@@ -279,6 +279,14 @@ impl MemPort for IndexPort {
         self.windows.get(at.checked_sub(1)?)?.1.load(addr, elem_sz)
     }
 
+    #[inline]
+    fn load_run(&self, addr: u64, elem_sz: ElemSize, out: &mut [u32]) -> bool {
+        match self.windows.as_slice() {
+            [(_, only)] => only.load_run(addr, elem_sz, out),
+            _ => ivp::port::load_each(self, addr, elem_sz, out),
+        }
+    }
+
     fn store(&mut self, _addr: u64, _elem_sz: ElemSize, _value: u32) -> bool {
         false
     }

@@ -76,6 +76,9 @@ pub struct GatherReg {
     width: Option<Width>,
     addrs: [u64; 32],
     posted: u32,
+    /// Whether the offsets are `0, 1, 2, ...` over every lane (the posted lanes, if all,
+    /// are then one run of consecutive elements).
+    consecutive: bool,
     /// What the drain returns: collected elements in live lanes, 0 in dead lanes.
     gathered: VecReg,
 }
@@ -139,15 +142,18 @@ impl GatherReg {
         self.marker = width.staging_marker();
         self.width = Some(width);
         let scale = width.elem_sz().bytes();
-        let mut posted = 0u32;
+        let (mut posted, mut consecutive) = (0u32, true);
         for (k, slot) in self.addrs.iter_mut().enumerate().take(width.lanes()) {
             // offset < 2^32 and scale <= 4, so the product fits; only the add can overflow,
             // and an overflowed lane is not posted (its slot is never read).
-            let (addr, overflow) = base.overflowing_add(u64::from(offsets.lane(view, k)) * scale);
+            let offset = offsets.lane(view, k);
+            let (addr, overflow) = base.overflowing_add(u64::from(offset) * scale);
             *slot = addr;
             posted |= u32::from(enabled.lane(view, k) & !overflow) << k;
+            consecutive &= offset == k as u32;
         }
         self.posted = posted;
+        self.consecutive = consecutive;
     }
 
     /// Collection: the port answers every posted lane; refused lanes stay dead.
@@ -164,6 +170,22 @@ impl GatherReg {
     #[inline(always)]
     fn collect_as<P: MemPort>(&mut self, width: Width, port: &P) {
         let (view, elem_sz, posted) = (width.view(), width.elem_sz(), self.posted);
+        let lanes = width.lanes();
+        // Every lane posted at consecutive addresses: one run from the port, the same
+        // answers lane by lane (if the port refuses any, the lanes go one by one below).
+        let every = u32::MAX >> (32 - lanes);
+        let mut run = [0u32; 32];
+        if self.consecutive
+            && posted == every
+            && port.load_run(self.addrs[0], elem_sz, &mut run[..lanes])
+        {
+            for (k, &value) in run.iter().enumerate().take(lanes) {
+                self.data.set_lane(view, k, value);
+                self.gathered.set_lane(view, k, value);
+            }
+            self.posted = 0;
+            return;
+        }
         for (k, &addr) in self.addrs.iter().enumerate().take(width.lanes()) {
             if posted >> k & 1 == 0 {
                 continue;
@@ -201,6 +223,56 @@ mod tests {
     use super::*;
     use crate::port::MemTable;
     use crate::reg::LaneView;
+    use proptest::prelude::*;
+
+    /// A port that answers lane by lane only (no runs), as the reference for the run path.
+    struct LaneByLane<'a>(&'a MemTable);
+
+    impl MemPort for LaneByLane<'_> {
+        fn load(&self, addr: u64, elem_sz: crate::control::ElemSize) -> Option<u32> {
+            self.0.load(addr, elem_sz)
+        }
+        fn store(&mut self, _: u64, _: crate::control::ElemSize, _: u32) -> bool {
+            false
+        }
+        fn load_run(&self, _: u64, _: crate::control::ElemSize, _: &mut [u32]) -> bool {
+            false
+        }
+    }
+
+    proptest! {
+        /// Collection with runs leaves exactly the image and drain of collection lane by
+        /// lane: consecutive or scattered offsets, every lane or some, inside the table or
+        /// leaving it.
+        #[test]
+        fn runs_collect_as_lanes_do(
+            w in 0usize..3,
+            base in 0u64..80,
+            consecutive in any::<bool>(),
+            offsets in proptest::array::uniform16(0u32..40),
+            pred in prop_oneof![Just(u64::MAX), any::<u64>()],
+        ) {
+            let width = [Width::Nx16, Width::Nx8u, Width::N2x32][w];
+            let words = match consecutive {
+                true => VecReg::from_nx16(std::array::from_fn(|k| k as u16)).n_2x32(),
+                false => offsets,
+            };
+            let words = match (consecutive, width) {
+                (true, Width::N2x32) => std::array::from_fn(|k| k as u32),
+                _ => words,
+            };
+            let offs = VecReg::from_n_2x32(words);
+            let table = MemTable::from_bytes((0..96u8).map(|b| b.wrapping_mul(29)).collect());
+            let (mut fast, mut slow) = (GatherReg::default(), GatherReg::default());
+            fast.stage(width, base, &offs, VBool::from_lanes(LaneView::TwoNx8, pred));
+            slow.stage(width, base, &offs, VBool::from_lanes(LaneView::TwoNx8, pred));
+            fast.collect(&table);
+            slow.collect(&LaneByLane(&table));
+            prop_assert_eq!(fast.data_image(), slow.data_image());
+            prop_assert_eq!(fast.drain(), slow.drain());
+            prop_assert_eq!(fast.posted(), slow.posted());
+        }
+    }
 
     fn iota(n: usize) -> MemTable {
         MemTable::from_bytes((0..n).map(|i| i as u8).collect())

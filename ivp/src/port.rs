@@ -26,6 +26,30 @@ pub trait MemPort {
     /// Writes the low `elem_sz` bytes of `value` at `addr`; `false` (and nothing written)
     /// if any of those bytes is outside the port.
     fn store(&mut self, addr: u64, elem_sz: ElemSize, value: u32) -> bool;
+
+    /// The `out.len()` consecutive `elem_sz`-byte elements from `addr` into `out`, each as
+    /// [`MemPort::load`] gives it; `false` (and `out` unspecified) unless `load` answers
+    /// every one. The default loads them one by one; a port over flat bytes reads the
+    /// run at once.
+    fn load_run(&self, addr: u64, elem_sz: ElemSize, out: &mut [u32]) -> bool {
+        load_each(self, addr, elem_sz, out)
+    }
+}
+
+/// [`MemPort::load_run`] element by element through [`MemPort::load`] (the default, for
+/// ports whose runs have no faster way).
+pub fn load_each<P: MemPort + ?Sized>(
+    port: &P,
+    addr: u64,
+    elem_sz: ElemSize,
+    out: &mut [u32],
+) -> bool {
+    let mut at = Some(addr);
+    out.iter_mut().all(|slot| {
+        let value = at.and_then(|a| port.load(a, elem_sz));
+        at = at.and_then(|a| a.checked_add(elem_sz.bytes()));
+        value.map(|v| *slot = v).is_some()
+    })
 }
 
 /// A flat little-endian byte table at addresses `base .. base + len` (seed 004's shared
@@ -111,6 +135,35 @@ impl MemPort for MemTable {
     }
 
     #[inline]
+    fn load_run(&self, addr: u64, elem_sz: ElemSize, out: &mut [u32]) -> bool {
+        if out.is_empty() {
+            return true;
+        }
+        let size = elem_sz.bytes() as usize;
+        let bytes = addr.checked_sub(self.base).and_then(|start| {
+            let len = out.len().checked_mul(size)?;
+            // every element starts inside the 64-bit address space, as `load` needs
+            addr.checked_add((len - size) as u64)?;
+            let start = usize::try_from(start).ok()?;
+            self.bytes.get(start..start.checked_add(len)?)
+        });
+        let Some(bytes) = bytes else {
+            return false;
+        };
+        let decoded = out.iter_mut().zip(bytes.chunks_exact(size));
+        match elem_sz {
+            ElemSize::B1 => decoded.for_each(|(o, b)| *o = u32::from(b[0])),
+            ElemSize::B2 => {
+                decoded.for_each(|(o, b)| *o = u32::from(u16::from_le_bytes([b[0], b[1]])))
+            }
+            ElemSize::B4 => {
+                decoded.for_each(|(o, b)| *o = u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            }
+        }
+        true
+    }
+
+    #[inline]
     fn store(&mut self, addr: u64, elem_sz: ElemSize, value: u32) -> bool {
         let le = value.to_le_bytes();
         let (dst, src) = match elem_sz {
@@ -186,6 +239,27 @@ mod tests {
             prop_assert_eq!(t.load(addr, elem_sz), expect);
             if !fits {
                 prop_assert_eq!(t.as_bytes(), &[0u8; 32][..]);
+            }
+        }
+
+        /// A run read at once answers exactly as its elements loaded one by one.
+        #[test]
+        fn a_run_loads_as_its_elements_do(
+            base in prop_oneof![0u64..8, Just(u64::MAX - 16)],
+            addr in prop_oneof![0u64..48, Just(u64::MAX - 20), Just(u64::MAX)],
+            n in 0usize..33,
+            e in 0usize..3,
+        ) {
+            let elem_sz = [ElemSize::B1, ElemSize::B2, ElemSize::B4][e];
+            let t = MemTable::window_at(base, (0..32u8).map(|b| b.wrapping_mul(37)).collect());
+            let mut run = vec![0u32; n];
+            let one_by_one: Option<Vec<u32>> = (0..n as u64)
+                .map(|k| addr.checked_add(k * elem_sz.bytes()).and_then(|a| t.load(a, elem_sz)))
+                .collect();
+            let all = t.load_run(addr, elem_sz, &mut run);
+            prop_assert_eq!(all, one_by_one.is_some());
+            if let Some(want) = one_by_one {
+                prop_assert_eq!(run, want);
             }
         }
     }
