@@ -149,6 +149,13 @@ fn one_piece(src: u64, dst: u64, len: u64) -> Option<usize> {
     (fits(split(src).1, n) && fits(split(dst).1, n)).then_some(n)
 }
 
+/// Whether `len` bytes at `src` and at `dst` overlap (both ranges proved in-region, so
+/// neither end overflows).
+#[inline]
+fn overlaps(src: u64, dst: u64, len: u64) -> bool {
+    src < dst + len && dst < src + len
+}
+
 /// The HBM, SBUF and PSUM storage of one generation's fabric.
 pub struct Fabric {
     map: AddressMap,
@@ -606,9 +613,17 @@ impl<'a> PageLocks<'a> {
     ) -> Result<(), Error> {
         compute::check_whole_elements(dtype, len)?;
         self.check_source(src, len)?;
+        // As in `copy`, a range inside one page on each side is one piece, checked for its
+        // destination page's reservation as it is locked (overlapping ranges only up to
+        // the snapshot's size, the Walk's cap: then too the Walk is that one piece).
+        if let Some(n) = one_piece(src.0, dst.0, len) {
+            self.check_destination(dst, len)?;
+            if n <= SCRATCH_BYTES || !overlaps(src.0, dst.0, len) {
+                return self.reduce_in_pages(src.0, dst.0, n, dtype, op);
+            }
+        }
         self.check_reserved(dst, len)?;
-        let overlap = src.0 < dst.0 + len && dst.0 < src.0 + len;
-        let cap = if overlap {
+        let cap = if overlaps(src.0, dst.0, len) {
             SCRATCH_BYTES as u64
         } else {
             u64::MAX
@@ -740,10 +755,24 @@ impl<'a> PageLocks<'a> {
         dtype: Dtype,
         op: ComputeOp,
     ) -> Result<(), Error> {
-        let (so, doff) = (split(s).1, split(d).1);
-        if !fits(so, n) || !fits(doff, n) {
+        if !fits(split(s).1, n) || !fits(split(d).1, n) {
             return self.reduce_straddling(s, d, n, dtype, op);
         }
+        self.reduce_in_pages(s, d, n, dtype, op)
+    }
+
+    /// Reduces `n` bytes at `s` into `n` bytes at `d`, each inside one page (spans that
+    /// overlap in one page are at most [`SCRATCH_BYTES`], see [`reduce_in_page`]).
+    #[inline(always)]
+    fn reduce_in_pages(
+        &mut self,
+        s: u64,
+        d: u64,
+        n: usize,
+        dtype: Dtype,
+        op: ComputeOp,
+    ) -> Result<(), Error> {
+        let (so, doff) = (split(s).1, split(d).1);
         self.with_pages(
             s,
             d,
@@ -1323,6 +1352,33 @@ mod tests {
     }
 
     #[test]
+    fn an_overlapping_reduce_longer_than_the_snapshot_in_one_page_is_a_snapshot() {
+        let n = 3 * SCRATCH_BYTES / 4;
+        let v: Vec<u32> = (1..=n as u32).collect();
+        for (s, d) in [(0x1000, 0x1004), (0x1004, 0x1000)] {
+            let mut f = fab();
+            f.write_elems(FabricAddr(0x1000), &v).unwrap();
+            let len = 4 * (n as u64 - 1);
+            f.reduce(
+                FabricAddr(s),
+                FabricAddr(d),
+                len,
+                Dtype::U32,
+                ComputeOp::Add,
+            )
+            .unwrap();
+            let mut want = v.clone();
+            let (si, di) = ((s - 0x1000) as usize / 4, (d - 0x1000) as usize / 4);
+            for i in 0..n - 1 {
+                want[di + i] = v[di + i] + v[si + i];
+            }
+            let mut out = vec![0u32; n];
+            f.read_elems(FabricAddr(0x1000), &mut out).unwrap();
+            assert_eq!(out, want, "src {s:#x} dst {d:#x}");
+        }
+    }
+
+    #[test]
     fn typed_views() {
         #[derive(FromBytes, IntoBytes, Immutable, Debug, PartialEq)]
         #[repr(C)]
@@ -1387,24 +1443,35 @@ mod tests {
     }
 
     #[test]
-    fn a_lock_cache_refuses_unreserved_one_page_copies() {
-        let mut f = fab();
-        f.write(FabricAddr(0), &[7; 16]).unwrap();
-        f.reserve(FabricAddr(3 * P), 1).unwrap();
-        let mut locks = f.page_locks();
-        locks.copy(FabricAddr(0), FabricAddr(3 * P), 4).unwrap();
-        // one piece, into an unreserved page: refused every time, the held pages untouched
-        for _ in 0..2 {
-            let e = locks.copy(FabricAddr(0), FabricAddr(2 * P + 8), 4);
-            assert_eq!(e, Err(Error::NotReserved { page: 2 * P }));
+    fn a_lock_cache_refuses_unreserved_one_page_copies_and_reduces() {
+        type Move = fn(&mut PageLocks<'_>, u64, u64, u64) -> Result<(), Error>;
+        let copy: Move = |l, s, d, n| l.copy(FabricAddr(s), FabricAddr(d), n);
+        let add: Move = |l, s, d, n| {
+            let (s, d) = (FabricAddr(s), FabricAddr(d));
+            l.reduce(s, d, n, Dtype::U8, ComputeOp::Add)
+        };
+        for op in [copy, add] {
+            let mut f = fab();
+            f.write(FabricAddr(0), &[7; 16]).unwrap();
+            f.reserve(FabricAddr(3 * P), 1).unwrap();
+            let mut locks = f.page_locks();
+            op(&mut locks, 0, 3 * P, 4).unwrap();
+            // one piece, into an unreserved page: refused every time, held pages untouched
+            for _ in 0..2 {
+                let e = op(&mut locks, 0, 2 * P + 8, 4);
+                assert_eq!(e, Err(Error::NotReserved { page: 2 * P }));
+            }
+            // a bad range is refused before the reservation is looked at
+            let e = op(&mut locks, 0, u64::MAX - 1, 4);
+            assert!(matches!(e, Err(Error::AddressOverflow { .. })), "{e:?}");
+            let e = op(&mut locks, 0, u64::MAX - 3, 4);
+            assert_eq!(e, f.check(FabricAddr(u64::MAX - 3), 4).map(|_| ()));
+            assert!(e.is_err());
+            op(&mut locks, 4, 3 * P + 4, 4).unwrap();
+            drop(locks);
+            assert_eq!(bytes(&f, 3 * P, 12), [7, 7, 7, 7, 7, 7, 7, 7, 0, 0, 0, 0]);
+            assert_eq!(f.allocated_bytes(), 2 * P);
         }
-        // a bad range is refused before the reservation is looked at
-        let e = locks.copy(FabricAddr(0), FabricAddr(u64::MAX - 1), 4);
-        assert!(matches!(e, Err(Error::AddressOverflow { .. })), "{e:?}");
-        locks.copy(FabricAddr(4), FabricAddr(3 * P + 4), 4).unwrap();
-        drop(locks);
-        assert_eq!(bytes(&f, 3 * P, 12), [7, 7, 7, 7, 7, 7, 7, 7, 0, 0, 0, 0]);
-        assert_eq!(f.allocated_bytes(), 2 * P);
     }
 
     #[test]
