@@ -36,6 +36,22 @@ pub trait MemPort {
     }
 }
 
+/// Decodes `bytes`, consecutive little-endian `elem_sz`-byte elements, into `out`
+/// zero-extended (as many as both hold).
+#[inline]
+pub fn decode_run(bytes: &[u8], elem_sz: ElemSize, out: &mut [u32]) {
+    let decoded = out
+        .iter_mut()
+        .zip(bytes.chunks_exact(elem_sz.bytes() as usize));
+    match elem_sz {
+        ElemSize::B1 => decoded.for_each(|(o, b)| *o = u32::from(b[0])),
+        ElemSize::B2 => decoded.for_each(|(o, b)| *o = u32::from(u16::from_le_bytes([b[0], b[1]]))),
+        ElemSize::B4 => {
+            decoded.for_each(|(o, b)| *o = u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        }
+    }
+}
+
 /// [`MemPort::load_run`] element by element through [`MemPort::load`] (the default, for
 /// ports whose runs have no faster way).
 pub fn load_each<P: MemPort + ?Sized>(
@@ -147,20 +163,13 @@ impl MemPort for MemTable {
             let start = usize::try_from(start).ok()?;
             self.bytes.get(start..start.checked_add(len)?)
         });
-        let Some(bytes) = bytes else {
-            return false;
-        };
-        let decoded = out.iter_mut().zip(bytes.chunks_exact(size));
-        match elem_sz {
-            ElemSize::B1 => decoded.for_each(|(o, b)| *o = u32::from(b[0])),
-            ElemSize::B2 => {
-                decoded.for_each(|(o, b)| *o = u32::from(u16::from_le_bytes([b[0], b[1]])))
+        match bytes {
+            Some(bytes) => {
+                decode_run(bytes, elem_sz, out);
+                true
             }
-            ElemSize::B4 => {
-                decoded.for_each(|(o, b)| *o = u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            }
+            None => false,
         }
-        true
     }
 
     #[inline]
