@@ -37,8 +37,8 @@ use crate::pattern::{AccessPattern, BytePattern};
 use crate::reshape::{batman_reshape, Reshaped};
 use crate::rows::{RowMove, RunSink};
 use crate::runs::{
-    for_each_run, for_each_run_batch, for_each_unit_run, piece_count, IndexedBases, Run, Walker,
-    MAX_PIECES,
+    for_each_run, for_each_run_batch, for_each_unit_run, piece_count, Hull, IndexedBases, Run,
+    Walker, MAX_PIECES,
 };
 use crate::spray::{self, SprayMode, QUEUES};
 use dma::descriptor::{DescFlags, DescOp, Descriptor};
@@ -249,7 +249,10 @@ type QueueIds = smallvec::SmallVec<[u8; QUEUES]>;
 /// round-robin as they come; if the bytes read and written turn out to share an address
 /// range, the runs are walked again: without a byte both read and written they are
 /// grouped; with one, a [`ElementOrder::Sequential`] request is cut into phases and any
-/// other is rejected (one request does not order its reads after its own writes).
+/// other is rejected (one request does not order its reads after its own writes). Out of
+/// line: inlined into `generate_into`, the row loop measured 5 instructions more per
+/// descriptor under callgrind.
+#[inline(never)]
 fn spray_runs(
     req: &Request,
     s: &Side,
@@ -740,8 +743,8 @@ struct Emitter {
     bytes: u64,
     error: Option<dma::Error>,
     /// `[lo, hi)` of the bytes read and of the bytes written so far.
-    src_hull: (u64, u64),
-    dst_hull: (u64, u64),
+    src_hull: Hull,
+    dst_hull: Hull,
 }
 
 impl Emitter {
@@ -755,14 +758,14 @@ impl Emitter {
             earlier: Vec::new(),
             bytes: 0,
             error: None,
-            src_hull: (u64::MAX, 0),
-            dst_hull: (u64::MAX, 0),
+            src_hull: Hull::EMPTY,
+            dst_hull: Hull::EMPTY,
         }
     }
 
     /// Whether the hull of the bytes read meets the hull of the bytes written.
     fn hulls_meet(&self) -> bool {
-        self.src_hull.0 < self.dst_hull.1 && self.dst_hull.0 < self.src_hull.1
+        self.src_hull.meets(self.dst_hull)
     }
 
     /// Forgets every descriptor pushed so far (the buffers stay).
@@ -828,25 +831,17 @@ impl Emitter {
     /// Adds `runs` to the payload bytes and to the hulls of the bytes read and written.
     #[inline(always)]
     fn account(&mut self, runs: &[Run]) {
-        let (mut bytes, mut src, mut dst) = (self.bytes, self.src_hull, self.dst_hull);
         for r in runs {
-            bytes += r.len;
-            // a run ends inside the fabric (validated), so its end does not wrap
-            let end = |a: u64| a.wrapping_add(r.len);
-            if !r.fill {
-                src = (src.0.min(r.src), src.1.max(end(r.src)));
-            }
-            dst = (dst.0.min(r.dst), dst.1.max(end(r.dst)));
+            let (read, written) = r.hulls();
+            self.widen(read, written, r.len);
         }
-        (self.bytes, self.src_hull, self.dst_hull) = (bytes, src, dst);
     }
 
-    /// Adds `bytes` to the payload and `[lo, hi)` hulls around bytes read and written.
-    fn widen(&mut self, src: (u64, u64), dst: (u64, u64), bytes: u64) {
-        let join = |a: (u64, u64), b: (u64, u64)| (a.0.min(b.0), a.1.max(b.1));
+    /// Adds `bytes` to the payload and hulls around bytes read and written.
+    fn widen(&mut self, read: Hull, written: Hull, bytes: u64) {
         self.bytes += bytes;
-        self.src_hull = join(self.src_hull, src);
-        self.dst_hull = join(self.dst_hull, dst);
+        self.src_hull = self.src_hull.join(read);
+        self.dst_hull = self.dst_hull.join(written);
     }
 
     /// Keeps the first construction error.

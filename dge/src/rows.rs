@@ -14,7 +14,7 @@
 //! walk, which is this path's differential reference (see the tests).
 
 use crate::reshape::Reshaped;
-use crate::runs::{joins, IndexedBases, Run, MAX_RUN_BYTES};
+use crate::runs::{joins, Hull, IndexedBases, Run, MAX_RUN_BYTES};
 
 /// Where one side's row at each position starts.
 #[derive(Clone, Copy, Debug)]
@@ -29,9 +29,6 @@ enum RowSide<'a> {
         span: Option<(u64, u64)>,
     },
 }
-
-/// `[lo, hi)` of no bytes.
-const EMPTY_HULL: (u64, u64) = (u64::MAX, 0);
 
 impl RowSide<'_> {
     /// The start of row `i` (`row` bytes long), `None` when its index failed.
@@ -49,11 +46,11 @@ impl RowSide<'_> {
     /// `[lo, hi)` around every byte the side's `rows` rows of `row` bytes may touch: the
     /// whole block of a consecutive side (skipped rows included), the valid rows' span of
     /// an indexed one. Rows end inside the fabric (validated), so the ends do not wrap.
-    fn hull(&self, rows: usize, row: u64) -> (u64, u64) {
+    fn hull(&self, rows: usize, row: u64) -> Hull {
         match *self {
-            RowSide::Consecutive(start) => (start, start.wrapping_add(rows as u64 * row)),
+            RowSide::Consecutive(start) => Hull::new(start, start.wrapping_add(rows as u64 * row)),
             RowSide::Indexed { span, .. } => {
-                span.map_or(EMPTY_HULL, |(lo, hi)| (lo, hi.wrapping_add(row)))
+                span.map_or(Hull::EMPTY, |(lo, hi)| Hull::new(lo, hi.wrapping_add(row)))
             }
         }
     }
@@ -139,7 +136,7 @@ impl<'a> RowMove<'a> {
 
     /// `[lo, hi)` around every byte read and around every byte written (a superset of
     /// them: a consecutive side's skipped rows are inside).
-    pub fn hulls(&self) -> ((u64, u64), (u64, u64)) {
+    pub fn hulls(&self) -> (Hull, Hull) {
         (
             self.src.hull(self.rows, self.row),
             self.dst.hull(self.rows, self.row),
@@ -217,14 +214,13 @@ mod tests {
         let bytes = m.for_each_run(&mut |r| v.push(r));
         assert_eq!(bytes, v.iter().map(|r| r.len).sum::<u64>());
         let (src, dst) = m.hulls();
-        let inside = |(lo, hi): (u64, u64), a: u64, n: u64| lo <= a && a + n <= hi;
         for r in &v {
             assert!(
-                inside(src, r.src, r.len),
+                src.holds(r.src, r.len),
                 "{r:?} outside the source hull {src:?}"
             );
             assert!(
-                inside(dst, r.dst, r.len),
+                dst.holds(r.dst, r.len),
                 "{r:?} outside the destination hull {dst:?}"
             );
         }

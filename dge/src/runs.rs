@@ -67,6 +67,53 @@ impl Run {
     pub fn read_range(&self) -> Option<(u64, u64)> {
         (!self.fill).then_some((self.src, self.src + self.len))
     }
+
+    /// The hulls of the bytes the run reads (empty for a fill) and writes. A run ends
+    /// inside the fabric (validated), so its ends do not wrap.
+    #[inline(always)]
+    pub fn hulls(&self) -> (Hull, Hull) {
+        let read = match self.fill {
+            true => Hull::EMPTY,
+            false => Hull::new(self.src, self.src.wrapping_add(self.len)),
+        };
+        (read, Hull::new(self.dst, self.dst.wrapping_add(self.len)))
+    }
+}
+
+/// `[lo, hi)` around a set of byte ranges: what a request reads or writes, for the cheap
+/// test of whether its reads and writes can meet at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hull {
+    pub lo: u64,
+    pub hi: u64,
+}
+
+impl Hull {
+    /// The hull of no bytes (it meets nothing, and joining it changes nothing).
+    pub const EMPTY: Hull = Hull {
+        lo: u64::MAX,
+        hi: 0,
+    };
+
+    pub fn new(lo: u64, hi: u64) -> Hull {
+        Hull { lo, hi }
+    }
+
+    /// The hull of both.
+    #[inline(always)]
+    pub fn join(self, other: Hull) -> Hull {
+        Hull::new(self.lo.min(other.lo), self.hi.max(other.hi))
+    }
+
+    /// Whether the two share a byte.
+    pub fn meets(self, other: Hull) -> bool {
+        self.lo < other.hi && other.lo < self.hi
+    }
+
+    /// Whether `[addr, addr + len)` lies inside.
+    pub fn holds(self, addr: u64, len: u64) -> bool {
+        self.lo <= addr && addr.saturating_add(len) <= self.hi
+    }
 }
 
 /// The fill policy's per-position share of each row: `moved[k]` leading elements of

@@ -13,7 +13,7 @@
 //!   dealt round-robin in order of first appearance, and each group's runs stay in order.
 
 use crate::error::Error;
-use crate::runs::Run;
+use crate::runs::{Hull, Run};
 use hashbrown::HashMap;
 use smallvec::SmallVec;
 
@@ -110,15 +110,13 @@ fn slot_groups(runs: &[Run]) -> Option<Vec<usize>> {
 /// Whether the hull of the bytes `runs` read meets the hull of the bytes they write (if
 /// not, no byte can be both: one pass instead of two sorts).
 fn hulls_meet(runs: &[Run]) -> bool {
-    let join = |(lo, hi): (u64, u64), (a, b): (u64, u64)| (lo.min(a), hi.max(b));
-    let (mut read, mut written) = ((u64::MAX, 0), (u64::MAX, 0));
-    for r in runs {
-        if let Some(range) = r.read_range() {
-            read = join(read, range);
-        }
-        written = join(written, (r.dst, r.dst + r.len));
-    }
-    read.0 < written.1 && written.0 < read.1
+    let (read, written) = runs
+        .iter()
+        .fold((Hull::EMPTY, Hull::EMPTY), |(read, written), r| {
+            let (r, w) = r.hulls();
+            (read.join(r), written.join(w))
+        });
+    read.meets(written)
 }
 
 /// Group ordinal of every run: runs with overlapping destinations (transitively) share a
