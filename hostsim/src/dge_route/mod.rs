@@ -60,6 +60,7 @@ mod indirect_copy;
 mod test_support;
 
 use dge::generate::{generate_into, Generated};
+use dge::runs::Hull;
 use dge::{AccessPattern, ByteRanges, Request};
 use dma::{Addr4, AddressMap, Dtype, Engine, Fabric, FabricAddr, Location, ReplayReport, Space};
 
@@ -397,11 +398,10 @@ fn replay(
 /// request reading bytes an earlier one writes is an error. Requests whose hulls of bytes
 /// read and written do not meet (channels in their own partitions) need no closer look.
 fn cross_hazards(generated: &[Generated]) -> Result<bool, Error> {
-    let hulls: Vec<[(u64, u64); 2]> = generated.iter().map(hulls).collect();
-    let meet = |a: (u64, u64), b: (u64, u64)| a.0 < b.1 && b.0 < a.1;
+    let hulls: Vec<[Hull; 2]> = generated.iter().map(hulls).collect();
     let touching = hulls.iter().enumerate().any(|(j, later)| {
         hulls[..j].iter().any(|earlier| {
-            meet(earlier[1], later[0]) || meet(earlier[1], later[1]) || meet(earlier[0], later[1])
+            earlier[1].meets(later[0]) || earlier[1].meets(later[1]) || earlier[0].meets(later[1])
         })
     });
     if !touching {
@@ -432,17 +432,15 @@ fn cross_hazards(generated: &[Generated]) -> Result<bool, Error> {
     Ok(ordered)
 }
 
-/// The hulls `[read, written]` of one request's descriptors (empty: `(MAX, 0)`).
-fn hulls(g: &Generated) -> [(u64, u64); 2] {
-    let grow = |h: &mut (u64, u64), (a, len): (FabricAddr, u64)| {
-        *h = (h.0.min(a.0), h.1.max(a.0 + len));
-    };
-    let mut out = [(u64::MAX, 0); 2];
+/// The hulls `[read, written]` of one request's descriptors.
+fn hulls(g: &Generated) -> [Hull; 2] {
+    let hull = |(a, len): (FabricAddr, u64)| Hull::new(a.0, a.0 + len);
+    let mut out = [Hull::EMPTY; 2];
     for d in g.phases().flatten().flatten() {
         if let Some(r) = d.source_range() {
-            grow(&mut out[0], r);
+            out[0] = out[0].join(hull(r));
         }
-        grow(&mut out[1], d.dest_range());
+        out[1] = out[1].join(hull(d.dest_range()));
     }
     out
 }
