@@ -9,7 +9,10 @@
 //!   them, so one queue's consecutive descriptors stride 4 KiB (target >= 0.4x);
 //! - `add_f32`: 64 MiB of 64 KiB f32 add reductions sprayed round-robin (>= 0.3x);
 //! - `independent`: 256 MiB of 4 KiB copies, each queue within its own 64 KiB region,
-//!   2 workers against 1 (target >= 1.6x).
+//!   2 workers against 1 (target >= 1.6x);
+//! - `small`: replays of 16 to 16384 descriptors of 256 B and 64 to 4096 of 4 KiB, the median
+//!   whole `Engine::run` on the caller's thread against on 2 workers: where the default
+//!   [`dma::InlineLimit`] comes from.
 //!
 //! Each figure is the fastest of several runs (the machine may be shared: the fastest run is
 //! the least disturbed), after a warm-up run that materialises the destination pages; the
@@ -23,7 +26,9 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use dma::{DescOp, Descriptor, Dtype, Engine, EngineConfig, Fabric, FabricAddr, Generation};
+use dma::{
+    DescOp, Descriptor, Dtype, Engine, EngineConfig, Fabric, FabricAddr, Generation, InlineLimit,
+};
 
 const MIB: u64 = 1 << 20;
 const RUNS: usize = 9;
@@ -197,6 +202,54 @@ fn bench(w: &Workload) {
     }
 }
 
+/// Median whole-replay time of `queues` on an engine of 2 workers with `inline`.
+fn small_replay(queues: &[Vec<Descriptor>], inline: InlineLimit) -> Duration {
+    let config = EngineConfig {
+        workers: 2,
+        inline,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(config).expect("engine");
+    let mut fabric = Fabric::new(Generation::Mariana);
+    engine.run(&mut fabric, queues).expect("warm-up replay");
+    let times = (0..201)
+        .map(|_| {
+            let t = Instant::now();
+            engine.run(&mut fabric, queues).expect("replay");
+            t.elapsed()
+        })
+        .collect();
+    median(times)
+}
+
+/// The `small` rows: caller against workers by replay size.
+fn small_replays() {
+    const ALWAYS: InlineLimit = InlineLimit {
+        descriptors: u64::MAX,
+        bytes: u64::MAX,
+    };
+    println!("small replays (median of 201, 16 queues): descs x len, caller us, 2 workers us");
+    for (count, len) in [
+        (16, 256),
+        (256, 256),
+        (1024, 256),
+        (4096, 256),
+        (16384, 256),
+    ]
+    .into_iter()
+    .chain([(64, 4096), (256, 4096), (1024, 4096), (4096, 4096)])
+    {
+        let w = sprayed(("small", 0.0), count * len, len, COPY, Spray::RoundRobin);
+        let caller = small_replay(&w.queues, ALWAYS);
+        let workers = small_replay(&w.queues, InlineLimit::OFF);
+        println!(
+            "small {count:>5} x {len:>4} B {:>9.1} {:>9.1}",
+            caller.as_secs_f64() * 1e6,
+            workers.as_secs_f64() * 1e6
+        );
+    }
+}
+
 fn main() {
     // Arguments not starting with `--` (cargo passes `--bench`) filter workloads by name.
     let filter: Vec<String> = std::env::args()
@@ -232,5 +285,8 @@ fn main() {
         .filter(|w| filter.is_empty() || filter.iter().any(|f| w.name.contains(f.as_str())));
     for w in chosen {
         bench(w);
+    }
+    if filter.is_empty() || filter.iter().any(|f| "small".contains(f.as_str())) {
+        small_replays();
     }
 }

@@ -32,8 +32,8 @@ pub use descriptor::{
 };
 pub use dtype::Dtype;
 pub use engine::{
-    execute_sequential, Engine, EngineConfig, ExecutionStats, InvalidPolicy, QueueReport,
-    RaceCheck, ReplayReport, ReplaySummary, Session,
+    execute_sequential, Engine, EngineConfig, ExecutionStats, InlineLimit, InvalidPolicy,
+    QueueReport, RaceCheck, ReplayReport, ReplaySummary, Session,
 };
 pub use error::{AccessKind, Error};
 pub use fabric::{Fabric, PAGE_BYTES};

@@ -348,9 +348,11 @@ pub(crate) struct Running {
 }
 
 impl Running {
-    /// Moves `fabric` into the shared state and spawns the `queues` tasks.
+    /// Moves `fabric` into the shared state and spawns the `queues` tasks on `runtime`
+    /// (of `workers` threads).
     pub(crate) fn start(
         runtime: &Runtime,
+        workers: usize,
         fabric: Fabric,
         queues: usize,
         config: &EngineConfig,
@@ -375,7 +377,7 @@ impl Running {
             tasks,
             started: Instant::now(),
             counters: Counters::default(),
-            workers: config.workers,
+            workers,
         }
     }
 
@@ -510,12 +512,13 @@ fn first_error(
 /// the run, feeds the queues, and moves it back whatever happens.
 pub(crate) fn execute<S: QueueSource>(
     runtime: &Runtime,
+    workers: usize,
     fabric: &mut Fabric,
     source: &mut S,
     config: &EngineConfig,
 ) -> Result<ExecutionStats, Error> {
     let taken = std::mem::replace(fabric, Fabric::new(fabric.generation()));
-    let mut running = Running::start(runtime, taken, source.queues(), config);
+    let mut running = Running::start(runtime, workers, taken, source.queues(), config);
     let fed = blocking(|| runtime.block_on(running.feed(source, config.batch)));
     if fed.is_err() {
         running.shared.abort();
@@ -593,7 +596,7 @@ mod tests {
             vec![copy(0, 0x100).with_signal(sem)],
         ];
         f.reserve(FabricAddr(0x108), 8).unwrap();
-        let stats = execute(&rt, &mut f, &mut Slices::new(&queues), &config(1, 1)).unwrap();
+        let stats = execute(&rt, 1, &mut f, &mut Slices::new(&queues), &config(1, 1)).unwrap();
         let mut out = [0u8; 8];
         f.read(FabricAddr(0x108), &mut out).unwrap();
         assert_eq!(out, [5; 8]);
@@ -608,7 +611,7 @@ mod tests {
         let fill =
             |i: u64| Descriptor::fill(FabricAddr(i % 512 * 64), 64, Dtype::U8, i & 0xff).unwrap();
         let queues: Vec<Vec<Descriptor>> = (0..3).map(|_| (0..5000).map(fill).collect()).collect();
-        let stats = execute(&rt, &mut f, &mut Slices::new(&queues), &config(100, 2)).unwrap();
+        let stats = execute(&rt, 2, &mut f, &mut Slices::new(&queues), &config(100, 2)).unwrap();
         assert_eq!(stats.batches, 150);
         assert!(stats.max_buffered <= 3 * 3 * 100, "{}", stats.max_buffered);
         assert!(stats.max_buffered >= 100);
@@ -638,7 +641,7 @@ mod tests {
                 .unwrap()
                 .with_signal(sem)],
         ];
-        let e = execute(&rt, &mut f, &mut Slices::new(&queues), &config(4, 1)).unwrap_err();
+        let e = execute(&rt, 1, &mut f, &mut Slices::new(&queues), &config(4, 1)).unwrap_err();
         let Error::ReplayDescriptor {
             queue,
             index,
@@ -673,7 +676,14 @@ mod tests {
                 vec![fill(0).with_signal(sem)],
                 vec![fill(8), fill(16).with_wait(w), fill(24)],
             ];
-            let e = execute(&rt, &mut f, &mut Slices::new(&queues), &config(2, 1)).unwrap_err();
+            let e = execute(
+                &rt,
+                workers,
+                &mut f,
+                &mut Slices::new(&queues),
+                &config(2, 1),
+            )
+            .unwrap_err();
             let want = Error::SemaphoreDeadlock {
                 queue: 1,
                 index: 1,

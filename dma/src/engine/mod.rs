@@ -80,6 +80,7 @@ use crate::descriptor::Descriptor;
 use crate::error::Error;
 use crate::fabric::Fabric;
 use crate::queue_file::{VerifiedQueueFile, MAX_BATCH, MAX_QUEUES};
+use crate::timing::TimelineReport;
 use crate::FabricAddr;
 
 pub use report::{ExecutionStats, QueueReport, ReplayReport, ReplaySummary};
@@ -114,9 +115,50 @@ pub enum InvalidPolicy {
     Skip,
 }
 
+/// Which replays are small enough to run on the calling thread: those of at most
+/// `descriptors` descriptors moving at most `bytes` bytes (both limits hold).
+///
+/// Handing a replay to the worker threads costs a few thread wake-ups (tens of
+/// microseconds on a virtual machine whatever the replay's size); a small replay runs
+/// sooner on the caller, on a current-thread runtime, with the same queue tasks, channels
+/// and semaphores. Which runtime ran a replay changes nothing but its
+/// [`ExecutionStats`] (the memory and the [`ReplaySummary`] are the same for any schedule).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InlineLimit {
+    /// Descriptors at most.
+    pub descriptors: u64,
+    /// Bytes moved at most.
+    pub bytes: u64,
+}
+
+impl InlineLimit {
+    /// Only empty replays run on the caller: every other one goes to the workers.
+    pub const OFF: InlineLimit = InlineLimit {
+        descriptors: 0,
+        bytes: 0,
+    };
+
+    /// Whether a replay of `descriptors` moving `bytes` runs on the caller.
+    pub fn admits(self, descriptors: u64, bytes: u64) -> bool {
+        descriptors <= self.descriptors && bytes <= self.bytes
+    }
+}
+
+impl Default for InlineLimit {
+    /// 4096 descriptors (one DGE instruction's most) and 256 KiB: below that the caller
+    /// alone is about twice as fast as two workers whose wake-ups are counted, and above
+    /// about 1 MiB the workers win (`cargo bench -p dma --bench replay -- small`).
+    fn default() -> InlineLimit {
+        InlineLimit {
+            descriptors: 4096,
+            bytes: 256 << 10,
+        }
+    }
+}
+
 /// How the engine runs. [`EngineConfig::default`] gives 16 queues, one worker per core
 /// (at most 16), batches of 2048 descriptors, 2 batches per channel, no race check,
-/// [`InvalidPolicy::Reject`].
+/// [`InvalidPolicy::Reject`], the default [`InlineLimit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EngineConfig {
     /// DMA rings available, `1..=16`: a replay may use at most this many queues.
@@ -131,6 +173,8 @@ pub struct EngineConfig {
     pub race_check: RaceCheck,
     /// What to do with a descriptor off the fabric.
     pub invalid: InvalidPolicy,
+    /// Which replays run on the calling thread instead of the workers.
+    pub inline: InlineLimit,
 }
 
 impl Default for EngineConfig {
@@ -143,6 +187,7 @@ impl Default for EngineConfig {
             channel_depth: 2,
             race_check: RaceCheck::Off,
             invalid: InvalidPolicy::Reject,
+            inline: InlineLimit::default(),
         }
     }
 }
@@ -182,28 +227,39 @@ impl EngineConfig {
     }
 }
 
-/// The engine: a configuration and the tokio runtime its queues run on (built once, reused
-/// by every replay). Calls block their caller until the replay is done; they may be made
-/// from any thread, including one inside another runtime. Drop it outside async code (as
-/// any tokio runtime).
+/// The engine: a configuration and the tokio runtimes its queues run on (built once,
+/// reused by every replay): the multi-thread one of the workers, and a current-thread one
+/// for the replays [`EngineConfig::inline`] admits. Calls block their caller until the
+/// replay is done; they may be made from any thread, including one inside another
+/// runtime. Drop it outside async code (as any tokio runtime).
 #[derive(Debug)]
 pub struct Engine {
     config: EngineConfig,
     runtime: Runtime,
+    caller: Runtime,
 }
 
 impl Engine {
     /// Checks `config` and starts the runtime's worker threads.
     pub fn new(config: EngineConfig) -> Result<Engine, Error> {
         config.check()?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(config.workers)
-            .thread_name("dma-queue")
-            .build()
-            .map_err(|e| Error::EngineRuntime {
+        let built = |r: std::io::Result<Runtime>| {
+            r.map_err(|e| Error::EngineRuntime {
                 message: e.to_string(),
-            })?;
-        Ok(Engine { config, runtime })
+            })
+        };
+        let runtime = built(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(config.workers)
+                .thread_name("dma-queue")
+                .build(),
+        )?;
+        let caller = built(tokio::runtime::Builder::new_current_thread().build())?;
+        Ok(Engine {
+            config,
+            runtime,
+            caller,
+        })
     }
 
     /// The configuration.
@@ -297,6 +353,19 @@ impl Engine {
         Ok(())
     }
 
+    /// The runtime a validated replay runs on, and its worker-thread count.
+    fn runtime_for(&self, timeline: &TimelineReport) -> (&Runtime, usize) {
+        let sum = |f: fn(&crate::timing::QueueTiming) -> u64| timeline.queues.iter().map(f).sum();
+        match self
+            .config
+            .inline
+            .admits(sum(|q| q.descriptors), sum(|q| q.bytes))
+        {
+            true => (&self.caller, 1),
+            false => (&self.runtime, self.config.workers),
+        }
+    }
+
     /// Validate all, reserve, execute: the body of `run` and `replay_file`.
     fn replay<S: QueueSource>(
         &self,
@@ -307,7 +376,8 @@ impl Engine {
         let plan = validate::validate(fabric, source, &self.config)?;
         plan.pages.reserve(fabric)?;
         source.rewind();
-        let execution = exec::execute(&self.runtime, fabric, source, &self.config)?;
+        let (runtime, workers) = self.runtime_for(&plan.timeline);
+        let execution = exec::execute(runtime, workers, fabric, source, &self.config)?;
         Ok(ReplayReport {
             summary: ReplaySummary::new(fabric.generation(), plan.timeline, &plan.skipped, 0),
             execution,
@@ -342,21 +412,34 @@ mod tests {
     const SHARED: u64 = GROUP_BASE + GROUPS * GROUP;
     const MAX_LEN: u64 = 2048;
 
+    /// Every replay on the caller's thread.
+    const ALWAYS: InlineLimit = InlineLimit {
+        descriptors: u64::MAX,
+        bytes: u64::MAX,
+    };
+
+    /// `workers` 1 or 2: every replay on that many worker threads; 0: every replay on
+    /// the caller.
     fn config(workers: usize) -> EngineConfig {
         EngineConfig {
             queues: 16,
-            workers,
+            workers: workers.max(1),
             batch: 7,
             channel_depth: 1,
+            inline: if workers == 0 {
+                ALWAYS
+            } else {
+                InlineLimit::OFF
+            },
             ..EngineConfig::default()
         }
     }
 
-    /// Engines with 1 and 2 workers, shared by the tests.
+    /// Engines by [`config`]'s `workers` (0, 1, 2), shared by the tests.
     fn engine(workers: usize) -> &'static Engine {
-        static ENGINES: OnceLock<[Engine; 2]> = OnceLock::new();
-        let engines = ENGINES.get_or_init(|| [1, 2].map(|w| Engine::new(config(w)).unwrap()));
-        &engines[workers - 1]
+        static ENGINES: OnceLock<[Engine; 3]> = OnceLock::new();
+        let engines = ENGINES.get_or_init(|| [0, 1, 2].map(|w| Engine::new(config(w)).unwrap()));
+        &engines[workers]
     }
 
     fn with(workers: usize, f: impl FnOnce(&mut EngineConfig)) -> Engine {
@@ -515,7 +598,7 @@ mod tests {
         fn engine_equals_the_flat_reference(
             specs in proptest::collection::vec(arb_spec(), 1..120),
             queues in 1..=16usize,
-            workers in 1..=2usize,
+            workers in 0..=2usize,
         ) {
             let descs: Vec<(u64, Descriptor)> = specs.iter().map(|s| (s.group, s.descriptor())).collect();
             let queues = spray(&descs, queues);
@@ -537,12 +620,12 @@ mod tests {
     const MAILBOX: u64 = 4096;
     const MAILBOXES: u64 = GROUP_BASE / MAILBOX;
 
-    /// Engines with the race check on, 1 and 2 workers.
+    /// Engines with the race check on, by [`config`]'s `workers` (0, 1, 2).
     fn checking_engine(workers: usize) -> &'static Engine {
-        static ENGINES: OnceLock<[Engine; 2]> = OnceLock::new();
+        static ENGINES: OnceLock<[Engine; 3]> = OnceLock::new();
         let engines =
-            ENGINES.get_or_init(|| [1, 2].map(|w| with(w, |c| c.race_check = RaceCheck::On)));
-        &engines[workers - 1]
+            ENGINES.get_or_init(|| [0, 1, 2].map(|w| with(w, |c| c.race_check = RaceCheck::On)));
+        &engines[workers]
     }
 
     /// Builds `queues` queues from `items` (group `g` to queue `g % queues`). An item with
@@ -607,7 +690,7 @@ mod tests {
                 1..100,
             ),
             queues in 1..=16usize,
-            workers in 1..=2usize,
+            workers in 0..=2usize,
         ) {
             let (sprayed, order) = mailbox_queues(&items, queues, true);
             let in_order: Vec<Descriptor> = order.iter().map(|&(q, i)| sprayed[q][i]).collect();
@@ -691,7 +774,7 @@ mod tests {
         for queues in [1, 2, 4, 16] {
             let sprayed = spray(&descs, queues);
             let mut summaries = Vec::new();
-            for workers in [1, 2] {
+            for workers in [0, 1, 2] {
                 for batch in [1, 64, 4096] {
                     let e = with(workers, |c| c.batch = batch);
                     let mut f = fabric();
@@ -1059,14 +1142,39 @@ mod tests {
             .build()
             .unwrap();
         let queues = vec![vec![fill(0x40, 8, 9)]];
-        let mut f = fabric();
-        let r = rt
-            .block_on(async { engine(1).run(&mut f, &queues) })
-            .unwrap();
-        assert_eq!(r.summary.bytes, 8);
-        let mut out = [0u8; 8];
-        f.read(FabricAddr(0x40), &mut out).unwrap();
-        assert_eq!(out, [9; 8]);
+        for workers in [0, 1] {
+            let mut f = fabric();
+            let r = rt
+                .block_on(async { engine(workers).run(&mut f, &queues) })
+                .unwrap();
+            assert_eq!(r.summary.bytes, 8);
+            let mut out = [0u8; 8];
+            f.read(FabricAddr(0x40), &mut out).unwrap();
+            assert_eq!(out, [9; 8]);
+        }
+    }
+
+    #[test]
+    fn small_replays_run_on_the_caller_and_larger_ones_on_the_workers() {
+        let limit = InlineLimit {
+            descriptors: 4,
+            bytes: 64,
+        };
+        assert!(limit.admits(4, 64) && limit.admits(0, 0));
+        assert!(!limit.admits(5, 1) && !limit.admits(1, 65));
+        assert!(InlineLimit::OFF.admits(0, 0) && !InlineLimit::OFF.admits(1, 1));
+        let e = with(2, |c| c.inline = limit);
+        let small = vec![vec![fill(0x40, 8, 9)], vec![fill(0x80, 8, 7)]];
+        let many = vec![(0..5).map(|i| fill(0x40 + 8 * i, 8, 1)).collect()];
+        let wide = vec![vec![fill(0x40, 65, 3)]];
+        for (queues, workers) in [(small, 1), (many, 2), (wide, 2)] {
+            let mut f = fabric();
+            let report = e.run(&mut f, &queues).unwrap();
+            assert_eq!(report.execution.workers, workers);
+            let mut g = fabric();
+            execute_sequential(&mut g, &queues).unwrap();
+            assert_eq!(f.first_difference(&g), None);
+        }
     }
 
     fn file_of(

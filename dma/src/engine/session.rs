@@ -255,7 +255,7 @@ impl Session {
     ) -> Session {
         let config = engine.config();
         Session {
-            running: Running::start(&engine.runtime, fabric, queues, config),
+            running: Running::start(&engine.runtime, config.workers, fabric, queues, config),
             checker: PushChecker {
                 declared,
                 ledger: SemaphoreLedger::new(),
