@@ -4,8 +4,8 @@
 //! # Storage
 //!
 //! The whole unified address map (see [`crate::addr`]) is stored as sparse pages of
-//! [`PAGE_BYTES`] (64 KiB) of fabric address space, keyed by `address >> 16` in one hash
-//! map. A page exists only once something may have written it, so HBM (32–144 GiB) costs
+//! [`PAGE_BYTES`] (64 KiB) of fabric address space, keyed by `address >> 16` in a
+//! two-level page table (no hashing; see the `page_table` module). A page exists only once something may have written it, so HBM (32–144 GiB) costs
 //! nothing until touched, and SBUF and PSUM are lazy in the same way. Pages are aligned in
 //! the map: an SBUF partition (stride 256 KiB) is 3, 3.5 or 4 pages; four 16 KiB PSUM
 //! partitions share one page. Bytes of a page outside every region (the SBUF partition
@@ -58,7 +58,6 @@ use std::sync::{
     PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError, TryLockResult,
 };
 
-use hashbrown::HashMap;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use crate::addr::{AddressMap, FabricAddr, Region, RegionCache};
@@ -66,6 +65,7 @@ use crate::compute::{self, ComputeOp, Element};
 use crate::dtype::Dtype;
 use crate::error::Error;
 use crate::generation::Generation;
+use crate::page_table::PageTable;
 
 /// Bytes in one storage page (64 KiB of fabric address space).
 pub const PAGE_BYTES: u64 = 1 << PAGE_SHIFT;
@@ -159,7 +159,7 @@ fn overlaps(src: u64, dst: u64, len: u64) -> bool {
 /// The HBM, SBUF and PSUM storage of one generation's fabric.
 pub struct Fabric {
     map: AddressMap,
-    pages: HashMap<u64, Page>,
+    pages: PageTable<Page>,
 }
 
 impl Fabric {
@@ -167,7 +167,7 @@ impl Fabric {
     pub fn new(generation: Generation) -> Fabric {
         Fabric {
             map: AddressMap::new(generation),
-            pages: HashMap::new(),
+            pages: PageTable::new(generation.hbm_bytes()),
         }
     }
 
@@ -197,14 +197,19 @@ impl Fabric {
     /// write there. Contents do not change.
     pub fn reserve(&mut self, addr: FabricAddr, len: u64) -> Result<(), Error> {
         for key in self.page_keys(addr, len)? {
-            self.pages.entry(key).or_insert_with(Page::zeroed);
+            // A checked range's keys are all in a window of the map.
+            if self.pages.get_or_insert_with(key, Page::zeroed).is_none() {
+                return Err(Error::Unmapped {
+                    addr: key << PAGE_SHIFT,
+                });
+            }
         }
         Ok(())
     }
 
     /// Fails on the first of the pages `keys` that is not reserved.
     fn check_pages_reserved(&self, mut keys: std::ops::Range<u64>) -> Result<(), Error> {
-        match keys.find(|k| !self.pages.contains_key(k)) {
+        match keys.find(|&k| !self.pages.contains(k)) {
             Some(key) => Err(not_reserved(key)),
             None => Ok(()),
         }
@@ -228,7 +233,7 @@ impl Fabric {
             // Walk pieces lie inside `buf` and inside one page.
             let out = &mut buf[off as usize..off as usize + n];
             let (key, po) = split(addr.0 + off);
-            match self.pages.get(&key) {
+            match self.pages.get(key) {
                 Some(page) => out.copy_from_slice(&page.read()[po..po + n]),
                 None => out.fill(0),
             }
@@ -409,16 +414,16 @@ impl Fabric {
     pub fn first_difference(&self, other: &Fabric) -> Option<FabricAddr> {
         let mut keys: Vec<u64> = self
             .pages
-            .keys()
-            .chain(other.pages.keys())
-            .copied()
+            .iter()
+            .chain(other.pages.iter())
+            .map(|(key, _)| key)
             .collect();
         keys.sort_unstable();
         keys.dedup();
         keys.into_iter().find_map(|key| {
             let (a, b) = (
-                self.pages.get(&key).map(Page::read),
-                other.pages.get(&key).map(Page::read),
+                self.pages.get(key).map(Page::read),
+                other.pages.get(key).map(Page::read),
             );
             let a = a.as_deref().map_or(&ZERO_PAGE[..], |p| &p[..]);
             let b = b.as_deref().map_or(&ZERO_PAGE[..], |p| &p[..]);
@@ -434,13 +439,8 @@ impl Fabric {
     /// every non-zero page and its key, in address order, with a splitmix64 finaliser.
     /// Equal contents give equal digests whatever was allocated; not cryptographic.
     pub fn digest(&self) -> u64 {
-        let mut keys: Vec<u64> = self.pages.keys().copied().collect();
-        keys.sort_unstable();
         let mut h = DIGEST_SEED;
-        for key in keys {
-            let Some(page) = self.pages.get(&key) else {
-                continue;
-            };
+        for (key, page) in self.pages.iter() {
             let bytes = page.read();
             if is_zero(&bytes) {
                 continue;
@@ -453,11 +453,7 @@ impl Fabric {
 
 impl Clone for Fabric {
     fn clone(&self) -> Fabric {
-        let pages = self
-            .pages
-            .iter()
-            .map(|(k, p)| (*k, Page::from_bytes(p.read().clone())))
-            .collect();
+        let pages = self.pages.map(|p| Page::from_bytes(p.read().clone()));
         Fabric {
             map: self.map,
             pages,
@@ -531,7 +527,7 @@ impl<'a> PageLocks<'a> {
         if ahead.key != key {
             *ahead = Ahead {
                 key,
-                at: self.fabric.pages.get(&key).map_or(0, |p| p.at),
+                at: self.fabric.pages.get(key).map_or(0, |p| p.at),
             };
         }
         if ahead.at == 0 {
@@ -692,7 +688,7 @@ impl<'a> PageLocks<'a> {
     /// line, so that the common case (nothing to lock) stays small where it is inlined.
     #[inline(never)]
     fn relock(&mut self, sk: u64, dk: u64) {
-        let pages: &'a HashMap<u64, Page> = &self.fabric.pages;
+        let pages: &'a PageTable<Page> = &self.fabric.pages;
         self.dst.aim(dk, pages);
         if sk == dk {
             self.src = Slot::EMPTY;
@@ -855,17 +851,17 @@ impl<'a, G> Slot<'a, G> {
 
     /// Aims the slot at page `key`: another page is looked up and the old guard released.
     #[inline]
-    fn aim(&mut self, key: u64, pages: &'a HashMap<u64, Page>) {
+    fn aim(&mut self, key: u64, pages: &'a PageTable<Page>) {
         if self.key != key {
             self.retarget(key, pages);
         }
     }
 
     #[inline(never)]
-    fn retarget(&mut self, key: u64, pages: &'a HashMap<u64, Page>) {
+    fn retarget(&mut self, key: u64, pages: &'a PageTable<Page>) {
         *self = Slot {
             key,
-            page: pages.get(&key),
+            page: pages.get(key),
             guard: None,
         };
     }

@@ -22,6 +22,7 @@ pub mod engine;
 pub mod error;
 pub mod fabric;
 pub mod generation;
+mod page_table;
 pub mod queue_file;
 pub mod timing;
 
