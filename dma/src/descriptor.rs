@@ -559,6 +559,11 @@ impl SemaphoreLedger {
         SemaphoreLedger::default()
     }
 
+    /// Whether nothing was recorded: no SIGNAL and no WAIT.
+    pub fn is_empty(&self) -> bool {
+        self.owner.iter().all(Option::is_none) && self.max_wait.iter().all(Option::is_none)
+    }
+
     /// Records descriptor `index` of `queue`; rejects a second signalling queue.
     pub fn record(&mut self, queue: usize, index: u64, d: &Descriptor) -> Result<(), Error> {
         if let Some(w) = d.wait {

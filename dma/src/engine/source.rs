@@ -18,6 +18,11 @@ pub(crate) trait QueueSource: Send {
 
     /// Starts every queue over.
     fn rewind(&mut self);
+
+    /// Every queue at once, if the source holds them in memory.
+    fn in_memory(&self) -> Option<&[Vec<Descriptor>]> {
+        None
+    }
 }
 
 /// Queues held in memory.
@@ -53,6 +58,10 @@ impl QueueSource for Slices<'_> {
 
     fn rewind(&mut self) {
         self.cursors.fill(0);
+    }
+
+    fn in_memory(&self) -> Option<&[Vec<Descriptor>]> {
+        Some(self.queues)
     }
 }
 

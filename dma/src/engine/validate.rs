@@ -7,6 +7,11 @@
 //! that is never reached), the rest of the queues stream through the range and semaphore
 //! checks alone, and the semaphore error is reported at the end. The batch size is fixed
 //! so that which bad descriptor is reported does not depend on the engine's configuration.
+//!
+//! A large replay held in memory, with no semaphore and no race check, is validated on two
+//! threads, half of the queues each (every queue's checks and timing then depend on that
+//! queue alone, so the plan is the same); a half that meets a semaphore or an error hands
+//! the whole replay back to the in-order pass, so errors are reported as above.
 
 use hashbrown::HashMap;
 
@@ -83,8 +88,98 @@ impl RangeRule {
     }
 }
 
+/// Replays of at least this many descriptors held in memory are validated on two threads
+/// (see [`validate_split`]); below it starting the second thread costs about what it saves.
+pub(crate) const SPLIT_MIN: usize = 32 * 1024;
+
 /// Runs the whole validation pass over `source` (which it leaves at the end).
 pub(crate) fn validate<S: QueueSource>(
+    fabric: &Fabric,
+    source: &mut S,
+    config: &EngineConfig,
+) -> Result<Plan, Error> {
+    if let Some(plan) = source
+        .in_memory()
+        .and_then(|queues| validate_split(fabric, queues, config, SPLIT_MIN))
+    {
+        return plan;
+    }
+    validate_in_order(fabric, source, config)
+}
+
+/// Validation of in-memory queues split over two threads, the even-numbered queues on
+/// this one and the odd-numbered on a helper, when the replay has at least `min`
+/// descriptors, two queues, two workers and no race check. Without semaphores every
+/// queue's checks and timing depend on that queue alone, so the halves give exactly the
+/// plan of [`validate_in_order`]. `None` (validate in order instead) when the split does
+/// not apply, when some queue has a semaphore, and when a half finds an error: the error
+/// reported is then the one the in-order pass meets first, whatever the split.
+fn validate_split(
+    fabric: &Fabric,
+    queues: &[Vec<Descriptor>],
+    config: &EngineConfig,
+    min: usize,
+) -> Option<Result<Plan, Error>> {
+    let total: usize = queues.iter().map(Vec::len).sum();
+    if total < min || queues.len() < 2 || config.workers < 2 || config.race_check == RaceCheck::On {
+        return None;
+    }
+    let (even, odd) = std::thread::scope(|s| {
+        let odd = s.spawn(|| validate_half(fabric, queues, config, 1));
+        (validate_half(fabric, queues, config, 0), odd.join())
+    });
+    let odd = odd.unwrap_or_else(|p| std::panic::resume_unwind(p));
+    let (mut plan, odd) = (even?, odd?);
+    for q in (1..queues.len()).step_by(2) {
+        let (Some(to), Some(from)) = (plan.timeline.queues.get_mut(q), odd.timeline.queues.get(q))
+        else {
+            return None;
+        };
+        *to = from.clone();
+        plan.skipped[q] = odd.skipped[q];
+    }
+    plan.timeline.makespan_ps = plan.timeline.makespan_ps.max(odd.timeline.makespan_ps);
+    plan.pages.merge(odd.pages);
+    Some(Ok(plan))
+}
+
+/// The in-order pass over the queues `parity, parity + 2, ..` alone (the others stay
+/// empty): their plan, or `None` on a semaphore or an error.
+fn validate_half(
+    fabric: &Fabric,
+    queues: &[Vec<Descriptor>],
+    config: &EngineConfig,
+    parity: usize,
+) -> Option<Plan> {
+    let mut v = Validator::new(fabric, queues.len(), config).ok()?;
+    let mine = || (parity..queues.len()).step_by(2);
+    for q in (0..queues.len()).filter(|q| q % 2 != parity) {
+        v.timeline.close(q).ok()?;
+    }
+    let mut at = 0;
+    while mine().any(|q| queues[q].len() > at) {
+        for q in mine() {
+            let batch = queues[q].get(at..).unwrap_or_default();
+            let batch = batch.get(..VALIDATE_BATCH).unwrap_or(batch);
+            if batch.is_empty() {
+                continue;
+            }
+            v.push(q, batch, true).ok()?;
+            if !v.ledger.is_empty() {
+                return None;
+            }
+        }
+        at += VALIDATE_BATCH;
+    }
+    for q in mine() {
+        v.timeline.close(q).ok()?;
+    }
+    v.finish().ok()
+}
+
+/// The in-order validation pass: queues fed a batch at a time, round-robin, as the
+/// timeline lets them.
+fn validate_in_order<S: QueueSource>(
     fabric: &Fabric,
     source: &mut S,
     config: &EngineConfig,
@@ -238,6 +333,14 @@ impl PageSet {
         self.last = Some((lo, hi));
     }
 
+    /// Adds every page of `other`.
+    fn merge(&mut self, other: PageSet) {
+        for (page, addr) in other.pages {
+            self.pages.entry(page).or_insert(addr);
+        }
+        self.last = None;
+    }
+
     /// Reserves every page (contents unchanged).
     pub(crate) fn reserve(&self, fabric: &mut Fabric) -> Result<(), Error> {
         for &addr in self.pages.values() {
@@ -255,6 +358,7 @@ mod tests {
     use crate::dtype::Dtype;
     use crate::engine::source::Slices;
     use crate::generation::Generation;
+    use proptest::prelude::*;
 
     const P: u64 = PAGE_BYTES;
 
@@ -273,6 +377,64 @@ mod tests {
         EngineConfig {
             invalid,
             ..EngineConfig::default()
+        }
+    }
+
+    /// A plan as comparable values: timeline, skipped counts, the sorted written pages.
+    fn summary(plan: &Plan) -> (TimelineReport, Vec<Skipped>, Vec<u64>) {
+        let mut pages: Vec<u64> = plan.pages.pages.keys().copied().collect();
+        pages.sort_unstable();
+        (plan.timeline.clone(), plan.skipped.clone(), pages)
+    }
+
+    /// One descriptor of the split test: a copy inside HBM (or, `bad`, from the gap below
+    /// SBUF), and, `sem`, a SIGNAL of semaphore 0.
+    fn arb_descriptor() -> impl Strategy<Value = Descriptor> {
+        (
+            0..64u64,
+            0..64u64,
+            1..300u32,
+            proptest::bool::weighted(0.01),
+            proptest::bool::weighted(0.005),
+        )
+            .prop_map(|(s, d, len, bad, sem)| {
+                let src = if bad { SBUF_BASE - 0x1000 } else { s * 4096 };
+                let c = copy(src, (1 << 30) + d * 40_000, len);
+                match sem {
+                    true => c.with_signal(crate::descriptor::SemId::new(0).unwrap()),
+                    false => c,
+                }
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// The split validation gives the in-order plan whenever it applies, and it
+        /// applies exactly when the in-order pass succeeds on queues without semaphores.
+        #[test]
+        fn the_split_validation_equals_the_in_order_one(
+            queues in proptest::collection::vec(
+                proptest::collection::vec(arb_descriptor(), 0..40), 2..=16),
+            skip in proptest::bool::ANY,
+        ) {
+            let f = Fabric::new(Generation::Cayman);
+            let policy = if skip { InvalidPolicy::Skip } else { InvalidPolicy::Reject };
+            let config = EngineConfig { workers: 2, ..config(policy) };
+            let in_order = validate_in_order(&f, &mut Slices::new(&queues), &config);
+            let split = validate_split(&f, &queues, &config, 0);
+            let semaphores = queues.iter().flatten().any(|d| d.signal().is_some());
+            match (&in_order, split) {
+                (Ok(want), Some(Ok(got))) => prop_assert_eq!(summary(&got), summary(want)),
+                (Ok(_), None) => prop_assert!(semaphores, "the split refused a plain replay"),
+                (Err(_), None) => {}
+                (_, got) => prop_assert!(false, "in order {in_order:?}, split {got:?}"),
+            }
+            // one worker, or fewer descriptors than asked: no split
+            let one = EngineConfig { workers: 1, ..config };
+            prop_assert!(validate_split(&f, &queues, &one, 0).is_none());
+            let total: usize = queues.iter().map(Vec::len).sum();
+            prop_assert!(validate_split(&f, &queues, &config, total + 1).is_none());
         }
     }
 
