@@ -424,6 +424,12 @@ impl Running {
             let Some(tx) = slot.as_ref() else {
                 continue;
             };
+            if source.is_done(queue) {
+                // Nothing left: close the channel now, not once it has room.
+                *slot = None;
+                changed = true;
+                continue;
+            }
             let close = match tx.try_reserve() {
                 Ok(permit) => {
                     let descriptors = source.next(queue, batch)?;
