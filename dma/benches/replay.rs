@@ -16,7 +16,8 @@
 //!
 //! Each figure is the fastest of several runs (the machine may be shared: the fastest run is
 //! the least disturbed), after a warm-up run that materialises the destination pages; the
-//! memcpy baseline is measured the same way. `med/m` is the median execution run against
+//! memcpy baseline is measured the same way, one copy before each replay run, so that it
+//! samples the same phases of the machine as the replays it is compared with. `med/m` is the median execution run against
 //! the fastest memcpy, to show the spread. `exec` is the report's execution wall time; `e2e` is the whole
 //! `Engine::run` (validation, page reservation and execution). `memcpy` is one
 //! `copy_from_slice` of all the bytes between two pre-faulted buffers. The engine runs with
@@ -123,25 +124,38 @@ fn gbps(bytes: u64, t: Duration) -> f64 {
     bytes as f64 / t.as_secs_f64() / 1e9
 }
 
-/// Fastest memcpy time of `bytes` between two pre-faulted buffers.
-fn memcpy(bytes: u64) -> Duration {
-    let src: Vec<u8> = (0..bytes).map(|i| ((i * 131) >> 7) as u8).collect();
-    let mut dst = vec![1u8; bytes as usize];
-    dst.copy_from_slice(&src);
-    let times = (0..RUNS)
-        .map(|_| {
-            let t = Instant::now();
-            dst.copy_from_slice(black_box(&src));
-            black_box(&mut dst);
-            t.elapsed()
-        })
-        .collect();
-    fastest(times)
+/// The memcpy baseline: two pre-faulted buffers of the workload's size, copied once
+/// before each replay run so that both sample the same moments of a shared machine.
+struct Memcpy {
+    src: Vec<u8>,
+    dst: Vec<u8>,
+    times: Vec<Duration>,
+}
+
+impl Memcpy {
+    fn new(bytes: u64) -> Memcpy {
+        let src: Vec<u8> = (0..bytes).map(|i| ((i * 131) >> 7) as u8).collect();
+        let mut dst = vec![1u8; bytes as usize];
+        dst.copy_from_slice(&src);
+        Memcpy {
+            src,
+            dst,
+            times: Vec::new(),
+        }
+    }
+
+    /// Times one copy.
+    fn sample(&mut self) {
+        let t = Instant::now();
+        self.dst.copy_from_slice(black_box(&self.src));
+        black_box(&mut self.dst);
+        self.times.push(t.elapsed());
+    }
 }
 
 /// Fastest execution, median execution and fastest end-to-end replay times with
-/// `workers` threads.
-fn replay(w: &Workload, workers: usize) -> (Duration, Duration, Duration) {
+/// `workers` threads, a memcpy sample before each run.
+fn replay(w: &Workload, workers: usize, base: &mut Memcpy) -> (Duration, Duration, Duration) {
     let batch = std::env::var("DMA_BENCH_BATCH")
         .ok()
         .and_then(|b| b.parse().ok());
@@ -160,6 +174,7 @@ fn replay(w: &Workload, workers: usize) -> (Duration, Duration, Duration) {
     engine.run(&mut fabric, &w.queues).expect("warm-up replay");
     let (mut exec, mut e2e) = (Vec::new(), Vec::new());
     for _ in 0..RUNS {
+        base.sample();
         let t = Instant::now();
         let report = engine.run(&mut fabric, &w.queues).expect("replay");
         e2e.push(t.elapsed());
@@ -171,11 +186,15 @@ fn replay(w: &Workload, workers: usize) -> (Duration, Duration, Duration) {
 
 /// Runs one workload with 1 and 2 workers and prints its rows.
 fn bench(w: &Workload) {
-    let base = memcpy(w.bytes);
+    let mut memcpy = Memcpy::new(w.bytes);
     let descs: usize = w.queues.iter().map(Vec::len).sum();
+    let runs: Vec<_> = [1, 2]
+        .into_iter()
+        .map(|workers| (workers, replay(w, workers, &mut memcpy)))
+        .collect();
+    let base = fastest(memcpy.times);
     let mut exec_by_workers = Vec::new();
-    for workers in [1, 2] {
-        let (exec, med, e2e) = replay(w, workers);
+    for (workers, (exec, med, e2e)) in runs {
         exec_by_workers.push(exec);
         println!(
             "{:<12} {:>8} {:>8} {:>3} {:>9.2} {:>9.2} {:>9.2} {:>6.2}x {:>6.2}x {:>6.2}x",
