@@ -424,6 +424,10 @@ fn independent_queues(total: u64) -> Result<Vec<Vec<Descriptor>>, Error> {
     Ok(queues)
 }
 
+/// Runs of [`replay_workers`] per `--repeat` and worker count: one run takes
+/// milliseconds, so more of them make its medians steady.
+const ROUNDS_PER_REPEAT: usize = 5;
+
 fn replay_workers(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
     const BYTES: u64 = 256 << 20;
     let memcpy_s = memcpy_seconds(BYTES, repeat);
@@ -438,7 +442,7 @@ fn replay_workers(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
                 workers,
                 ..EngineConfig::default()
             })?;
-            (seconds[slot], stats) = time_runs(repeat, || {
+            (seconds[slot], stats) = time_runs(ROUNDS_PER_REPEAT * repeat.max(1), || {
                 let r = engine.run(&mut fabric, &queues)?;
                 Ok(RunStats {
                     descriptors: r.summary.descriptors,
