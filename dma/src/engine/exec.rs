@@ -5,6 +5,9 @@
 //! channel has room and sleeps only when none has, until a queue task takes a batch (a
 //! `Notify` permit). So a queue held on a semaphore cannot starve the queue that will
 //! signal it; validation proved every wait is reached, hence the run always ends.
+//!
+//! An in-memory replay without semaphores whose queues fit their channels whole skips the
+//! feeder: [`execute_claimed`] lets the calling thread and the workers claim whole queues.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -462,6 +465,7 @@ impl Running {
             workers: self.workers,
             batches: self.counters.batches,
             max_buffered: self.counters.max_in_flight,
+            claimed: false,
         };
         let aborted = self.shared.is_aborted();
         let outcome = first_error(results).and(match aborted {
@@ -512,6 +516,135 @@ fn first_error(
         }
     }
     Ok(())
+}
+
+/// Whether a validated in-memory replay for two or more workers may run by claiming
+/// ([`execute_claimed`]): it has no semaphore, and every queue fits the batches its channel
+/// would hold at once (so that copying it whole costs no more memory than feeding it).
+pub(crate) fn claimable(
+    queues: &[Vec<Descriptor>],
+    semaphores: bool,
+    config: &EngineConfig,
+) -> bool {
+    let at_once = config.batch.saturating_mul(config.channel_depth);
+    !semaphores && queues.iter().all(|q| q.len() <= at_once)
+}
+
+/// Executes a validated, [`claimable`] replay whose destination pages are reserved: the
+/// calling thread and `workers - 1` tasks on the runtime each claim the next queue not yet
+/// claimed and run it to its end, in batches of [`EngineConfig::batch`]. The caller works
+/// from the start instead of sleeping while the workers wake, and waits at most for the
+/// last queue another thread runs. Queues still execute in order, each on one thread; the
+/// first failing queue's error (in queue order) is returned, as in [`execute`].
+pub(crate) fn execute_claimed(
+    runtime: &Runtime,
+    workers: usize,
+    fabric: &mut Fabric,
+    queues: &[Vec<Descriptor>],
+    config: &EngineConfig,
+) -> Result<ExecutionStats, Error> {
+    let taken = std::mem::replace(fabric, Fabric::new(fabric.generation()));
+    let skip = config.invalid == InvalidPolicy::Skip;
+    let claims = Arc::new(Claims {
+        shared: Shared::new(taken, skip, queues.len()),
+        queues: queues.to_vec(),
+        next: AtomicUsize::new(0),
+        results: Mutex::new(vec![Ok(()); queues.len()]),
+        batch: config.batch,
+    });
+    let started = Instant::now();
+    let helpers: Vec<_> = (1..workers)
+        .map(|_| runtime.spawn(Arc::clone(&claims).claim_all()))
+        .collect();
+    // A panic on this thread is caught as the helpers' are by their tasks: its queue's
+    // result already says it failed, and the helpers are waited for all the same.
+    let mine = Arc::clone(&claims);
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        blocking(|| runtime.block_on(mine.claim_all()))
+    }));
+    blocking(|| runtime.block_on(join_all(helpers)));
+    let stats = ExecutionStats {
+        wall: started.elapsed(),
+        workers,
+        batches: queues
+            .iter()
+            .map(|q| q.len().div_ceil(config.batch) as u64)
+            .sum(),
+        max_buffered: queues.iter().map(Vec::len).sum(),
+        claimed: true,
+    };
+    // Every helper has ended and dropped its handle; the clone is a safe fallback.
+    let (fabric_back, outcome) = match Arc::try_unwrap(claims) {
+        Ok(c) => {
+            let aborted = c.shared.is_aborted();
+            (c.shared.fabric, first_failure(c.results, aborted))
+        }
+        Err(c) => (c.shared.fabric.clone(), Err(Error::RunAborted)),
+    };
+    *fabric = fabric_back;
+    outcome.map(|()| stats)
+}
+
+/// The queues of a claimed run, who takes which next, and each queue's outcome.
+struct Claims {
+    shared: Shared,
+    queues: Vec<Vec<Descriptor>>,
+    next: AtomicUsize,
+    results: Mutex<Vec<Result<(), Error>>>,
+    batch: usize,
+}
+
+impl Claims {
+    /// Claims queues and runs each to its end until none is left or the run aborted.
+    async fn claim_all(self: Arc<Claims>) {
+        loop {
+            let queue = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(descs) = self.queues.get(queue) else {
+                return;
+            };
+            // Failed until it ends: a queue that panics stays failed.
+            self.record(queue, Err(Error::RunAborted));
+            let mut guard = AbortOnDrop {
+                shared: &self.shared,
+                queue,
+                armed: true,
+            };
+            let outcome = self.run_queue(queue, descs).await;
+            guard.armed = outcome.is_err();
+            drop(guard);
+            self.record(queue, outcome);
+        }
+    }
+
+    fn record(&self, queue: usize, outcome: Result<(), Error>) {
+        let mut results = self.results.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = results.get_mut(queue) {
+            *slot = outcome;
+        }
+    }
+
+    /// One queue's batches in order (a batch never waits: the run has no semaphore).
+    async fn run_queue(&self, queue: usize, descs: &[Descriptor]) -> Result<(), Error> {
+        let mut first = 0u64;
+        for batch in descs.chunks(self.batch.max(1)) {
+            if !self.shared.run_batch(queue, first, batch).await? {
+                break;
+            }
+            first += batch.len() as u64;
+        }
+        Ok(())
+    }
+}
+
+/// The first failing queue's error in queue order ([`Error::RunAborted`] for one that
+/// panicked), or [`Error::RunAborted`] if the run was aborted without one.
+fn first_failure(results: Mutex<Vec<Result<(), Error>>>, aborted: bool) -> Result<(), Error> {
+    let results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    results.into_iter().collect::<Result<Vec<()>, Error>>()?;
+    match aborted {
+        false => Ok(()),
+        true => Err(Error::RunAborted),
+    }
 }
 
 /// Executes a validated source whose destination pages are reserved: moves the fabric into
@@ -703,6 +836,91 @@ mod tests {
             assert_eq!(out[..16], [3; 16]);
             assert_eq!(out[16..], [0; 16]);
         }
+    }
+
+    /// Four queues of fills and copies over one reserved 64 KiB window.
+    fn four_queues() -> Vec<Vec<Descriptor>> {
+        (0..4u64)
+            .map(|q| {
+                (0..300u64)
+                    .map(|i| match i % 3 {
+                        0 => {
+                            Descriptor::fill(FabricAddr(q * 0x4000 + i * 8), 8, Dtype::U8, i & 0xff)
+                                .unwrap()
+                        }
+                        _ => Descriptor::new(
+                            DescOp::Copy,
+                            FabricAddr(q * 0x4000 + (i - 1) * 8),
+                            FabricAddr(q * 0x4000 + 0x2000 + i * 8),
+                            8,
+                            Dtype::U8,
+                        )
+                        .unwrap(),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_claimed_run_equals_a_fed_one() {
+        let queues = four_queues();
+        let rt = runtime(2);
+        let cfg = config(64, 8);
+        assert!(claimable(&queues, false, &cfg));
+        assert!(!claimable(&queues, true, &cfg));
+        assert!(!claimable(&queues, false, &config(64, 4)));
+        let mut fed = Fabric::new(Generation::Cayman);
+        fed.reserve(FabricAddr(0), 0x10000).unwrap();
+        let mut claimed = fed.clone();
+        let a = execute(&rt, 2, &mut fed, &mut Slices::new(&queues), &cfg).unwrap();
+        let b = execute_claimed(&rt, 2, &mut claimed, &queues, &cfg).unwrap();
+        assert_eq!(claimed.first_difference(&fed), None);
+        assert_eq!((b.batches, b.workers), (a.batches, 2));
+        assert_eq!(b.max_buffered, 1200);
+        let mut out = [0u8; 8];
+        // copy 4 of queue 3 moved what fill 3 wrote
+        claimed
+            .read(FabricAddr(3 * 0x4000 + 0x2000 + 32), &mut out)
+            .unwrap();
+        assert_eq!(out, [3; 8]);
+    }
+
+    #[test]
+    fn a_claimed_run_returns_the_first_failing_queue_and_the_fabric() {
+        let mut queues = four_queues();
+        let unreserved = Descriptor::fill(FabricAddr(1 << 30), 4, Dtype::U8, 1).unwrap();
+        queues[1][5] = unreserved;
+        queues[3][0] = unreserved;
+        let rt = runtime(2);
+        for _ in 0..10 {
+            let mut f = Fabric::new(Generation::Cayman);
+            f.reserve(FabricAddr(0), 0x10000).unwrap();
+            let e = execute_claimed(&rt, 2, &mut f, &queues, &config(64, 8)).unwrap_err();
+            let Error::ReplayDescriptor { queue, index, .. } = e else {
+                panic!("{e:?}")
+            };
+            assert_eq!((queue, index), (1, 5));
+            // the fabric came back: what queue 1 did before its failure is there
+            let mut out = [0u8; 8];
+            f.read(FabricAddr(0x4000 + 3 * 8), &mut out).unwrap();
+            assert_eq!(out, [3; 8]);
+        }
+    }
+
+    #[test]
+    fn the_first_failure_is_the_lowest_failing_queue() {
+        let e = |queue| Error::ReplayDescriptor {
+            queue,
+            index: 0,
+            what: "execution",
+            source: Box::new(Error::RunAborted),
+        };
+        let of = |r: Vec<Result<(), Error>>, aborted| first_failure(Mutex::new(r), aborted);
+        assert_eq!(of(vec![Ok(()), Err(e(1)), Err(e(2))], false), Err(e(1)));
+        assert_eq!(of(vec![Err(e(0)), Err(e(2))], true), Err(e(0)));
+        assert_eq!(of(vec![Ok(()), Ok(())], true), Err(Error::RunAborted));
+        assert_eq!(of(vec![Ok(()), Ok(())], false), Ok(()));
     }
 
     #[test]

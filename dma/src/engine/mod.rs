@@ -50,6 +50,15 @@
 //! descriptor's writes are done; WAIT(s, n) awaits counter `s >= n`. A queue that fails
 //! (which validation rules out) aborts the run: every waiter is woken and stops.
 //!
+//! Two shortcuts change the schedule, never the memory or the [`ReplaySummary`]: a replay
+//! within [`EngineConfig::inline`] runs on the calling thread (a current-thread runtime,
+//! the same tasks and channels), so it pays no worker wake-up; and an in-memory replay for
+//! two or more workers that has no semaphore and whose every queue fits its channel whole
+//! runs by claiming ([`ExecutionStats::claimed`]): the caller and `workers - 1` tasks each
+//! take the next queue nobody has taken and run it to its end, in batches, with no feeder
+//! and no channel, so the caller works instead of waiting for the workers to wake. Either
+//! way each queue runs in order on one thread at a time.
+//!
 //! # Determinism
 //!
 //! Descriptors that touch the same bytes are ordered either by their queue or by a
@@ -377,7 +386,14 @@ impl Engine {
         plan.pages.reserve(fabric)?;
         source.rewind();
         let (runtime, workers) = self.runtime_for(&plan.timeline);
-        let execution = exec::execute(runtime, workers, fabric, source, &self.config)?;
+        let execution = match source.in_memory() {
+            Some(queues)
+                if workers > 1 && exec::claimable(queues, plan.semaphores, &self.config) =>
+            {
+                exec::execute_claimed(runtime, workers, fabric, queues, &self.config)?
+            }
+            _ => exec::execute(runtime, workers, fabric, source, &self.config)?,
+        };
         Ok(ReplayReport {
             summary: ReplaySummary::new(fabric.generation(), plan.timeline, &plan.skipped, 0),
             execution,
@@ -418,14 +434,16 @@ mod tests {
         bytes: u64::MAX,
     };
 
-    /// `workers` 1 or 2: every replay on that many worker threads; 0: every replay on
-    /// the caller.
+    /// The schedules the tests run: `workers` 1 or 2, every replay on that many worker
+    /// threads through 1-batch channels; 0, every replay on the caller; 3, two workers
+    /// with channels deep enough that any test queue fits them whole, so a replay without
+    /// semaphores runs by claiming queues.
     fn config(workers: usize) -> EngineConfig {
         EngineConfig {
             queues: 16,
-            workers: workers.max(1),
+            workers: workers.clamp(1, 2),
             batch: 7,
-            channel_depth: 1,
+            channel_depth: if workers == 3 { 64 } else { 1 },
             inline: if workers == 0 {
                 ALWAYS
             } else {
@@ -435,11 +453,18 @@ mod tests {
         }
     }
 
-    /// Engines by [`config`]'s `workers` (0, 1, 2), shared by the tests.
+    /// Engines by [`config`]'s `workers` (0 to 3), shared by the tests.
     fn engine(workers: usize) -> &'static Engine {
-        static ENGINES: OnceLock<[Engine; 3]> = OnceLock::new();
-        let engines = ENGINES.get_or_init(|| [0, 1, 2].map(|w| Engine::new(config(w)).unwrap()));
+        static ENGINES: OnceLock<[Engine; 4]> = OnceLock::new();
+        let engines = ENGINES.get_or_init(|| [0, 1, 2, 3].map(|w| Engine::new(config(w)).unwrap()));
         &engines[workers]
+    }
+
+    /// Whether `e` runs `queues` (no semaphores, in memory) by claiming them: on two
+    /// workers, with every queue fitting its channel whole.
+    fn claims(e: &Engine, queues: &[Vec<Descriptor>]) -> bool {
+        let c = e.config();
+        c.workers > 1 && queues.iter().all(|q| q.len() <= c.batch * c.channel_depth)
     }
 
     fn with(workers: usize, f: impl FnOnce(&mut EngineConfig)) -> Engine {
@@ -598,12 +623,13 @@ mod tests {
         fn engine_equals_the_flat_reference(
             specs in proptest::collection::vec(arb_spec(), 1..120),
             queues in 1..=16usize,
-            workers in 0..=2usize,
+            workers in 0..=3usize,
         ) {
             let descs: Vec<(u64, Descriptor)> = specs.iter().map(|s| (s.group, s.descriptor())).collect();
             let queues = spray(&descs, queues);
             let mut f = fabric();
             let report = engine(workers).run(&mut f, &queues).unwrap();
+            prop_assert_eq!(report.execution.claimed, claims(engine(workers), &queues));
             prop_assert_eq!(window(&f), reference(&queues));
             let mut g = fabric();
             execute_sequential(&mut g, &queues).unwrap();
@@ -620,11 +646,11 @@ mod tests {
     const MAILBOX: u64 = 4096;
     const MAILBOXES: u64 = GROUP_BASE / MAILBOX;
 
-    /// Engines with the race check on, by [`config`]'s `workers` (0, 1, 2).
+    /// Engines with the race check on, by [`config`]'s `workers` (0 to 3).
     fn checking_engine(workers: usize) -> &'static Engine {
-        static ENGINES: OnceLock<[Engine; 3]> = OnceLock::new();
+        static ENGINES: OnceLock<[Engine; 4]> = OnceLock::new();
         let engines =
-            ENGINES.get_or_init(|| [0, 1, 2].map(|w| with(w, |c| c.race_check = RaceCheck::On)));
+            ENGINES.get_or_init(|| [0, 1, 2, 3].map(|w| with(w, |c| c.race_check = RaceCheck::On)));
         &engines[workers]
     }
 
@@ -690,7 +716,7 @@ mod tests {
                 1..100,
             ),
             queues in 1..=16usize,
-            workers in 0..=2usize,
+            workers in 0..=3usize,
         ) {
             let (sprayed, order) = mailbox_queues(&items, queues, true);
             let in_order: Vec<Descriptor> = order.iter().map(|&(q, i)| sprayed[q][i]).collect();
@@ -774,11 +800,12 @@ mod tests {
         for queues in [1, 2, 4, 16] {
             let sprayed = spray(&descs, queues);
             let mut summaries = Vec::new();
-            for workers in [0, 1, 2] {
+            for workers in [0, 1, 2, 3] {
                 for batch in [1, 64, 4096] {
                     let e = with(workers, |c| c.batch = batch);
                     let mut f = fabric();
                     let report = e.run(&mut f, &sprayed).unwrap();
+                    assert_eq!(report.execution.claimed, claims(&e, &sprayed));
                     assert_eq!(
                         f.first_difference(&baseline),
                         None,

@@ -106,6 +106,9 @@ pub struct ExecutionStats {
     /// The most descriptors handed to the queue tasks and not yet executed at any moment
     /// (at most `queues * (channel_depth + 1) * batch`).
     pub max_buffered: usize,
+    /// Whether the threads claimed whole queues from memory instead of being fed batches
+    /// through channels (see the engine's "Execution" overview).
+    pub claimed: bool,
 }
 
 impl ExecutionStats {
@@ -201,6 +204,7 @@ mod tests {
             workers: 1,
             batches,
             max_buffered: 10,
+            claimed: false,
         };
         let a = ReplayReport {
             summary: summary(),

@@ -43,6 +43,8 @@ pub(crate) struct Plan {
     pub timeline: TimelineReport,
     pub skipped: Vec<Skipped>,
     pub pages: PageSet,
+    /// Whether some descriptor waits or signals.
+    pub semaphores: bool,
 }
 
 /// Wraps a fabric error with the descriptor it belongs to.
@@ -304,6 +306,7 @@ impl<'f> Validator<'f> {
             timeline,
             skipped: self.skipped,
             pages: self.pages,
+            semaphores: !self.ledger.is_empty(),
         })
     }
 }
