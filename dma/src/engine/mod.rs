@@ -246,6 +246,8 @@ pub struct Engine {
     config: EngineConfig,
     runtime: Runtime,
     caller: Runtime,
+    /// The buffer claimed runs copy their queues into.
+    spare: exec::Spare,
 }
 
 impl Engine {
@@ -268,6 +270,7 @@ impl Engine {
             config,
             runtime,
             caller,
+            spare: exec::Spare::default(),
         })
     }
 
@@ -390,7 +393,7 @@ impl Engine {
             Some(queues)
                 if workers > 1 && exec::claimable(queues, plan.semaphores, &self.config) =>
             {
-                exec::execute_claimed(runtime, workers, fabric, queues, &self.config)?
+                exec::execute_claimed(runtime, workers, fabric, queues, &self.config, &self.spare)?
             }
             _ => exec::execute(runtime, workers, fabric, source, &self.config)?,
         };
