@@ -16,14 +16,20 @@
 //!
 //! # Concurrency: reserve, then execute through `&self`
 //!
-//! Each page is a `RwLock` over its bytes. The page *table* is only changed through
-//! `&mut self` — [`Fabric::reserve`] materialises (zero) pages for a range — so that the
-//! engine's single-threaded validation reserves every destination up front and its worker
-//! threads then share `&Fabric` (it is `Sync`) and call the `*_reserved` forms
-//! ([`Fabric::copy_reserved`], [`Fabric::fill_reserved`], [`Fabric::reduce_reserved`],
-//! [`Fabric::write_reserved`]). Those never mutate the table; a destination page that was
-//! not reserved is [`Error::NotReserved`], checked for the whole range before any byte is
-//! written. Sources with no page read as zeros.
+//! Each page's bytes sit behind a read-write lock. The page *table* is only changed
+//! through `&mut self` — [`Fabric::reserve`] materialises (zero) pages for a range and
+//! opens them for shared writes — so that the engine's single-threaded validation reserves
+//! every destination up front and its worker threads then share `&Fabric` (it is `Sync`)
+//! and call the `*_reserved` forms ([`Fabric::copy_reserved`], [`Fabric::fill_reserved`],
+//! [`Fabric::reduce_reserved`], [`Fabric::write_reserved`]). Those never mutate the table;
+//! a destination page that is not open is [`Error::NotReserved`], checked for the whole
+//! range before any byte is written. Sources with no page read as zeros.
+//!
+//! [`Fabric::close_pages`] closes every page (the engine does so before it reserves a
+//! replay's destinations). A closed page cannot be written until it is reserved again,
+//! which takes `&mut self`; so while the fabric is shared its closed pages are read
+//! without their lock. A gather's table is read by every worker thread: read-locking its
+//! pages made the threads trade the lock words' cache lines on every descriptor.
 //!
 //! Work is split into *pieces* that stay inside one source page and one destination page.
 //! A piece read-locks its source page and write-locks its destination page (one write
@@ -54,6 +60,9 @@
 //! [`Fabric::first_difference`] and [`Fabric::digest`] treat a missing page and an
 //! all-zero page alike, so reservation never changes either.
 
+use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::{
     PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError, TryLockResult,
 };
@@ -79,15 +88,31 @@ const OFFSET_MASK: u64 = PAGE_BYTES - 1;
 /// What a page with no storage reads as.
 static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 
-/// One page of storage: exactly [`PAGE_BYTES`] bytes, and where they live (for
-/// [`PageLocks::prefetch`], which only hints the CPU and never reads through it).
+/// One page of storage: exactly [`PAGE_BYTES`] bytes behind a read-write lock, where they
+/// live (for [`PageLocks::prefetch`], which only hints the CPU and never reads through it)
+/// and the epoch in which the page was last opened for shared writes ([`Fabric::reserve`]).
+///
+/// The bytes are reached only through a [`PageRef`] or [`PageMut`] (or `&mut Page`): a
+/// writer always holds the write lock of a page opened in the fabric's current epoch; a
+/// reader holds the read lock, or none when the page is closed in the current epoch
+/// ([`Fabric::view`]), since then no writer can exist until the fabric is next borrowed
+/// mutably.
 struct Page {
-    bytes: RwLock<Box<[u8]>>,
+    lock: RwLock<()>,
+    bytes: UnsafeCell<Box<[u8]>>,
     at: usize,
+    opened: u64,
 }
 
+// SAFETY: the bytes in the `UnsafeCell` are only reached through `&mut Page` (exclusive),
+// a `PageMut` (holds the write lock), or a `PageRef`, which holds the read lock or is a
+// frozen view of a page closed in the current epoch; a `PageMut` is only made for a page
+// opened in the current epoch, and the epoch and `opened` change only through `&mut
+// Fabric`, which no `PageRef` outlives. So no thread writes bytes another reads.
+unsafe impl Sync for Page {}
+
 /// The guard of a try-lock: `None` if taking it would have waited (poisoning is ignored
-/// as in [`Page::read`]).
+/// as in [`Page::write`]).
 fn untried<G>(tried: TryLockResult<G>) -> Option<G> {
     match tried {
         Ok(guard) => Some(guard),
@@ -98,36 +123,114 @@ fn untried<G>(tried: TryLockResult<G>) -> Option<G> {
 
 impl Page {
     fn zeroed() -> Page {
-        Page::from_bytes(vec![0; PAGE].into_boxed_slice())
+        Page::from_bytes(vec![0; PAGE].into_boxed_slice(), 0)
     }
 
-    fn from_bytes(bytes: Box<[u8]>) -> Page {
+    fn from_bytes(bytes: Box<[u8]>, opened: u64) -> Page {
         // The boxed bytes never move or get replaced while the page exists.
         let at = bytes.as_ptr() as usize;
         Page {
-            bytes: RwLock::new(bytes),
+            lock: RwLock::new(()),
+            bytes: UnsafeCell::new(bytes),
             at,
+            opened,
         }
     }
 
-    // A poisoned lock only means another thread panicked mid-copy; the bytes are plain
-    // data with no invariant to break, so the guard is taken anyway.
-    fn read(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
-        self.bytes.read().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
-        self.bytes.write().unwrap_or_else(PoisonError::into_inner)
+    /// The bytes under the read lock.
+    fn read(&self) -> PageRef<'_> {
+        // A poisoned lock only means another thread panicked mid-copy; the bytes are
+        // plain data with no invariant to break, so the guard is taken anyway.
+        let guard = self.lock.read().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: the read lock is held for as long as the `PageRef` lives.
+        unsafe { PageRef::new(self, Some(guard)) }
     }
 
     /// [`Page::read`] if the lock can be had without waiting.
-    fn try_read(&self) -> Option<RwLockReadGuard<'_, Box<[u8]>>> {
-        untried(self.bytes.try_read())
+    fn try_read(&self) -> Option<PageRef<'_>> {
+        let guard = untried(self.lock.try_read())?;
+        // SAFETY: as in `read`.
+        Some(unsafe { PageRef::new(self, Some(guard)) })
+    }
+
+    /// The bytes under the write lock, if the page is open in `epoch` (the fabric's
+    /// current one).
+    fn write(&self, epoch: u64) -> Option<PageMut<'_>> {
+        if self.opened != epoch {
+            return None;
+        }
+        let guard = self.lock.write().unwrap_or_else(PoisonError::into_inner);
+        Some(PageMut::new(self, guard))
     }
 
     /// [`Page::write`] if the lock can be had without waiting.
-    fn try_write(&self) -> Option<RwLockWriteGuard<'_, Box<[u8]>>> {
-        untried(self.bytes.try_write())
+    fn try_write(&self, epoch: u64) -> Option<PageMut<'_>> {
+        if self.opened != epoch {
+            return None;
+        }
+        Some(PageMut::new(self, untried(self.lock.try_write())?))
+    }
+}
+
+/// Read access to a page's bytes: under its read lock, or without a lock for a page
+/// closed in the fabric's current epoch (see [`Page`]).
+struct PageRef<'a> {
+    bytes: NonNull<[u8]>,
+    _lock: Option<RwLockReadGuard<'a, ()>>,
+    _page: PhantomData<&'a Page>,
+}
+
+impl<'a> PageRef<'a> {
+    /// # Safety
+    ///
+    /// `lock` is the page's read lock, or no thread writes the page while the result lives.
+    unsafe fn new(page: &'a Page, lock: Option<RwLockReadGuard<'a, ()>>) -> PageRef<'a> {
+        // SAFETY: the box is never replaced while the page exists; by the caller's
+        // contract only shared references to it are made while the result lives.
+        let bytes = NonNull::from(unsafe { &**page.bytes.get() });
+        PageRef {
+            bytes,
+            _lock: lock,
+            _page: PhantomData,
+        }
+    }
+}
+
+impl std::ops::Deref for PageRef<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: no thread writes the bytes while this `PageRef` lives (see `new`).
+        unsafe { self.bytes.as_ref() }
+    }
+}
+
+/// Write access to a page's bytes under its write lock.
+struct PageMut<'a> {
+    bytes: NonNull<[u8]>,
+    _lock: RwLockWriteGuard<'a, ()>,
+}
+
+impl<'a> PageMut<'a> {
+    fn new(page: &'a Page, lock: RwLockWriteGuard<'a, ()>) -> PageMut<'a> {
+        // SAFETY: the write lock is held, so no other reference to the bytes exists (a
+        // lock-free `PageRef` is only made of a page no `PageMut` can be made of).
+        let bytes = NonNull::from(unsafe { &mut **page.bytes.get() });
+        PageMut { bytes, _lock: lock }
+    }
+}
+
+impl std::ops::Deref for PageMut<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the write lock is held (see `new`).
+        unsafe { self.bytes.as_ref() }
+    }
+}
+
+impl std::ops::DerefMut for PageMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the write lock is held (see `new`) and `&mut self` is exclusive.
+        unsafe { self.bytes.as_mut() }
     }
 }
 
@@ -160,6 +263,9 @@ fn overlaps(src: u64, dst: u64, len: u64) -> bool {
 pub struct Fabric {
     map: AddressMap,
     pages: PageTable<Page>,
+    /// The current epoch: pages opened in it may be written through `&self` (under their
+    /// write lock); the others are read without a lock (see [`Fabric::close_pages`]).
+    epoch: u64,
 }
 
 impl Fabric {
@@ -168,6 +274,7 @@ impl Fabric {
         Fabric {
             map: AddressMap::new(generation),
             pages: PageTable::new(generation.hbm_bytes()),
+            epoch: 1,
         }
     }
 
@@ -193,23 +300,62 @@ impl Fabric {
         self.pages.len() as u64 * PAGE_BYTES
     }
 
-    /// Materialises (zero) pages for `[addr, addr + len)` so that the `*_reserved` forms may
-    /// write there. Contents do not change.
+    /// Materialises (zero) pages for `[addr, addr + len)` and opens them, so that the
+    /// `*_reserved` forms may write there until the next [`Fabric::close_pages`].
+    /// Contents do not change.
     pub fn reserve(&mut self, addr: FabricAddr, len: u64) -> Result<(), Error> {
+        let epoch = self.epoch;
         for key in self.page_keys(addr, len)? {
             // A checked range's keys are all in a window of the map.
-            if self.pages.get_or_insert_with(key, Page::zeroed).is_none() {
-                return Err(Error::Unmapped {
-                    addr: key << PAGE_SHIFT,
-                });
+            match self.pages.get_or_insert_with(key, Page::zeroed) {
+                Some(page) => page.opened = epoch,
+                None => {
+                    return Err(Error::Unmapped {
+                        addr: key << PAGE_SHIFT,
+                    })
+                }
             }
         }
         Ok(())
     }
 
-    /// Fails on the first of the pages `keys` that is not reserved.
+    /// Closes every page for the `*_reserved` forms until it is reserved again. Reads of
+    /// a closed page take no lock (nothing can write it while the fabric is shared), so
+    /// the engine closes the pages before it reserves a replay's destinations: the
+    /// tables a gather reads from cost no lock traffic between its worker threads.
+    pub fn close_pages(&mut self) {
+        self.epoch += 1;
+    }
+
+    /// The page of `key` if it is open for the `*_reserved` forms.
+    #[inline]
+    fn open_page(&self, key: u64) -> Option<&Page> {
+        self.pages.get(key).filter(|p| p.opened == self.epoch)
+    }
+
+    /// The bytes of `page`: under its read lock if it is open, else without a lock.
+    fn view<'a>(&'a self, page: &'a Page) -> PageRef<'a> {
+        match page.opened == self.epoch {
+            true => page.read(),
+            // SAFETY: a closed page gets no `PageMut` (`Page::write` checks the epoch),
+            // and the epoch and `opened` only change through `&mut self`, which cannot
+            // happen while the result borrows `self`.
+            false => unsafe { PageRef::new(page, None) },
+        }
+    }
+
+    /// [`Fabric::view`] if it can be had without waiting.
+    fn try_view<'a>(&'a self, page: &'a Page) -> Option<PageRef<'a>> {
+        match page.opened == self.epoch {
+            true => page.try_read(),
+            // SAFETY: as in `view`.
+            false => Some(unsafe { PageRef::new(page, None) }),
+        }
+    }
+
+    /// Fails on the first of the pages `keys` that is not reserved (open).
     fn check_pages_reserved(&self, mut keys: std::ops::Range<u64>) -> Result<(), Error> {
-        match keys.find(|&k| !self.pages.contains(k)) {
+        match keys.find(|&k| self.open_page(k).is_none()) {
             Some(key) => Err(not_reserved(key)),
             None => Ok(()),
         }
@@ -234,7 +380,7 @@ impl Fabric {
             let out = &mut buf[off as usize..off as usize + n];
             let (key, po) = split(addr.0 + off);
             match self.pages.get(key) {
-                Some(page) => out.copy_from_slice(&page.read()[po..po + n]),
+                Some(page) => out.copy_from_slice(&self.view(page)[po..po + n]),
                 None => out.fill(0),
             }
         }
@@ -422,11 +568,11 @@ impl Fabric {
         keys.dedup();
         keys.into_iter().find_map(|key| {
             let (a, b) = (
-                self.pages.get(key).map(Page::read),
-                other.pages.get(key).map(Page::read),
+                self.pages.get(key).map(|p| self.view(p)),
+                other.pages.get(key).map(|p| other.view(p)),
             );
-            let a = a.as_deref().map_or(&ZERO_PAGE[..], |p| &p[..]);
-            let b = b.as_deref().map_or(&ZERO_PAGE[..], |p| &p[..]);
+            let a = a.as_deref().map_or(&ZERO_PAGE[..], |p| p);
+            let b = b.as_deref().map_or(&ZERO_PAGE[..], |p| p);
             if a == b {
                 return None;
             }
@@ -441,7 +587,7 @@ impl Fabric {
     pub fn digest(&self) -> u64 {
         let mut h = DIGEST_SEED;
         for (key, page) in self.pages.iter() {
-            let bytes = page.read();
+            let bytes = self.view(page);
             if is_zero(&bytes) {
                 continue;
             }
@@ -453,10 +599,13 @@ impl Fabric {
 
 impl Clone for Fabric {
     fn clone(&self) -> Fabric {
-        let pages = self.pages.map(|p| Page::from_bytes(p.read().clone()));
+        let pages = self
+            .pages
+            .map(|p| Page::from_bytes(Box::from(&*self.view(p)), p.opened));
         Fabric {
             map: self.map,
             pages,
+            epoch: self.epoch,
         }
     }
 }
@@ -493,8 +642,8 @@ impl std::fmt::Debug for Fabric {
 /// not reentrant): release first.
 pub struct PageLocks<'a> {
     fabric: &'a Fabric,
-    src: Slot<'a, RwLockReadGuard<'a, Box<[u8]>>>,
-    dst: Slot<'a, RwLockWriteGuard<'a, Box<[u8]>>>,
+    src: Slot<'a, PageRef<'a>>,
+    dst: Slot<'a, PageMut<'a>>,
     /// The pages last prefetched from, per [`Side`].
     ahead: [Ahead; 2],
     /// The region of the last range checked, per [`Side`].
@@ -645,7 +794,8 @@ impl<'a> PageLocks<'a> {
         if first != last {
             return self.fabric.check_pages_reserved(first..last + 1);
         }
-        self.dst.aim(first, &self.fabric.pages);
+        let fabric = self.fabric;
+        self.dst.aim(first, |k| fabric.open_page(k));
         match self.dst.page {
             Some(_) => Ok(()),
             None => Err(not_reserved(first)),
@@ -678,7 +828,7 @@ impl<'a> PageLocks<'a> {
         let Some(dp) = self.dst.guard.as_deref_mut() else {
             return Err(not_reserved(dk));
         };
-        let sp = self.src.guard.as_deref().map_or(&ZERO_PAGE[..], |p| &p[..]);
+        let sp = self.src.guard.as_deref().map_or(&ZERO_PAGE[..], |p| p);
         Ok((sp, &mut dp[..]))
     }
 
@@ -688,19 +838,20 @@ impl<'a> PageLocks<'a> {
     /// line, so that the common case (nothing to lock) stays small where it is inlined.
     #[inline(never)]
     fn relock(&mut self, sk: u64, dk: u64) {
-        let pages: &'a PageTable<Page> = &self.fabric.pages;
-        self.dst.aim(dk, pages);
+        let fabric: &'a Fabric = self.fabric;
+        let epoch = fabric.epoch;
+        self.dst.aim(dk, |k| fabric.open_page(k));
         if sk == dk {
             self.src = Slot::EMPTY;
         } else {
-            self.src.aim(sk, pages);
+            self.src.aim(sk, |k| fabric.pages.get(k));
         }
         // A page that can be had at once is taken out of order: nothing waits, so no
         // deadlock; only pages that would block go through the ordered path below
         // (which otherwise releases the held destination page for every source page
         // below it: a random row gather would relock both pages per descriptor).
-        self.src.try_lock(Page::try_read);
-        self.dst.try_lock(Page::try_write);
+        self.src.try_lock(|p| fabric.try_view(p));
+        self.dst.try_lock(|p| p.try_write(epoch));
         let Some(first) = [self.src.pending(), self.dst.pending()]
             .into_iter()
             .flatten()
@@ -711,11 +862,11 @@ impl<'a> PageLocks<'a> {
         self.src.release_unless_below(first);
         self.dst.release_unless_below(first);
         if sk < dk {
-            self.src.lock(Page::read);
-            self.dst.lock(Page::write);
+            self.src.lock(|p| Some(fabric.view(p)));
+            self.dst.lock(|p| p.write(epoch));
         } else {
-            self.dst.lock(Page::write);
-            self.src.lock(Page::read);
+            self.dst.lock(|p| p.write(epoch));
+            self.src.lock(|p| Some(fabric.view(p)));
         }
     }
 
@@ -849,19 +1000,20 @@ impl<'a, G> Slot<'a, G> {
         guard: None,
     };
 
-    /// Aims the slot at page `key`: another page is looked up and the old guard released.
+    /// Aims the slot at page `key`: another page is looked up (by `lookup`) and the old
+    /// guard released.
     #[inline]
-    fn aim(&mut self, key: u64, pages: &'a PageTable<Page>) {
+    fn aim(&mut self, key: u64, lookup: impl FnOnce(u64) -> Option<&'a Page>) {
         if self.key != key {
-            self.retarget(key, pages);
+            self.retarget(key, lookup);
         }
     }
 
     #[inline(never)]
-    fn retarget(&mut self, key: u64, pages: &'a PageTable<Page>) {
+    fn retarget(&mut self, key: u64, lookup: impl FnOnce(u64) -> Option<&'a Page>) {
         *self = Slot {
             key,
-            page: pages.get(key),
+            page: lookup(key),
             guard: None,
         };
     }
@@ -897,10 +1049,10 @@ impl<'a, G> Slot<'a, G> {
         }
     }
 
-    /// Locks the page if there is one and it is not locked yet.
-    fn lock(&mut self, lock: impl FnOnce(&'a Page) -> G) {
+    /// Locks the page if there is one, it is not locked yet and `lock` grants it.
+    fn lock(&mut self, lock: impl FnOnce(&'a Page) -> Option<G>) {
         if self.guard.is_none() {
-            self.guard = self.page.map(lock);
+            self.guard = self.page.and_then(lock);
         }
     }
 }
@@ -1413,6 +1565,82 @@ mod tests {
         let mut back = vec![0u16; 5000];
         f.read_elems(FabricAddr(P - 1001), &mut back).unwrap();
         assert_eq!(back, many);
+    }
+
+    #[test]
+    fn closed_pages_are_read_but_not_written_until_reserved_again() {
+        let mut f = fab();
+        f.write(FabricAddr(P - 2), &[1, 2, 3, 4]).unwrap();
+        f.close_pages();
+        // both pages exist but are closed: every shared form refuses them, writing nothing
+        for e in [
+            f.write_reserved(FabricAddr(P), &[9]),
+            f.fill_reserved(FabricAddr(P - 2), 4, &[9]),
+            f.copy_reserved(FabricAddr(P - 2), FabricAddr(P - 1), 2),
+            f.reduce_reserved(
+                FabricAddr(P),
+                FabricAddr(P - 2),
+                1,
+                Dtype::U8,
+                ComputeOp::Add,
+            ),
+        ] {
+            assert!(matches!(e, Err(Error::NotReserved { .. })), "{e:?}");
+        }
+        assert_eq!(bytes(&f, P - 2, 4), vec![1, 2, 3, 4]);
+        // reads of closed pages (lock-free) see the bytes, as sources and as plain reads
+        f.reserve(FabricAddr(3 * P), 4).unwrap();
+        f.copy_reserved(FabricAddr(P - 2), FabricAddr(3 * P), 4)
+            .unwrap();
+        assert_eq!(bytes(&f, 3 * P, 4), vec![1, 2, 3, 4]);
+        let mut locks = f.page_locks();
+        locks
+            .reduce(
+                FabricAddr(P - 2),
+                FabricAddr(3 * P),
+                4,
+                Dtype::U8,
+                ComputeOp::Add,
+            )
+            .unwrap();
+        drop(locks);
+        assert_eq!(bytes(&f, 3 * P, 4), vec![2, 4, 6, 8]);
+        // a clone keeps which pages are open; reserving reopens a page
+        let g = f.clone();
+        assert!(g.write_reserved(FabricAddr(P), &[9]).is_err());
+        assert!(g.write_reserved(FabricAddr(3 * P), &[9]).is_ok());
+        f.reserve(FabricAddr(P), 1).unwrap();
+        f.write_reserved(FabricAddr(P), &[7]).unwrap();
+        assert_eq!(bytes(&f, P - 2, 4), vec![1, 2, 7, 4]);
+    }
+
+    #[test]
+    fn threads_read_a_closed_page_while_others_write_open_ones() {
+        let mut f = fab();
+        let table: Vec<u8> = (0..P).map(|i| (i % 251) as u8).collect();
+        f.write(FabricAddr(0), &table).unwrap();
+        f.close_pages();
+        f.reserve(FabricAddr(P), 4 * P).unwrap();
+        let f = &f;
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                s.spawn(move || {
+                    let mut locks = f.page_locks();
+                    for k in 0..P / 256 {
+                        let from = (k * 7919 + t * 256) % (P - 256);
+                        let to = (t + 1) * P + k * 256;
+                        locks.copy(FabricAddr(from), FabricAddr(to), 256).unwrap();
+                    }
+                });
+            }
+        });
+        for t in 0..4u64 {
+            for k in [0, 17, P / 256 - 1] {
+                let from = ((k * 7919 + t * 256) % (P - 256)) as usize;
+                let got = bytes(f, (t + 1) * P + k * 256, 256);
+                assert_eq!(got, table[from..from + 256]);
+            }
+        }
     }
 
     #[test]

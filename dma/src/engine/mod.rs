@@ -386,6 +386,9 @@ impl Engine {
     ) -> Result<ReplayReport, Error> {
         self.check_queue_count(source.queues())?;
         let plan = validate::validate(fabric, source, &self.config)?;
+        // Only this replay's destinations stay writable: every other page is then read
+        // without a lock while the queues run.
+        fabric.close_pages();
         plan.pages.reserve(fabric)?;
         source.rewind();
         let (runtime, workers) = self.runtime_for(&plan.timeline);

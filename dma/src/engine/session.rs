@@ -182,6 +182,8 @@ fn declare(
         // just checked: `len >= 1`, no overflow
         ranges.push((addr.0, addr.0 + (len - 1)));
     }
+    // Only the declared destinations stay writable (every other page is read unlocked).
+    fabric.close_pages();
     for &(addr, len) in destinations {
         fabric.reserve(addr, len)?;
     }
