@@ -148,6 +148,13 @@ pub trait Element: Copy + PartialEq + std::fmt::Debug + Send + Sync + 'static {
     fn from_le(bytes: Self::Bytes) -> Self;
     /// Encodes as a little-endian image.
     fn to_le(self) -> Self::Bytes;
+    /// The little-endian images of `elems` as one byte slice, without copying, where the
+    /// type's memory already is that image (a plain number on a little-endian machine);
+    /// `None` where the images must be made one by one with [`Element::to_le`].
+    fn le_image(elems: &[Self]) -> Option<&[u8]> {
+        let _ = elems;
+        None
+    }
     /// ADD: `self + src`.
     fn op_add(self, src: Self) -> Self;
     /// MULTIPLY: `self * src`.
@@ -168,6 +175,10 @@ macro_rules! int_element {
             }
             fn to_le(self) -> Self::Bytes {
                 self.to_le_bytes()
+            }
+            #[cfg(target_endian = "little")]
+            fn le_image(elems: &[Self]) -> Option<&[u8]> {
+                Some(elems.as_bytes())
             }
             fn op_add(self, src: Self) -> Self {
                 self.wrapping_add(src)
@@ -225,6 +236,10 @@ impl Element for f32 {
     }
     fn to_le(self) -> [u8; 4] {
         self.to_le_bytes()
+    }
+    #[cfg(target_endian = "little")]
+    fn le_image(elems: &[Self]) -> Option<&[u8]> {
+        Some(elems.as_bytes())
     }
     fn op_add(self, src: Self) -> Self {
         settle_nan(self, src, self + src)
@@ -880,6 +895,41 @@ mod tests {
                     proptest::collection::vec(pair, 0..300),
                 )
             })
+    }
+
+    /// The images made one by one with `to_le`, concatenated.
+    fn images_of<E: Element>(elems: &[E]) -> Vec<u8> {
+        elems
+            .iter()
+            .flat_map(|e| e.to_le().as_bytes().to_vec())
+            .collect()
+    }
+
+    proptest! {
+        /// A zero-copy image, where a type has one, is exactly the images one by one.
+        #[test]
+        fn le_image_is_the_images_one_by_one(
+            a in prop::collection::vec(any::<u16>(), 0..40),
+            b in prop::collection::vec(any::<i32>(), 0..40),
+            c in prop::collection::vec(any::<u32>(), 0..40),
+        ) {
+            let f: Vec<f32> = c.iter().map(|&x| f32::from_bits(x)).collect();
+            #[cfg(target_endian = "little")]
+            {
+                prop_assert!(u16::le_image(&a).is_some() && f32::le_image(&f).is_some());
+            }
+            for (image, want) in [
+                (u16::le_image(&a), images_of(&a)),
+                (i32::le_image(&b), images_of(&b)),
+                (u32::le_image(&c), images_of(&c)),
+                (f32::le_image(&f), images_of(&f)),
+            ] {
+                if let Some(image) = image {
+                    prop_assert_eq!(image, &want[..]);
+                }
+            }
+            prop_assert_eq!(half::bf16::le_image(&[half::bf16::ONE]), None);
+        }
     }
 
     proptest! {

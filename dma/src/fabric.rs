@@ -468,6 +468,9 @@ impl Fabric {
 
     /// Writes elements at `addr` as little-endian bytes.
     pub fn write_elems<E: Element>(&mut self, addr: FabricAddr, elems: &[E]) -> Result<(), Error> {
+        if let Some(bytes) = E::le_image(elems) {
+            return self.write(addr, bytes);
+        }
         let size = core::mem::size_of::<E::Bytes>();
         self.reserve(addr, elems_bytes(addr, elems.len(), size)?)?;
         let mut buf = [0u8; SCRATCH_BYTES];
