@@ -22,10 +22,13 @@ use tracing::Instrument;
 use crate::compute::ComputeOp;
 use crate::descriptor::{Descriptor, SemId, SemWait, SEMAPHORES};
 use crate::error::Error;
-use crate::fabric::{Fabric, PageLocks, Side};
+use crate::fabric::{Fabric, PageLocks, Side, PAGE_BYTES};
+use crate::FabricAddr;
 
 use super::report::ExecutionStats;
 use super::source::QueueSource;
+#[cfg(doc)]
+use super::validate::Footprint;
 use super::validate::{replay_error, RangeRule};
 use super::{EngineConfig, InvalidPolicy};
 
@@ -466,6 +469,7 @@ impl Running {
             batches: self.counters.batches,
             max_buffered: self.counters.max_in_flight,
             claimed: false,
+            dealt_by_page: false,
         };
         let aborted = self.shared.is_aborted();
         let outcome = first_error(results).and(match aborted {
@@ -558,28 +562,39 @@ impl Spare {
 /// last queue another thread runs. Queues still execute in order, each on one thread; the
 /// first failing queue's error (in queue order) is returned, as in [`execute`]. The queues
 /// are copied into `spare`'s buffer (the tasks must own what they read).
+///
+/// With `deal` (the replay's [`Footprint::pages_independent`]), the units claimed are not
+/// the queues but [`deal_by_page`]'s buckets of destination pages, so that no two threads
+/// write one page (a round-robin spray puts every queue on every page); an error is then
+/// the first failing bucket's, named by its queue and index.
 pub(crate) fn execute_claimed(
     runtime: &Runtime,
     workers: usize,
     fabric: &mut Fabric,
-    queues: &[Vec<Descriptor>],
+    (queues, deal): (&[Vec<Descriptor>], bool),
     config: &EngineConfig,
     spare: &Spare,
 ) -> Result<ExecutionStats, Error> {
+    let mut descs = spare.take();
+    let ends: Vec<usize> = match deal {
+        true => deal_by_page(queues, &mut descs),
+        false => queues
+            .iter()
+            .map(|q| {
+                descs.extend_from_slice(q);
+                descs.len()
+            })
+            .collect(),
+    };
     let taken = std::mem::replace(fabric, Fabric::new(fabric.generation()));
     let skip = config.invalid == InvalidPolicy::Skip;
-    let mut descs = spare.take();
-    let mut ends = Vec::with_capacity(queues.len());
-    for q in queues {
-        descs.extend_from_slice(q);
-        ends.push(descs.len());
-    }
+    let units = ends.len();
     let claims = Arc::new(Claims {
-        shared: Shared::new(taken, skip, queues.len()),
+        shared: Shared::new(taken, skip, units),
         descs,
         ends,
         next: AtomicUsize::new(0),
-        results: Mutex::new(vec![Ok(()); queues.len()]),
+        results: Mutex::new(vec![Ok(()); units]),
         batch: config.batch,
     });
     let started = Instant::now();
@@ -602,6 +617,7 @@ pub(crate) fn execute_claimed(
             .sum(),
         max_buffered: claims.descs.len(),
         claimed: true,
+        dealt_by_page: deal,
     };
     // Every helper has ended and dropped its handle; the clone is a safe fallback.
     let (fabric_back, outcome) = match Arc::try_unwrap(claims) {
@@ -613,7 +629,99 @@ pub(crate) fn execute_claimed(
         Err(c) => (c.shared.fabric.clone(), Err(Error::RunAborted)),
     };
     *fabric = fabric_back;
-    outcome.map(|()| stats)
+    match (outcome, deal) {
+        (Err(e), true) => Err(undealt(queues, e)),
+        (outcome, _) => outcome.map(|()| stats),
+    }
+}
+
+/// Buckets of destination pages a claimed run deals its descriptors into
+/// ([`deal_by_page`]): page `k` goes to bucket `k % PAGE_BUCKETS`.
+const PAGE_BUCKETS: usize = 16;
+
+/// The bucket of the page holding `dst`.
+fn page_bucket(dst: FabricAddr) -> usize {
+    ((dst.0 / PAGE_BYTES) % PAGE_BUCKETS as u64) as usize
+}
+
+/// The descriptors of `queues` round by round, each with its queue and index: round `r`
+/// is descriptor `r` of every queue that has one, in queue order. (Round-robin queues,
+/// as the DGE sprays them, come out in their generation order.)
+fn rounds(queues: &[Vec<Descriptor>]) -> impl Iterator<Item = (usize, usize, &Descriptor)> {
+    let longest = queues.iter().map(Vec::len).max().unwrap_or(0);
+    (0..longest).flat_map(move |r| {
+        queues
+            .iter()
+            .enumerate()
+            .filter_map(move |(q, list)| Some((q, r, list.get(r)?)))
+    })
+}
+
+/// Deals the descriptors of `queues` into `descs` (empty), bucket after bucket by
+/// destination page, each bucket in round order ([`rounds`]), and returns each bucket's
+/// end.
+///
+/// For a replay whose [`Footprint::pages_independent`]: then two descriptors on different
+/// pages touch no common byte, and descriptors that share a destination page stay in one
+/// bucket in their queues' order, so any schedule of the buckets gives the memory the
+/// queues give. A claimer that takes a bucket writes pages no other claimer writes, and
+/// round order keeps a round-robin spray's writes sequential inside a page.
+fn deal_by_page(queues: &[Vec<Descriptor>], descs: &mut Vec<Descriptor>) -> Vec<usize> {
+    let mut next = [0usize; PAGE_BUCKETS];
+    for d in queues.iter().flatten() {
+        next[page_bucket(d.dest_range().0)] += 1;
+    }
+    let mut ends = Vec::with_capacity(PAGE_BUCKETS);
+    let mut start = 0;
+    for n in &mut next {
+        let count = *n;
+        *n = start;
+        start += count;
+        ends.push(start);
+    }
+    let Some(&first) = queues.iter().flatten().next() else {
+        return ends;
+    };
+    descs.resize(start, first);
+    for (_, _, d) in rounds(queues) {
+        let at = &mut next[page_bucket(d.dest_range().0)];
+        if let Some(slot) = descs.get_mut(*at) {
+            *slot = *d;
+        }
+        *at += 1;
+    }
+    ends
+}
+
+/// The queue and index in `queues` of the descriptor at `index` of bucket `bucket` of
+/// [`deal_by_page`].
+fn locate(queues: &[Vec<Descriptor>], bucket: usize, index: u64) -> Option<(usize, u64)> {
+    rounds(queues)
+        .filter(|(_, _, d)| page_bucket(d.dest_range().0) == bucket)
+        .nth(usize::try_from(index).ok()?)
+        .map(|(q, r, _)| (q, r as u64))
+}
+
+/// A dealt run's error with its bucket position put back as the descriptor's queue and
+/// index.
+fn undealt(queues: &[Vec<Descriptor>], e: Error) -> Error {
+    match e {
+        Error::ReplayDescriptor {
+            queue,
+            index,
+            what,
+            source,
+        } => {
+            let (queue, index) = locate(queues, queue, index).unwrap_or((queue, index));
+            Error::ReplayDescriptor {
+                queue,
+                index,
+                what,
+                source,
+            }
+        }
+        e => e,
+    }
 }
 
 /// The queues of a claimed run, who takes which next, and each queue's outcome.
@@ -715,6 +823,7 @@ mod tests {
     use crate::addr::FabricAddr;
     use crate::descriptor::DescOp;
     use crate::dtype::Dtype;
+    use crate::engine::execute_sequential;
     use crate::engine::source::Slices;
     use crate::generation::Generation;
     use std::num::NonZeroU32;
@@ -916,7 +1025,7 @@ mod tests {
         let mut claimed = fed.clone();
         let a = execute(&rt, 2, &mut fed, &mut Slices::new(&queues), &cfg).unwrap();
         let spare = Spare::default();
-        let b = execute_claimed(&rt, 2, &mut claimed, &queues, &cfg, &spare).unwrap();
+        let b = execute_claimed(&rt, 2, &mut claimed, (&queues, false), &cfg, &spare).unwrap();
         // the copy's buffer is kept for the next run, empty
         let kept = spare.take();
         assert!(kept.is_empty() && kept.capacity() >= 1200);
@@ -942,7 +1051,8 @@ mod tests {
         for _ in 0..10 {
             let mut f = Fabric::new(Generation::Cayman);
             f.reserve(FabricAddr(0), 0x10000).unwrap();
-            let e = execute_claimed(&rt, 2, &mut f, &queues, &config(64, 8), &spare).unwrap_err();
+            let e = execute_claimed(&rt, 2, &mut f, (&queues, false), &config(64, 8), &spare)
+                .unwrap_err();
             let Error::ReplayDescriptor { queue, index, .. } = e else {
                 panic!("{e:?}")
             };
@@ -952,6 +1062,96 @@ mod tests {
             f.read(FabricAddr(0x4000 + 3 * 8), &mut out).unwrap();
             assert_eq!(out, [3; 8]);
         }
+    }
+
+    /// Four round-robin queues gathering 64-byte rows from a table at 0 (not written) to
+    /// rows at 1 MiB, over several pages, each queue also adding twice into its own row
+    /// of a sum block (duplicates stay in one queue, in order).
+    fn gather_queues() -> Vec<Vec<Descriptor>> {
+        let mut queues = vec![Vec::new(); 4];
+        for i in 0..4096u64 {
+            let row = (i * 7919) % 1000;
+            let copy = Descriptor::new(
+                DescOp::Copy,
+                FabricAddr(row * 64),
+                FabricAddr((1 << 20) + i * 64),
+                64,
+                Dtype::U8,
+            );
+            queues[(i % 4) as usize].push(copy.unwrap());
+        }
+        for (q, list) in queues.iter_mut().enumerate() {
+            for k in 0..2u64 {
+                let add = Descriptor::new(
+                    DescOp::Add,
+                    FabricAddr(k * 64 + q as u64 * 4),
+                    FabricAddr((2 << 20) + q as u64 * 64),
+                    64,
+                    Dtype::F32,
+                );
+                list.push(add.unwrap());
+            }
+        }
+        queues
+    }
+
+    #[test]
+    fn a_run_dealt_by_page_equals_the_queues_in_order() {
+        let queues = gather_queues();
+        let mut f = Fabric::new(Generation::Cayman);
+        let table: Vec<u8> = (0..64_000u32).map(|i| (i * 31 % 256) as u8).collect();
+        f.write(FabricAddr(0), &table).unwrap();
+        let mut want = f.clone();
+        execute_sequential(&mut want, &queues).unwrap();
+        let rt = runtime(2);
+        let spare = Spare::default();
+        for _ in 0..5 {
+            let mut g = f.clone();
+            g.close_pages();
+            g.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
+            g.reserve(FabricAddr(2 << 20), 256).unwrap();
+            let stats = execute_claimed(&rt, 2, &mut g, (&queues, true), &config(64, 64), &spare);
+            assert!(stats.unwrap().dealt_by_page);
+            assert_eq!(g.first_difference(&want), None);
+        }
+    }
+
+    #[test]
+    fn a_dealt_run_names_the_failing_descriptor_by_queue_and_index() {
+        let mut queues = gather_queues();
+        let unreserved = Descriptor::fill(FabricAddr(1 << 30), 4, Dtype::U8, 1).unwrap();
+        queues[1][5] = unreserved;
+        queues[3][0] = unreserved;
+        let rt = runtime(2);
+        let mut f = Fabric::new(Generation::Cayman);
+        f.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
+        f.reserve(FabricAddr(2 << 20), 256).unwrap();
+        let spare = Spare::default();
+        let e = execute_claimed(&rt, 2, &mut f, (&queues, true), &config(64, 64), &spare);
+        let Err(Error::ReplayDescriptor { queue, index, .. }) = e else {
+            panic!("{e:?}")
+        };
+        // both are on one page, so in one bucket, in round order: queue 3's comes first
+        assert_eq!((queue, index), (3, 0));
+    }
+
+    #[test]
+    fn dealing_keeps_every_descriptor_once_and_each_queue_in_order() {
+        let queues = gather_queues();
+        let mut descs = Vec::new();
+        let ends = deal_by_page(&queues, &mut descs);
+        assert_eq!(ends.len(), PAGE_BUCKETS);
+        assert_eq!(descs.len(), queues.iter().map(Vec::len).sum::<usize>());
+        let mut start = 0;
+        for (b, &end) in ends.iter().enumerate() {
+            for (i, d) in descs[start..end].iter().enumerate() {
+                assert_eq!(page_bucket(d.dest_range().0), b);
+                let (q, r) = locate(&queues, b, i as u64).unwrap();
+                assert_eq!(queues[q][r as usize], *d);
+            }
+            start = end;
+        }
+        assert!(deal_by_page(&[], &mut Vec::new()).iter().all(|&e| e == 0));
     }
 
     #[test]

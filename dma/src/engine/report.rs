@@ -109,6 +109,9 @@ pub struct ExecutionStats {
     /// Whether the threads claimed whole queues from memory instead of being fed batches
     /// through channels (see the engine's "Execution" overview).
     pub claimed: bool,
+    /// Whether a claimed run was dealt by destination page instead of by queue (see the
+    /// engine's "Execution" overview).
+    pub dealt_by_page: bool,
 }
 
 impl ExecutionStats {
@@ -205,6 +208,7 @@ mod tests {
             batches,
             max_buffered: 10,
             claimed: false,
+            dealt_by_page: false,
         };
         let a = ReplayReport {
             summary: summary(),

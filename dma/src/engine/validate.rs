@@ -45,6 +45,82 @@ pub(crate) struct Plan {
     pub pages: PageSet,
     /// Whether some descriptor waits or signals.
     pub semaphores: bool,
+    /// Where the descriptors that will execute read and write.
+    pub footprint: Footprint,
+}
+
+/// Where a replay's checked descriptors read and write: the hulls (lowest and highest
+/// byte) of their source and of their destination ranges, and whether each destination
+/// range lies inside one fabric page. Enough to tell that a run may be dealt by
+/// destination page ([`Footprint::pages_independent`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Footprint {
+    reads: (u64, u64),
+    writes: (u64, u64),
+    one_page_writes: bool,
+    bytes_written: u64,
+}
+
+impl Default for Footprint {
+    /// Nothing read or written.
+    fn default() -> Footprint {
+        Footprint {
+            reads: (u64::MAX, 0),
+            writes: (u64::MAX, 0),
+            one_page_writes: true,
+            bytes_written: 0,
+        }
+    }
+}
+
+impl Footprint {
+    /// Adds a descriptor whose ranges passed [`check_ranges`] (so `len >= 1` and no range
+    /// end overflows).
+    fn add(&mut self, d: &Descriptor) {
+        let hull = |h: &mut (u64, u64), (at, len): (FabricAddr, u64)| {
+            *h = (h.0.min(at.0), h.1.max(at.0 + (len - 1)));
+        };
+        let (dst, len) = d.dest_range();
+        hull(&mut self.writes, (dst, len));
+        self.bytes_written += len;
+        self.one_page_writes &= dst.0 / PAGE_BYTES == (dst.0 + (len - 1)) / PAGE_BYTES;
+        if let Some(src) = d.source_range() {
+            hull(&mut self.reads, src);
+        }
+    }
+
+    /// Both footprints together.
+    fn join(self, other: Footprint) -> Footprint {
+        let hull = |a: (u64, u64), b: (u64, u64)| (a.0.min(b.0), a.1.max(b.1));
+        Footprint {
+            reads: hull(self.reads, other.reads),
+            writes: hull(self.writes, other.writes),
+            one_page_writes: self.one_page_writes && other.one_page_writes,
+            bytes_written: self.bytes_written + other.bytes_written,
+        }
+    }
+
+    /// Whether every destination lies inside one page and no byte read is a byte written
+    /// (the hulls do not meet): then descriptors on different destination pages touch no
+    /// common byte.
+    pub(crate) fn pages_independent(&self) -> bool {
+        let (r, w) = (self.reads, self.writes);
+        self.one_page_writes && (r.0 > r.1 || w.0 > w.1 || r.1 < w.0 || w.1 < r.0)
+    }
+}
+
+impl Plan {
+    /// Whether a claimed run of this replay is best dealt by destination page: its pages
+    /// are independent ([`Footprint::pages_independent`]) and dense, at least a quarter of
+    /// each page written on average. Dense pages are what several queues share (the
+    /// round-robin spray of a contiguous destination); dealing them costs two passes over
+    /// the descriptors, which sparse writes (a scatter over a large table, where threads
+    /// rarely meet on a page) do not win back.
+    pub(crate) fn deals_by_page(&self) -> bool {
+        let pages = self.pages.len() as u64;
+        self.footprint.pages_independent()
+            && self.footprint.bytes_written >= pages.saturating_mul(PAGE_BYTES / 4)
+    }
 }
 
 /// Wraps a fabric error with the descriptor it belongs to.
@@ -142,6 +218,7 @@ fn validate_split(
     }
     plan.timeline.makespan_ps = plan.timeline.makespan_ps.max(odd.timeline.makespan_ps);
     plan.pages.merge(odd.pages);
+    plan.footprint = plan.footprint.join(odd.footprint);
     Some(Ok(plan))
 }
 
@@ -208,6 +285,7 @@ struct Validator<'f> {
     race: Option<RaceRecorder>,
     skipped: Vec<Skipped>,
     pages: PageSet,
+    footprint: Footprint,
     ranges: RangeRule,
 }
 
@@ -227,6 +305,7 @@ impl<'f> Validator<'f> {
             race: (config.race_check == RaceCheck::On).then(|| RaceRecorder::new(queues)),
             skipped: vec![Skipped::default(); queues],
             pages: PageSet::default(),
+            footprint: Footprint::default(),
             ranges: RangeRule::default(),
         })
     }
@@ -282,6 +361,7 @@ impl<'f> Validator<'f> {
         match self.ranges.check(self.fabric, d) {
             Ok(()) => {
                 self.pages.add(d.dest_range());
+                self.footprint.add(d);
                 Ok(true)
             }
             Err((what, e)) if !self.skip_invalid => Err(replay_error(queue, index, what, e)),
@@ -307,6 +387,7 @@ impl<'f> Validator<'f> {
             skipped: self.skipped,
             pages: self.pages,
             semaphores: !self.ledger.is_empty(),
+            footprint: self.footprint,
         })
     }
 }
@@ -321,6 +402,11 @@ pub(crate) struct PageSet {
 }
 
 impl PageSet {
+    /// Pages in the set.
+    pub(crate) fn len(&self) -> usize {
+        self.pages.len()
+    }
+
     /// Adds the pages of a range that passed [`Fabric::check`].
     pub(crate) fn add(&mut self, (dst, len): (FabricAddr, u64)) {
         // check_ranges proved `len >= 1` and that `dst + len - 1` does not overflow.
@@ -374,6 +460,37 @@ mod tests {
             Dtype::U8,
         )
         .unwrap()
+    }
+
+    /// The footprint of `descs`.
+    fn footprint(descs: &[Descriptor]) -> Footprint {
+        let mut f = Footprint::default();
+        descs.iter().for_each(|d| f.add(d));
+        f
+    }
+
+    #[test]
+    fn pages_are_independent_when_reads_miss_writes_and_writes_stay_in_a_page() {
+        let fill = Descriptor::fill(FabricAddr(5 * P), 8, Dtype::U8, 1).unwrap();
+        assert!(Footprint::default().pages_independent());
+        assert!(footprint(&[fill]).pages_independent());
+        // reads below the writes, and above them
+        assert!(footprint(&[copy(0, 2 * P, 64), copy(P - 64, 3 * P, 64)]).pages_independent());
+        assert!(footprint(&[copy(9 * P, 2 * P, 64), fill]).pages_independent());
+        // a read meeting a write (by one byte), even of another descriptor
+        assert!(!footprint(&[copy(0, 2 * P, 64), copy(2 * P + 63, 3 * P, 1)]).pages_independent());
+        assert!(!footprint(&[copy(2 * P, 2 * P + 32, 64)]).pages_independent());
+        assert!(footprint(&[copy(2 * P, 2 * P + 64, 64)]).pages_independent());
+        // a write across a page edge
+        assert!(!footprint(&[copy(0, 2 * P - 8, 16)]).pages_independent());
+        // joining keeps both hulls and the page rule
+        let (a, b) = (
+            footprint(&[copy(0, 2 * P, 64)]),
+            footprint(&[copy(2 * P, 4 * P, 64)]),
+        );
+        assert!(a.pages_independent() && b.pages_independent());
+        assert!(!a.join(b).pages_independent());
+        assert_eq!(a.join(Footprint::default()), a);
     }
 
     fn config(invalid: InvalidPolicy) -> EngineConfig {
