@@ -534,24 +534,30 @@ pub(crate) fn claimable(
     !semaphores && queues.iter().all(|q| q.len() <= at_once)
 }
 
-/// The descriptor buffer a claimed run copies its queues into, kept between runs: a fresh
-/// buffer of a few MiB costs its page faults on every run (measured 1.2 ms for 2 MiB on
-/// this project's VM, a quarter of a 256 MiB replay of 4 KiB copies on two workers).
+/// The descriptor buffers a claimed run copies its units (queues or page buckets) into,
+/// kept between runs: fresh buffers of a few MiB cost their page faults on every run
+/// (measured 1.2 ms for 2 MiB on this project's VM, a quarter of a 256 MiB replay of 4 KiB
+/// copies on two workers).
 #[derive(Debug, Default)]
-pub(crate) struct Spare(Mutex<Vec<Descriptor>>);
+pub(crate) struct Spare(Mutex<Vec<Vec<Descriptor>>>);
 
 impl Spare {
-    /// The buffer, empty (a fresh one if another run holds it).
-    fn take(&self) -> Vec<Descriptor> {
+    /// `units` buffers, empty (fresh ones where too few are kept).
+    fn take(&self, units: usize) -> Vec<Vec<Descriptor>> {
         let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let mut buffer = std::mem::take(&mut *held);
-        buffer.clear();
-        buffer
+        let kept = units.min(held.len());
+        let mut buffers: Vec<_> = held.drain(..kept).collect();
+        buffers.iter_mut().for_each(Vec::clear);
+        buffers.resize_with(units, Vec::new);
+        buffers
     }
 
-    /// Keeps `buffer` for the next run.
-    fn put(&self, buffer: Vec<Descriptor>) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = buffer;
+    /// Keeps `buffers` for the next runs.
+    fn put(&self, buffers: Vec<Vec<Descriptor>>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(buffers);
     }
 }
 
@@ -575,26 +581,25 @@ pub(crate) fn execute_claimed(
     config: &EngineConfig,
     spare: &Spare,
 ) -> Result<ExecutionStats, Error> {
-    let mut descs = spare.take();
-    let ends: Vec<usize> = match deal {
-        true => deal_by_page(queues, &mut descs),
-        false => queues
-            .iter()
-            .map(|q| {
-                descs.extend_from_slice(q);
-                descs.len()
-            })
-            .collect(),
+    let units = match deal {
+        true => deal_by_page(queues, spare.take(PAGE_BUCKETS)),
+        false => {
+            let mut units = spare.take(queues.len());
+            units
+                .iter_mut()
+                .zip(queues)
+                .for_each(|(unit, q)| unit.extend_from_slice(q));
+            units
+        }
     };
     let taken = std::mem::replace(fabric, Fabric::new(fabric.generation()));
     let skip = config.invalid == InvalidPolicy::Skip;
-    let units = ends.len();
+    let count = units.len();
     let claims = Arc::new(Claims {
-        shared: Shared::new(taken, skip, units),
-        descs,
-        ends,
+        shared: Shared::new(taken, skip, count),
+        units,
         next: AtomicUsize::new(0),
-        results: Mutex::new(vec![Ok(()); units]),
+        results: Mutex::new(vec![Ok(()); count]),
         batch: config.batch,
     });
     let started = Instant::now();
@@ -615,7 +620,7 @@ pub(crate) fn execute_claimed(
             .iter()
             .map(|q| q.len().div_ceil(config.batch) as u64)
             .sum(),
-        max_buffered: claims.descs.len(),
+        max_buffered: claims.units.iter().map(Vec::len).sum(),
         claimed: true,
         dealt_by_page: deal,
     };
@@ -623,7 +628,7 @@ pub(crate) fn execute_claimed(
     let (fabric_back, outcome) = match Arc::try_unwrap(claims) {
         Ok(c) => {
             let aborted = c.shared.is_aborted();
-            spare.put(c.descs);
+            spare.put(c.units);
             (c.shared.fabric, first_failure(c.results, aborted))
         }
         Err(c) => (c.shared.fabric.clone(), Err(Error::RunAborted)),
@@ -657,40 +662,30 @@ fn rounds(queues: &[Vec<Descriptor>]) -> impl Iterator<Item = (usize, usize, &De
     })
 }
 
-/// Deals the descriptors of `queues` into `descs` (empty), bucket after bucket by
-/// destination page, each bucket in round order ([`rounds`]), and returns each bucket's
-/// end.
+/// Deals the descriptors of `queues` into `buckets` (empty) by destination page, each
+/// bucket in round order ([`rounds`]).
 ///
 /// For a replay whose [`Footprint::pages_independent`]: then two descriptors on different
 /// pages touch no common byte, and descriptors that share a destination page stay in one
 /// bucket in their queues' order, so any schedule of the buckets gives the memory the
 /// queues give. A claimer that takes a bucket writes pages no other claimer writes, and
 /// round order keeps a round-robin spray's writes sequential inside a page.
-fn deal_by_page(queues: &[Vec<Descriptor>], descs: &mut Vec<Descriptor>) -> Vec<usize> {
-    let mut next = [0usize; PAGE_BUCKETS];
-    for d in queues.iter().flatten() {
-        next[page_bucket(d.dest_range().0)] += 1;
-    }
-    let mut ends = Vec::with_capacity(PAGE_BUCKETS);
-    let mut start = 0;
-    for n in &mut next {
-        let count = *n;
-        *n = start;
-        start += count;
-        ends.push(start);
-    }
-    let Some(&first) = queues.iter().flatten().next() else {
-        return ends;
-    };
-    descs.resize(start, first);
-    for (_, _, d) in rounds(queues) {
-        let at = &mut next[page_bucket(d.dest_range().0)];
-        if let Some(slot) = descs.get_mut(*at) {
-            *slot = *d;
+fn deal_by_page(
+    queues: &[Vec<Descriptor>],
+    mut buckets: Vec<Vec<Descriptor>>,
+) -> Vec<Vec<Descriptor>> {
+    buckets.resize_with(PAGE_BUCKETS, Vec::new);
+    // `rounds` written out: this loop runs for every descriptor of the replay before any
+    // executes, and the nested iterator cost it twice the time.
+    let longest = queues.iter().map(Vec::len).max().unwrap_or(0);
+    for r in 0..longest {
+        for d in queues.iter().filter_map(|list| list.get(r)) {
+            if let Some(bucket) = buckets.get_mut(page_bucket(d.dest_range().0)) {
+                bucket.push(*d);
+            }
         }
-        *at += 1;
     }
-    ends
+    buckets
 }
 
 /// The queue and index in `queues` of the descriptor at `index` of bucket `bucket` of
@@ -728,9 +723,8 @@ fn undealt(queues: &[Vec<Descriptor>], e: Error) -> Error {
 struct Claims {
     shared: Shared,
     /// Every queue's descriptors, one queue after another.
-    descs: Vec<Descriptor>,
-    /// Where each queue's descriptors end in `descs`.
-    ends: Vec<usize>,
+    /// The descriptors of every unit claimed: a queue, or a bucket of pages.
+    units: Vec<Vec<Descriptor>>,
     next: AtomicUsize,
     results: Mutex<Vec<Result<(), Error>>>,
     batch: usize,
@@ -760,9 +754,7 @@ impl Claims {
 
     /// The descriptors of `queue` (`None` past the last queue).
     fn queue(&self, queue: usize) -> Option<&[Descriptor]> {
-        let end = *self.ends.get(queue)?;
-        let start = queue.checked_sub(1).map_or(0, |q| self.ends[q]);
-        self.descs.get(start..end)
+        self.units.get(queue).map(Vec::as_slice)
     }
 
     fn record(&self, queue: usize, outcome: Result<(), Error>) {
@@ -1027,8 +1019,10 @@ mod tests {
         let spare = Spare::default();
         let b = execute_claimed(&rt, 2, &mut claimed, (&queues, false), &cfg, &spare).unwrap();
         // the copy's buffer is kept for the next run, empty
-        let kept = spare.take();
-        assert!(kept.is_empty() && kept.capacity() >= 1200);
+        let kept = spare.take(4);
+        assert!(kept
+            .iter()
+            .all(|unit| unit.is_empty() && unit.capacity() >= 300));
         assert_eq!(claimed.first_difference(&fed), None);
         assert_eq!((b.batches, b.workers), (a.batches, 2));
         assert_eq!(b.max_buffered, 1200);
@@ -1138,20 +1132,18 @@ mod tests {
     #[test]
     fn dealing_keeps_every_descriptor_once_and_each_queue_in_order() {
         let queues = gather_queues();
-        let mut descs = Vec::new();
-        let ends = deal_by_page(&queues, &mut descs);
-        assert_eq!(ends.len(), PAGE_BUCKETS);
-        assert_eq!(descs.len(), queues.iter().map(Vec::len).sum::<usize>());
-        let mut start = 0;
-        for (b, &end) in ends.iter().enumerate() {
-            for (i, d) in descs[start..end].iter().enumerate() {
+        let buckets = deal_by_page(&queues, Vec::new());
+        assert_eq!(buckets.len(), PAGE_BUCKETS);
+        let total: usize = buckets.iter().map(Vec::len).sum();
+        assert_eq!(total, queues.iter().map(Vec::len).sum::<usize>());
+        for (b, bucket) in buckets.iter().enumerate() {
+            for (i, d) in bucket.iter().enumerate() {
                 assert_eq!(page_bucket(d.dest_range().0), b);
                 let (q, r) = locate(&queues, b, i as u64).unwrap();
                 assert_eq!(queues[q][r as usize], *d);
             }
-            start = end;
         }
-        assert!(deal_by_page(&[], &mut Vec::new()).iter().all(|&e| e == 0));
+        assert!(deal_by_page(&[], Vec::new()).iter().all(Vec::is_empty));
     }
 
     #[test]
