@@ -256,6 +256,9 @@ pub struct Engine {
     caller: Runtime,
     /// The buffer claimed runs copy their queues into.
     spare: exec::Spare,
+    /// The destination page set of the last replay, emptied: the next one's validation
+    /// fills it without growing its table again.
+    kept_pages: std::sync::Mutex<Option<validate::PageSet>>,
 }
 
 impl Engine {
@@ -279,6 +282,7 @@ impl Engine {
             runtime,
             caller,
             spare: exec::Spare::default(),
+            kept_pages: std::sync::Mutex::new(None),
         })
     }
 
@@ -393,18 +397,24 @@ impl Engine {
         source: &mut S,
     ) -> Result<ReplayReport, Error> {
         self.check_queue_count(source.queues())?;
-        let plan = validate::validate(fabric, source, &self.config)?;
+        let kept = self.kept_pages.lock().map(|mut k| k.take()).ok().flatten();
+        let plan = validate::validate(fabric, source, &self.config, kept.unwrap_or_default())?;
         // Only this replay's destinations stay writable: every other page is then read
         // without a lock while the queues run.
         fabric.close_pages();
         plan.pages.reserve(fabric)?;
+        let deal = plan.deals_by_page();
+        let mut pages = plan.pages;
+        pages.clear();
+        if let Ok(mut k) = self.kept_pages.lock() {
+            *k = Some(pages);
+        }
         source.rewind();
         let (runtime, workers) = self.runtime_for(&plan.timeline);
         let execution = match source.in_memory() {
             Some(queues)
                 if workers > 1 && exec::claimable(queues, plan.semaphores, &self.config) =>
             {
-                let deal = plan.deals_by_page();
                 let queues = (queues, deal);
                 exec::execute_claimed(runtime, workers, fabric, queues, &self.config, &self.spare)?
             }

@@ -171,18 +171,22 @@ impl RangeRule {
 pub(crate) const SPLIT_MIN: usize = 32 * 1024;
 
 /// Runs the whole validation pass over `source` (which it leaves at the end).
+///
+/// `pages` (empty) becomes the plan's [`PageSet`]: a set kept from an earlier replay has
+/// its table already grown.
 pub(crate) fn validate<S: QueueSource>(
     fabric: &Fabric,
     source: &mut S,
     config: &EngineConfig,
+    mut pages: PageSet,
 ) -> Result<Plan, Error> {
     if let Some(plan) = source
         .in_memory()
-        .and_then(|queues| validate_split(fabric, queues, config, SPLIT_MIN))
+        .and_then(|queues| validate_split(fabric, queues, config, (SPLIT_MIN, &mut pages)))
     {
         return plan;
     }
-    validate_in_order(fabric, source, config)
+    validate_in_order(fabric, source, config, pages)
 }
 
 /// Validation of in-memory queues split over two threads, the even-numbered queues on
@@ -192,19 +196,24 @@ pub(crate) fn validate<S: QueueSource>(
 /// plan of [`validate_in_order`]. `None` (validate in order instead) when the split does
 /// not apply, when some queue has a semaphore, and when a half finds an error: the error
 /// reported is then the one the in-order pass meets first, whatever the split.
+/// The even half takes `pages` (left empty then).
 fn validate_split(
     fabric: &Fabric,
     queues: &[Vec<Descriptor>],
     config: &EngineConfig,
-    min: usize,
+    (min, pages): (usize, &mut PageSet),
 ) -> Option<Result<Plan, Error>> {
     let total: usize = queues.iter().map(Vec::len).sum();
     if total < min || queues.len() < 2 || config.workers < 2 || config.race_check == RaceCheck::On {
         return None;
     }
+    let even_pages = std::mem::take(pages);
     let (even, odd) = std::thread::scope(|s| {
-        let odd = s.spawn(|| validate_half(fabric, queues, config, 1));
-        (validate_half(fabric, queues, config, 0), odd.join())
+        let odd = s.spawn(|| validate_half(fabric, queues, config, (1, PageSet::default())));
+        (
+            validate_half(fabric, queues, config, (0, even_pages)),
+            odd.join(),
+        )
     });
     let odd = odd.unwrap_or_else(|p| std::panic::resume_unwind(p));
     let (mut plan, odd) = (even?, odd?);
@@ -228,9 +237,9 @@ fn validate_half(
     fabric: &Fabric,
     queues: &[Vec<Descriptor>],
     config: &EngineConfig,
-    parity: usize,
+    (parity, pages): (usize, PageSet),
 ) -> Option<Plan> {
-    let mut v = Validator::new(fabric, queues.len(), config).ok()?;
+    let mut v = Validator::new(fabric, queues.len(), config, pages).ok()?;
     let mine = || (parity..queues.len()).step_by(2);
     for q in (0..queues.len()).filter(|q| q % 2 != parity) {
         v.timeline.close(q).ok()?;
@@ -262,8 +271,9 @@ fn validate_in_order<S: QueueSource>(
     fabric: &Fabric,
     source: &mut S,
     config: &EngineConfig,
+    pages: PageSet,
 ) -> Result<Plan, Error> {
-    let mut v = Validator::new(fabric, source.queues(), config)?;
+    let mut v = Validator::new(fabric, source.queues(), config, pages)?;
     let mut done = vec![false; source.queues()];
     while v.timed_pass(source, &mut done)? {}
     for (queue, finished) in done.iter_mut().enumerate() {
@@ -290,10 +300,12 @@ struct Validator<'f> {
 }
 
 impl<'f> Validator<'f> {
+    /// A validator collecting the destination pages into `pages` (empty).
     fn new(
         fabric: &'f Fabric,
         queues: usize,
         config: &EngineConfig,
+        pages: PageSet,
     ) -> Result<Validator<'f>, Error> {
         let model = TimingModel::new(fabric.generation());
         Ok(Validator {
@@ -304,7 +316,7 @@ impl<'f> Validator<'f> {
             timeline: QueueTimeline::new(model, queues, false)?,
             race: (config.race_check == RaceCheck::On).then(|| RaceRecorder::new(queues)),
             skipped: vec![Skipped::default(); queues],
-            pages: PageSet::default(),
+            pages,
             footprint: Footprint::default(),
             ranges: RangeRule::default(),
         })
@@ -394,11 +406,27 @@ impl<'f> Validator<'f> {
 
 /// The fabric pages the replay writes: page number -> one address inside both the page and
 /// a checked destination range (so reserving one byte there materialises the page).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct PageSet {
     pages: HashMap<u64, u64>,
     /// The page numbers of the last range added (consecutive descriptors share pages).
     last: Option<(u64, u64)>,
+    /// Pages known to be in `pages`, direct-mapped by their low bits: a scatter over a
+    /// table of a few hundred pages finds its page here instead of hashing it again.
+    seen: Box<[u64; SEEN]>,
+}
+
+/// Slots of [`PageSet::seen`].
+const SEEN: usize = 1024;
+
+impl Default for PageSet {
+    fn default() -> PageSet {
+        PageSet {
+            pages: HashMap::new(),
+            last: None,
+            seen: Box::new([u64::MAX; SEEN]),
+        }
+    }
 }
 
 impl PageSet {
@@ -414,12 +442,28 @@ impl PageSet {
         if self.last.is_some_and(|(a, b)| a <= lo && hi <= b) {
             return;
         }
+        self.last = Some((lo, hi));
+        let seen = &mut self.seen[lo as usize % SEEN];
+        if lo == hi && *seen == lo {
+            return;
+        }
         for page in lo..=hi {
             self.pages
                 .entry(page)
                 .or_insert(dst.0.max(page * PAGE_BYTES));
         }
-        self.last = Some((lo, hi));
+        if lo == hi {
+            *seen = lo;
+        }
+    }
+
+    /// Empties the set, keeping its table's capacity (for the next replay).
+    pub(crate) fn clear(&mut self) {
+        for &page in self.pages.keys() {
+            self.seen[page as usize % SEEN] = u64::MAX;
+        }
+        self.pages.clear();
+        self.last = None;
     }
 
     /// Adds every page of `other`.
@@ -541,8 +585,9 @@ mod tests {
             let f = Fabric::new(Generation::Cayman);
             let policy = if skip { InvalidPolicy::Skip } else { InvalidPolicy::Reject };
             let config = EngineConfig { workers: 2, ..config(policy) };
-            let in_order = validate_in_order(&f, &mut Slices::new(&queues), &config);
-            let split = validate_split(&f, &queues, &config, 0);
+            let in_order =
+                validate_in_order(&f, &mut Slices::new(&queues), &config, PageSet::default());
+            let split = validate_split(&f, &queues, &config, (0, &mut PageSet::default()));
             let semaphores = queues.iter().flatten().any(|d| d.signal().is_some());
             match (&in_order, split) {
                 (Ok(want), Some(Ok(got))) => prop_assert_eq!(summary(&got), summary(want)),
@@ -552,9 +597,10 @@ mod tests {
             }
             // one worker, or fewer descriptors than asked: no split
             let one = EngineConfig { workers: 1, ..config };
-            prop_assert!(validate_split(&f, &queues, &one, 0).is_none());
+            prop_assert!(validate_split(&f, &queues, &one, (0, &mut PageSet::default())).is_none());
             let total: usize = queues.iter().map(Vec::len).sum();
-            prop_assert!(validate_split(&f, &queues, &config, total + 1).is_none());
+            let more = (total + 1, &mut PageSet::default());
+            prop_assert!(validate_split(&f, &queues, &config, more).is_none());
         }
     }
 
@@ -574,6 +620,17 @@ mod tests {
         let mut f = Fabric::new(Generation::Cayman);
         pages.reserve(&mut f).unwrap();
         assert_eq!(f.allocated_bytes(), 5 * P);
+        // emptied and used again: pages seen before are not taken for present
+        pages.clear();
+        assert_eq!(pages.len(), 0);
+        pages.add((FabricAddr(5 * P + 8), 8));
+        pages.add((FabricAddr(0), 8));
+        pages.add((FabricAddr(5 * P), 8));
+        pages.add((FabricAddr(SEEN as u64 * P), 8)); // the slot of page 0
+        pages.add((FabricAddr(0), 8));
+        let mut keys: Vec<u64> = pages.pages.keys().copied().collect();
+        keys.sort_unstable();
+        assert_eq!(keys, [0, 5, SEEN as u64]);
     }
 
     #[test]
@@ -618,7 +675,8 @@ mod tests {
             vec![copy(0, 64, 8), copy(gap, 64, 16)],
             vec![copy(0, gap, 4)],
         ];
-        let plan = validate(&f, &mut Slices::new(&queues), &config(InvalidPolicy::Skip)).unwrap();
+        let skip = config(InvalidPolicy::Skip);
+        let plan = validate(&f, &mut Slices::new(&queues), &skip, PageSet::default()).unwrap();
         let want = [
             Skipped {
                 descriptors: 1,
@@ -637,6 +695,7 @@ mod tests {
             &f,
             &mut Slices::new(&queues),
             &config(InvalidPolicy::Reject),
+            PageSet::default(),
         );
         let Err(Error::ReplayDescriptor {
             queue, index, what, ..
