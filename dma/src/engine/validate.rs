@@ -111,14 +111,17 @@ impl Footprint {
 
 impl Plan {
     /// Whether a claimed run of this replay is best dealt by destination page: its pages
-    /// are independent ([`Footprint::pages_independent`]) and dense, at least a quarter of
-    /// each page written on average. Dense pages are what several queues share (the
-    /// round-robin spray of a contiguous destination); dealing them costs two passes over
-    /// the descriptors, which sparse writes (a scatter over a large table, where threads
-    /// rarely meet on a page) do not win back.
+    /// are independent ([`Footprint::pages_independent`]), some page is written by two
+    /// queues, and the pages are dense, at least a quarter of each written on average.
+    /// Dense pages shared by queues are what a round-robin spray of a contiguous
+    /// destination makes, and where two threads running queues meet on every page;
+    /// dealing costs a pass over the descriptors, which pages of one queue each, or
+    /// sparse writes (a scatter over a large table, where threads rarely meet on a page),
+    /// do not win back.
     pub(crate) fn deals_by_page(&self) -> bool {
         let pages = self.pages.len() as u64;
         self.footprint.pages_independent()
+            && self.pages.shared()
             && self.footprint.bytes_written >= pages.saturating_mul(PAGE_BYTES / 4)
     }
 }
@@ -372,7 +375,7 @@ impl<'f> Validator<'f> {
     fn check(&mut self, queue: usize, index: u64, d: &Descriptor) -> Result<bool, Error> {
         match self.ranges.check(self.fabric, d) {
             Ok(()) => {
-                self.pages.add(d.dest_range());
+                self.pages.add(d.dest_range(), queue);
                 self.footprint.add(d);
                 Ok(true)
             }
@@ -405,19 +408,25 @@ impl<'f> Validator<'f> {
 }
 
 /// The fabric pages the replay writes: page number -> one address inside both the page and
-/// a checked destination range (so reserving one byte there materialises the page).
+/// a checked destination range (so reserving one byte there materialises the page), and
+/// the first queue that writes it; and whether some page is written by two queues.
 #[derive(Debug)]
 pub(crate) struct PageSet {
-    pages: HashMap<u64, u64>,
-    /// The page numbers of the last range added (consecutive descriptors share pages).
-    last: Option<(u64, u64)>,
-    /// Pages known to be in `pages`, direct-mapped by their low bits: a scatter over a
-    /// table of a few hundred pages finds its page here instead of hashing it again.
+    pages: HashMap<u64, (u64, usize)>,
+    /// The page numbers of the last range added and its queue (consecutive descriptors of
+    /// a queue share pages).
+    last: Option<(u64, u64, usize)>,
+    /// Pages known to be in `pages` with their first queue (`page | queue << 56`),
+    /// direct-mapped by their low bits: a scatter over a table of a few hundred pages
+    /// finds its page here instead of hashing it again.
     seen: Box<[u64; SEEN]>,
+    shared: bool,
 }
 
 /// Slots of [`PageSet::seen`].
 const SEEN: usize = 1024;
+/// Where [`PageSet::seen`] keeps the queue (page numbers are below 2^48).
+const SEEN_QUEUE_SHIFT: u32 = 56;
 
 impl Default for PageSet {
     fn default() -> PageSet {
@@ -425,6 +434,7 @@ impl Default for PageSet {
             pages: HashMap::new(),
             last: None,
             seen: Box::new([u64::MAX; SEEN]),
+            shared: false,
         }
     }
 }
@@ -435,25 +445,36 @@ impl PageSet {
         self.pages.len()
     }
 
-    /// Adds the pages of a range that passed [`Fabric::check`].
-    pub(crate) fn add(&mut self, (dst, len): (FabricAddr, u64)) {
+    /// Whether some page is written by two queues.
+    pub(crate) fn shared(&self) -> bool {
+        self.shared
+    }
+
+    /// Adds the pages of a range of `queue` that passed [`Fabric::check`].
+    pub(crate) fn add(&mut self, (dst, len): (FabricAddr, u64), queue: usize) {
         // check_ranges proved `len >= 1` and that `dst + len - 1` does not overflow.
         let (lo, hi) = (dst.0 / PAGE_BYTES, (dst.0 + (len - 1)) / PAGE_BYTES);
-        if self.last.is_some_and(|(a, b)| a <= lo && hi <= b) {
+        if self
+            .last
+            .is_some_and(|(a, b, q)| a <= lo && hi <= b && q == queue)
+        {
             return;
         }
-        self.last = Some((lo, hi));
+        self.last = Some((lo, hi, queue));
+        let tag = lo | (queue as u64) << SEEN_QUEUE_SHIFT;
         let seen = &mut self.seen[lo as usize % SEEN];
-        if lo == hi && *seen == lo {
+        if lo == hi && *seen == tag {
             return;
         }
         for page in lo..=hi {
-            self.pages
+            let first = self
+                .pages
                 .entry(page)
-                .or_insert(dst.0.max(page * PAGE_BYTES));
+                .or_insert((dst.0.max(page * PAGE_BYTES), queue));
+            self.shared |= first.1 != queue;
         }
         if lo == hi {
-            *seen = lo;
+            *seen = tag;
         }
     }
 
@@ -464,19 +485,22 @@ impl PageSet {
         }
         self.pages.clear();
         self.last = None;
+        self.shared = false;
     }
 
     /// Adds every page of `other`.
     fn merge(&mut self, other: PageSet) {
-        for (page, addr) in other.pages {
-            self.pages.entry(page).or_insert(addr);
+        self.shared |= other.shared;
+        for (page, (addr, queue)) in other.pages {
+            let first = self.pages.entry(page).or_insert((addr, queue));
+            self.shared |= first.1 != queue;
         }
         self.last = None;
     }
 
     /// Reserves every page (contents unchanged).
     pub(crate) fn reserve(&self, fabric: &mut Fabric) -> Result<(), Error> {
-        for &addr in self.pages.values() {
+        for &(addr, _) in self.pages.values() {
             fabric.reserve(FabricAddr(addr), 1)?;
         }
         Ok(())
@@ -607,30 +631,49 @@ mod tests {
     #[test]
     fn page_set_collects_each_written_page_once() {
         let mut pages = PageSet::default();
-        pages.add((FabricAddr(P - 4), 8)); // pages 0 and 1
-        pages.add((FabricAddr(P + 16), 8)); // inside the last range: cached
-        pages.add((FabricAddr(5 * P + 1), 2 * P)); // pages 5, 6, 7
-        pages.add((FabricAddr(0), 1));
+        pages.add((FabricAddr(P - 4), 8), 0); // pages 0 and 1
+        pages.add((FabricAddr(P + 16), 8), 0); // inside the last range: cached
+        pages.add((FabricAddr(5 * P + 1), 2 * P), 0); // pages 5, 6, 7
+        pages.add((FabricAddr(0), 1), 0);
+        assert!(!pages.shared());
         assert_eq!(pages.pages.len(), 5);
         // the address kept for a page lies in the page and in a range that was added
-        assert_eq!(pages.pages.get(&0), Some(&(P - 4)));
-        assert_eq!(pages.pages.get(&1), Some(&P));
-        assert_eq!(pages.pages.get(&5), Some(&(5 * P + 1)));
-        assert_eq!(pages.pages.get(&7), Some(&(7 * P)));
+        assert_eq!(pages.pages.get(&0), Some(&(P - 4, 0)));
+        assert_eq!(pages.pages.get(&1), Some(&(P, 0)));
+        assert_eq!(pages.pages.get(&5), Some(&(5 * P + 1, 0)));
+        assert_eq!(pages.pages.get(&7), Some(&(7 * P, 0)));
         let mut f = Fabric::new(Generation::Cayman);
         pages.reserve(&mut f).unwrap();
         assert_eq!(f.allocated_bytes(), 5 * P);
         // emptied and used again: pages seen before are not taken for present
         pages.clear();
         assert_eq!(pages.len(), 0);
-        pages.add((FabricAddr(5 * P + 8), 8));
-        pages.add((FabricAddr(0), 8));
-        pages.add((FabricAddr(5 * P), 8));
-        pages.add((FabricAddr(SEEN as u64 * P), 8)); // the slot of page 0
-        pages.add((FabricAddr(0), 8));
+        pages.add((FabricAddr(5 * P + 8), 8), 1);
+        pages.add((FabricAddr(0), 8), 1);
+        pages.add((FabricAddr(5 * P), 8), 1);
+        pages.add((FabricAddr(SEEN as u64 * P), 8), 1); // the slot of page 0
+        pages.add((FabricAddr(0), 8), 1);
         let mut keys: Vec<u64> = pages.pages.keys().copied().collect();
         keys.sort_unstable();
         assert_eq!(keys, [0, 5, SEEN as u64]);
+        assert!(!pages.shared());
+        // another queue on a page seen (the filter), then on the last range (not cached)
+        pages.add((FabricAddr(5 * P + 64), 8), 2);
+        assert!(pages.shared());
+        pages.clear();
+        pages.add((FabricAddr(0), 8), 3);
+        pages.add((FabricAddr(16), 8), 4);
+        assert!(pages.shared());
+        // merging halves of distinct queues finds their common pages
+        let (mut a, mut b) = (PageSet::default(), PageSet::default());
+        a.add((FabricAddr(0), 8), 0);
+        b.add((FabricAddr(2 * P), 8), 1);
+        a.merge(b);
+        assert!(!a.shared() && a.len() == 2);
+        let mut c = PageSet::default();
+        c.add((FabricAddr(2 * P + 8), 8), 3);
+        a.merge(c);
+        assert!(a.shared());
     }
 
     #[test]
