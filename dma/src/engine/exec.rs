@@ -524,15 +524,23 @@ fn first_error(
 
 /// Whether a validated in-memory replay for two or more workers may run by claiming
 /// ([`execute_claimed`]): it has no semaphore, and every queue fits the batches its channel
-/// would hold at once (so that copying it whole costs no more memory than feeding it).
+/// would hold at once (so that copying it whole costs no more memory than feeding it), or,
+/// for a run `dealt` by page, it has at most [`DEALT_MAX`] descriptors (fed queue by
+/// queue, its threads would meet on every page).
 pub(crate) fn claimable(
     queues: &[Vec<Descriptor>],
-    semaphores: bool,
+    (semaphores, dealt): (bool, bool),
     config: &EngineConfig,
 ) -> bool {
     let at_once = config.batch.saturating_mul(config.channel_depth);
-    !semaphores && queues.iter().all(|q| q.len() <= at_once)
+    let fits = || queues.iter().all(|q| q.len() <= at_once);
+    let total = || queues.iter().map(Vec::len).sum::<usize>();
+    !semaphores && (fits() || dealt && total() <= DEALT_MAX)
 }
+
+/// The most descriptors a run dealt by page copies (40 MiB of them at most in the
+/// [`Spare`] buffers).
+pub(crate) const DEALT_MAX: usize = 1 << 20;
 
 /// The descriptor buffers a claimed run copies its units (queues or page buckets) into,
 /// kept between runs: fresh buffers of a few MiB cost their page faults on every run
@@ -1009,9 +1017,11 @@ mod tests {
         let queues = four_queues();
         let rt = runtime(2);
         let cfg = config(64, 8);
-        assert!(claimable(&queues, false, &cfg));
-        assert!(!claimable(&queues, true, &cfg));
-        assert!(!claimable(&queues, false, &config(64, 4)));
+        assert!(claimable(&queues, (false, false), &cfg));
+        assert!(!claimable(&queues, (true, false), &cfg));
+        assert!(!claimable(&queues, (true, true), &cfg));
+        assert!(!claimable(&queues, (false, false), &config(64, 4)));
+        assert!(claimable(&queues, (false, true), &config(64, 4)));
         let mut fed = Fabric::new(Generation::Cayman);
         fed.reserve(FabricAddr(0), 0x10000).unwrap();
         let mut claimed = fed.clone();

@@ -59,13 +59,14 @@
 //! and no channel, so the caller works instead of waiting for the workers to wake. Either
 //! way each queue runs in order on one thread at a time.
 //!
-//! A claimed run whose every destination lies inside one page, whose bytes read are no
-//! bytes written and whose destination pages are dense and shared by queues (the
-//! validation's footprint and page set) is dealt by destination page instead ([`ExecutionStats::dealt_by_page`]): the units
-//! claimed are buckets of pages, each in the queues' round order, so no two threads write
-//! one page (a round-robin spray puts every queue on every page) and a queue's
-//! descriptors on one page still run in its order, which is all the order such a replay
-//! has.
+//! An in-memory replay whose every destination lies inside one page, whose bytes read
+//! are no bytes written and whose destination pages are dense and shared by queues (the
+//! validation's footprint and page set) is claimed even when its queues do not fit their
+//! channels (up to a million descriptors copied), and is dealt by destination page
+//! ([`ExecutionStats::dealt_by_page`]): the units claimed are buckets of pages, each in the
+//! queues' round order, so no two threads write one page (a round-robin spray puts every
+//! queue on every page) and a queue's descriptors on one page still run in its order,
+//! which is all the order such a replay has.
 //!
 //! # Determinism
 //!
@@ -413,7 +414,8 @@ impl Engine {
         let (runtime, workers) = self.runtime_for(&plan.timeline);
         let execution = match source.in_memory() {
             Some(queues)
-                if workers > 1 && exec::claimable(queues, plan.semaphores, &self.config) =>
+                if workers > 1
+                    && exec::claimable(queues, (plan.semaphores, deal), &self.config) =>
             {
                 let queues = (queues, deal);
                 exec::execute_claimed(runtime, workers, fabric, queues, &self.config, &self.spare)?
@@ -487,10 +489,12 @@ mod tests {
     }
 
     /// Whether `e` runs `queues` (no semaphores, in memory) by claiming them: on two
-    /// workers, with every queue fitting its channel whole.
-    fn claims(e: &Engine, queues: &[Vec<Descriptor>]) -> bool {
+    /// workers, with every queue fitting its channel whole, or dealt by page (as the
+    /// report says: the rule is the validation's footprint).
+    fn claims(e: &Engine, queues: &[Vec<Descriptor>], report: &ReplayReport) -> bool {
         let c = e.config();
-        c.workers > 1 && queues.iter().all(|q| q.len() <= c.batch * c.channel_depth)
+        let fits = queues.iter().all(|q| q.len() <= c.batch * c.channel_depth);
+        c.workers > 1 && (fits || report.execution.dealt_by_page)
     }
 
     fn with(workers: usize, f: impl FnOnce(&mut EngineConfig)) -> Engine {
@@ -655,7 +659,7 @@ mod tests {
             let queues = spray(&descs, queues);
             let mut f = fabric();
             let report = engine(workers).run(&mut f, &queues).unwrap();
-            prop_assert_eq!(report.execution.claimed, claims(engine(workers), &queues));
+            prop_assert_eq!(report.execution.claimed, claims(engine(workers), &queues, &report));
             prop_assert_eq!(window(&f), reference(&queues));
             let mut g = fabric();
             execute_sequential(&mut g, &queues).unwrap();
@@ -702,6 +706,29 @@ mod tests {
             prop_assert_eq!(report.execution.dealt_by_page, dense && shared);
             prop_assert_eq!(f.first_difference(&want), None);
         }
+    }
+
+    #[test]
+    fn a_round_robin_gather_longer_than_the_channels_is_dealt_by_page() {
+        // 16 queues of 600 rows each, dealt round-robin over 16 pages of 64-byte rows:
+        // far more than a queue's channel holds on engine 2 (batches of 7, depth 1)
+        let rows = 16 * 600u64;
+        let mut queues = vec![Vec::new(); 16];
+        for i in 0..rows {
+            let src = (i * 7919) % 4096 * 64;
+            queues[(i % 16) as usize].push(copy(src, (1 << 20) + i * 64, 64));
+        }
+        let mut f = Fabric::new(GEN);
+        f.write(FabricAddr(0), &image()).unwrap();
+        let mut want = f.clone();
+        execute_sequential(&mut want, &queues).unwrap();
+        let report = engine(2).run(&mut f, &queues).unwrap();
+        assert!(report.execution.claimed && report.execution.dealt_by_page);
+        assert_eq!(f.first_difference(&want), None);
+        // past the most a dealt run copies, the queues are fed instead
+        let d = copy(0, 1 << 20, 64);
+        let huge = vec![vec![d; exec::DEALT_MAX / 2 + 1]; 2];
+        assert!(!exec::claimable(&huge, (false, true), engine(2).config()));
     }
 
     /// Mailbox `k` is `[k * MAILBOX, +MAILBOX)`, below the groups. Every write to a mailbox
@@ -869,7 +896,7 @@ mod tests {
                     let e = with(workers, |c| c.batch = batch);
                     let mut f = fabric();
                     let report = e.run(&mut f, &sprayed).unwrap();
-                    assert_eq!(report.execution.claimed, claims(&e, &sprayed));
+                    assert_eq!(report.execution.claimed, claims(&e, &sprayed, &report));
                     assert_eq!(
                         f.first_difference(&baseline),
                         None,
