@@ -7,7 +7,9 @@
 //! signal it; validation proved every wait is reached, hence the run always ends.
 //!
 //! An in-memory replay without semaphores whose queues fit their channels whole skips the
-//! feeder: [`execute_claimed`] lets the calling thread and the workers claim whole queues.
+//! feeder: [`execute_claimed`] lets the calling thread and the workers claim whole queues,
+//! or, for a replay whose pages are independent, dense and shared by queues, buckets of
+//! destination pages ([`deal_by_page`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,8 +29,6 @@ use crate::FabricAddr;
 
 use super::report::ExecutionStats;
 use super::source::QueueSource;
-#[cfg(doc)]
-use super::validate::Footprint;
 use super::validate::{replay_error, RangeRule};
 use super::{EngineConfig, InvalidPolicy};
 
@@ -575,9 +575,9 @@ impl Spare {
 /// from the start instead of sleeping while the workers wake, and waits at most for the
 /// last queue another thread runs. Queues still execute in order, each on one thread; the
 /// first failing queue's error (in queue order) is returned, as in [`execute`]. The queues
-/// are copied into `spare`'s buffer (the tasks must own what they read).
+/// are copied into `spare`'s buffers (the tasks must own what they read).
 ///
-/// With `deal` (the replay's [`Footprint::pages_independent`]), the units claimed are not
+/// With `deal` (the replay's `Plan::deals_by_page`), the units claimed are not
 /// the queues but [`deal_by_page`]'s buckets of destination pages, so that no two threads
 /// write one page (a round-robin spray puts every queue on every page); an error is then
 /// the first failing bucket's, named by its queue and index.
@@ -624,9 +624,10 @@ pub(crate) fn execute_claimed(
     let stats = ExecutionStats {
         wall: started.elapsed(),
         workers,
-        batches: queues
+        batches: claims
+            .units
             .iter()
-            .map(|q| q.len().div_ceil(config.batch) as u64)
+            .map(|u| u.len().div_ceil(config.batch) as u64)
             .sum(),
         max_buffered: claims.units.iter().map(Vec::len).sum(),
         claimed: true,
@@ -673,10 +674,10 @@ fn rounds(queues: &[Vec<Descriptor>]) -> impl Iterator<Item = (usize, usize, &De
 /// Deals the descriptors of `queues` into `buckets` (empty) by destination page, each
 /// bucket in round order ([`rounds`]).
 ///
-/// For a replay whose [`Footprint::pages_independent`]: then two descriptors on different
-/// pages touch no common byte, and descriptors that share a destination page stay in one
-/// bucket in their queues' order, so any schedule of the buckets gives the memory the
-/// queues give. A claimer that takes a bucket writes pages no other claimer writes, and
+/// For a replay whose pages are independent (`Footprint::pages_independent`): then two
+/// descriptors on different pages touch no common byte, and descriptors that share a
+/// destination page stay in one bucket in their queues' order, so any schedule of the
+/// buckets gives the memory the queues give. A claimer that takes a bucket writes pages no other claimer writes, and
 /// round order keeps a round-robin spray's writes sequential inside a page.
 fn deal_by_page(
     queues: &[Vec<Descriptor>],
