@@ -1045,12 +1045,18 @@ mod tests {
         assert_eq!(out, [3; 8]);
     }
 
-    #[test]
-    fn a_claimed_run_returns_the_first_failing_queue_and_the_fabric() {
-        let mut queues = four_queues();
+    /// `queues` with descriptor 5 of queue 1 and descriptor 0 of queue 3 replaced by a fill
+    /// of a page no test reserves (it fails when it executes).
+    fn with_two_unreserved(mut queues: Vec<Vec<Descriptor>>) -> Vec<Vec<Descriptor>> {
         let unreserved = Descriptor::fill(FabricAddr(1 << 30), 4, Dtype::U8, 1).unwrap();
         queues[1][5] = unreserved;
         queues[3][0] = unreserved;
+        queues
+    }
+
+    #[test]
+    fn a_claimed_run_returns_the_first_failing_queue_and_the_fabric() {
+        let queues = with_two_unreserved(four_queues());
         let rt = runtime(2);
         let spare = Spare::default();
         for _ in 0..10 {
@@ -1123,10 +1129,7 @@ mod tests {
 
     #[test]
     fn a_dealt_run_names_the_failing_descriptor_by_queue_and_index() {
-        let mut queues = gather_queues();
-        let unreserved = Descriptor::fill(FabricAddr(1 << 30), 4, Dtype::U8, 1).unwrap();
-        queues[1][5] = unreserved;
-        queues[3][0] = unreserved;
+        let queues = with_two_unreserved(gather_queues());
         let rt = runtime(2);
         let mut f = Fabric::new(Generation::Cayman);
         f.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
