@@ -153,10 +153,15 @@ impl Page {
         Some(unsafe { PageRef::new(self, Some(guard)) })
     }
 
+    /// Whether the page is open for shared writes in `epoch` (the fabric's current one).
+    fn is_open(&self, epoch: u64) -> bool {
+        self.opened == epoch
+    }
+
     /// The bytes under the write lock, if the page is open in `epoch` (the fabric's
     /// current one).
     fn write(&self, epoch: u64) -> Option<PageMut<'_>> {
-        if self.opened != epoch {
+        if !self.is_open(epoch) {
             return None;
         }
         let guard = self.lock.write().unwrap_or_else(PoisonError::into_inner);
@@ -165,7 +170,7 @@ impl Page {
 
     /// [`Page::write`] if the lock can be had without waiting.
     fn try_write(&self, epoch: u64) -> Option<PageMut<'_>> {
-        if self.opened != epoch {
+        if !self.is_open(epoch) {
             return None;
         }
         Some(PageMut::new(self, untried(self.lock.try_write())?))
@@ -330,12 +335,12 @@ impl Fabric {
     /// The page of `key` if it is open for the `*_reserved` forms.
     #[inline]
     fn open_page(&self, key: u64) -> Option<&Page> {
-        self.pages.get(key).filter(|p| p.opened == self.epoch)
+        self.pages.get(key).filter(|p| p.is_open(self.epoch))
     }
 
     /// The bytes of `page`: under its read lock if it is open, else without a lock.
     fn view<'a>(&'a self, page: &'a Page) -> PageRef<'a> {
-        match page.opened == self.epoch {
+        match page.is_open(self.epoch) {
             true => page.read(),
             // SAFETY: a closed page gets no `PageMut` (`Page::write` checks the epoch),
             // and the epoch and `opened` only change through `&mut self`, which cannot
@@ -346,7 +351,7 @@ impl Fabric {
 
     /// [`Fabric::view`] if it can be had without waiting.
     fn try_view<'a>(&'a self, page: &'a Page) -> Option<PageRef<'a>> {
-        match page.opened == self.epoch {
+        match page.is_open(self.epoch) {
             true => page.try_read(),
             // SAFETY: as in `view`.
             false => Some(unsafe { PageRef::new(page, None) }),
