@@ -7,9 +7,9 @@
 //! signal it; validation proved every wait is reached, hence the run always ends.
 //!
 //! An in-memory replay without semaphores whose queues fit their channels whole skips the
-//! feeder: [`execute_claimed`] lets the calling thread and the workers claim whole queues,
-//! or, for a replay whose pages are independent, dense and shared by queues, buckets of
-//! destination pages ([`deal_by_page`]).
+//! feeder: [`execute_claimed`] lets the calling thread and the engine's crew
+//! ([`super::crew`]) claim whole queues, or, for a replay whose pages are independent,
+//! dense and shared by queues, buckets of destination pages ([`deal_by_page`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +27,7 @@ use crate::error::Error;
 use crate::fabric::{Fabric, PageLocks, Side, PAGE_BYTES};
 use crate::FabricAddr;
 
+use super::crew::Crew;
 use super::report::ExecutionStats;
 use super::source::QueueSource;
 use super::validate::{replay_error, RangeRule};
@@ -238,20 +239,29 @@ impl Shared {
     ) -> Result<bool, Error> {
         let mut at = first;
         for run in batch.chunk_by(|_, next| next.wait().is_none()) {
-            if self.is_aborted() {
-                return Ok(false);
-            }
             // Only the first descriptor of a run can wait.
             if let Some(w) = run.first().and_then(Descriptor::wait) {
-                if !self.wait(w, queue, at).await? {
+                if self.is_aborted() || !self.wait(w, queue, at).await? {
                     return Ok(false);
                 }
             }
-            self.execute_run(queue, at, run)?;
-            self.executed.fetch_add(run.len() as u64, Ordering::Relaxed);
+            if !self.run_ready(queue, at, run)? {
+                return Ok(false);
+            }
             at += run.len() as u64;
         }
         Ok(!self.is_aborted())
+    }
+
+    /// Executes `run` (descriptors `first..` of `queue`, its first one's wait met and no
+    /// other waiting) unless the run aborted; `false` if it did.
+    fn run_ready(&self, queue: usize, first: u64, run: &[Descriptor]) -> Result<bool, Error> {
+        if self.is_aborted() {
+            return Ok(false);
+        }
+        self.execute_run(queue, first, run)?;
+        self.executed.fetch_add(run.len() as u64, Ordering::Relaxed);
+        Ok(true)
     }
 
     /// Executes `run` (descriptors `first..` of `queue`, none waiting after the first)
@@ -570,20 +580,19 @@ impl Spare {
 }
 
 /// Executes a validated, [`claimable`] replay whose destination pages are reserved: the
-/// calling thread and `workers - 1` tasks on the runtime each claim the next queue not yet
-/// claimed and run it to its end, in batches of [`EngineConfig::batch`]. The caller works
-/// from the start instead of sleeping while the workers wake, and waits at most for the
-/// last queue another thread runs. Queues still execute in order, each on one thread; the
-/// first failing queue's error (in queue order) is returned, as in [`execute`]. The queues
-/// are copied into `spare`'s buffers (the tasks must own what they read).
+/// calling thread and the `crew`'s threads each claim the next queue not yet claimed and
+/// run it to its end, in batches of [`EngineConfig::batch`]. The caller works from the
+/// start instead of sleeping while the others wake, and waits at most for the last queue
+/// another thread runs. Queues still execute in order, each on one thread; the first
+/// failing queue's error (in queue order) is returned, as in [`execute`]. The queues are
+/// copied into `spare`'s buffers (the crew must own what it reads).
 ///
 /// With `deal` (the replay's `Plan::deals_by_page`), the units claimed are not
 /// the queues but [`deal_by_page`]'s buckets of destination pages, so that no two threads
 /// write one page (a round-robin spray puts every queue on every page); an error is then
 /// the first failing bucket's, named by its queue and index.
 pub(crate) fn execute_claimed(
-    runtime: &Runtime,
-    workers: usize,
+    crew: &Crew,
     fabric: &mut Fabric,
     (queues, deal): (&[Vec<Descriptor>], bool),
     config: &EngineConfig,
@@ -611,16 +620,11 @@ pub(crate) fn execute_claimed(
         batch: config.batch,
     });
     let started = Instant::now();
-    let helpers: Vec<_> = (1..workers)
-        .map(|_| runtime.spawn(Arc::clone(&claims).claim_all()))
-        .collect();
-    // A panic on this thread is caught as the helpers' are by their tasks: its queue's
-    // result already says it failed, and the helpers are waited for all the same.
-    let mine = Arc::clone(&claims);
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        blocking(|| runtime.block_on(mine.claim_all()))
-    }));
-    blocking(|| runtime.block_on(join_all(helpers)));
+    let job = Arc::clone(&claims);
+    let workers = match crew.run(Arc::new(move || job.claim_all())) {
+        true => crew.helpers() + 1,
+        false => 1,
+    };
     let stats = ExecutionStats {
         wall: started.elapsed(),
         workers,
@@ -633,7 +637,7 @@ pub(crate) fn execute_claimed(
         claimed: true,
         dealt_by_page: deal,
     };
-    // Every helper has ended and dropped its handle; the clone is a safe fallback.
+    // The crew is done with the job and has dropped it; the clone is a safe fallback.
     let (fabric_back, outcome) = match Arc::try_unwrap(claims) {
         Ok(c) => {
             let aborted = c.shared.is_aborted();
@@ -741,7 +745,7 @@ struct Claims {
 
 impl Claims {
     /// Claims queues and runs each to its end until none is left or the run aborted.
-    async fn claim_all(self: Arc<Claims>) {
+    fn claim_all(&self) {
         loop {
             let queue = self.next.fetch_add(1, Ordering::Relaxed);
             let Some(descs) = self.queue(queue) else {
@@ -754,7 +758,7 @@ impl Claims {
                 queue,
                 armed: true,
             };
-            let outcome = self.run_queue(queue, descs).await;
+            let outcome = self.run_queue(queue, descs);
             guard.armed = outcome.is_err();
             drop(guard);
             self.record(queue, outcome);
@@ -773,11 +777,11 @@ impl Claims {
         }
     }
 
-    /// One queue's batches in order (a batch never waits: the run has no semaphore).
-    async fn run_queue(&self, queue: usize, descs: &[Descriptor]) -> Result<(), Error> {
+    /// One queue's batches in order (nothing waits: the run has no semaphore).
+    fn run_queue(&self, queue: usize, descs: &[Descriptor]) -> Result<(), Error> {
         let mut first = 0u64;
         for batch in descs.chunks(self.batch.max(1)) {
-            if !self.shared.run_batch(queue, first, batch).await? {
+            if !self.shared.run_ready(queue, first, batch)? {
                 break;
             }
             first += batch.len() as u64;
@@ -828,6 +832,11 @@ mod tests {
     use crate::engine::source::Slices;
     use crate::generation::Generation;
     use std::num::NonZeroU32;
+
+    /// A crew of `helpers` threads that linger 100 µs.
+    fn crew(helpers: usize) -> Crew {
+        Crew::new(helpers, std::time::Duration::from_micros(100)).unwrap()
+    }
 
     fn runtime(workers: usize) -> Runtime {
         tokio::runtime::Builder::new_multi_thread()
@@ -1017,6 +1026,7 @@ mod tests {
     fn a_claimed_run_equals_a_fed_one() {
         let queues = four_queues();
         let rt = runtime(2);
+        let crew = crew(1);
         let cfg = config(64, 8);
         assert!(claimable(&queues, (false, false), &cfg));
         assert!(!claimable(&queues, (true, false), &cfg));
@@ -1028,7 +1038,7 @@ mod tests {
         let mut claimed = fed.clone();
         let a = execute(&rt, 2, &mut fed, &mut Slices::new(&queues), &cfg).unwrap();
         let spare = Spare::default();
-        let b = execute_claimed(&rt, 2, &mut claimed, (&queues, false), &cfg, &spare).unwrap();
+        let b = execute_claimed(&crew, &mut claimed, (&queues, false), &cfg, &spare).unwrap();
         // the copy's buffer is kept for the next run, empty
         let kept = spare.take(4);
         assert!(kept
@@ -1057,12 +1067,12 @@ mod tests {
     #[test]
     fn a_claimed_run_returns_the_first_failing_queue_and_the_fabric() {
         let queues = with_two_unreserved(four_queues());
-        let rt = runtime(2);
+        let crew = crew(1);
         let spare = Spare::default();
         for _ in 0..10 {
             let mut f = Fabric::new(Generation::Cayman);
             f.reserve(FabricAddr(0), 0x10000).unwrap();
-            let e = execute_claimed(&rt, 2, &mut f, (&queues, false), &config(64, 8), &spare)
+            let e = execute_claimed(&crew, &mut f, (&queues, false), &config(64, 8), &spare)
                 .unwrap_err();
             let Error::ReplayDescriptor { queue, index, .. } = e else {
                 panic!("{e:?}")
@@ -1114,14 +1124,14 @@ mod tests {
         f.write(FabricAddr(0), &table).unwrap();
         let mut want = f.clone();
         execute_sequential(&mut want, &queues).unwrap();
-        let rt = runtime(2);
+        let crew = crew(1);
         let spare = Spare::default();
         for _ in 0..5 {
             let mut g = f.clone();
             g.close_pages();
             g.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
             g.reserve(FabricAddr(2 << 20), 256).unwrap();
-            let stats = execute_claimed(&rt, 2, &mut g, (&queues, true), &config(64, 64), &spare);
+            let stats = execute_claimed(&crew, &mut g, (&queues, true), &config(64, 64), &spare);
             assert!(stats.unwrap().dealt_by_page);
             assert_eq!(g.first_difference(&want), None);
         }
@@ -1130,12 +1140,12 @@ mod tests {
     #[test]
     fn a_dealt_run_names_the_failing_descriptor_by_queue_and_index() {
         let queues = with_two_unreserved(gather_queues());
-        let rt = runtime(2);
+        let crew = crew(1);
         let mut f = Fabric::new(Generation::Cayman);
         f.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
         f.reserve(FabricAddr(2 << 20), 256).unwrap();
         let spare = Spare::default();
-        let e = execute_claimed(&rt, 2, &mut f, (&queues, true), &config(64, 64), &spare);
+        let e = execute_claimed(&crew, &mut f, (&queues, true), &config(64, 64), &spare);
         let Err(Error::ReplayDescriptor { queue, index, .. }) = e else {
             panic!("{e:?}")
         };

@@ -416,17 +416,20 @@ pub(crate) struct PageSet {
     /// The page numbers of the last range added and its queue (consecutive descriptors of
     /// a queue share pages).
     last: Option<(u64, u64, usize)>,
-    /// Pages known to be in `pages` with their first queue (`page | queue << 56`),
+    /// Pages known to be in `pages` with their first queue (`page | first_queue << 56`),
     /// direct-mapped by their low bits: a scatter over a table of a few hundred pages
-    /// finds its page here instead of hashing it again.
+    /// finds its page (and whether another queue wrote it first) here instead of hashing
+    /// it again.
     seen: Box<[u64; SEEN]>,
     shared: bool,
 }
 
 /// Slots of [`PageSet::seen`].
 const SEEN: usize = 1024;
-/// Where [`PageSet::seen`] keeps the queue (page numbers are below 2^48).
+/// Where [`PageSet::seen`] keeps the queue (page numbers are below 2^48), and the bits of
+/// the page below it (an empty slot, all ones, matches no page).
 const SEEN_QUEUE_SHIFT: u32 = 56;
+const SEEN_PAGE: u64 = (1 << SEEN_QUEUE_SHIFT) - 1;
 
 impl Default for PageSet {
     fn default() -> PageSet {
@@ -461,9 +464,9 @@ impl PageSet {
             return;
         }
         self.last = Some((lo, hi, queue));
-        let tag = lo | (queue as u64) << SEEN_QUEUE_SHIFT;
         let seen = &mut self.seen[lo as usize % SEEN];
-        if lo == hi && *seen == tag {
+        if lo == hi && *seen & SEEN_PAGE == lo {
+            self.shared |= *seen >> SEEN_QUEUE_SHIFT != queue as u64;
             return;
         }
         for page in lo..=hi {
@@ -472,9 +475,9 @@ impl PageSet {
                 .entry(page)
                 .or_insert((dst.0.max(page * PAGE_BYTES), queue));
             self.shared |= first.1 != queue;
-        }
-        if lo == hi {
-            *seen = tag;
+            if lo == hi {
+                *seen = page | (first.1 as u64) << SEEN_QUEUE_SHIFT;
+            }
         }
     }
 
@@ -674,6 +677,43 @@ mod tests {
         c.add((FabricAddr(2 * P + 8), 8), 3);
         a.merge(c);
         assert!(a.shared());
+    }
+
+    proptest! {
+        /// The page set, its filter and its last-range cache included, against a plain
+        /// map of each page's first queue, over adds (pages that share filter slots, runs
+        /// across pages) and clears.
+        #[test]
+        fn page_set_equals_a_plain_map(
+            ops in prop::collection::vec(
+                (0u64..6, 0u64..P, 1u64..2 * P, 0usize..3, prop::bool::weighted(0.05)),
+                1..200,
+            ),
+        ) {
+            let mut pages = PageSet::default();
+            let mut model = std::collections::BTreeMap::new();
+            let mut shared = false;
+            for (slot, off, len, queue, clear) in ops {
+                if clear {
+                    pages.clear();
+                    model.clear();
+                    shared = false;
+                    continue;
+                }
+                let dst = slot * SEEN as u64 * P / 2 + off;
+                pages.add((FabricAddr(dst), len), queue);
+                for page in dst / P..=(dst + len - 1) / P {
+                    let first = *model.entry(page).or_insert(queue);
+                    shared |= first != queue;
+                }
+                prop_assert_eq!(pages.shared(), shared);
+                let mut got: Vec<(u64, usize)> =
+                    pages.pages.iter().map(|(&k, &(_, q))| (k, q)).collect();
+                got.sort_unstable();
+                let want: Vec<(u64, usize)> = model.iter().map(|(&k, &q)| (k, q)).collect();
+                prop_assert_eq!(got, want);
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,289 @@
+//! The crew: helper threads an [`Engine`](super::Engine) keeps between replays to run a
+//! claimed replay with the caller ([`super::exec::execute_claimed`]).
+//!
+//! A DGE instruction's replay takes about a hundred microseconds, and a thread that sleeps
+//! in the kernel takes tens of microseconds to wake on a virtual machine (29-30 µs measured
+//! for a tokio worker on this project's VM), so a helper woken per replay misses a quarter
+//! of it. A crew thread therefore spins for [`EngineConfig::linger`](super::EngineConfig)
+//! after each job, watching for the next one, and only then parks; the caller likewise
+//! spins while it waits for the crew to finish before it parks.
+//!
+//! One job at a time: [`Crew::run`] runs the job on the caller and on every crew thread and
+//! returns when all have returned. A caller that finds the crew busy with another caller's
+//! job runs its job alone, on its own thread (the job claims work until none is left, so it
+//! completes either way). A job that panics on a crew thread is caught there; the job's own
+//! bookkeeping records the failure.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+/// What the crew runs: every thread calls it once.
+pub(crate) type Job = Arc<dyn Fn() + Send + Sync>;
+
+/// The job in progress, and the thread to wake when the crew is done with it.
+struct Posted {
+    job: Job,
+    caller: Thread,
+}
+
+/// What the caller and the crew threads share.
+struct Board {
+    /// Bumped for every job posted (and once more to stop the crew).
+    posted: AtomicU64,
+    /// Crew threads done with the current job.
+    done: AtomicUsize,
+    current: Mutex<Option<Arc<Posted>>>,
+    stop: AtomicBool,
+    linger: Duration,
+}
+
+impl Board {
+    /// Waits, spinning for `linger` and then parked, until `posted` moves past `seen`;
+    /// its new value.
+    fn next_post(&self, seen: u64) -> u64 {
+        let moved = || Some(self.posted.load(Ordering::Acquire)).filter(|&p| p != seen);
+        if let Some(p) = spin_until(self.linger, moved) {
+            return p;
+        }
+        loop {
+            // `Crew::run` unparks after it posts: a post between this check and the park
+            // leaves the park's token set, so the park returns at once.
+            if let Some(p) = moved() {
+                return p;
+            }
+            std::thread::park();
+        }
+    }
+
+    fn job(&self) -> Option<Arc<Posted>> {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Spins until `ready` gives a value or `linger` has passed.
+fn spin_until<T>(linger: Duration, mut ready: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        for _ in 0..64 {
+            if let Some(v) = ready() {
+                return Some(v);
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= linger {
+            return ready();
+        }
+    }
+}
+
+/// A crew thread's life: each job posted, run once, until the crew stops.
+fn serve(board: &Board) {
+    let mut seen = 0;
+    loop {
+        seen = board.next_post(seen);
+        if board.stop.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(posted) = board.job() {
+            // A panic is the job's to record (see the module docs); the thread lives on.
+            let _ = catch_unwind(AssertUnwindSafe(|| (posted.job)()));
+            let caller = posted.caller.clone();
+            // The job is let go before the caller hears it is done: it may then own
+            // whatever the job held.
+            drop(posted);
+            board.done.fetch_add(1, Ordering::AcqRel);
+            caller.unpark();
+        }
+    }
+}
+
+/// Helper threads kept between replays (see the module docs).
+pub(crate) struct Crew {
+    board: Arc<Board>,
+    threads: Vec<JoinHandle<()>>,
+    /// Held by the caller whose job the crew runs.
+    busy: Mutex<()>,
+}
+
+impl std::fmt::Debug for Crew {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Crew")
+            .field("threads", &self.threads.len())
+            .field("linger", &self.board.linger)
+            .finish()
+    }
+}
+
+impl Crew {
+    /// A crew of `helpers` threads that linger `linger` after each job.
+    pub(crate) fn new(helpers: usize, linger: Duration) -> std::io::Result<Crew> {
+        let board = Arc::new(Board {
+            posted: AtomicU64::new(0),
+            done: AtomicUsize::new(0),
+            current: Mutex::new(None),
+            stop: AtomicBool::new(false),
+            linger,
+        });
+        let mut crew = Crew {
+            board,
+            threads: Vec::with_capacity(helpers),
+            busy: Mutex::new(()),
+        };
+        for i in 0..helpers {
+            let board = Arc::clone(&crew.board);
+            let thread = std::thread::Builder::new()
+                .name(format!("dma-crew-{i}"))
+                .spawn(move || serve(&board))?;
+            // On an error, dropping `crew` stops the threads started so far.
+            crew.threads.push(thread);
+        }
+        Ok(crew)
+    }
+
+    /// Its threads (the caller is not one of them).
+    pub(crate) fn helpers(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Runs `job` on the calling thread and on every crew thread, and returns when all
+    /// have returned; whether the crew took part (it does not when another caller's job
+    /// holds it: then `job` runs on this thread alone). A panic of `job` on this thread
+    /// is caught, as on the crew's (the job records its own failures).
+    pub(crate) fn run(&self, job: Job) -> bool {
+        let _held = match self.busy.try_lock() {
+            Ok(held) => held,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                let _ = catch_unwind(AssertUnwindSafe(|| job()));
+                return false;
+            }
+        };
+        let board = &self.board;
+        *board.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Posted {
+            job: Arc::clone(&job),
+            caller: std::thread::current(),
+        }));
+        board.done.store(0, Ordering::Release);
+        board.posted.fetch_add(1, Ordering::AcqRel);
+        self.threads.iter().for_each(|t| t.thread().unpark());
+        let _ = catch_unwind(AssertUnwindSafe(|| job()));
+        self.wait_done();
+        *board.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        true
+    }
+
+    /// Waits, spinning for the linger time and then parked, until every crew thread is
+    /// done with the current job.
+    fn wait_done(&self) {
+        let all = self.threads.len();
+        let finished = || (self.board.done.load(Ordering::Acquire) >= all).then_some(());
+        if spin_until(self.board.linger, finished).is_some() {
+            return;
+        }
+        // Each crew thread unparks this one after it counts itself done.
+        while finished().is_none() {
+            std::thread::park();
+        }
+    }
+}
+
+impl Drop for Crew {
+    fn drop(&mut self) {
+        self.board.stop.store(true, Ordering::Release);
+        self.board.posted.fetch_add(1, Ordering::AcqRel);
+        for t in self.threads.drain(..) {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counting_job(count: &Arc<AtomicUsize>) -> Job {
+        let count = Arc::clone(count);
+        Arc::new(move || {
+            count.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    #[test]
+    fn every_thread_runs_each_job_once() {
+        for linger in [Duration::ZERO, Duration::from_micros(200)] {
+            let crew = Crew::new(3, linger).unwrap();
+            let count = Arc::new(AtomicUsize::new(0));
+            for round in 1..=50 {
+                assert!(crew.run(counting_job(&count)));
+                assert_eq!(count.load(Ordering::Relaxed), 4 * round);
+            }
+        }
+    }
+
+    #[test]
+    fn the_job_is_let_go_when_run_returns() {
+        let crew = Crew::new(2, Duration::from_micros(50)).unwrap();
+        for _ in 0..100 {
+            let held = Arc::new(());
+            let h = Arc::clone(&held);
+            crew.run(Arc::new(move || drop(Arc::clone(&h))));
+            assert!(Arc::try_unwrap(held).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_crew_of_none_runs_the_job_on_the_caller() {
+        let crew = Crew::new(0, Duration::ZERO).unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        assert!(crew.run(counting_job(&count)));
+        assert_eq!(count.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_panicking_job_leaves_the_crew_working() {
+        let crew = Crew::new(2, Duration::ZERO).unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = Arc::clone(&calls);
+        let job: Job = Arc::new(move || {
+            c.fetch_add(1, Ordering::Relaxed);
+            panic!("a failing job");
+        });
+        assert!(crew.run(job));
+        assert_eq!(calls.load(Ordering::Relaxed), 3);
+        let count = Arc::new(AtomicUsize::new(0));
+        assert!(crew.run(counting_job(&count)));
+        assert_eq!(count.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_second_caller_runs_alone_while_the_crew_is_busy() {
+        let crew = Arc::new(Crew::new(1, Duration::ZERO).unwrap());
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let release_rx = Arc::new(Mutex::new(release_rx));
+        let entered_tx = Mutex::new(entered_tx);
+        // The first job holds the crew until the test releases it.
+        let first: Job = Arc::new(move || {
+            let _ = entered_tx.lock().unwrap().send(());
+            let _ = release_rx.lock().unwrap().recv();
+        });
+        let holder = {
+            let crew = Arc::clone(&crew);
+            std::thread::spawn(move || crew.run(first))
+        };
+        entered_rx.recv().unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        assert!(!crew.run(counting_job(&count)));
+        assert_eq!(count.load(Ordering::Relaxed), 1);
+        release_tx.send(()).unwrap();
+        release_tx.send(()).unwrap();
+        assert!(holder.join().unwrap());
+    }
+}
