@@ -20,12 +20,10 @@ use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
-/// What the crew runs: every thread calls it once.
-pub(crate) type Job = Arc<dyn Fn() + Send + Sync>;
-
 /// The job in progress, and the thread to wake when the crew is done with it.
 struct Posted {
-    job: Job,
+    /// The caller's job, its lifetime erased (see [`Crew::run`]).
+    job: &'static (dyn Fn() + Sync),
     caller: Thread,
 }
 
@@ -154,25 +152,34 @@ impl Crew {
     /// Runs `job` on the calling thread and on every crew thread, and returns when all
     /// have returned; whether the crew took part (it does not when another caller's job
     /// holds it: then `job` runs on this thread alone). A panic of `job` on this thread
-    /// is caught, as on the crew's (the job records its own failures).
-    pub(crate) fn run(&self, job: Job) -> bool {
+    /// is caught, as on the crew's (the job records its own failures). Like a scoped
+    /// thread, `job` may borrow from the caller.
+    pub(crate) fn run<'a>(&self, job: &'a (dyn Fn() + Sync + 'a)) -> bool {
         let _held = match self.busy.try_lock() {
             Ok(held) => held,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => {
-                let _ = catch_unwind(AssertUnwindSafe(|| job()));
+                let _ = catch_unwind(AssertUnwindSafe(job));
                 return false;
             }
         };
         let board = &self.board;
+        // SAFETY: only the lifetime changes. The crew reaches `job` only through this
+        // `Posted`, and `run` returns only after every crew thread has counted itself
+        // done with it (`wait_done`), which each does after its call of `job` returned
+        // (or panicked, caught) and after it dropped its `Arc<Posted>` (`serve`); `run`
+        // clears `current`, the last other holder, before it returns. No panic can skip
+        // the wait: the caller's own call is caught too. So `job` is not used after the
+        // borrow `'a` ends, as with `std::thread::scope`.
+        let job_for_crew: &'static (dyn Fn() + Sync) = unsafe { std::mem::transmute(job) };
         *board.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Posted {
-            job: Arc::clone(&job),
+            job: job_for_crew,
             caller: std::thread::current(),
         }));
         board.done.store(0, Ordering::Release);
         board.posted.fetch_add(1, Ordering::AcqRel);
         self.threads.iter().for_each(|t| t.thread().unpark());
-        let _ = catch_unwind(AssertUnwindSafe(|| job()));
+        let _ = catch_unwind(AssertUnwindSafe(job));
         self.wait_done();
         *board.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
         true
@@ -208,57 +215,61 @@ impl Drop for Crew {
 mod tests {
     use super::*;
 
-    fn counting_job(count: &Arc<AtomicUsize>) -> Job {
-        let count = Arc::clone(count);
-        Arc::new(move || {
+    fn counting_job(count: &AtomicUsize) -> impl Fn() + Sync + '_ {
+        move || {
             count.fetch_add(1, Ordering::Relaxed);
-        })
+        }
     }
 
     #[test]
     fn every_thread_runs_each_job_once() {
         for linger in [Duration::ZERO, Duration::from_micros(200)] {
             let crew = Crew::new(3, linger).unwrap();
-            let count = Arc::new(AtomicUsize::new(0));
+            let count = AtomicUsize::new(0);
             for round in 1..=50 {
-                assert!(crew.run(counting_job(&count)));
+                assert!(crew.run(&counting_job(&count)));
                 assert_eq!(count.load(Ordering::Relaxed), 4 * round);
             }
         }
     }
 
     #[test]
-    fn the_job_is_let_go_when_run_returns() {
+    fn the_crew_is_done_with_a_borrowed_job_when_run_returns() {
         let crew = Crew::new(2, Duration::from_micros(50)).unwrap();
-        for _ in 0..100 {
-            let held = Arc::new(());
-            let h = Arc::clone(&held);
-            crew.run(Arc::new(move || drop(Arc::clone(&h))));
-            assert!(Arc::try_unwrap(held).is_ok());
+        for round in 0..100usize {
+            // data on this frame, freed right after `run`: every call saw it whole
+            let seen: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(round)).collect();
+            let sum = AtomicUsize::new(0);
+            crew.run(&|| {
+                let s = seen
+                    .iter()
+                    .map(|a| a.load(Ordering::Relaxed))
+                    .sum::<usize>();
+                sum.fetch_add(s, Ordering::Relaxed);
+            });
+            assert_eq!(sum.into_inner(), 3 * 64 * round);
         }
     }
 
     #[test]
     fn a_crew_of_none_runs_the_job_on_the_caller() {
         let crew = Crew::new(0, Duration::ZERO).unwrap();
-        let count = Arc::new(AtomicUsize::new(0));
-        assert!(crew.run(counting_job(&count)));
+        let count = AtomicUsize::new(0);
+        assert!(crew.run(&counting_job(&count)));
         assert_eq!(count.load(Ordering::Relaxed), 1);
     }
 
     #[test]
     fn a_panicking_job_leaves_the_crew_working() {
         let crew = Crew::new(2, Duration::ZERO).unwrap();
-        let calls = Arc::new(AtomicUsize::new(0));
-        let c = Arc::clone(&calls);
-        let job: Job = Arc::new(move || {
-            c.fetch_add(1, Ordering::Relaxed);
+        let calls = AtomicUsize::new(0);
+        assert!(crew.run(&|| {
+            calls.fetch_add(1, Ordering::Relaxed);
             panic!("a failing job");
-        });
-        assert!(crew.run(job));
+        }));
         assert_eq!(calls.load(Ordering::Relaxed), 3);
-        let count = Arc::new(AtomicUsize::new(0));
-        assert!(crew.run(counting_job(&count)));
+        let count = AtomicUsize::new(0);
+        assert!(crew.run(&counting_job(&count)));
         assert_eq!(count.load(Ordering::Relaxed), 3);
     }
 
@@ -270,17 +281,17 @@ mod tests {
         let release_rx = Arc::new(Mutex::new(release_rx));
         let entered_tx = Mutex::new(entered_tx);
         // The first job holds the crew until the test releases it.
-        let first: Job = Arc::new(move || {
+        let first = move || {
             let _ = entered_tx.lock().unwrap().send(());
             let _ = release_rx.lock().unwrap().recv();
-        });
+        };
         let holder = {
             let crew = Arc::clone(&crew);
-            std::thread::spawn(move || crew.run(first))
+            std::thread::spawn(move || crew.run(&first))
         };
         entered_rx.recv().unwrap();
-        let count = Arc::new(AtomicUsize::new(0));
-        assert!(!crew.run(counting_job(&count)));
+        let count = AtomicUsize::new(0);
+        assert!(!crew.run(&counting_job(&count)));
         assert_eq!(count.load(Ordering::Relaxed), 1);
         release_tx.send(()).unwrap();
         release_tx.send(()).unwrap();

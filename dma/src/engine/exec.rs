@@ -612,16 +612,15 @@ pub(crate) fn execute_claimed(
     let taken = std::mem::replace(fabric, Fabric::new(fabric.generation()));
     let skip = config.invalid == InvalidPolicy::Skip;
     let count = units.len();
-    let claims = Arc::new(Claims {
+    let claims = Claims {
         shared: Shared::new(taken, skip, count),
         units,
         next: AtomicUsize::new(0),
         results: Mutex::new(vec![Ok(()); count]),
         batch: config.batch,
-    });
+    };
     let started = Instant::now();
-    let job = Arc::clone(&claims);
-    let workers = match crew.run(Arc::new(move || job.claim_all())) {
+    let workers = match crew.run(&|| claims.claim_all()) {
         true => crew.helpers() + 1,
         false => 1,
     };
@@ -637,15 +636,9 @@ pub(crate) fn execute_claimed(
         claimed: true,
         dealt_by_page: deal,
     };
-    // The crew is done with the job and has dropped it; the clone is a safe fallback.
-    let (fabric_back, outcome) = match Arc::try_unwrap(claims) {
-        Ok(c) => {
-            let aborted = c.shared.is_aborted();
-            spare.put(c.units);
-            (c.shared.fabric, first_failure(c.results, aborted))
-        }
-        Err(c) => (c.shared.fabric.clone(), Err(Error::RunAborted)),
-    };
+    let aborted = claims.shared.is_aborted();
+    spare.put(claims.units);
+    let (fabric_back, outcome) = (claims.shared.fabric, first_failure(claims.results, aborted));
     *fabric = fabric_back;
     match (outcome, deal) {
         (Err(e), true) => Err(undealt(queues, e)),

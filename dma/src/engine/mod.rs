@@ -424,7 +424,8 @@ impl Engine {
     ) -> Result<ReplayReport, Error> {
         self.check_queue_count(source.queues())?;
         let kept = self.kept_pages.lock().map(|mut k| k.take()).ok().flatten();
-        let plan = validate::validate(fabric, source, &self.config, kept.unwrap_or_default())?;
+        let on = (&self.config, &self.crew);
+        let plan = validate::validate(fabric, source, on, kept.unwrap_or_default())?;
         // Only this replay's destinations stay writable: every other page is then read
         // without a lock while the queues run.
         fabric.close_pages();

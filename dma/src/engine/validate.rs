@@ -9,9 +9,13 @@
 //! so that which bad descriptor is reported does not depend on the engine's configuration.
 //!
 //! A large replay held in memory, with no semaphore and no race check, is validated on two
-//! threads, half of the queues each (every queue's checks and timing then depend on that
+//! threads (the caller and one of the engine's crew), half
+//! of the queues each (every queue's checks and timing then depend on that
 //! queue alone, so the plan is the same); a half that meets a semaphore or an error hands
 //! the whole replay back to the in-order pass, so errors are reported as above.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use hashbrown::HashMap;
 
@@ -23,6 +27,7 @@ use crate::queue_file::MAX_BATCH;
 use crate::timing::{QueueTimeline, TimelineReport, TimingModel};
 use crate::FabricAddr;
 
+use super::crew::Crew;
 use super::race::RaceRecorder;
 use super::source::QueueSource;
 use super::{EngineConfig, InvalidPolicy, RaceCheck};
@@ -170,55 +175,67 @@ impl RangeRule {
 }
 
 /// Replays of at least this many descriptors held in memory are validated on two threads
-/// (see [`validate_split`]); below it starting the second thread costs about what it saves.
+/// (see [`validate_split`]). Below it the split loses: split at 2048, validating a
+/// row_gather run's 4096-descriptor replays took 4.9 ms instead of 8.0, but generating
+/// them 21.4 ms instead of 15.6, since the caller then rewrites descriptor buffers whose
+/// cache lines the other core last read (`hostsim bench`, stages timed in a throwaway
+/// build).
 pub(crate) const SPLIT_MIN: usize = 32 * 1024;
 
-/// Runs the whole validation pass over `source` (which it leaves at the end).
+/// Runs the whole validation pass over `source` (which it leaves at the end), with the
+/// `crew`'s help for in-memory queues ([`validate_split`]).
 ///
-/// `pages` (empty) becomes the plan's [`PageSet`]: a set kept from an earlier replay has
-/// its table already grown.
+/// The destination page set is filled into `pages` (an emptied set whose table is kept
+/// from an earlier replay, or a new one).
 pub(crate) fn validate<S: QueueSource>(
     fabric: &Fabric,
     source: &mut S,
-    config: &EngineConfig,
+    (config, crew): (&EngineConfig, &Crew),
     mut pages: PageSet,
 ) -> Result<Plan, Error> {
     if let Some(plan) = source
         .in_memory()
-        .and_then(|queues| validate_split(fabric, queues, config, (SPLIT_MIN, &mut pages)))
+        .and_then(|queues| validate_split(fabric, queues, (config, crew), (SPLIT_MIN, &mut pages)))
     {
         return plan;
     }
     validate_in_order(fabric, source, config, pages)
 }
 
-/// Validation of in-memory queues split over two threads, the even-numbered queues on
-/// this one and the odd-numbered on a helper, when the replay has at least `min`
-/// descriptors, two queues, two workers and no race check. Without semaphores every
-/// queue's checks and timing depend on that queue alone, so the halves give exactly the
-/// plan of [`validate_in_order`]. `None` (validate in order instead) when the split does
-/// not apply, when some queue has a semaphore, and when a half finds an error: the error
-/// reported is then the one the in-order pass meets first, whatever the split.
-/// The even half takes `pages` (left empty then).
+/// Validation of in-memory queues split over two threads, the even-numbered queues and
+/// the odd-numbered ones, each half taken by the caller or a `crew` thread, when the
+/// replay has at least `min` descriptors, two queues, a crew and no race check. Without
+/// semaphores every queue's checks and timing depend on that queue alone, so the halves
+/// give exactly the plan of [`validate_in_order`]. `None` (validate in order instead) when
+/// the split does not apply, when some queue has a semaphore, and when a half finds an
+/// error (or panics): the error reported is then the one the in-order pass meets first,
+/// whatever the split. The even half takes `pages` (left empty then).
 fn validate_split(
     fabric: &Fabric,
     queues: &[Vec<Descriptor>],
-    config: &EngineConfig,
+    (config, crew): (&EngineConfig, &Crew),
     (min, pages): (usize, &mut PageSet),
 ) -> Option<Result<Plan, Error>> {
     let total: usize = queues.iter().map(Vec::len).sum();
-    if total < min || queues.len() < 2 || config.workers < 2 || config.race_check == RaceCheck::On {
+    let alone = crew.helpers() == 0;
+    if total < min || queues.len() < 2 || alone || config.race_check == RaceCheck::On {
         return None;
     }
-    let even_pages = std::mem::take(pages);
-    let (even, odd) = std::thread::scope(|s| {
-        let odd = s.spawn(|| validate_half(fabric, queues, config, (1, PageSet::default())));
-        (
-            validate_half(fabric, queues, config, (0, even_pages)),
-            odd.join(),
-        )
+    let even_pages = Mutex::new(Some(std::mem::take(pages)));
+    let halves: [Mutex<Option<Plan>>; 2] = Default::default();
+    let next = AtomicUsize::new(0);
+    crew.run(&|| loop {
+        let parity = next.fetch_add(1, Ordering::Relaxed);
+        let Some(half) = halves.get(parity) else {
+            return;
+        };
+        let pages = match parity {
+            0 => lock(&even_pages).take().unwrap_or_default(),
+            _ => PageSet::default(),
+        };
+        *lock(half) = validate_half(fabric, queues, config, (parity, pages));
     });
-    let odd = odd.unwrap_or_else(|p| std::panic::resume_unwind(p));
+    let [even, odd] = halves.map(|h| h.into_inner().unwrap_or_else(|p| p.into_inner()));
     let (mut plan, odd) = (even?, odd?);
     for q in (1..queues.len()).step_by(2) {
         let (Some(to), Some(from)) = (plan.timeline.queues.get_mut(q), odd.timeline.queues.get(q))
@@ -232,6 +249,11 @@ fn validate_split(
     plan.pages.merge(odd.pages);
     plan.footprint = plan.footprint.join(odd.footprint);
     Some(Ok(plan))
+}
+
+/// `m` locked (a panic elsewhere cannot make it unusable).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The in-order pass over the queues `parity, parity + 2, ..` alone (the others stay
@@ -614,7 +636,8 @@ mod tests {
             let config = EngineConfig { workers: 2, ..config(policy) };
             let in_order =
                 validate_in_order(&f, &mut Slices::new(&queues), &config, PageSet::default());
-            let split = validate_split(&f, &queues, &config, (0, &mut PageSet::default()));
+            let crew = Crew::new(1, std::time::Duration::from_micros(50)).unwrap();
+            let split = validate_split(&f, &queues, (&config, &crew), (0, &mut PageSet::default()));
             let semaphores = queues.iter().flatten().any(|d| d.signal().is_some());
             match (&in_order, split) {
                 (Ok(want), Some(Ok(got))) => prop_assert_eq!(summary(&got), summary(want)),
@@ -622,12 +645,13 @@ mod tests {
                 (Err(_), None) => {}
                 (_, got) => prop_assert!(false, "in order {in_order:?}, split {got:?}"),
             }
-            // one worker, or fewer descriptors than asked: no split
-            let one = EngineConfig { workers: 1, ..config };
-            prop_assert!(validate_split(&f, &queues, &one, (0, &mut PageSet::default())).is_none());
+            // no crew, or fewer descriptors than asked: no split
+            let alone = Crew::new(0, std::time::Duration::ZERO).unwrap();
+            let none = validate_split(&f, &queues, (&config, &alone), (0, &mut PageSet::default()));
+            prop_assert!(none.is_none());
             let total: usize = queues.iter().map(Vec::len).sum();
             let more = (total + 1, &mut PageSet::default());
-            prop_assert!(validate_split(&f, &queues, &config, more).is_none());
+            prop_assert!(validate_split(&f, &queues, (&config, &crew), more).is_none());
         }
     }
 
@@ -759,7 +783,9 @@ mod tests {
             vec![copy(0, gap, 4)],
         ];
         let skip = config(InvalidPolicy::Skip);
-        let plan = validate(&f, &mut Slices::new(&queues), &skip, PageSet::default()).unwrap();
+        let crew = Crew::new(1, std::time::Duration::ZERO).unwrap();
+        let on = (&skip, &crew);
+        let plan = validate(&f, &mut Slices::new(&queues), on, PageSet::default()).unwrap();
         let want = [
             Skipped {
                 descriptors: 1,
@@ -777,7 +803,7 @@ mod tests {
         let e = validate(
             &f,
             &mut Slices::new(&queues),
-            &config(InvalidPolicy::Reject),
+            (&config(InvalidPolicy::Reject), &crew),
             PageSet::default(),
         );
         let Err(Error::ReplayDescriptor {
