@@ -8,8 +8,10 @@
 //! after each job, watching for the next one, and only then parks; the caller likewise
 //! spins while it waits for the crew to finish before it parks.
 //!
-//! One job at a time: [`Crew::run`] runs the job on the caller and on every crew thread and
-//! returns when all have returned. A caller that finds the crew busy with another caller's
+//! One job at a time: [`Crew::run`] runs the job on the caller and on every crew thread
+//! that joins it before the caller's own share is done, and returns when all of those
+//! have returned; a crew thread that wakes later leaves the job alone, so a small replay
+//! never waits for a sleeping thread to wake. A caller that finds the crew busy with another caller's
 //! job runs its job alone, on its own thread (the job claims work until none is left, so it
 //! completes either way). A job that panics on a crew thread is caught there; the job's own
 //! bookkeeping records the failure.
@@ -20,19 +22,45 @@ use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
-/// The job in progress, and the thread to wake when the crew is done with it.
+/// A job posted to the crew: the caller's job, the thread to wake, and who joined it.
 struct Posted {
-    /// The caller's job, its lifetime erased (see [`Crew::run`]).
-    job: &'static (dyn Fn() + Sync),
+    /// The caller's job, its lifetime erased: called only by a crew thread that joined
+    /// it while its gate was open (see [`Crew::run`]).
+    job: *const (dyn Fn() + Sync + 'static),
     caller: Thread,
+    /// Crew threads that joined, plus [`CLOSED`] once the caller's own call returned.
+    gate: AtomicUsize,
+    /// Crew threads that joined and are done.
+    done: AtomicUsize,
+}
+
+// SAFETY: `job` points to a `Sync` closure, which may be called from any thread; it is
+// only dereferenced as `Crew::run` describes.
+unsafe impl Send for Posted {}
+unsafe impl Sync for Posted {}
+
+/// The bit of [`Posted::gate`] that closes it.
+const CLOSED: usize = 1 << (usize::BITS - 1);
+
+impl Posted {
+    /// Joins the job unless its gate is closed; whether this thread may run it.
+    fn join(&self) -> bool {
+        let open = |g: usize| (g & CLOSED == 0).then_some(g + 1);
+        self.gate
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, open)
+            .is_ok()
+    }
+
+    /// Closes the gate; how many crew threads joined before.
+    fn close(&self) -> usize {
+        self.gate.fetch_or(CLOSED, Ordering::AcqRel) & !CLOSED
+    }
 }
 
 /// What the caller and the crew threads share.
 struct Board {
     /// Bumped for every job posted (and once more to stop the crew).
     posted: AtomicU64,
-    /// Crew threads done with the current job.
-    done: AtomicUsize,
     current: Mutex<Option<Arc<Posted>>>,
     stop: AtomicBool,
     linger: Duration,
@@ -56,7 +84,11 @@ impl Board {
         }
     }
 
-    fn job(&self) -> Option<Arc<Posted>> {
+    fn set_current(&self, posted: Option<Arc<Posted>>) {
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = posted;
+    }
+
+    fn current(&self) -> Option<Arc<Posted>> {
         self.current
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -80,7 +112,8 @@ fn spin_until<T>(linger: Duration, mut ready: impl FnMut() -> Option<T>) -> Opti
     }
 }
 
-/// A crew thread's life: each job posted, run once, until the crew stops.
+/// A crew thread's life: each job posted, joined while it is open and run once, until
+/// the crew stops.
 fn serve(board: &Board) {
     let mut seen = 0;
     loop {
@@ -88,16 +121,16 @@ fn serve(board: &Board) {
         if board.stop.load(Ordering::Acquire) {
             return;
         }
-        if let Some(posted) = board.job() {
-            // A panic is the job's to record (see the module docs); the thread lives on.
-            let _ = catch_unwind(AssertUnwindSafe(|| (posted.job)()));
-            let caller = posted.caller.clone();
-            // The job is let go before the caller hears it is done: it may then own
-            // whatever the job held.
-            drop(posted);
-            board.done.fetch_add(1, Ordering::AcqRel);
-            caller.unpark();
-        }
+        let Some(posted) = board.current().filter(|p| p.join()) else {
+            continue;
+        };
+        // SAFETY: this thread joined the job while its gate was open, so `Crew::run`
+        // waits for this thread's `done` before it returns and the job's borrow ends.
+        let job = unsafe { &*posted.job };
+        // A panic is the job's to record (see the module docs); the thread lives on.
+        let _ = catch_unwind(AssertUnwindSafe(job));
+        posted.done.fetch_add(1, Ordering::AcqRel);
+        posted.caller.unpark();
     }
 }
 
@@ -123,7 +156,6 @@ impl Crew {
     pub(crate) fn new(helpers: usize, linger: Duration) -> std::io::Result<Crew> {
         let board = Arc::new(Board {
             posted: AtomicU64::new(0),
-            done: AtomicUsize::new(0),
             current: Mutex::new(None),
             stop: AtomicBool::new(false),
             linger,
@@ -149,11 +181,13 @@ impl Crew {
         self.threads.len()
     }
 
-    /// Runs `job` on the calling thread and on every crew thread, and returns when all
-    /// have returned; whether the crew took part (it does not when another caller's job
-    /// holds it: then `job` runs on this thread alone). A panic of `job` on this thread
-    /// is caught, as on the crew's (the job records its own failures). Like a scoped
-    /// thread, `job` may borrow from the caller.
+    /// Runs `job` on the calling thread and on every crew thread that joins it before
+    /// the caller's own call returns, and returns when all of those have returned (a
+    /// sleeping crew thread that wakes later leaves the job alone, so the caller never
+    /// waits for a wake-up). Whether the crew was offered the job: it is not while
+    /// another caller's job holds it, and then `job` runs on this thread alone. A panic
+    /// of `job` on this thread is caught, as on the crew's (the job records its own
+    /// failures). Like a scoped thread, `job` may borrow from the caller.
     pub(crate) fn run<'a>(&self, job: &'a (dyn Fn() + Sync + 'a)) -> bool {
         let _held = match self.busy.try_lock() {
             Ok(held) => held,
@@ -163,33 +197,35 @@ impl Crew {
                 return false;
             }
         };
-        let board = &self.board;
-        // SAFETY: only the lifetime changes. The crew reaches `job` only through this
-        // `Posted`, and `run` returns only after every crew thread has counted itself
-        // done with it (`wait_done`), which each does after its call of `job` returned
-        // (or panicked, caught) and after it dropped its `Arc<Posted>` (`serve`); `run`
-        // clears `current`, the last other holder, before it returns. No panic can skip
-        // the wait: the caller's own call is caught too. So `job` is not used after the
-        // borrow `'a` ends, as with `std::thread::scope`.
-        let job_for_crew: &'static (dyn Fn() + Sync) = unsafe { std::mem::transmute(job) };
-        *board.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Posted {
+        // SAFETY: only the lifetime changes. A crew thread calls `job` only after joining
+        // it while the gate is open (`serve`); the gate closes below, and `run` returns
+        // only after every thread that joined has counted itself done, after its call
+        // returned (or panicked, caught). No panic skips that wait (the caller's own call
+        // is caught too). So `job` is not called after the borrow `'a` ends, as with
+        // `std::thread::scope`.
+        let job_for_crew = unsafe {
+            std::mem::transmute::<*const (dyn Fn() + Sync + 'a), *const (dyn Fn() + Sync)>(job)
+        };
+        let posted = Arc::new(Posted {
             job: job_for_crew,
             caller: std::thread::current(),
-        }));
-        board.done.store(0, Ordering::Release);
-        board.posted.fetch_add(1, Ordering::AcqRel);
+            gate: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+        });
+        self.board.set_current(Some(Arc::clone(&posted)));
+        self.board.posted.fetch_add(1, Ordering::AcqRel);
         self.threads.iter().for_each(|t| t.thread().unpark());
         let _ = catch_unwind(AssertUnwindSafe(job));
-        self.wait_done();
-        *board.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let joined = posted.close();
+        self.wait_done(&posted, joined);
+        self.board.set_current(None);
         true
     }
 
-    /// Waits, spinning for the linger time and then parked, until every crew thread is
-    /// done with the current job.
-    fn wait_done(&self) {
-        let all = self.threads.len();
-        let finished = || (self.board.done.load(Ordering::Acquire) >= all).then_some(());
+    /// Waits, spinning for the linger time and then parked, until the `joined` crew
+    /// threads are done with `posted`.
+    fn wait_done(&self, posted: &Posted, joined: usize) {
+        let finished = || (posted.done.load(Ordering::Acquire) >= joined).then_some(());
         if spin_until(self.board.linger, finished).is_some() {
             return;
         }
@@ -215,20 +251,34 @@ impl Drop for Crew {
 mod tests {
     use super::*;
 
-    fn counting_job(count: &AtomicUsize) -> impl Fn() + Sync + '_ {
+    /// A job that counts its calls and, on the caller, holds until `all` calls have
+    /// started (or five seconds passed), so that every crew thread joins it.
+    fn gathering_job(count: &AtomicUsize, all: usize) -> impl Fn() + Sync + '_ {
         move || {
-            count.fetch_add(1, Ordering::Relaxed);
+            count.fetch_add(1, Ordering::AcqRel);
+            let start = Instant::now();
+            while count.load(Ordering::Acquire) < all && start.elapsed() < Duration::from_secs(5) {
+                std::thread::yield_now();
+            }
         }
     }
 
     #[test]
-    fn every_thread_runs_each_job_once() {
+    fn every_thread_that_joins_runs_the_job_once() {
         for linger in [Duration::ZERO, Duration::from_micros(200)] {
             let crew = Crew::new(3, linger).unwrap();
-            let count = AtomicUsize::new(0);
-            for round in 1..=50 {
-                assert!(crew.run(&counting_job(&count)));
-                assert_eq!(count.load(Ordering::Relaxed), 4 * round);
+            for _ in 0..20 {
+                let count = AtomicUsize::new(0);
+                assert!(crew.run(&gathering_job(&count, 4)));
+                assert_eq!(count.into_inner(), 4);
+            }
+            // a short job: the caller and whoever joined in time, each once
+            for _ in 0..50 {
+                let count = AtomicUsize::new(0);
+                assert!(crew.run(&|| {
+                    count.fetch_add(1, Ordering::Relaxed);
+                }));
+                assert!((1..=4).contains(&count.into_inner()));
             }
         }
     }
@@ -239,15 +289,16 @@ mod tests {
         for round in 0..100usize {
             // data on this frame, freed right after `run`: every call saw it whole
             let seen: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(round)).collect();
-            let sum = AtomicUsize::new(0);
+            let (sum, calls) = (AtomicUsize::new(0), AtomicUsize::new(0));
             crew.run(&|| {
                 let s = seen
                     .iter()
                     .map(|a| a.load(Ordering::Relaxed))
                     .sum::<usize>();
                 sum.fetch_add(s, Ordering::Relaxed);
+                calls.fetch_add(1, Ordering::Relaxed);
             });
-            assert_eq!(sum.into_inner(), 3 * 64 * round);
+            assert_eq!(sum.into_inner(), calls.into_inner() * 64 * round);
         }
     }
 
@@ -255,8 +306,8 @@ mod tests {
     fn a_crew_of_none_runs_the_job_on_the_caller() {
         let crew = Crew::new(0, Duration::ZERO).unwrap();
         let count = AtomicUsize::new(0);
-        assert!(crew.run(&counting_job(&count)));
-        assert_eq!(count.load(Ordering::Relaxed), 1);
+        assert!(crew.run(&gathering_job(&count, 1)));
+        assert_eq!(count.into_inner(), 1);
     }
 
     #[test]
@@ -264,13 +315,13 @@ mod tests {
         let crew = Crew::new(2, Duration::ZERO).unwrap();
         let calls = AtomicUsize::new(0);
         assert!(crew.run(&|| {
-            calls.fetch_add(1, Ordering::Relaxed);
+            gathering_job(&calls, 3)();
             panic!("a failing job");
         }));
-        assert_eq!(calls.load(Ordering::Relaxed), 3);
+        assert_eq!(calls.into_inner(), 3);
         let count = AtomicUsize::new(0);
-        assert!(crew.run(&counting_job(&count)));
-        assert_eq!(count.load(Ordering::Relaxed), 3);
+        assert!(crew.run(&gathering_job(&count, 3)));
+        assert_eq!(count.into_inner(), 3);
     }
 
     #[test]
@@ -278,7 +329,7 @@ mod tests {
         let crew = Arc::new(Crew::new(1, Duration::ZERO).unwrap());
         let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-        let release_rx = Arc::new(Mutex::new(release_rx));
+        let release_rx = Mutex::new(release_rx);
         let entered_tx = Mutex::new(entered_tx);
         // The first job holds the crew until the test releases it.
         let first = move || {
@@ -291,10 +342,13 @@ mod tests {
         };
         entered_rx.recv().unwrap();
         let count = AtomicUsize::new(0);
-        assert!(!crew.run(&counting_job(&count)));
-        assert_eq!(count.load(Ordering::Relaxed), 1);
+        assert!(!crew.run(&|| {
+            count.fetch_add(1, Ordering::Relaxed);
+        }));
+        assert_eq!(count.into_inner(), 1);
+        // one release for the caller's call, one for the crew thread's if it joined
         release_tx.send(()).unwrap();
-        release_tx.send(()).unwrap();
+        let _ = release_tx.send(());
         assert!(holder.join().unwrap());
     }
 }

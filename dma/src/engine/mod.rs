@@ -50,19 +50,19 @@
 //! descriptor's writes are done; WAIT(s, n) awaits counter `s >= n`. A queue that fails
 //! (which validation rules out) aborts the run: every waiter is woken and stops.
 //!
-//! Two shortcuts change the schedule, never the memory or the [`ReplaySummary`]: a replay
-//! within [`EngineConfig::inline`] runs on the calling thread (a current-thread runtime,
-//! the same tasks and channels), so it pays no worker wake-up; and an in-memory replay for
-//! two or more workers that has no semaphore and whose every queue fits its channel whole
-//! runs by claiming ([`ExecutionStats::claimed`]): the caller and the engine's crew of
-//! `workers - 1` threads each take the next queue nobody has taken and run it to its end,
-//! in batches, with no feeder and no channel, so the caller works instead of waiting for
-//! the workers to wake. The crew is kept between replays and spins for
-//! [`EngineConfig::linger`] after each before it sleeps, so the next replay finds it awake
-//! (waking a sleeping thread costs tens of microseconds on a virtual machine, a quarter of
-//! a DGE instruction's replay). Either way each queue runs in order on one thread at a
-//! time.
-//!
+//! Two shortcuts change the schedule, never the memory or the [`ReplaySummary`]. An
+//! in-memory replay for two or more workers that has no semaphore and whose every queue
+//! fits its channel whole runs by claiming ([`ExecutionStats::claimed`]), whatever its
+//! size: the caller and the engine's crew of `workers - 1` threads each take the next
+//! queue nobody has taken and run it to its end, in batches, with no feeder and no
+//! channel. The crew is kept between replays and spins for [`EngineConfig::linger`] after
+//! each before it sleeps, so the next replay finds it awake (waking a sleeping thread
+//! costs tens of microseconds on a virtual machine, a quarter of a DGE instruction's
+//! replay), and the caller never waits for a crew thread that has not joined by the time
+//! its own share is done. Any other replay within [`EngineConfig::inline`] runs on the
+//! calling thread (a current-thread runtime, the same tasks and channels), so it pays no
+//! worker wake-up. Either way each queue runs in order on one thread at a time.
+
 //! An in-memory replay whose every destination lies inside one page, whose bytes read
 //! are no bytes written and whose destination pages are dense and shared by queues (the
 //! validation's footprint and page set) is claimed even when its queues do not fit their
@@ -139,8 +139,10 @@ pub enum InvalidPolicy {
     Skip,
 }
 
-/// Which replays are small enough to run on the calling thread: those of at most
-/// `descriptors` descriptors moving at most `bytes` bytes (both limits hold).
+/// Which fed replays (those with semaphores, or queues longer than their channels) are
+/// small enough to run on the calling thread: those of at most `descriptors` descriptors
+/// moving at most `bytes` bytes (both limits hold). A replay the engine claims (see the
+/// module docs) runs on the caller and the crew whatever its size.
 ///
 /// Handing a replay to the worker threads costs a few thread wake-ups (tens of
 /// microseconds on a virtual machine whatever the replay's size); a small replay runs
@@ -437,16 +439,20 @@ impl Engine {
             *k = Some(pages);
         }
         source.rewind();
-        let (runtime, workers) = self.runtime_for(&plan.timeline);
+        // A replay the crew can claim runs claimed whatever its size: an awake crew costs
+        // no wake-up, and the caller never waits for a sleeping one (`Crew::run`).
         let execution = match source.in_memory() {
             Some(queues)
-                if workers > 1
+                if self.crew.helpers() > 0
                     && exec::claimable(queues, (plan.semaphores, deal), &self.config) =>
             {
                 let queues = (queues, deal);
                 exec::execute_claimed(&self.crew, fabric, queues, &self.config, &self.spare)?
             }
-            _ => exec::execute(runtime, workers, fabric, source, &self.config)?,
+            _ => {
+                let (runtime, workers) = self.runtime_for(&plan.timeline);
+                exec::execute(runtime, workers, fabric, source, &self.config)?
+            }
         };
         Ok(ReplayReport {
             summary: ReplaySummary::new(fabric.generation(), plan.timeline, &plan.skipped, 0),
@@ -1299,7 +1305,7 @@ mod tests {
     }
 
     #[test]
-    fn small_replays_run_on_the_caller_and_larger_ones_on_the_workers() {
+    fn small_fed_replays_run_on_the_caller_and_larger_ones_on_the_workers() {
         let limit = InlineLimit {
             descriptors: 4,
             bytes: 64,
@@ -1308,13 +1314,25 @@ mod tests {
         assert!(!limit.admits(5, 1) && !limit.admits(1, 65));
         assert!(InlineLimit::OFF.admits(0, 0) && !InlineLimit::OFF.admits(1, 1));
         let e = with(2, |c| c.inline = limit);
-        let small = vec![vec![fill(0x40, 8, 9)], vec![fill(0x80, 8, 7)]];
-        let many = vec![(0..5).map(|i| fill(0x40 + 8 * i, 8, 1)).collect()];
-        let wide = vec![vec![fill(0x40, 65, 3)]];
-        for (queues, workers) in [(small, 1), (many, 2), (wide, 2)] {
+        // a signal makes a replay fed: the limit decides where it runs
+        let signalled = |d: Descriptor| d.with_signal(sem(0));
+        let small = vec![vec![signalled(fill(0x40, 8, 9))], vec![fill(0x80, 8, 7)]];
+        let many = vec![(0..5)
+            .map(|i| signalled(fill(0x40 + 8 * i, 8, 1)))
+            .collect()];
+        let wide = vec![vec![signalled(fill(0x40, 65, 3))]];
+        // without one the crew claims it, small or not
+        let claimed = vec![vec![fill(0x40, 8, 9)], vec![fill(0x80, 8, 7)]];
+        for (queues, (workers, claims)) in [
+            (small, (1, false)),
+            (many, (2, false)),
+            (wide, (2, false)),
+            (claimed, (2, true)),
+        ] {
             let mut f = fabric();
             let report = e.run(&mut f, &queues).unwrap();
             assert_eq!(report.execution.workers, workers);
+            assert_eq!(report.execution.claimed, claims);
             let mut g = fabric();
             execute_sequential(&mut g, &queues).unwrap();
             assert_eq!(f.first_difference(&g), None);
