@@ -11,8 +11,9 @@
 //! - `independent`: 256 MiB of 4 KiB copies, each queue within its own 64 KiB region,
 //!   2 workers against 1 (target >= 1.6x);
 //! - `small`: replays of 16 to 16384 descriptors of 256 B and 64 to 4096 of 4 KiB, the median
-//!   whole `Engine::run` on the caller's thread against on 2 workers: where the default
-//!   [`dma::InlineLimit`] comes from.
+//!   whole `Engine::run` of one worker on the caller's thread against two workers (these
+//!   replays are claimed by the caller and the engine's crew): why claimable replays go to
+//!   the crew whatever their size.
 //!
 //! - `stream` (only when named: `cargo bench -p dma --bench replay -- stream`, a process of
 //!   its own so that its peak memory is its own): a queue file of 10 million 64-byte fills
@@ -230,10 +231,10 @@ fn bench(w: &Workload) {
     }
 }
 
-/// Median whole-replay time of `queues` on an engine of 2 workers with `inline`.
-fn small_replay(queues: &[Vec<Descriptor>], inline: InlineLimit) -> Duration {
+/// Median whole-replay time of `queues` on an engine of `workers` workers with `inline`.
+fn small_replay(queues: &[Vec<Descriptor>], (workers, inline): (usize, InlineLimit)) -> Duration {
     let config = EngineConfig {
-        workers: 2,
+        workers,
         inline,
         ..EngineConfig::default()
     };
@@ -250,13 +251,16 @@ fn small_replay(queues: &[Vec<Descriptor>], inline: InlineLimit) -> Duration {
     median(times)
 }
 
-/// The `small` rows: caller against workers by replay size.
+/// The `small` rows by replay size: one worker, every replay on the caller, against two
+/// (these replays are claimed, by the caller and the crew).
 fn small_replays() {
     const ALWAYS: InlineLimit = InlineLimit {
         descriptors: u64::MAX,
         bytes: u64::MAX,
     };
-    println!("small replays (median of 201, 16 queues): descs x len, caller us, 2 workers us");
+    println!(
+        "small replays (median of 201, 16 queues): descs x len, caller alone us, caller + crew us"
+    );
     for (count, len) in [
         (16, 256),
         (256, 256),
@@ -268,8 +272,8 @@ fn small_replays() {
     .chain([(64, 4096), (256, 4096), (1024, 4096), (4096, 4096)])
     {
         let w = sprayed(("small", 0.0), count * len, len, COPY, Spray::RoundRobin);
-        let caller = small_replay(&w.queues, ALWAYS);
-        let workers = small_replay(&w.queues, InlineLimit::OFF);
+        let caller = small_replay(&w.queues, (1, ALWAYS));
+        let workers = small_replay(&w.queues, (2, InlineLimit::default()));
         println!(
             "small {count:>5} x {len:>4} B {:>9.1} {:>9.1}",
             caller.as_secs_f64() * 1e6,

@@ -172,8 +172,9 @@ impl InlineLimit {
 
 impl Default for InlineLimit {
     /// 4096 descriptors (one DGE instruction's most) and 256 KiB: below that the caller
-    /// alone is about twice as fast as two workers whose wake-ups are counted, and above
-    /// about 1 MiB the workers win (`cargo bench -p dma --bench replay -- small`).
+    /// alone was about twice as fast as two tokio workers whose wake-ups are counted, and
+    /// above about 1 MiB the workers won (measured before claimed replays went to the
+    /// crew, when every replay could run on the workers; `BENCHMARKS.md`).
     fn default() -> InlineLimit {
         InlineLimit {
             descriptors: 4096,
