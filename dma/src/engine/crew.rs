@@ -23,6 +23,8 @@ use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 /// A job posted to the crew: the caller's job, the thread to wake, and who joined it.
+/// (Aligned as [`Board`] is.)
+#[repr(align(128))]
 struct Posted {
     /// The caller's job, its lifetime erased: called only by a crew thread that joined
     /// it while its gate was open (see [`Crew::run`]).
@@ -57,7 +59,10 @@ impl Posted {
     }
 }
 
-/// What the caller and the crew threads share.
+/// What the caller and the crew threads share. Aligned to 128 bytes (a pair of cache
+/// lines, as the adjacent-line prefetcher fetches them), so that no unrelated data that
+/// another thread writes shares the lines the crew spins on.
+#[repr(align(128))]
 struct Board {
     /// Bumped for every job posted (and once more to stop the crew).
     posted: AtomicU64,

@@ -532,10 +532,10 @@ fn first_error(
     Ok(())
 }
 
-/// Whether a validated in-memory replay for two or more workers may run by claiming
-/// ([`execute_claimed`]): it has no semaphore, and every queue fits the batches its channel
-/// would hold at once (so that copying it whole costs no more memory than feeding it), or,
-/// for a run `dealt` by page, it has at most [`DEALT_MAX`] descriptors (fed queue by
+/// Whether a validated in-memory replay may run by claiming ([`execute_claimed`]): it has
+/// no semaphore, and every queue fits the batches its channel would hold at once (a longer
+/// queue is fed, so that its batches spread over the workers), or, for a run `dealt` by
+/// page, it has at most [`DEALT_MAX`] descriptors (copied into the buckets; fed queue by
 /// queue, its threads would meet on every page).
 pub(crate) fn claimable(
     queues: &[Vec<Descriptor>],
@@ -552,8 +552,7 @@ pub(crate) fn claimable(
 /// [`Spare`] buffers).
 pub(crate) const DEALT_MAX: usize = 1 << 20;
 
-/// The descriptor buffers a claimed run copies its units (queues or page buckets) into,
-/// kept between runs: fresh buffers of a few MiB cost their page faults on every run
+/// The descriptor buffers a dealt run deals its page buckets into, kept between runs: fresh buffers of a few MiB cost their page faults on every run
 /// (measured 1.2 ms for 2 MiB on this project's VM, a quarter of a 256 MiB replay of 4 KiB
 /// copies on two workers).
 #[derive(Debug, Default)]
@@ -585,29 +584,26 @@ impl Spare {
 /// start instead of sleeping while the others wake, and waits at most for the last queue
 /// another thread runs. Queues still execute in order, each on one thread; the first
 /// failing queue's error (in queue order) is returned, as in [`execute`]. The queues are
-/// copied into `spare`'s buffers (the crew must own what it reads).
+/// read where they are. Without a `crew` the caller runs every queue itself.
 ///
 /// With `deal` (the replay's `Plan::deals_by_page`), the units claimed are not
 /// the queues but [`deal_by_page`]'s buckets of destination pages, so that no two threads
 /// write one page (a round-robin spray puts every queue on every page); an error is then
 /// the first failing bucket's, named by its queue and index.
 pub(crate) fn execute_claimed(
-    crew: &Crew,
+    crew: Option<&Crew>,
     fabric: &mut Fabric,
     (queues, deal): (&[Vec<Descriptor>], bool),
     config: &EngineConfig,
     spare: &Spare,
 ) -> Result<ExecutionStats, Error> {
-    let units = match deal {
+    let dealt = match deal {
         true => deal_by_page(queues, spare.take(PAGE_BUCKETS)),
-        false => {
-            let mut units = spare.take(queues.len());
-            units
-                .iter_mut()
-                .zip(queues)
-                .for_each(|(unit, q)| unit.extend_from_slice(q));
-            units
-        }
+        false => Vec::new(),
+    };
+    let units: Vec<&[Descriptor]> = match deal {
+        true => dealt.iter().map(Vec::as_slice).collect(),
+        false => queues.iter().map(Vec::as_slice).collect(),
     };
     let taken = std::mem::replace(fabric, Fabric::new(fabric.generation()));
     let skip = config.invalid == InvalidPolicy::Skip;
@@ -620,9 +616,15 @@ pub(crate) fn execute_claimed(
         batch: config.batch,
     };
     let started = Instant::now();
-    let workers = match crew.run(&|| claims.claim_all()) {
-        true => crew.helpers() + 1,
-        false => 1,
+    let job = || claims.claim_all();
+    let workers = match crew {
+        Some(crew) if crew.run(&job) => crew.helpers() + 1,
+        Some(_) => 1,
+        // A panic is recorded by the claims (its queue stays failed), as on the crew.
+        None => {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            1
+        }
     };
     let stats = ExecutionStats {
         wall: started.elapsed(),
@@ -632,13 +634,13 @@ pub(crate) fn execute_claimed(
             .iter()
             .map(|u| u.len().div_ceil(config.batch) as u64)
             .sum(),
-        max_buffered: claims.units.iter().map(Vec::len).sum(),
+        max_buffered: dealt.iter().map(Vec::len).sum(),
         claimed: true,
         dealt_by_page: deal,
     };
     let aborted = claims.shared.is_aborted();
-    spare.put(claims.units);
     let (fabric_back, outcome) = (claims.shared.fabric, first_failure(claims.results, aborted));
+    spare.put(dealt);
     *fabric = fabric_back;
     match (outcome, deal) {
         (Err(e), true) => Err(undealt(queues, e)),
@@ -725,18 +727,20 @@ fn undealt(queues: &[Vec<Descriptor>], e: Error) -> Error {
     }
 }
 
-/// The queues of a claimed run, who takes which next, and each queue's outcome.
-struct Claims {
+/// The queues of a claimed run, who takes which next, and each queue's outcome. Aligned
+/// as the crew's board is (a claimed run keeps it on the caller's stack, next to the
+/// caller's own hot locals).
+#[repr(align(128))]
+struct Claims<'q> {
     shared: Shared,
-    /// Every queue's descriptors, one queue after another.
     /// The descriptors of every unit claimed: a queue, or a bucket of pages.
-    units: Vec<Vec<Descriptor>>,
+    units: Vec<&'q [Descriptor]>,
     next: AtomicUsize,
     results: Mutex<Vec<Result<(), Error>>>,
     batch: usize,
 }
 
-impl Claims {
+impl Claims<'_> {
     /// Claims queues and runs each to its end until none is left or the run aborted.
     fn claim_all(&self) {
         loop {
@@ -760,7 +764,7 @@ impl Claims {
 
     /// The descriptors of `queue` (`None` past the last queue).
     fn queue(&self, queue: usize) -> Option<&[Descriptor]> {
-        self.units.get(queue).map(Vec::as_slice)
+        self.units.get(queue).copied()
     }
 
     fn record(&self, queue: usize, outcome: Result<(), Error>) {
@@ -1028,18 +1032,18 @@ mod tests {
         assert!(claimable(&queues, (false, true), &config(64, 4)));
         let mut fed = Fabric::new(Generation::Cayman);
         fed.reserve(FabricAddr(0), 0x10000).unwrap();
-        let mut claimed = fed.clone();
+        let (mut claimed, mut alone) = (fed.clone(), fed.clone());
         let a = execute(&rt, 2, &mut fed, &mut Slices::new(&queues), &cfg).unwrap();
         let spare = Spare::default();
-        let b = execute_claimed(&crew, &mut claimed, (&queues, false), &cfg, &spare).unwrap();
-        // the copy's buffer is kept for the next run, empty
-        let kept = spare.take(4);
-        assert!(kept
-            .iter()
-            .all(|unit| unit.is_empty() && unit.capacity() >= 300));
+        let b = execute_claimed(Some(&crew), &mut claimed, (&queues, false), &cfg, &spare).unwrap();
         assert_eq!(claimed.first_difference(&fed), None);
         assert_eq!((b.batches, b.workers), (a.batches, 2));
-        assert_eq!(b.max_buffered, 1200);
+        // the queues are read where they are: nothing is copied
+        assert_eq!(b.max_buffered, 0);
+        // without a crew the caller runs them all, to the same memory
+        let c = execute_claimed(None, &mut alone, (&queues, false), &cfg, &spare).unwrap();
+        assert_eq!(alone.first_difference(&fed), None);
+        assert_eq!((c.batches, c.workers), (a.batches, 1));
         let mut out = [0u8; 8];
         // copy 4 of queue 3 moved what fill 3 wrote
         claimed
@@ -1065,8 +1069,14 @@ mod tests {
         for _ in 0..10 {
             let mut f = Fabric::new(Generation::Cayman);
             f.reserve(FabricAddr(0), 0x10000).unwrap();
-            let e = execute_claimed(&crew, &mut f, (&queues, false), &config(64, 8), &spare)
-                .unwrap_err();
+            let e = execute_claimed(
+                Some(&crew),
+                &mut f,
+                (&queues, false),
+                &config(64, 8),
+                &spare,
+            )
+            .unwrap_err();
             let Error::ReplayDescriptor { queue, index, .. } = e else {
                 panic!("{e:?}")
             };
@@ -1124,8 +1134,20 @@ mod tests {
             g.close_pages();
             g.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
             g.reserve(FabricAddr(2 << 20), 256).unwrap();
-            let stats = execute_claimed(&crew, &mut g, (&queues, true), &config(64, 64), &spare);
-            assert!(stats.unwrap().dealt_by_page);
+            let stats = execute_claimed(
+                Some(&crew),
+                &mut g,
+                (&queues, true),
+                &config(64, 64),
+                &spare,
+            );
+            let stats = stats.unwrap();
+            assert!(stats.dealt_by_page);
+            // every descriptor was copied into a bucket once
+            assert_eq!(
+                stats.max_buffered,
+                queues.iter().map(Vec::len).sum::<usize>()
+            );
             assert_eq!(g.first_difference(&want), None);
         }
     }
@@ -1138,7 +1160,13 @@ mod tests {
         f.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
         f.reserve(FabricAddr(2 << 20), 256).unwrap();
         let spare = Spare::default();
-        let e = execute_claimed(&crew, &mut f, (&queues, true), &config(64, 64), &spare);
+        let e = execute_claimed(
+            Some(&crew),
+            &mut f,
+            (&queues, true),
+            &config(64, 64),
+            &spare,
+        );
         let Err(Error::ReplayDescriptor { queue, index, .. }) = e else {
             panic!("{e:?}")
         };

@@ -51,17 +51,18 @@
 //! (which validation rules out) aborts the run: every waiter is woken and stops.
 //!
 //! Two shortcuts change the schedule, never the memory or the [`ReplaySummary`]. An
-//! in-memory replay for two or more workers that has no semaphore and whose every queue
-//! fits its channel whole runs by claiming ([`ExecutionStats::claimed`]), whatever its
-//! size: the caller and the engine's crew of `workers - 1` threads each take the next
-//! queue nobody has taken and run it to its end, in batches, with no feeder and no
-//! channel. The crew is kept between replays and spins for [`EngineConfig::linger`] after
-//! each before it sleeps, so the next replay finds it awake (waking a sleeping thread
-//! costs tens of microseconds on a virtual machine, a quarter of a DGE instruction's
-//! replay), and the caller never waits for a crew thread that has not joined by the time
-//! its own share is done. Any other replay within [`EngineConfig::inline`] runs on the
-//! calling thread (a current-thread runtime, the same tasks and channels), so it pays no
-//! worker wake-up. Either way each queue runs in order on one thread at a time.
+//! in-memory replay that has no semaphore and whose every queue fits its channel whole
+//! runs by claiming ([`ExecutionStats::claimed`]): no feeder, no channel; each thread takes
+//! the next queue nobody has taken and runs it to its end, in batches. Within
+//! [`EngineConfig::inline`] the caller claims every queue itself; above it, for two or more
+//! workers, the caller and the engine's crew of `workers - 1` threads claim them. The crew
+//! is kept between replays and spins for [`EngineConfig::linger`] after each before it
+//! sleeps, so the next replay finds it awake (waking a sleeping thread costs tens of
+//! microseconds on a virtual machine, a quarter of a DGE instruction's replay), and the
+//! caller never waits for a crew thread that has not joined by the time its own share is
+//! done. Any other replay within the inline limit runs on the calling thread on a
+//! current-thread runtime (the same tasks and channels), so it pays no worker wake-up.
+//! Either way each queue runs in order on one thread at a time.
 
 //! An in-memory replay whose every destination lies inside one page, whose bytes read
 //! are no bytes written and whose destination pages are dense and shared by queues (the
@@ -139,15 +140,16 @@ pub enum InvalidPolicy {
     Skip,
 }
 
-/// Which fed replays (those with semaphores, or queues longer than their channels) are
-/// small enough to run on the calling thread: those of at most `descriptors` descriptors
-/// moving at most `bytes` bytes (both limits hold). A replay the engine claims (see the
-/// module docs) runs on the caller and the crew whatever its size.
+/// Which replays are small enough to run on the calling thread alone: those of at most
+/// `descriptors` descriptors moving at most `bytes` bytes (both limits hold).
 ///
 /// Handing a replay to the worker threads costs a few thread wake-ups (tens of
 /// microseconds on a virtual machine whatever the replay's size); a small replay runs
-/// sooner on the caller, on a current-thread runtime, with the same queue tasks, channels
-/// and semaphores. Which runtime ran a replay changes nothing but its
+/// sooner on the caller: claimed by it (see the module docs) when it can be, else on a
+/// current-thread runtime, with the same queue tasks, channels and semaphores. Two threads
+/// on a small scatter lose more to the cache lines of the pages they both lock than they
+/// gain: embedding_update's 512-row replays took 0.33 s per run claimed by the caller and
+/// the crew against 0.16 s claimed by the caller alone (`hostsim bench`). Which runtime ran a replay changes nothing but its
 /// [`ExecutionStats`] (the memory and the [`ReplaySummary`] are the same for any schedule).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InlineLimit {
@@ -173,8 +175,7 @@ impl InlineLimit {
 impl Default for InlineLimit {
     /// 4096 descriptors (one DGE instruction's most) and 256 KiB: below that the caller
     /// alone was about twice as fast as two tokio workers whose wake-ups are counted, and
-    /// above about 1 MiB the workers won (measured before claimed replays went to the
-    /// crew, when every replay could run on the workers; `BENCHMARKS.md`).
+    /// above about 1 MiB the workers won (`BENCHMARKS.md`, measured before the crew).
     fn default() -> InlineLimit {
         InlineLimit {
             descriptors: 4096,
@@ -406,17 +407,11 @@ impl Engine {
         Ok(())
     }
 
-    /// The runtime a validated replay runs on, and its worker-thread count.
-    fn runtime_for(&self, timeline: &TimelineReport) -> (&Runtime, usize) {
+    /// Whether a validated replay is small enough to run on the caller alone
+    /// ([`EngineConfig::inline`]).
+    fn inline(&self, timeline: &TimelineReport) -> bool {
         let sum = |f: fn(&crate::timing::QueueTiming) -> u64| timeline.queues.iter().map(f).sum();
-        match self
-            .config
-            .inline
-            .admits(sum(|q| q.descriptors), sum(|q| q.bytes))
-        {
-            true => (&self.caller, 1),
-            false => (&self.runtime, self.config.workers),
-        }
+        (self.config.inline).admits(sum(|q| q.descriptors), sum(|q| q.bytes))
     }
 
     /// Validate all, reserve, execute: the body of `run` and `replay_file`.
@@ -440,18 +435,24 @@ impl Engine {
             *k = Some(pages);
         }
         source.rewind();
-        // A replay the crew can claim runs claimed whatever its size: an awake crew costs
-        // no wake-up, and the caller never waits for a sleeping one (`Crew::run`).
+        // A replay small enough for the caller alone runs there, claimed if it can be
+        // (no channels, no tasks), else on the current-thread runtime; a larger one is
+        // claimed by the caller and the crew if it can be, else fed to the workers.
+        let inline = self.inline(&plan.timeline);
+        let crew = (!inline).then_some(&self.crew);
         let execution = match source.in_memory() {
             Some(queues)
-                if self.crew.helpers() > 0
+                if (inline || self.config.workers > 1)
                     && exec::claimable(queues, (plan.semaphores, deal), &self.config) =>
             {
                 let queues = (queues, deal);
-                exec::execute_claimed(&self.crew, fabric, queues, &self.config, &self.spare)?
+                exec::execute_claimed(crew, fabric, queues, &self.config, &self.spare)?
             }
             _ => {
-                let (runtime, workers) = self.runtime_for(&plan.timeline);
+                let (runtime, workers) = match inline {
+                    true => (&self.caller, 1),
+                    false => (&self.runtime, self.config.workers),
+                };
                 exec::execute(runtime, workers, fabric, source, &self.config)?
             }
         };
@@ -521,13 +522,17 @@ mod tests {
         &engines[workers]
     }
 
-    /// Whether `e` runs `queues` (no semaphores, in memory) by claiming them: on two
-    /// workers, with every queue fitting its channel whole, or dealt by page (as the
-    /// report says: the rule is the validation's footprint).
+    /// Whether `e` runs `queues` (no semaphores, in memory) by claiming them: on the caller
+    /// alone within the inline limit, or on two workers, with every queue fitting its
+    /// channel whole, or dealt by page (as the report says: the rule is the validation's
+    /// footprint).
     fn claims(e: &Engine, queues: &[Vec<Descriptor>], report: &ReplayReport) -> bool {
         let c = e.config();
         let fits = queues.iter().all(|q| q.len() <= c.batch * c.channel_depth);
-        c.workers > 1 && (fits || report.execution.dealt_by_page)
+        let all = queues.iter().flatten();
+        let bytes = all.clone().map(|d| u64::from(d.len())).sum();
+        let inline = c.inline.admits(all.count() as u64, bytes);
+        (inline || c.workers > 1) && (fits || report.execution.dealt_by_page)
     }
 
     fn with(workers: usize, f: impl FnOnce(&mut EngineConfig)) -> Engine {
@@ -1306,7 +1311,7 @@ mod tests {
     }
 
     #[test]
-    fn small_fed_replays_run_on_the_caller_and_larger_ones_on_the_workers() {
+    fn small_replays_run_on_the_caller_and_larger_ones_on_the_workers() {
         let limit = InlineLimit {
             descriptors: 4,
             bytes: 64,
@@ -1322,13 +1327,15 @@ mod tests {
             .map(|i| signalled(fill(0x40 + 8 * i, 8, 1)))
             .collect()];
         let wide = vec![vec![signalled(fill(0x40, 65, 3))]];
-        // without one the crew claims it, small or not
+        // without one it is claimed: by the caller alone within the limit, else with the crew
         let claimed = vec![vec![fill(0x40, 8, 9)], vec![fill(0x80, 8, 7)]];
+        let claimed_many = vec![(0..5).map(|i| fill(0x40 + 8 * i, 8, 1)).collect()];
         for (queues, (workers, claims)) in [
             (small, (1, false)),
             (many, (2, false)),
             (wide, (2, false)),
-            (claimed, (2, true)),
+            (claimed, (1, true)),
+            (claimed_many, (2, true)),
         ] {
             let mut f = fabric();
             let report = e.run(&mut f, &queues).unwrap();

@@ -104,7 +104,9 @@ pub struct ExecutionStats {
     /// Batches handed to the queue tasks.
     pub batches: u64,
     /// The most descriptors handed to the queue tasks and not yet executed at any moment
-    /// (at most `queues * (channel_depth + 1) * batch`).
+    /// (at most `queues * (channel_depth + 1) * batch`); for a claimed run, the
+    /// descriptors copied into page buckets (none when the queues are claimed whole, in
+    /// place).
     pub max_buffered: usize,
     /// Whether the threads claimed whole queues from memory instead of being fed batches
     /// through channels (see the engine's "Execution" overview).
