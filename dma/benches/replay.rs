@@ -11,9 +11,8 @@
 //! - `independent`: 256 MiB of 4 KiB copies, each queue within its own 64 KiB region,
 //!   2 workers against 1 (target >= 1.6x);
 //! - `small`: replays of 16 to 16384 descriptors of 256 B and 64 to 4096 of 4 KiB, the median
-//!   whole `Engine::run` of one worker on the caller's thread against two workers (these
-//!   replays are claimed by the caller and the engine's crew): why claimable replays go to
-//!   the crew whatever their size.
+//!   whole `Engine::run` claimed by the caller alone against claimed by the caller and the
+//!   engine's crew (no inline limit): where the default [`dma::InlineLimit`] comes from.
 //!
 //! - `stream` (only when named: `cargo bench -p dma --bench replay -- stream`, a process of
 //!   its own so that its peak memory is its own): a queue file of 10 million 64-byte fills
@@ -251,8 +250,8 @@ fn small_replay(queues: &[Vec<Descriptor>], (workers, inline): (usize, InlineLim
     median(times)
 }
 
-/// The `small` rows by replay size: one worker, every replay on the caller, against two
-/// (these replays are claimed, by the caller and the crew).
+/// The `small` rows by replay size: claimed by the caller alone (one worker, every replay
+/// inline) against by the caller and the crew (two workers, none inline).
 fn small_replays() {
     const ALWAYS: InlineLimit = InlineLimit {
         descriptors: u64::MAX,
@@ -273,7 +272,7 @@ fn small_replays() {
     {
         let w = sprayed(("small", 0.0), count * len, len, COPY, Spray::RoundRobin);
         let caller = small_replay(&w.queues, (1, ALWAYS));
-        let workers = small_replay(&w.queues, (2, InlineLimit::default()));
+        let workers = small_replay(&w.queues, (2, InlineLimit::OFF));
         println!(
             "small {count:>5} x {len:>4} B {:>9.1} {:>9.1}",
             caller.as_secs_f64() * 1e6,
