@@ -34,7 +34,7 @@ pub use descriptor::{
 pub use dtype::Dtype;
 pub use engine::{
     execute_sequential, Engine, EngineConfig, ExecutionStats, InlineLimit, InvalidPolicy,
-    QueueReport, RaceCheck, ReplayReport, ReplaySummary, Session,
+    QueueReport, RaceCheck, ReplayReport, ReplaySummary, Session, MAX_LINGER,
 };
 pub use error::{AccessKind, Error};
 pub use fabric::{Fabric, PAGE_BYTES};

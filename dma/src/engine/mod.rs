@@ -262,7 +262,14 @@ impl EngineConfig {
             "must be 1..=1024 batches",
         )?;
         let linger_us = usize::try_from(self.linger.as_micros()).unwrap_or(usize::MAX);
-        rule("linger_us", linger_us, 0, 10_000, "must be at most 10 ms")
+        let most = MAX_LINGER.as_micros() as usize;
+        rule(
+            "linger_us",
+            linger_us,
+            0,
+            most,
+            "must be at most 10 ms (MAX_LINGER)",
+        )
     }
 }
 
@@ -1280,6 +1287,14 @@ mod tests {
                 "channel_depth",
                 0,
             ),
+            (
+                EngineConfig {
+                    linger: MAX_LINGER + Duration::from_micros(1),
+                    ..config(1)
+                },
+                "linger_us",
+                10_001,
+            ),
         ];
         for (c, field, value) in bad {
             let e = Engine::new(c).unwrap_err();
@@ -1289,6 +1304,11 @@ mod tests {
             );
         }
         assert_eq!(EngineConfig::default().check(), Ok(()));
+        let longest = EngineConfig {
+            linger: MAX_LINGER,
+            ..config(1)
+        };
+        assert_eq!(longest.check(), Ok(()));
         assert_eq!(engine(2).config().workers, 2);
     }
 
