@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 /// (Aligned as [`Board`] is.)
 #[repr(align(128))]
 struct Posted {
+    /// Its number: the value of [`Board::posted`] once it is posted.
+    seq: u64,
     /// The caller's job, its lifetime erased: called only by a crew thread that joined
     /// it while its gate was open (see [`Crew::run`]).
     job: *const (dyn Fn() + Sync + 'static),
@@ -120,22 +122,43 @@ fn spin_until<T>(linger: Duration, mut ready: impl FnMut() -> Option<T>) -> Opti
 /// A crew thread's life: each job posted, joined while it is open and run once, until
 /// the crew stops.
 fn serve(board: &Board) {
-    let mut seen = 0;
+    let (mut seen, mut joined) = (0, 0);
     loop {
         seen = board.next_post(seen);
         if board.stop.load(Ordering::Acquire) {
             return;
         }
-        let Some(posted) = board.current().filter(|p| p.join()) else {
+        // A job is joined once: the one in `current` may be one this thread already ran
+        // (posted after this thread last looked at the counter, before it looked here).
+        let Some(posted) = board.current().filter(|p| p.seq > joined && p.join()) else {
             continue;
         };
+        joined = posted.seq;
+        let _done = Done(&posted);
         // SAFETY: this thread joined the job while its gate was open, so `Crew::run`
-        // waits for this thread's `done` before it returns and the job's borrow ends.
+        // waits for this thread's `done` (counted by `_done` when this scope ends, even by
+        // unwinding) before it returns and the job's borrow ends.
         let job = unsafe { &*posted.job };
-        // A panic is the job's to record (see the module docs); the thread lives on.
-        let _ = catch_unwind(AssertUnwindSafe(job));
-        posted.done.fetch_add(1, Ordering::AcqRel);
-        posted.caller.unpark();
+        run_caught(job);
+    }
+}
+
+/// Counts a crew thread done with a job and wakes the job's caller when dropped, so that
+/// even an unwinding thread is counted.
+struct Done<'p>(&'p Posted);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.done.fetch_add(1, Ordering::AcqRel);
+        self.0.caller.unpark();
+    }
+}
+
+/// Calls `job`, catching a panic; its payload is forgotten, not dropped, since dropping
+/// it could panic again. (A panic is the job's to record, see the module docs.)
+fn run_caught(job: &(dyn Fn() + Sync)) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
+        std::mem::forget(payload);
     }
 }
 
@@ -198,32 +221,36 @@ impl Crew {
             Ok(held) => held,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => {
-                let _ = catch_unwind(AssertUnwindSafe(job));
+                run_caught(job);
                 return false;
             }
         };
         // SAFETY: only the lifetime changes. A crew thread calls `job` only after joining
-        // it while the gate is open (`serve`); the gate closes below, and `run` returns
-        // only after every thread that joined has counted itself done, after its call
-        // returned (or panicked, caught). No panic skips that wait (the caller's own call
-        // is caught too). So `job` is not called after the borrow `'a` ends, as with
-        // `std::thread::scope`.
+        // it while the gate is open (`serve`). `_finish` closes the gate and waits until
+        // every thread that joined has counted itself done (which each does even when it
+        // unwinds, `Done`), and it does so when this scope ends, by return or by unwinding.
+        // So `job` is not called after the borrow `'a` ends, as with `std::thread::scope`.
         let job_for_crew = unsafe {
             std::mem::transmute::<*const (dyn Fn() + Sync + 'a), *const (dyn Fn() + Sync)>(job)
         };
+        // Only the holder of `busy` posts, and `Drop` needs `&mut`: no other bump meets
+        // this one.
+        let seq = self.board.posted.load(Ordering::Acquire) + 1;
         let posted = Arc::new(Posted {
+            seq,
             job: job_for_crew,
             caller: std::thread::current(),
             gate: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
         });
+        let _finish = Finish {
+            crew: self,
+            posted: &posted,
+        };
         self.board.set_current(Some(Arc::clone(&posted)));
-        self.board.posted.fetch_add(1, Ordering::AcqRel);
+        self.board.posted.store(seq, Ordering::Release);
         self.threads.iter().for_each(|t| t.thread().unpark());
-        let _ = catch_unwind(AssertUnwindSafe(job));
-        let joined = posted.close();
-        self.wait_done(&posted, joined);
-        self.board.set_current(None);
+        run_caught(job);
         true
     }
 
@@ -238,6 +265,21 @@ impl Crew {
         while finished().is_none() {
             std::thread::park();
         }
+    }
+}
+
+/// The end of a [`Crew::run`], when it returns or unwinds: closes the job's gate, waits
+/// for the crew threads that joined, and takes the job off the board.
+struct Finish<'c> {
+    crew: &'c Crew,
+    posted: &'c Posted,
+}
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        let joined = self.posted.close();
+        self.crew.wait_done(self.posted, joined);
+        self.crew.board.set_current(None);
     }
 }
 
@@ -327,6 +369,54 @@ mod tests {
         let count = AtomicUsize::new(0);
         assert!(crew.run(&gathering_job(&count, 3)));
         assert_eq!(count.into_inner(), 3);
+    }
+
+    /// A panic payload whose drop panics again.
+    struct Bomb;
+
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                panic!("a payload that panics when dropped");
+            }
+        }
+    }
+
+    #[test]
+    fn a_payload_that_panics_when_dropped_neither_escapes_nor_hangs() {
+        let crew = Crew::new(2, Duration::from_micros(100)).unwrap();
+        for _ in 0..5 {
+            let (calls, inside) = (AtomicUsize::new(0), AtomicUsize::new(0));
+            assert!(crew.run(&|| {
+                inside.fetch_add(1, Ordering::AcqRel);
+                gathering_job(&calls, 3)();
+                std::thread::sleep(Duration::from_millis(5));
+                inside.fetch_sub(1, Ordering::AcqRel);
+                std::panic::panic_any(Bomb);
+            }));
+            // every call (the caller's and both crew threads') had ended
+            assert_eq!((calls.into_inner(), inside.into_inner()), (3, 0));
+        }
+        let count = AtomicUsize::new(0);
+        assert!(crew.run(&gathering_job(&count, 3)));
+        assert_eq!(count.into_inner(), 3);
+    }
+
+    #[test]
+    fn a_crew_thread_runs_a_job_once_even_when_it_looks_twice() {
+        // A thread may find the job in `current` before it sees the counter move, then
+        // see the counter move to the same job: it must not run it again. (A race: a
+        // regression shows here only now and then.)
+        let crew = Crew::new(1, Duration::ZERO).unwrap();
+        for _ in 0..2000 {
+            let ids = Mutex::new(Vec::new());
+            crew.run(&|| ids.lock().unwrap().push(std::thread::current().id()));
+            let mut ids = ids.into_inner().unwrap();
+            let calls = ids.len();
+            ids.sort_unstable_by_key(|id| format!("{id:?}"));
+            ids.dedup();
+            assert_eq!(ids.len(), calls, "a thread ran one job twice");
+        }
     }
 
     #[test]
