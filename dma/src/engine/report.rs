@@ -99,7 +99,9 @@ pub struct ExecutionStats {
     /// Wall time of the execution itself (from starting the queue tasks to the last one
     /// finishing; validation and reservation excluded).
     pub wall: Duration,
-    /// Worker threads of the runtime.
+    /// Threads the replay was given: the runtime's workers for a fed replay; for a
+    /// claimed one, the caller plus the crew threads it was offered to (1 when the caller
+    /// ran it alone; a crew thread that did not join in time still counts).
     pub workers: usize,
     /// Batches handed to the queue tasks.
     pub batches: u64,
