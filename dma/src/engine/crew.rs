@@ -22,6 +22,8 @@ use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
+use super::lock;
+
 /// A job posted to the crew: the caller's job, the thread to wake, and who joined it.
 /// (Aligned as [`Board`] is.)
 #[repr(align(128))]
@@ -92,14 +94,11 @@ impl Board {
     }
 
     fn set_current(&self, posted: Option<Arc<Posted>>) {
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = posted;
+        *lock(&self.current) = posted;
     }
 
     fn current(&self) -> Option<Arc<Posted>> {
-        self.current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.current).clone()
     }
 }
 

@@ -28,6 +28,7 @@ use crate::fabric::{Fabric, PageLocks, Side, PAGE_BYTES};
 use crate::FabricAddr;
 
 use super::crew::Crew;
+use super::lock;
 use super::report::ExecutionStats;
 use super::source::QueueSource;
 use super::validate::{replay_error, RangeRule};
@@ -149,7 +150,7 @@ impl Shared {
 
     /// The liveness guard's view (a panic elsewhere cannot make it unusable).
     fn liveness(&self) -> std::sync::MutexGuard<'_, Liveness> {
-        self.liveness.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.liveness)
     }
 
     /// Whether every queue task has ended or is blocked on a WAIT not met, at one moment.
@@ -561,7 +562,7 @@ pub(crate) struct Spare(Mutex<Vec<Vec<Descriptor>>>);
 impl Spare {
     /// `units` buffers, empty (fresh ones where too few are kept).
     fn take(&self, units: usize) -> Vec<Vec<Descriptor>> {
-        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = lock(&self.0);
         let kept = units.min(held.len());
         let mut buffers: Vec<_> = held.drain(..kept).collect();
         buffers.iter_mut().for_each(Vec::clear);
@@ -571,10 +572,7 @@ impl Spare {
 
     /// Keeps `buffers` for the next runs.
     fn put(&self, buffers: Vec<Vec<Descriptor>>) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(buffers);
+        lock(&self.0).extend(buffers);
     }
 }
 
@@ -768,7 +766,7 @@ impl Claims<'_> {
     }
 
     fn record(&self, queue: usize, outcome: Result<(), Error>) {
-        let mut results = self.results.lock().unwrap_or_else(|p| p.into_inner());
+        let mut results = lock(&self.results);
         if let Some(slot) = results.get_mut(queue) {
             *slot = outcome;
         }

@@ -470,6 +470,12 @@ impl Engine {
     }
 }
 
+/// `m` locked, even if a thread panicked while holding it (the engine's shared state stays
+/// usable: each lock guards bookkeeping that a panic cannot leave half-written).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

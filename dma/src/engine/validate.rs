@@ -28,6 +28,7 @@ use crate::timing::{QueueTimeline, TimelineReport, TimingModel};
 use crate::FabricAddr;
 
 use super::crew::Crew;
+use super::lock;
 use super::race::RaceRecorder;
 use super::source::QueueSource;
 use super::{EngineConfig, InvalidPolicy, RaceCheck};
@@ -249,11 +250,6 @@ fn validate_split(
     plan.pages.merge(odd.pages);
     plan.footprint = plan.footprint.join(odd.footprint);
     Some(Ok(plan))
-}
-
-/// `m` locked (a panic elsewhere cannot make it unusable).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The in-order pass over the queues `parity, parity + 2, ..` alone (the others stay
