@@ -8,8 +8,9 @@
 //!
 //! An in-memory replay without semaphores whose queues fit their channels whole skips the
 //! feeder: [`execute_claimed`] lets the calling thread and the engine's crew
-//! ([`super::crew`]) claim whole queues, or, for a replay whose pages are independent,
-//! dense and shared by queues, buckets of destination pages ([`deal_by_page`]).
+//! ([`super::crew`]), or the calling thread alone for a small replay, claim whole queues,
+//! or, for a replay whose pages are independent, dense and shared by queues, buckets of
+//! destination pages ([`deal_by_page`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -63,7 +63,7 @@
 //! done. Any other replay within the inline limit runs on the calling thread on a
 //! current-thread runtime (the same tasks and channels), so it pays no worker wake-up.
 //! Either way each queue runs in order on one thread at a time.
-
+//!
 //! An in-memory replay whose every destination lies inside one page, whose bytes read
 //! are no bytes written and whose destination pages are dense and shared by queues (the
 //! validation's footprint and page set) is claimed even when its queues do not fit their
@@ -146,11 +146,12 @@ pub enum InvalidPolicy {
 /// Handing a replay to the worker threads costs a few thread wake-ups (tens of
 /// microseconds on a virtual machine whatever the replay's size); a small replay runs
 /// sooner on the caller: claimed by it (see the module docs) when it can be, else on a
-/// current-thread runtime, with the same queue tasks, channels and semaphores. Two threads
-/// on a small scatter lose more to the cache lines of the pages they both lock than they
-/// gain: embedding_update's 512-row replays took 0.33 s per run claimed by the caller and
-/// the crew against 0.16 s claimed by the caller alone (`hostsim bench`). Which runtime ran a replay changes nothing but its
-/// [`ExecutionStats`] (the memory and the [`ReplaySummary`] are the same for any schedule).
+/// current-thread runtime, with the same queue tasks, channels and semaphores. Even an
+/// awake crew does not pay on small scatters: embedding_update's 512-row replays took up
+/// to 0.33 s per run claimed by the caller and the crew against 0.16 s claimed by the
+/// caller alone (`hostsim bench`, `BENCHMARKS.md`). Which runtime ran a replay changes
+/// nothing but its [`ExecutionStats`] (the memory and the [`ReplaySummary`] are the same
+/// for any schedule).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InlineLimit {
     /// Descriptors at most.
@@ -285,7 +286,7 @@ pub struct Engine {
     caller: Runtime,
     /// The threads that run claimed replays with the caller.
     crew: crew::Crew,
-    /// The buffer claimed runs copy their queues into.
+    /// The buffers dealt runs deal their page buckets into.
     spare: exec::Spare,
     /// The destination page set of the last replay, emptied: the next one's validation
     /// fills it without growing its table again.
