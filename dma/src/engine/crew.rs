@@ -309,14 +309,20 @@ mod tests {
         }
     }
 
+    /// Runs a [`gathering_job`] of `all` threads on `crew` and checks that each ran it
+    /// once.
+    fn all_run_once(crew: &Crew, all: usize) {
+        let count = AtomicUsize::new(0);
+        assert!(crew.run(&gathering_job(&count, all)));
+        assert_eq!(count.into_inner(), all);
+    }
+
     #[test]
     fn every_thread_that_joins_runs_the_job_once() {
         for linger in [Duration::ZERO, Duration::from_micros(200)] {
             let crew = Crew::new(3, linger).unwrap();
             for _ in 0..20 {
-                let count = AtomicUsize::new(0);
-                assert!(crew.run(&gathering_job(&count, 4)));
-                assert_eq!(count.into_inner(), 4);
+                all_run_once(&crew, 4);
             }
             // a short job: the caller and whoever joined in time, each once
             for _ in 0..50 {
@@ -350,10 +356,7 @@ mod tests {
 
     #[test]
     fn a_crew_of_none_runs_the_job_on_the_caller() {
-        let crew = Crew::new(0, Duration::ZERO).unwrap();
-        let count = AtomicUsize::new(0);
-        assert!(crew.run(&gathering_job(&count, 1)));
-        assert_eq!(count.into_inner(), 1);
+        all_run_once(&Crew::new(0, Duration::ZERO).unwrap(), 1);
     }
 
     #[test]
@@ -365,9 +368,7 @@ mod tests {
             panic!("a failing job");
         }));
         assert_eq!(calls.into_inner(), 3);
-        let count = AtomicUsize::new(0);
-        assert!(crew.run(&gathering_job(&count, 3)));
-        assert_eq!(count.into_inner(), 3);
+        all_run_once(&crew, 3);
     }
 
     /// A panic payload whose drop panics again.
@@ -396,9 +397,7 @@ mod tests {
             // every call (the caller's and both crew threads') had ended
             assert_eq!((calls.into_inner(), inside.into_inner()), (3, 0));
         }
-        let count = AtomicUsize::new(0);
-        assert!(crew.run(&gathering_job(&count, 3)));
-        assert_eq!(count.into_inner(), 3);
+        all_run_once(&crew, 3);
     }
 
     #[test]
