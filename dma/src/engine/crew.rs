@@ -155,7 +155,7 @@ impl Drop for Done<'_> {
 
 /// Calls `job`, catching a panic; its payload is forgotten, not dropped, since dropping
 /// it could panic again. (A panic is the job's to record, see the module docs.)
-fn run_caught(job: &(dyn Fn() + Sync)) {
+pub(crate) fn run_caught(job: &(dyn Fn() + Sync)) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
         std::mem::forget(payload);
     }

@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::fabric::{Fabric, PageLocks, Side, PAGE_BYTES};
 use crate::FabricAddr;
 
-use super::crew::Crew;
+use super::crew::{run_caught, Crew};
 use super::lock;
 use super::report::ExecutionStats;
 use super::source::QueueSource;
@@ -621,7 +621,7 @@ pub(crate) fn execute_claimed(
         Some(_) => 1,
         // A panic is recorded by the claims (its queue stays failed), as on the crew.
         None => {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            run_caught(&job);
             1
         }
     };

@@ -9,10 +9,10 @@
 //! so that which bad descriptor is reported does not depend on the engine's configuration.
 //!
 //! A large replay held in memory, with no semaphore and no race check, is validated on two
-//! threads (the caller and one of the engine's crew), half
-//! of the queues each (every queue's checks and timing then depend on that
-//! queue alone, so the plan is the same); a half that meets a semaphore or an error hands
-//! the whole replay back to the in-order pass, so errors are reported as above.
+//! threads (the caller and one of the engine's crew), half of the queues each (every
+//! queue's checks and timing then depend on that queue alone, so the plan is the same); a
+//! half that meets a semaphore or an error hands the whole replay back to the in-order
+//! pass, so errors are reported as above.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
