@@ -732,7 +732,15 @@ impl<'a> PageLocks<'a> {
     /// Copies `n` bytes from `s` to `d`, each inside one page (memmove within a page).
     #[inline(always)]
     fn copy_piece(&mut self, s: u64, d: u64, n: usize) -> Result<(), Error> {
-        let (so, doff) = (split(s).1, split(d).1);
+        let ((sk, so), (dk, doff)) = (split(s), split(d));
+        // The common case of a gather: the destination page is held and the source page
+        // is closed, so it is read without a lock and without aiming the source slot.
+        if sk != dk && self.dst.holds(dk) {
+            if let (Some(sp), Some(dp)) = (self.closed(sk), self.dst.guard.as_deref_mut()) {
+                dp[doff..doff + n].copy_from_slice(&sp[so..so + n]);
+                return Ok(());
+            }
+        }
         self.with_pages(
             s,
             d,
@@ -787,6 +795,20 @@ impl<'a> PageLocks<'a> {
             self.reduce_piece(src.0 + off, dst.0 + off, n, dtype, op)?;
         }
         Ok(())
+    }
+
+    /// The bytes of page `key` if it is closed (read without a lock, see
+    /// [`Fabric::view`]; zeros for a page with no storage), `None` if it is open.
+    #[inline(always)]
+    fn closed(&self, key: u64) -> Option<&'a [u8]> {
+        let fabric: &'a Fabric = self.fabric;
+        match fabric.pages.get(key) {
+            None => Some(&ZERO_PAGE[..]),
+            // SAFETY: a closed page gets no `PageMut` and stays closed, with its storage,
+            // for as long as `fabric` is borrowed (as in `Fabric::view`).
+            Some(page) if !page.is_open(fabric.epoch) => Some(unsafe { &**page.bytes.get() }),
+            Some(_) => None,
+        }
     }
 
     /// Checks the range and that every page it touches is reserved. A range inside one
@@ -1997,6 +2019,37 @@ mod tests {
             for op in &ops {
                 if model(&mut m, op) {
                     prop_assert!(run_locked(&mut locks, op).is_ok());
+                }
+            }
+            drop(locks);
+            prop_assert_eq!(bytes(&f, 0, SPAN as usize), m);
+        }
+
+        /// One-page copies into the open pages of a fabric whose other pages are closed
+        /// (written before) or have no storage: the closed-source path of a gather.
+        #[test]
+        fn copies_from_closed_open_and_missing_pages_match_flat_model(
+            writes in proptest::collection::vec((0..2 * P, proptest::collection::vec(any::<u8>(), 1..300)), 0..6),
+            open_page in 0..4u64,
+            copies in proptest::collection::vec((addr(), 0..P, 1..300u64), 1..32),
+        ) {
+            let mut f = fab();
+            let mut m = vec![0u8; SPAN as usize];
+            // pages 0 and 1 get storage; 2 and 3 have none unless one of them is opened
+            let ramp: Vec<u8> = (0..2 * P).map(|i| (i % 251) as u8 + 1).collect();
+            let ramp = [(0, ramp)];
+            for (a, v) in ramp.iter().chain(&writes) {
+                f.write(FabricAddr(*a), v).unwrap();
+                m[*a as usize..][..v.len()].copy_from_slice(v);
+            }
+            f.close_pages();
+            f.reserve(FabricAddr(open_page * P), P).unwrap();
+            let mut locks = f.page_locks();
+            for &(src, off, n) in &copies {
+                let dst = open_page * P + off.min(P - n);
+                let op = Op::Copy(src, dst, n);
+                if model(&mut m, &op) {
+                    prop_assert!(run_locked(&mut locks, &op).is_ok());
                 }
             }
             drop(locks);
