@@ -57,7 +57,7 @@ pub(crate) fn execute_descriptor(locks: &mut PageLocks<'_>, d: &Descriptor) -> R
 }
 
 /// How many descriptors ahead of the one executing a queue prefetches.
-const PREFETCH_AHEAD: usize = 4;
+const PREFETCH_AHEAD: usize = 8;
 
 /// Prefetches what `d` will read and write (a fill reads nothing).
 fn prefetch(locks: &mut PageLocks<'_>, d: &Descriptor) {
