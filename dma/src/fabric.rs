@@ -2025,13 +2025,18 @@ mod tests {
             prop_assert_eq!(bytes(&f, 0, SPAN as usize), m);
         }
 
-        /// One-page copies into the open pages of a fabric whose other pages are closed
-        /// (written before) or have no storage: the closed-source path of a gather.
+        /// One-page copies and reduces into the open page of a fabric whose other pages
+        /// are closed (written before) or have no storage: the closed-source path of a
+        /// gather and of a scatter.
         #[test]
         fn copies_from_closed_open_and_missing_pages_match_flat_model(
             writes in proptest::collection::vec((0..2 * P, proptest::collection::vec(any::<u8>(), 1..300)), 0..6),
             open_page in 0..4u64,
             copies in proptest::collection::vec((addr(), 0..P, 1..300u64), 1..32),
+            reduce in proptest::option::of((
+                proptest::sample::select(Dtype::ALL.to_vec()),
+                proptest::sample::select(ComputeOp::ALL.to_vec()),
+            )),
         ) {
             let mut f = fab();
             let mut m = vec![0u8; SPAN as usize];
@@ -2047,7 +2052,13 @@ mod tests {
             let mut locks = f.page_locks();
             for &(src, off, n) in &copies {
                 let dst = open_page * P + off.min(P - n);
-                let op = Op::Copy(src, dst, n);
+                let op = match reduce {
+                    None => Op::Copy(src, dst, n),
+                    Some((t, o)) => {
+                        let n = (n / t.size() as u64).max(1) * t.size() as u64;
+                        Op::Reduce(src, dst - dst % t.size() as u64, n, t, o)
+                    }
+                };
                 if model(&mut m, &op) {
                     prop_assert!(run_locked(&mut locks, &op).is_ok());
                 }
