@@ -186,6 +186,8 @@ pub enum Error {
         file: &'static str,
         fabric: &'static str,
     },
+    #[error("the queues were validated for {validated} but run on {running}: validated queues run on a fabric of their generation, by the engine (configuration) that validated them")]
+    NotValidatedHere { validated: String, running: String },
     #[error("the race check needs every queue before execution starts: use Engine::run or Engine::replay_file, or RaceCheck::Off to stream")]
     RaceCheckStreaming,
     #[error("destination of {len:#x} bytes at {addr:#x} is outside the declared destinations")]

@@ -63,6 +63,7 @@
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{
     PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError, TryLockResult,
 };
@@ -95,8 +96,9 @@ static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 /// The bytes are reached only through a [`PageRef`] or [`PageMut`] (or `&mut Page`): a
 /// writer always holds the write lock of a page opened in the fabric's current epoch; a
 /// reader holds the read lock, or none when the page is closed in the current epoch
-/// ([`Fabric::view`]), since then no writer can exist until the fabric is next borrowed
-/// mutably.
+/// ([`Fabric::engine_view`]), since then no writer can exist until the fabric is next
+/// borrowed mutably, except [`Fabric::write_beside`], whose caller guarantees that no other
+/// thread reaches the page meanwhile.
 struct Page {
     lock: RwLock<()>,
     bytes: UnsafeCell<Box<[u8]>>,
@@ -271,6 +273,10 @@ pub struct Fabric {
     /// The current epoch: pages opened in it may be written through `&self` (under their
     /// write lock); the others are read without a lock (see [`Fabric::close_pages`]).
     epoch: u64,
+    /// Reads of open pages through the public read forms (not the engine's): a replay
+    /// running beside other work writes only open pages, so work that read none of them
+    /// while it ran saw nothing of it ([`crate::engine::Beside`]).
+    open_reads: AtomicU64,
 }
 
 impl Fabric {
@@ -280,6 +286,7 @@ impl Fabric {
             map: AddressMap::new(generation),
             pages: PageTable::new(generation.hbm_bytes()),
             epoch: 1,
+            open_reads: AtomicU64::new(0),
         }
     }
 
@@ -338,22 +345,38 @@ impl Fabric {
         self.pages.get(key).filter(|p| p.is_open(self.epoch))
     }
 
-    /// The bytes of `page`: under its read lock if it is open, else without a lock.
+    /// [`Fabric::engine_view`] for the public read forms, counting a read of an open page
+    /// ([`Fabric::open_reads`]).
     fn view<'a>(&'a self, page: &'a Page) -> PageRef<'a> {
+        if page.is_open(self.epoch) {
+            self.open_reads.fetch_add(1, Ordering::Relaxed);
+        }
+        self.engine_view(page)
+    }
+
+    /// How many times the public read forms have read an open page.
+    pub(crate) fn open_reads(&self) -> u64 {
+        self.open_reads.load(Ordering::Relaxed)
+    }
+
+    /// The bytes of `page`: under its read lock if it is open, else without a lock.
+    fn engine_view<'a>(&'a self, page: &'a Page) -> PageRef<'a> {
         match page.is_open(self.epoch) {
             true => page.read(),
             // SAFETY: a closed page gets no `PageMut` (`Page::write` checks the epoch),
             // and the epoch and `opened` only change through `&mut self`, which cannot
-            // happen while the result borrows `self`.
+            // happen while the result borrows `self`. (`write_beside` writes a closed
+            // page only where no other thread reaches it, and returns before this thread
+            // reads it.)
             false => unsafe { PageRef::new(page, None) },
         }
     }
 
-    /// [`Fabric::view`] if it can be had without waiting.
+    /// [`Fabric::engine_view`] if it can be had without waiting.
     fn try_view<'a>(&'a self, page: &'a Page) -> Option<PageRef<'a>> {
         match page.is_open(self.epoch) {
             true => page.try_read(),
-            // SAFETY: as in `view`.
+            // SAFETY: as in `engine_view`.
             false => Some(unsafe { PageRef::new(page, None) }),
         }
     }
@@ -378,6 +401,16 @@ impl Fabric {
 
     /// Reads `buf.len()` bytes at `addr`; bytes never written read as 0.
     pub fn read(&self, addr: FabricAddr, buf: &mut [u8]) -> Result<(), Error> {
+        self.read_through(Fabric::view, addr, buf)
+    }
+
+    /// [`Fabric::read`] with each page's bytes from `view`.
+    fn read_through<'a>(
+        &'a self,
+        view: impl Fn(&'a Fabric, &'a Page) -> PageRef<'a>,
+        addr: FabricAddr,
+        buf: &mut [u8],
+    ) -> Result<(), Error> {
         let len = buf.len() as u64;
         self.check(addr, len)?;
         for (off, n) in Walk::one(addr.0, len) {
@@ -385,7 +418,7 @@ impl Fabric {
             let out = &mut buf[off as usize..off as usize + n];
             let (key, po) = split(addr.0 + off);
             match self.pages.get(key) {
-                Some(page) => out.copy_from_slice(&self.view(page)[po..po + n]),
+                Some(page) => out.copy_from_slice(&view(self, page)[po..po + n]),
                 None => out.fill(0),
             }
         }
@@ -452,6 +485,33 @@ impl Fabric {
             at = FabricAddr(at.0 + bytes.len() as u64);
         }
         Ok(())
+    }
+
+    /// Writes `buf` at `addr` through `&self` if every page the range touches has storage
+    /// and is closed; `Ok(false)`, with nothing written, if one does not. The range is
+    /// checked first.
+    ///
+    /// # Safety
+    ///
+    /// No other thread reads or writes the pages the range touches while this runs (the
+    /// engine proves it for the work beside a replay: the replay reaches only its
+    /// footprint, see [`crate::engine::Beside::write`]).
+    pub(crate) unsafe fn write_beside(&self, addr: FabricAddr, buf: &[u8]) -> Result<bool, Error> {
+        let len = buf.len() as u64;
+        let mut keys = self.page_keys(addr, len)?;
+        if !keys.all(|k| self.pages.get(k).is_some_and(|p| !p.is_open(self.epoch))) {
+            return Ok(false);
+        }
+        for (off, n) in Walk::one(addr.0, len) {
+            let (key, po) = split(addr.0 + off);
+            if let Some(page) = self.pages.get(key) {
+                // SAFETY: by the caller's contract no other thread reaches this page, and
+                // no `PageRef` of this thread outlives the read that made it.
+                let bytes = unsafe { &mut **page.bytes.get() };
+                bytes[po..po + n].copy_from_slice(&buf[off as usize..off as usize + n]);
+            }
+        }
+        Ok(true)
     }
 
     // ---- writes through &mut self --------------------------------------------------
@@ -614,6 +674,7 @@ impl Clone for Fabric {
             map: self.map,
             pages,
             epoch: self.epoch,
+            open_reads: AtomicU64::new(0),
         }
     }
 }
@@ -892,11 +953,11 @@ impl<'a> PageLocks<'a> {
         self.src.release_unless_below(first);
         self.dst.release_unless_below(first);
         if sk < dk {
-            self.src.lock(|p| Some(fabric.view(p)));
+            self.src.lock(|p| Some(fabric.engine_view(p)));
             self.dst.lock(|p| p.write(epoch));
         } else {
             self.dst.lock(|p| p.write(epoch));
-            self.src.lock(|p| Some(fabric.view(p)));
+            self.src.lock(|p| Some(fabric.engine_view(p)));
         }
     }
 
@@ -971,8 +1032,10 @@ impl<'a> PageLocks<'a> {
         let (acc, val) = (&mut a[..n], &mut b[..n]);
         // Fabric::read locks on its own: hold nothing meanwhile (RwLock is not reentrant).
         self.release();
-        self.fabric.read(FabricAddr(s), val)?;
-        self.fabric.read(FabricAddr(d), acc)?;
+        self.fabric
+            .read_through(Fabric::engine_view, FabricAddr(s), val)?;
+        self.fabric
+            .read_through(Fabric::engine_view, FabricAddr(d), acc)?;
         compute::apply(op, dtype, acc, val)?;
         self.write(FabricAddr(d), acc)
     }

@@ -33,8 +33,8 @@ pub use descriptor::{
 };
 pub use dtype::Dtype;
 pub use engine::{
-    execute_sequential, Engine, EngineConfig, ExecutionStats, InlineLimit, InvalidPolicy,
-    QueueReport, RaceCheck, ReplayReport, ReplaySummary, Session, MAX_LINGER,
+    execute_sequential, Beside, Engine, EngineConfig, ExecutionStats, InlineLimit, InvalidPolicy,
+    QueueReport, RaceCheck, ReplayReport, ReplaySummary, Session, Validated, MAX_LINGER,
 };
 pub use error::{AccessKind, Error};
 pub use fabric::{Fabric, PAGE_BYTES};

@@ -8,6 +8,10 @@
 //! after each job, watching for the next one, and only then parks; the caller likewise
 //! spins while it waits for the crew to finish before it parks.
 //!
+//! [`Crew::run_beside`] lets the caller do other work first while the crew starts the job
+//! (the engine prepares the next replay beside the one running, see
+//! [`super::Engine::run_beside`]).
+//!
 //! One job at a time: [`Crew::run`] runs the job on the caller and on every crew thread
 //! that joins it before the caller's own share is done, and returns when all of those
 //! have returned; a crew thread that wakes later leaves the job alone, so a small replay
@@ -16,7 +20,7 @@
 //! completes either way). A job that panics on a crew thread is caught there; the job's own
 //! bookkeeping records the failure.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::{JoinHandle, Thread};
@@ -216,13 +220,27 @@ impl Crew {
     /// of `job` on this thread is caught, as on the crew's (the job records its own
     /// failures). Like a scoped thread, `job` may borrow from the caller.
     pub(crate) fn run<'a>(&self, job: &'a (dyn Fn() + Sync + 'a)) -> bool {
+        self.run_beside(job, || ()).0
+    }
+
+    /// [`Crew::run`], with `meanwhile` called on this thread first, while the crew runs
+    /// `job` (which the caller joins once `meanwhile` returns); its result. Alone, the
+    /// caller calls `meanwhile`, then `job`. A panic of `meanwhile` unwinds from here once
+    /// `job` has run to its end.
+    pub(crate) fn run_beside<'a, R>(
+        &self,
+        job: &'a (dyn Fn() + Sync + 'a),
+        meanwhile: impl FnOnce() -> R,
+    ) -> (bool, R) {
+        let meanwhile_then_job = || {
+            let result = catch_unwind(AssertUnwindSafe(meanwhile));
+            run_caught(job);
+            result.unwrap_or_else(|payload| resume_unwind(payload))
+        };
         let _held = match self.busy.try_lock() {
             Ok(held) => held,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                run_caught(job);
-                return false;
-            }
+            Err(TryLockError::WouldBlock) => return (false, meanwhile_then_job()),
         };
         // SAFETY: only the lifetime changes. A crew thread calls `job` only after joining
         // it while the gate is open (`serve`). `_finish` closes the gate and waits until
@@ -249,8 +267,7 @@ impl Crew {
         self.board.set_current(Some(Arc::clone(&posted)));
         self.board.posted.store(seq, Ordering::Release);
         self.threads.iter().for_each(|t| t.thread().unpark());
-        run_caught(job);
-        true
+        (true, meanwhile_then_job())
     }
 
     /// Waits, spinning for the linger time and then parked, until the `joined` crew
@@ -352,6 +369,65 @@ mod tests {
             });
             assert_eq!(sum.into_inner(), calls.into_inner() * 64 * round);
         }
+    }
+
+    #[test]
+    fn the_crew_runs_a_job_while_the_caller_does_something_else() {
+        let crew = Crew::new(1, Duration::from_micros(200)).unwrap();
+        for _ in 0..20 {
+            // the crew thread takes the first unit and marks it; the caller, meanwhile,
+            // waits for the mark, then joins and the two take the rest
+            let (next, marked, done) = (
+                AtomicUsize::new(0),
+                AtomicBool::new(false),
+                AtomicUsize::new(0),
+            );
+            let me = std::thread::current().id();
+            let job = || {
+                while next.fetch_add(1, Ordering::AcqRel) < 64 {
+                    if std::thread::current().id() != me {
+                        marked.store(true, Ordering::Release);
+                    }
+                    done.fetch_add(1, Ordering::AcqRel);
+                }
+            };
+            let (offered, saw) = crew.run_beside(&job, || {
+                let start = Instant::now();
+                while !marked.load(Ordering::Acquire) && start.elapsed() < Duration::from_secs(5) {
+                    std::thread::yield_now();
+                }
+                marked.load(Ordering::Acquire)
+            });
+            assert!(
+                offered && saw,
+                "the crew ran the job while the caller waited"
+            );
+            assert_eq!(done.into_inner(), 64);
+        }
+        // alone: meanwhile first, then the job
+        let order = Mutex::new(Vec::new());
+        let alone = Crew::new(0, Duration::ZERO).unwrap();
+        let job = || order.lock().unwrap().push("job");
+        let (offered, ()) = alone.run_beside(&job, || order.lock().unwrap().push("meanwhile"));
+        assert!(offered);
+        assert_eq!(order.into_inner().unwrap(), ["meanwhile", "job"]);
+    }
+
+    #[test]
+    fn a_panic_beside_the_job_unwinds_once_the_job_has_run() {
+        let crew = Crew::new(1, Duration::ZERO).unwrap();
+        let runs = AtomicUsize::new(0);
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            crew.run_beside(
+                &|| {
+                    runs.fetch_add(1, Ordering::AcqRel);
+                },
+                || panic!("meanwhile fails"),
+            )
+        }));
+        assert!(caught.is_err());
+        assert!(runs.into_inner() >= 1, "the job ran");
+        all_run_once(&crew, 2);
     }
 
     #[test]

@@ -585,17 +585,20 @@ impl Spare {
 /// failing queue's error (in queue order) is returned, as in [`execute`]. The queues are
 /// read where they are. Without a `crew` the caller runs every queue itself.
 ///
+/// `beside` is called on the caller with the fabric while the crew starts the run, before
+/// the caller joins it ([`Crew::run_beside`]); its result comes back with the run's.
+///
 /// With `deal` (the replay's `Plan::deals_by_page`), the units claimed are not
 /// the queues but [`deal_by_page`]'s buckets of destination pages, so that no two threads
 /// write one page (a round-robin spray puts every queue on every page); an error is then
 /// the first failing bucket's, named by its queue and index.
-pub(crate) fn execute_claimed(
+pub(crate) fn execute_claimed<R>(
     crew: Option<&Crew>,
     fabric: &mut Fabric,
     (queues, deal): (&[Vec<Descriptor>], bool),
-    config: &EngineConfig,
-    spare: &Spare,
-) -> Result<ExecutionStats, Error> {
+    (config, spare): (&EngineConfig, &Spare),
+    beside: impl FnOnce(&Fabric) -> R,
+) -> (Result<ExecutionStats, Error>, R) {
     let dealt = match deal {
         true => deal_by_page(queues, spare.take(PAGE_BUCKETS)),
         false => Vec::new(),
@@ -616,13 +619,17 @@ pub(crate) fn execute_claimed(
     };
     let started = Instant::now();
     let job = || claims.claim_all();
-    let workers = match crew {
-        Some(crew) if crew.run(&job) => crew.helpers() + 1,
-        Some(_) => 1,
+    let beside = || beside(&claims.shared.fabric);
+    let (workers, other) = match crew {
+        Some(crew) => match crew.run_beside(&job, beside) {
+            (true, other) => (crew.helpers() + 1, other),
+            (false, other) => (1, other),
+        },
         // A panic is recorded by the claims (its queue stays failed), as on the crew.
         None => {
+            let other = beside();
             run_caught(&job);
-            1
+            (1, other)
         }
     };
     let stats = ExecutionStats {
@@ -641,10 +648,11 @@ pub(crate) fn execute_claimed(
     let (fabric_back, outcome) = (claims.shared.fabric, first_failure(claims.results, aborted));
     spare.put(dealt);
     *fabric = fabric_back;
-    match (outcome, deal) {
+    let outcome = match (outcome, deal) {
         (Err(e), true) => Err(undealt(queues, e)),
         (outcome, _) => outcome.map(|()| stats),
-    }
+    };
+    (outcome, other)
 }
 
 /// Buckets of destination pages a claimed run deals its descriptors into
@@ -821,6 +829,17 @@ pub(crate) fn execute<S: QueueSource>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`execute_claimed`] with nothing beside the run.
+    fn run_claimed(
+        crew: Option<&Crew>,
+        fabric: &mut Fabric,
+        queues: (&[Vec<Descriptor>], bool),
+        config: &EngineConfig,
+        spare: &Spare,
+    ) -> Result<ExecutionStats, Error> {
+        execute_claimed(crew, fabric, queues, (config, spare), |_| ()).0
+    }
     use crate::addr::FabricAddr;
     use crate::descriptor::DescOp;
     use crate::dtype::Dtype;
@@ -1034,13 +1053,13 @@ mod tests {
         let (mut claimed, mut alone) = (fed.clone(), fed.clone());
         let a = execute(&rt, 2, &mut fed, &mut Slices::new(&queues), &cfg).unwrap();
         let spare = Spare::default();
-        let b = execute_claimed(Some(&crew), &mut claimed, (&queues, false), &cfg, &spare).unwrap();
+        let b = run_claimed(Some(&crew), &mut claimed, (&queues, false), &cfg, &spare).unwrap();
         assert_eq!(claimed.first_difference(&fed), None);
         assert_eq!((b.batches, b.workers), (a.batches, 2));
         // the queues are read where they are: nothing is copied
         assert_eq!(b.max_buffered, 0);
         // without a crew the caller runs them all, to the same memory
-        let c = execute_claimed(None, &mut alone, (&queues, false), &cfg, &spare).unwrap();
+        let c = run_claimed(None, &mut alone, (&queues, false), &cfg, &spare).unwrap();
         assert_eq!(alone.first_difference(&fed), None);
         assert_eq!((c.batches, c.workers), (a.batches, 1));
         let mut out = [0u8; 8];
@@ -1068,7 +1087,7 @@ mod tests {
         for _ in 0..10 {
             let mut f = Fabric::new(Generation::Cayman);
             f.reserve(FabricAddr(0), 0x10000).unwrap();
-            let e = execute_claimed(
+            let e = run_claimed(
                 Some(&crew),
                 &mut f,
                 (&queues, false),
@@ -1133,7 +1152,7 @@ mod tests {
             g.close_pages();
             g.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
             g.reserve(FabricAddr(2 << 20), 256).unwrap();
-            let stats = execute_claimed(
+            let stats = run_claimed(
                 Some(&crew),
                 &mut g,
                 (&queues, true),
@@ -1159,7 +1178,7 @@ mod tests {
         f.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
         f.reserve(FabricAddr(2 << 20), 256).unwrap();
         let spare = Spare::default();
-        let e = execute_claimed(
+        let e = run_claimed(
             Some(&crew),
             &mut f,
             (&queues, true),

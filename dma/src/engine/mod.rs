@@ -8,6 +8,11 @@
 //! - [`Engine::replay_file`] replays a [`VerifiedQueueFile`] in two streaming passes.
 //! - [`Engine::stream`] lets a producer (the DGE) push descriptors through a [`Session`]
 //!   while the engine executes them.
+//! - [`Engine::validate`] then [`Engine::run_beside`] replay in-memory queues validated
+//!   ahead, with other work (writing the next replay's inputs, generating and validating
+//!   its descriptors) done on the caller while the crew runs them: that work may write
+//!   only pages the replay neither reads nor writes, and learns whether it read a page the
+//!   replay writes ([`Beside`]).
 //! - [`execute_sequential`] is the plain synchronous reference the tests compare against.
 //!
 //! Every replay returns a [`ReplayReport`]: its [`ReplaySummary`] follows from the queues
@@ -103,7 +108,7 @@ use tokio::runtime::Runtime;
 
 use crate::descriptor::Descriptor;
 use crate::error::Error;
-use crate::fabric::Fabric;
+use crate::fabric::{Fabric, PAGE_BYTES};
 use crate::queue_file::{VerifiedQueueFile, MAX_BATCH, MAX_QUEUES};
 use crate::timing::TimelineReport;
 use crate::FabricAddr;
@@ -113,6 +118,7 @@ pub use sequential::execute_sequential;
 pub use session::Session;
 
 use source::{FileSource, QueueSource, Slices};
+use validate::Plan;
 
 #[cfg(doc)]
 use crate::timing::QueueTimeline;
@@ -415,6 +421,58 @@ impl Engine {
         Ok(())
     }
 
+    /// Validates in-memory `queues` for a later [`Engine::run_beside`] (the same checks as
+    /// [`Engine::run`]; the fabric's contents are not read, so the queues may be validated
+    /// while another replay runs). On error nothing is kept.
+    pub fn validate(
+        &self,
+        fabric: &Fabric,
+        queues: Vec<Vec<Descriptor>>,
+    ) -> Result<Validated, Error> {
+        let plan = self.plan(fabric, &mut Slices::new(&queues))?;
+        Ok(Validated {
+            queues,
+            plan,
+            generation: fabric.generation(),
+            config: self.config,
+        })
+    }
+
+    /// Runs `validated` on `fabric` (as [`Engine::run`] would have run its queues) and
+    /// calls `beside` on this thread while the queues run: a claimed replay starts on the
+    /// engine's crew and this thread joins it once `beside` returns; any other replay runs
+    /// first. `beside` gets a [`Beside`]: the fabric to read, and to write where the replay
+    /// neither reads nor writes. So the next replay's inputs can be written, and its
+    /// descriptors generated and validated, while this one runs; what `beside` read of the
+    /// pages the replay writes may be stale ([`Beside::read_the_replay`]).
+    ///
+    /// `validated` must come from this engine's [`Engine::validate`] on a fabric of the
+    /// generation ([`Error::NotValidatedHere`] otherwise, before anything runs). The
+    /// report equals [`Engine::run`]'s but for its [`ExecutionStats`].
+    pub fn run_beside<R>(
+        &self,
+        fabric: &mut Fabric,
+        validated: &Validated,
+        beside: impl FnOnce(&Beside<'_>) -> R,
+    ) -> Result<(ReplayReport, R), Error> {
+        let here = (fabric.generation(), self.config);
+        if (validated.generation, validated.config) != here {
+            return Err(Error::NotValidatedHere {
+                validated: describe(validated.generation, &validated.config),
+                running: describe(here.0, &here.1),
+            });
+        }
+        let mut source = Slices::new(&validated.queues);
+        self.execute(fabric, &mut source, &validated.plan, (true, beside))
+    }
+
+    /// The queues of `validated`, given back (to be filled again); the engine keeps its
+    /// page set for the next validation.
+    pub fn recycle(&self, validated: Validated) -> Vec<Vec<Descriptor>> {
+        self.keep_pages(validated.plan);
+        validated.queues
+    }
+
     /// Whether a validated replay is small enough to run on the caller alone
     /// ([`EngineConfig::inline`]).
     fn inline(&self, timeline: &TimelineReport) -> bool {
@@ -428,46 +486,159 @@ impl Engine {
         fabric: &mut Fabric,
         source: &mut S,
     ) -> Result<ReplayReport, Error> {
+        let plan = self.plan(fabric, source)?;
+        let (report, ()) = self.execute(fabric, source, &plan, (false, |_: &Beside<'_>| ()))?;
+        self.keep_pages(plan);
+        Ok(report)
+    }
+
+    /// The validation pass over `source` (left at its end), with the page set kept from
+    /// the last replay.
+    fn plan<S: QueueSource>(&self, fabric: &Fabric, source: &mut S) -> Result<Plan, Error> {
         self.check_queue_count(source.queues())?;
         let kept = self.kept_pages.lock().map(|mut k| k.take()).ok().flatten();
         let on = (&self.config, &self.crew);
-        let plan = validate::validate(fabric, source, on, kept.unwrap_or_default())?;
+        validate::validate(fabric, source, on, kept.unwrap_or_default())
+    }
+
+    /// Keeps `plan`'s page set, emptied, for the next replay's validation.
+    fn keep_pages(&self, plan: Plan) {
+        let mut pages = plan.pages;
+        pages.clear();
+        *lock(&self.kept_pages) = Some(pages);
+    }
+
+    /// Reserves `plan`'s destinations and executes `source` (validated into `plan`), and
+    /// calls `beside`: while the queues run where `overlap` (see [`Engine::run_beside`]),
+    /// else after.
+    fn execute<S: QueueSource, R>(
+        &self,
+        fabric: &mut Fabric,
+        source: &mut S,
+        plan: &Plan,
+        (overlap, beside): (bool, impl FnOnce(&Beside<'_>) -> R),
+    ) -> Result<(ReplayReport, R), Error> {
         // Only this replay's destinations stay writable: every other page is then read
         // without a lock while the queues run.
         fabric.close_pages();
         plan.pages.reserve(fabric)?;
         let deal = plan.deals_by_page();
-        let mut pages = plan.pages;
-        pages.clear();
-        if let Ok(mut k) = self.kept_pages.lock() {
-            *k = Some(pages);
-        }
         source.rewind();
         // A replay small enough for the caller alone runs there, claimed if it can be
         // (no channels, no tasks), else on the current-thread runtime; a larger one is
-        // claimed by the caller and the crew if it can be, else fed to the workers.
-        let inline = self.inline(&plan.timeline);
+        // claimed by the caller and the crew if it can be, else fed to the workers. Work
+        // beside a replay runs on the caller while the crew starts a claimed one.
+        let inline = self.inline(&plan.timeline) && !overlap;
         let crew = (!inline).then_some(&self.crew);
-        let execution = match source.in_memory() {
+        let reads = plan.footprint.read_pages();
+        let (execution, other) = match source.in_memory() {
             Some(queues)
                 if (inline || self.config.workers > 1)
                     && exec::claimable(queues, (plan.semaphores, deal), &self.config) =>
             {
                 let queues = (queues, deal);
-                exec::execute_claimed(crew, fabric, queues, &self.config, &self.spare)?
+                let beside = |f: &Fabric| beside(&Beside::new(f, reads));
+                let (stats, other) = exec::execute_claimed(
+                    crew,
+                    fabric,
+                    queues,
+                    (&self.config, &self.spare),
+                    beside,
+                );
+                (stats?, other)
             }
             _ => {
                 let (runtime, workers) = match inline {
                     true => (&self.caller, 1),
                     false => (&self.runtime, self.config.workers),
                 };
-                exec::execute(runtime, workers, fabric, source, &self.config)?
+                let stats = exec::execute(runtime, workers, fabric, source, &self.config)?;
+                (stats, beside(&Beside::new(fabric, reads)))
             }
         };
-        Ok(ReplayReport {
-            summary: ReplaySummary::new(fabric.generation(), plan.timeline, &plan.skipped, 0),
+        let timeline = plan.timeline.clone();
+        let report = ReplayReport {
+            summary: ReplaySummary::new(fabric.generation(), timeline, &plan.skipped, 0),
             execution,
-        })
+        };
+        Ok((report, other))
+    }
+}
+
+/// A generation and an engine configuration, as [`Error::NotValidatedHere`] names them.
+fn describe(generation: crate::Generation, config: &EngineConfig) -> String {
+    format!("{} with {config:?}", generation.name())
+}
+
+/// In-memory queues validated by [`Engine::validate`], ready for [`Engine::run_beside`].
+#[derive(Debug)]
+pub struct Validated {
+    queues: Vec<Vec<Descriptor>>,
+    plan: Plan,
+    generation: crate::Generation,
+    config: EngineConfig,
+}
+
+impl Validated {
+    /// The queues.
+    pub fn queues(&self) -> &[Vec<Descriptor>] {
+        &self.queues
+    }
+}
+
+/// What the work beside a running replay may do with the fabric ([`Engine::run_beside`]).
+#[derive(Debug)]
+pub struct Beside<'f> {
+    fabric: &'f Fabric,
+    /// The pages (lowest and highest key) the replay reads from, if it reads any.
+    reads: Option<(u64, u64)>,
+    /// [`Fabric::open_reads`] when the work began.
+    open_reads: u64,
+}
+
+impl<'f> Beside<'f> {
+    pub(crate) fn new(fabric: &'f Fabric, reads: Option<(u64, u64)>) -> Beside<'f> {
+        Beside {
+            fabric,
+            reads,
+            open_reads: fabric.open_reads(),
+        }
+    }
+
+    /// The fabric, to read (see [`Beside::read_the_replay`]).
+    pub fn fabric(&self) -> &'f Fabric {
+        self.fabric
+    }
+
+    /// Writes `buf` at `addr` if no page of the range is one the replay reads from (between
+    /// the lowest and the highest) or writes, and every page of it has storage: `Ok(true)`.
+    /// Else nothing is written and `Ok(false)`: write it once the replay is done. A range
+    /// off the fabric is an error, as for [`Fabric::write`].
+    pub fn write(&self, addr: FabricAddr, buf: &[u8]) -> Result<bool, Error> {
+        let Some(last) = (buf.len() as u64).checked_sub(1) else {
+            return self.fabric.check(addr, 0).map(|_| false);
+        };
+        self.fabric.check(addr, buf.len() as u64)?;
+        // The check proved `addr + last` does not overflow.
+        let pages = (addr.0 / PAGE_BYTES, (addr.0 + last) / PAGE_BYTES);
+        if self
+            .reads
+            .is_some_and(|(lo, hi)| pages.0 <= hi && lo <= pages.1)
+        {
+            return Ok(false);
+        }
+        // SAFETY: the replay's threads reach only the pages of the ranges its validated
+        // descriptors read, all inside `reads`, and those it writes, which are its
+        // reserved (open) pages, refused by `write_beside`; nothing else touches the
+        // fabric while `beside` runs (the caller lent it to the engine).
+        unsafe { self.fabric.write_beside(addr, buf) }
+    }
+
+    /// Whether the work so far read a page the replay writes (through the fabric's read
+    /// forms): what it read there may be stale, so it must be done again once the replay
+    /// is done.
+    pub fn read_the_replay(&self) -> bool {
+        self.fabric.open_reads() != self.open_reads
     }
 }
 
@@ -696,6 +867,125 @@ mod tests {
             }
         }
         m
+    }
+
+    /// Row copies of 64 bytes from `rows[i].0 * 64` to `rows[i].1 * 64`, dealt round-robin
+    /// over 16 queues.
+    fn row_queues(rows: &[(u64, u64)]) -> Vec<Vec<Descriptor>> {
+        let mut queues = vec![Vec::new(); 16];
+        for (i, &(src, dst)) in rows.iter().enumerate() {
+            queues[i % 16].push(copy(src * 64, dst * 64, 64));
+        }
+        queues
+    }
+
+    /// What `writes` beside a replay of `rows` must do: write where the replay neither
+    /// reads (between its lowest and highest page read) nor writes, on pages with storage
+    /// (the window's four), and nowhere else.
+    fn beside_admits(rows: &[(u64, u64)], (at, len): (u64, u64)) -> bool {
+        let page = |row: u64| row * 64 / PAGE;
+        let lo = rows.iter().map(|r| page(r.0)).min().unwrap_or(u64::MAX);
+        let hi = rows.iter().map(|r| page(r.0)).max().unwrap_or(0);
+        let (first, last) = (at / PAGE, (at + len - 1) / PAGE);
+        let written = rows.iter().any(|r| (first..=last).contains(&page(r.1)));
+        last < SPAN / PAGE && !(first <= hi && lo <= last) && !written
+    }
+
+    #[test]
+    fn work_beside_a_replay_writes_only_where_the_replay_does_not_reach() {
+        // rows of page 0 into page 2
+        let rows: Vec<(u64, u64)> = (0..200).map(|i| (i * 7 % 1024, 2048 + i)).collect();
+        let queues = row_queues(&rows);
+        for e in [engine(3), engine(1)] {
+            let mut f = fabric();
+            let mut want = fabric();
+            let validated = e.validate(&f, queues.clone()).unwrap();
+            let writes = [
+                (0, 8),
+                (PAGE + 8, 8),
+                (2 * PAGE, 8),
+                (3 * PAGE + 64, 64),
+                (5 * PAGE, 4),
+            ];
+            let (report, (done, saw)) = e
+                .run_beside(&mut f, &validated, |b| {
+                    let done: Vec<bool> = writes
+                        .iter()
+                        .map(|&(at, n)| b.write(FabricAddr(at), &vec![0xee; n as usize]).unwrap())
+                        .collect();
+                    let mut row = [0u8; 8];
+                    b.fabric().read(FabricAddr(PAGE + 8), &mut row).unwrap();
+                    let before = b.read_the_replay();
+                    b.fabric().read(FabricAddr(2 * PAGE), &mut row).unwrap();
+                    (done, (before, b.read_the_replay()))
+                })
+                .unwrap();
+            assert_eq!(done, [false, true, false, true, false]);
+            for (&(at, n), &ok) in writes.iter().zip(&done) {
+                assert_eq!(ok, beside_admits(&rows, (at, n)));
+            }
+            assert_eq!(saw, (false, true), "only the replay's page counts");
+            assert_eq!(report.summary.descriptors, 200);
+            execute_sequential(&mut want, &queues).unwrap();
+            want.write(FabricAddr(PAGE + 8), &[0xee; 8]).unwrap();
+            want.write(FabricAddr(3 * PAGE + 64), &[0xee; 64]).unwrap();
+            assert_eq!(f.first_difference(&want), None);
+            assert_eq!(e.recycle(validated), queues);
+        }
+    }
+
+    #[test]
+    fn validated_queues_run_only_where_they_were_validated() {
+        let queues = row_queues(&[(0, 2048)]);
+        let validated = engine(3).validate(&fabric(), queues.clone()).unwrap();
+        let mut f = fabric();
+        let e = engine(2)
+            .run_beside(&mut f, &validated, |_| ())
+            .unwrap_err();
+        assert!(matches!(e, Error::NotValidatedHere { .. }), "{e}");
+        let mut sunda = Fabric::new(Generation::Sunda);
+        let e = engine(3)
+            .run_beside(&mut sunda, &validated, |_| ())
+            .unwrap_err();
+        assert!(e.to_string().contains("cayman"), "{e}");
+        assert_eq!(f.first_difference(&fabric()), None, "nothing ran");
+        // a bad queue is refused when validated, as by `run`
+        let bad = vec![vec![copy(0, SPAN * 1024 * 1024 * 1024, 64)]];
+        assert!(engine(3).validate(&fabric(), bad).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Rows copied within the window while random writes are tried beside the replay:
+        /// the writes the engine takes are exactly those that meet nothing of the replay,
+        /// and the memory is the replay's followed by theirs.
+        #[test]
+        fn work_beside_a_replay_equals_the_replay_then_the_writes_it_took(
+            rows in proptest::collection::vec((0..4096u64, 0..4096u64), 1..120),
+            writes in proptest::collection::vec((0..SPAN + PAGE, 1..300u64), 0..12),
+            workers in 0..4usize,
+        ) {
+            // no row is both read and written (the replay would read what it writes)
+            let rows: Vec<(u64, u64)> = rows.into_iter().filter(|r| r.0 / 1024 != r.1 / 1024).collect();
+            let queues = row_queues(&rows);
+            let e = engine(workers);
+            let mut f = fabric();
+            let validated = e.validate(&f, queues.clone()).unwrap();
+            let (_, done) = e.run_beside(&mut f, &validated, |b| {
+                writes.iter().map(|&(at, n)| b.write(FabricAddr(at), &vec![0xa5; n as usize])).collect::<Vec<_>>()
+            }).unwrap();
+            let mut want = fabric();
+            execute_sequential(&mut want, &queues).unwrap();
+            for (&(at, n), ok) in writes.iter().zip(done) {
+                let admitted = beside_admits(&rows, (at, n));
+                prop_assert_eq!(ok.unwrap(), admitted);
+                if admitted {
+                    want.write(FabricAddr(at), &vec![0xa5; n as usize]).unwrap();
+                }
+            }
+            prop_assert_eq!(f.first_difference(&want), None);
+        }
     }
 
     proptest! {

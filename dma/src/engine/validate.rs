@@ -106,6 +106,13 @@ impl Footprint {
         }
     }
 
+    /// The page keys (`address >> 16`) of the lowest and the highest byte read, or
+    /// `None` if nothing is read.
+    pub(crate) fn read_pages(&self) -> Option<(u64, u64)> {
+        let (lo, hi) = self.reads;
+        (lo <= hi).then_some((lo / PAGE_BYTES, hi / PAGE_BYTES))
+    }
+
     /// Whether every destination lies inside one page and no byte read is a byte written
     /// (the hulls do not meet): then descriptors on different destination pages touch no
     /// common byte.
