@@ -966,8 +966,12 @@ mod tests {
             writes in proptest::collection::vec((0..SPAN + PAGE, 1..300u64), 0..12),
             workers in 0..4usize,
         ) {
-            // no row is both read and written (the replay would read what it writes)
-            let rows: Vec<(u64, u64)> = rows.into_iter().filter(|r| r.0 / 1024 != r.1 / 1024).collect();
+            // distinct destination rows, read from pages no row writes: queues that race
+            // on no byte, so any schedule gives the memory of the queues in order
+            let mut seen = std::collections::HashSet::new();
+            let rows: Vec<(u64, u64)> = rows.into_iter().filter(|r| seen.insert(r.1)).collect();
+            let written: std::collections::HashSet<u64> = rows.iter().map(|r| r.1 / 1024).collect();
+            let rows: Vec<(u64, u64)> = rows.into_iter().filter(|r| !written.contains(&(r.0 / 1024))).collect();
             let queues = row_queues(&rows);
             let e = engine(workers);
             let mut f = fabric();
