@@ -162,6 +162,9 @@ pub enum Error {
         opcode: u8,
         source: Box<Error>,
     },
+    /// A program stopped at a failing step (earlier steps took effect).
+    #[error("program step {step} failed, the program stopped there (steps before it took effect): {source}")]
+    ProgramStep { step: usize, source: Box<Error> },
     /// A mechanism the runtime cannot run yet.
     #[error("the {mechanism} mechanism is not available: {reason}")]
     MechanismUnavailable {
@@ -307,7 +310,7 @@ impl Error {
             Error::Dma(_) => ErrorKind::Fabric,
             Error::Dge(e) => dge_kind(e),
             Error::PoolDeadStores { .. } | Error::PoolStaging { .. } => ErrorKind::KernelFault,
-            Error::Stopped { source, .. } => source.kind(),
+            Error::Stopped { source, .. } | Error::ProgramStep { source, .. } => source.kind(),
             Error::ScenarioOpInvalid { source, .. } | Error::ScenarioOpFault { source, .. } => {
                 source.kind()
             }

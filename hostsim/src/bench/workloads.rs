@@ -5,13 +5,15 @@
 //! The row workloads share one shape: a `100000 x 64` f32 table in HBM and `1048576`
 //! uniform random row indices, staged into SBUF partition 0 4096 at a time (an index
 //! tensor must sit there, and 4096 is the per-instruction limit). Staging the indices is
-//! part of the timed work; making the data is not.
+//! part of the timed work; making the data is not. The gathers and the scatter run as a
+//! program ([`Runtime::run_program`]): each chunk's staging and instruction are steps, so
+//! a chunk is staged and its descriptors made while the one before it replays.
 
 use dge::generate::{generate_into, Generated, Kind, Request};
 use dge::indirection::{Indirection, OobPolicy};
 use dma::addr::{SBUF_BASE, SBUF_STRIDE};
 use dma::{
-    CceOp, ComputeOp, DescOp, Descriptor, Dtype, Engine, EngineConfig, Fabric, FabricAddr,
+    CceOp, ComputeOp, DescOp, Descriptor, Dtype, Element, Engine, EngineConfig, Fabric, FabricAddr,
     Generation,
 };
 
@@ -19,7 +21,7 @@ use super::memory::with_peak;
 use super::{gbps, memcpy_seconds, time_runs, BenchRow, RunStats};
 use crate::error::Error;
 use crate::nki::{self, DmaOptions, Tensor};
-use crate::runtime::{Mechanism, Runtime};
+use crate::runtime::{Mechanism, Runtime, Step};
 
 /// Table rows, row width (f32) and row bytes of the row workloads.
 const ROWS: u32 = 100_000;
@@ -237,7 +239,7 @@ fn row_table(generation: Generation) -> Result<(Fabric, Vec<u32>), Error> {
 }
 
 /// `dma_gather` of every staged chunk of `indices` from a `[rows, cols]` f32 table at
-/// TABLE into consecutive rows at OUT.
+/// TABLE into consecutive rows at OUT, as one program.
 fn gather_chunks(
     rt: &mut Runtime,
     fabric: &mut Fabric,
@@ -247,15 +249,51 @@ fn gather_chunks(
     let generation = rt.generation();
     let table = Tensor::new(FabricAddr(TABLE), [rows, cols], Dtype::F32);
     let row_bytes = u64::from(cols) * 4;
-    let mut stats = RunStats::default();
-    for (i, chunk) in indices.chunks(STAGE).enumerate() {
-        let idx = staged(fabric, chunk)?;
+    let lowered = chunks(indices, |i, idx| {
         let at = OUT + (i * STAGE) as u64 * row_bytes;
-        let dst = Tensor::new(FabricAddr(at), [chunk.len() as u32, cols], Dtype::F32);
-        let lowered = nki::dma_gather(generation, &table, &idx, &dst, DmaOptions::default())?;
-        run_counted(rt, fabric, &lowered, &mut stats)?;
-    }
-    Ok(stats)
+        let dst = Tensor::new(FabricAddr(at), [idx.shape[1], cols], Dtype::F32);
+        nki::dma_gather(generation, &table, idx, &dst, DmaOptions::default())
+    })?;
+    run_chunks(rt, fabric, indices, &lowered)
+}
+
+/// `lower(i, index tensor)` of every chunk `i` of `indices` staged (at SBUF partition 0).
+fn chunks(
+    indices: &[u32],
+    lower: impl Fn(usize, &Tensor) -> Result<nki::Lowered, Error>,
+) -> Result<Vec<nki::Lowered>, Error> {
+    let staged = |n: usize| Tensor::vector(FabricAddr(SBUF_BASE), n as u32, Dtype::U32);
+    let chunks = indices.chunks(STAGE).enumerate();
+    chunks.map(|(i, c)| lower(i, &staged(c.len()))).collect()
+}
+
+/// Runs, as one program, every chunk of `indices` staged then its `lowered` operation;
+/// the descriptors replayed.
+fn run_chunks(
+    rt: &mut Runtime,
+    fabric: &mut Fabric,
+    indices: &[u32],
+    lowered: &[nki::Lowered],
+) -> Result<RunStats, Error> {
+    let images: Vec<std::borrow::Cow<'_, [u8]>> = indices
+        .chunks(STAGE)
+        .map(|c| match u32::le_image(c) {
+            Some(bytes) => bytes.into(),
+            None => c.iter().flat_map(|i| i.to_le_bytes()).collect(),
+        })
+        .collect();
+    let steps = images.iter().zip(lowered).flat_map(|(bytes, l)| {
+        let write = Step::Write {
+            addr: FabricAddr(SBUF_BASE),
+            bytes,
+        };
+        [write, Step::Run(l)]
+    });
+    let report = rt.run_program(fabric, steps)?;
+    Ok(RunStats {
+        descriptors: report.totals.descriptors,
+        seconds: None,
+    })
 }
 
 /// The timed job of a gather workload: [`gather_chunks`] on `fabric`.
@@ -319,15 +357,12 @@ fn row_scatter_add(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
             ..DmaOptions::default()
         };
         Ok(Box::new(move || {
-            let mut stats = RunStats::default();
-            for (i, chunk) in indices.chunks(STAGE).enumerate() {
-                let idx = staged(&mut fabric, chunk)?;
+            let lowered = chunks(&indices, |i, idx| {
                 let at = BIG + (i * STAGE) as u64 * ROW_BYTES;
-                let src = Tensor::new(FabricAddr(at), [chunk.len() as u32, COLS], Dtype::F32);
-                let lowered = nki::dma_scatter(generation, &src, &idx, &table, opts)?;
-                run_counted(&mut rt, &mut fabric, &lowered, &mut stats)?;
-            }
-            Ok(stats)
+                let src = Tensor::new(FabricAddr(at), [idx.shape[1], COLS], Dtype::F32);
+                nki::dma_scatter(generation, &src, idx, &table, opts)
+            })?;
+            run_chunks(&mut rt, &mut fabric, &indices, &lowered)
         }))
     })
 }

@@ -109,7 +109,21 @@ pub type RecordedReplays = Vec<Vec<Vec<dma::Descriptor>>>;
 pub struct DgeRoute {
     windows: WindowSources,
     buffers: Vec<Generated>,
+    /// Descriptor buffers of prepared instructions, kept for the next ones.
+    prepared_buffers: Vec<Generated>,
     recorded: Option<RecordedReplays>,
+}
+
+/// A DMA-level instruction (DMA_INDIRECT, INDIRECT_COPY or DMA_MEMCPY) of one DGE
+/// request and one replay, generated and its replay validated ahead of running
+/// ([`DgeRoute::prepare`]), so that it can be prepared while the replay before it runs.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The replay's queues (the request's, trailing empty queues left out).
+    pub validated: dma::Validated,
+    outcome: Outcome,
+    /// The request's buffers, its queues lent to `validated`.
+    generated: Generated,
 }
 
 impl DgeRoute {
@@ -188,13 +202,7 @@ impl DgeRoute {
         if self.buffers.len() < n {
             self.buffers.resize_with(n, Generated::default);
         }
-        let available = queue_mask(engine.config().queues);
-        for req in &mut lowered.requests {
-            req.eng_mask = match req.eng_mask & available {
-                0 => available,
-                m => m,
-            };
-        }
+        lowered.fit_masks(engine);
         for (req, out) in lowered.requests.iter().zip(&mut self.buffers) {
             generate_into(fabric, req, out).map_err(|e| lowered.map_error(fabric, e))?;
         }
@@ -205,6 +213,74 @@ impl DgeRoute {
             replays,
             dge_instructions: n as u32,
         })
+    }
+}
+
+impl DgeRoute {
+    /// Generates `inst` on `fabric` (read only) and validates its replay on `engine`,
+    /// without running it: `Ok(None)` for an instruction that is not a DMA-level one of
+    /// one request and one replay (run it with [`DgeRoute::execute`]). The same checks
+    /// and errors as [`DgeRoute::execute`], in the same order; nothing is written.
+    pub fn prepare(
+        &mut self,
+        fabric: &Fabric,
+        state: &CoreState,
+        inst: &Instruction,
+        engine: &Engine,
+    ) -> Result<Option<Prepared>, Error> {
+        inst.validate(fabric.generation())?;
+        let map = *fabric.map();
+        let mut lowered = match inst {
+            Instruction::IndirectCopy(ic) => indirect_copy::lower(&map, ic)?,
+            Instruction::DmaIndirect(d) => dma_indirect::lower(&map, &state.regs, d)?,
+            Instruction::DmaMemcpy(d) => direct2d::lower(&map, d)?,
+            _ => return Ok(None),
+        };
+        let [req] = &mut lowered.requests[..] else {
+            return Ok(None);
+        };
+        let mut generated = self.prepared_buffers.pop().unwrap_or_default();
+        req.eng_mask = fitted(req.eng_mask, engine);
+        let made = generate_into(fabric, req, &mut generated);
+        made.map_err(|e| lowered.map_error(fabric, e))?;
+        if !generated.later_phases.is_empty() {
+            self.prepared_buffers.push(generated);
+            return Ok(None);
+        }
+        let outcome = lowered.outcome(std::slice::from_ref(&generated));
+        let mut queues = std::mem::take(&mut generated.queues);
+        queues.truncate(used_queues(&queues));
+        let validated = engine.validate(fabric, queues)?;
+        Ok(Some(Prepared {
+            validated,
+            outcome,
+            generated,
+        }))
+    }
+
+    /// The outcome of `prepared`, run as `report` on `engine`: its queues recorded if
+    /// recording, its buffers kept for the next instruction.
+    pub fn finish(
+        &mut self,
+        engine: &Engine,
+        prepared: Prepared,
+        report: ReplayReport,
+    ) -> DgeOutcome {
+        if let Some(sink) = self.recorded.as_mut() {
+            sink.push(prepared.validated.queues().to_vec());
+        }
+        let Prepared {
+            validated,
+            outcome,
+            mut generated,
+        } = prepared;
+        generated.queues = engine.recycle(validated);
+        self.prepared_buffers.push(generated);
+        DgeOutcome {
+            outcome,
+            replays: vec![report],
+            dge_instructions: 1,
+        }
     }
 }
 
@@ -219,9 +295,26 @@ pub fn by_design(e: &Error) -> bool {
         | Error::DgeWindowOverwritten { .. }
         | Error::DgeRowStep { .. } => true,
         Error::Dge(d) => matches!(d, dge::Error::SourceOverlapsDestination { .. }),
-        Error::Stopped { source, .. } => by_design(source),
+        Error::Stopped { source, .. } | Error::ProgramStep { source, .. } => by_design(source),
         _ => false,
     }
+}
+
+/// `mask` within `engine`'s queues (all of them where it selects none of those).
+fn fitted(mask: u16, engine: &Engine) -> u16 {
+    let available = queue_mask(engine.config().queues);
+    match mask & available {
+        0 => available,
+        m => m,
+    }
+}
+
+/// The queues up to the last one with a descriptor (at least one): what a replay runs.
+fn used_queues(queues: &[Vec<dma::Descriptor>]) -> usize {
+    queues
+        .iter()
+        .rposition(|q| !q.is_empty())
+        .map_or(1, |p| p + 1)
 }
 
 /// The bits of the first `queues` DMA queues.
@@ -311,6 +404,14 @@ impl Lowered {
                 second,
             },
             e => Error::Dge(e),
+        }
+    }
+
+    /// Keeps every request's engine mask within the engine's queues (all of them where it
+    /// selects none of those).
+    fn fit_masks(&mut self, engine: &Engine) {
+        for req in &mut self.requests {
+            req.eng_mask = fitted(req.eng_mask, engine);
         }
     }
 
@@ -453,11 +554,7 @@ fn run_queues(
     queues: &[Vec<dma::Descriptor>],
     sink: Option<&mut RecordedReplays>,
 ) -> Result<ReplayReport, Error> {
-    let used = queues
-        .iter()
-        .rposition(|q| !q.is_empty())
-        .map_or(1, |p| p + 1);
-    let ran = queues.get(..used).unwrap_or(queues);
+    let ran = queues.get(..used_queues(queues)).unwrap_or(queues);
     let report = engine.run(fabric, ran)?;
     if let Some(s) = sink {
         s.push(ran.to_vec());

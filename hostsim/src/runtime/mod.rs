@@ -45,15 +45,17 @@
 //! [`RunReport`] is reproducible.
 
 pub mod expand;
+mod program;
 pub mod report;
 
 pub use expand::{MicroOp, PoolArgument};
+pub use program::Step;
 pub use report::{Cost, DmaTiming, RunReport, StepReport, Totals};
 
 use dma::{Confidence, Engine, EngineConfig, Fabric, Generation, TimingModel};
 
 use crate::core_state::{CoreState, Outcome};
-use crate::dge_route::{DgeRoute, RecordedReplays};
+use crate::dge_route::{DgeOutcome, DgeRoute, RecordedReplays};
 use crate::error::Error;
 use crate::isa::{self, BoundRegisters, Instruction, Opcode, PseudoEmbeddingUpdate, Route};
 use crate::{pool, reference};
@@ -121,6 +123,30 @@ impl RouteTaken {
             RouteTaken::Dge => "dge",
             RouteTaken::Reference => "reference",
         }
+    }
+}
+
+/// The mechanism `opcode` runs on for `generation` under `mechanism`, with the kernel
+/// table's route and confidence.
+fn route(
+    generation: Generation,
+    mechanism: Mechanism,
+    opcode: Opcode,
+) -> (RouteTaken, Route, Confidence) {
+    let (table, confidence) = isa::kernels::route_with_confidence(generation, opcode);
+    let taken = match (mechanism, table) {
+        (Mechanism::Auto, Route::Pool) | (Mechanism::Pool, _) => RouteTaken::Pool,
+        (Mechanism::Auto, Route::Dge) | (Mechanism::Dge, _) => RouteTaken::Dge,
+        (Mechanism::Reference, _) => RouteTaken::Reference,
+    };
+    (taken, table, confidence)
+}
+
+/// The error of a DGE instruction on a runtime without an engine.
+fn no_engine() -> Error {
+    Error::MechanismUnavailable {
+        mechanism: "dge",
+        reason: "the runtime was built without a DMA engine",
     }
 }
 
@@ -203,13 +229,7 @@ impl Runtime {
 
     /// The mechanism `opcode` runs on, with the kernel table's route and confidence.
     pub fn route_of(&self, opcode: Opcode) -> (RouteTaken, Route, Confidence) {
-        let (table, confidence) = isa::kernels::route_with_confidence(self.generation, opcode);
-        let taken = match (self.mechanism, table) {
-            (Mechanism::Auto, Route::Pool) | (Mechanism::Pool, _) => RouteTaken::Pool,
-            (Mechanism::Auto, Route::Dge) | (Mechanism::Dge, _) => RouteTaken::Dge,
-            (Mechanism::Reference, _) => RouteTaken::Reference,
-        };
-        (taken, table, confidence)
+        route(self.generation, self.mechanism, opcode)
     }
 
     /// Runs `stream` in order. Stops at the first failing instruction with
@@ -284,7 +304,7 @@ impl Runtime {
         inst: &Instruction,
         opcode: Opcode,
     ) -> Result<StepReport, Error> {
-        let (taken, table_route, confidence) = self.route_of(opcode);
+        let taken = self.route_of(opcode).0;
         let _span =
             tracing::debug_span!("step", opcode = opcode.code(), route = taken.name()).entered();
         let (outcome, cost) = match taken {
@@ -296,7 +316,13 @@ impl Runtime {
             }
             RouteTaken::Dge => self.execute_dge(fabric, inst)?,
         };
-        Ok(StepReport {
+        Ok(self.step_report(opcode, outcome, cost))
+    }
+
+    /// The report of an instruction `opcode` ran on its route.
+    fn step_report(&self, opcode: Opcode, outcome: Outcome, cost: Cost) -> StepReport {
+        let (taken, table_route, confidence) = self.route_of(opcode);
+        StepReport {
             opcode,
             table_route,
             confidence,
@@ -304,7 +330,7 @@ impl Runtime {
             outcome,
             cost,
             micro_ops: Vec::new(),
-        })
+        }
     }
 
     /// The DGE route (`crate::dge_route`): descriptors generated and replayed on the
@@ -316,17 +342,19 @@ impl Runtime {
         fabric: &mut Fabric,
         inst: &Instruction,
     ) -> Result<(Outcome, Cost), Error> {
-        let engine = self.engine.as_ref().ok_or(Error::MechanismUnavailable {
-            mechanism: "dge",
-            reason: "the runtime was built without a DMA engine",
-        })?;
+        let engine = self.engine.as_ref().ok_or_else(no_engine)?;
         let out = self.dge.execute(fabric, &mut self.state, inst, engine)?;
+        Ok(self.dge_cost(out))
+    }
+
+    /// The outcome and cost of a DGE-routed instruction.
+    fn dge_cost(&self, out: DgeOutcome) -> (Outcome, Cost) {
         let cost = Cost::Dge {
             dge_ps: out.dge_ps(&self.timing),
             dge_instructions: out.dge_instructions,
             dma: DmaTiming::from_summaries(out.replays.iter().map(|r| &r.summary)),
         };
-        Ok((out.outcome, cost))
+        (out.outcome, cost)
     }
 
     /// The fabric must be of the runtime's generation.

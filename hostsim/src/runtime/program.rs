@@ -1,0 +1,603 @@
+//! Programs: host writes and lowered NKI operations run in order, each DGE replay
+//! overlapped with the preparation of what follows it ([`Runtime::run_program`]).
+//!
+//! A program gives the memory, the report and the error of its steps run one after
+//! another ([`Fabric::write`], [`Runtime::run_lowered`]), in less time: while the replay
+//! of a DMA-level instruction (DMA_INDIRECT, INDIRECT_COPY, DMA_MEMCPY, one DGE request,
+//! one replay) runs on the engine's crew, the caller writes the following steps' host
+//! data and generates and validates the next such instruction's descriptors
+//! ([`dma::Engine::run_beside`]). What cannot be done beside the replay waits for it:
+//!
+//! - a host write to a page the replay reads from (between its lowest and highest page
+//!   read) or writes, or to a page with no storage yet;
+//! - any other instruction (GATHER, POOL_BUFFER_LOAD, the embedding updates, anything
+//!   routed to the POOL kernels or the reference);
+//! - a preparation that read a page the replay writes, or failed: it is done again once
+//!   the replay is done, so it sees the replay's memory, and an error is the one the
+//!   steps in order would give.
+
+use std::collections::VecDeque;
+
+use dma::{Beside, Engine, Fabric, FabricAddr};
+
+use super::{no_engine, route, RouteTaken, Runtime};
+use crate::core_state::CoreState;
+use crate::dge_route::{DgeRoute, Prepared};
+use crate::error::Error;
+use crate::isa::{Instruction, Opcode};
+use crate::nki::Lowered;
+
+use super::report::{RunReport, StepReport};
+
+/// One step of a program.
+#[derive(Clone, Copy, Debug)]
+pub enum Step<'a> {
+    /// Host bytes written at an address, as [`Fabric::write`].
+    Write { addr: FabricAddr, bytes: &'a [u8] },
+    /// A lowered NKI operation, as [`Runtime::run_lowered`]: its bound registers set,
+    /// then its instructions run.
+    Run(&'a Lowered),
+}
+
+/// What a program does next, with the index of the step it belongs to.
+#[derive(Clone, Copy, Debug)]
+enum Item<'a> {
+    Write { addr: FabricAddr, bytes: &'a [u8] },
+    Bounds(&'a Lowered),
+    Inst(&'a Lowered, usize),
+}
+
+/// The items of a program's steps in order, with the ones put back first.
+struct Work<'a, I> {
+    steps: I,
+    next_step: usize,
+    front: VecDeque<(usize, Item<'a>)>,
+}
+
+impl<'a, I: Iterator<Item = Step<'a>>> Work<'a, I> {
+    fn next(&mut self) -> Option<(usize, Item<'a>)> {
+        if let Some(item) = self.front.pop_front() {
+            return Some(item);
+        }
+        let step = self.next_step;
+        self.next_step += 1;
+        match self.steps.next()? {
+            Step::Write { addr, bytes } => Some((step, Item::Write { addr, bytes })),
+            Step::Run(lowered) => {
+                let insts = (0..lowered.instructions.len()).map(|i| (step, Item::Inst(lowered, i)));
+                self.front.extend(insts);
+                Some((step, Item::Bounds(lowered)))
+            }
+        }
+    }
+
+    /// Puts `item` back: it is the next one again.
+    fn put_back(&mut self, item: (usize, Item<'a>)) {
+        self.front.push_front(item);
+    }
+}
+
+/// A prepared instruction: its step, its index in the step's operation, the instruction.
+struct Ready<'a> {
+    step: usize,
+    index: usize,
+    inst: &'a Instruction,
+    prepared: Prepared,
+}
+
+/// The error of instruction `index` of step `step`, as the steps in order report it.
+fn at_instruction(step: usize, index: usize, inst: &Instruction, e: Error) -> Error {
+    let stopped = Error::Stopped {
+        index,
+        opcode: inst.opcode().code(),
+        source: Box::new(e),
+    };
+    at_step(step, stopped)
+}
+
+fn at_step(step: usize, e: Error) -> Error {
+    Error::ProgramStep {
+        step,
+        source: Box::new(e),
+    }
+}
+
+/// What prepares instructions: the runtime's DGE route, core state and engine, and
+/// whether an opcode goes to the DGE.
+struct Preparer<'r> {
+    dge: &'r mut DgeRoute,
+    state: &'r mut CoreState,
+    engine: &'r Engine,
+    to_dge: &'r dyn Fn(Opcode) -> bool,
+}
+
+impl Preparer<'_> {
+    /// [`DgeRoute::prepare`] for an instruction the runtime routes to the DGE.
+    fn prepare(&mut self, fabric: &Fabric, inst: &Instruction) -> Result<Option<Prepared>, Error> {
+        match (self.to_dge)(inst.opcode()) {
+            true => self.dge.prepare(fabric, self.state, inst, self.engine),
+            false => Ok(None),
+        }
+    }
+
+    /// The items done beside a running replay, up to the next instruction prepared
+    /// (`None`: the program's end, or an item that must wait, put back).
+    fn beside<'a, I: Iterator<Item = Step<'a>>>(
+        &mut self,
+        b: &Beside<'_>,
+        work: &mut Work<'a, I>,
+    ) -> Option<Ready<'a>> {
+        while let Some((step, item)) = work.next() {
+            let done = match item {
+                Item::Write { addr, bytes } => b.write(addr, bytes).unwrap_or(false),
+                Item::Bounds(lowered) => lowered.apply_bounds(&mut self.state.regs).is_ok(),
+                Item::Inst(lowered, index) => {
+                    let inst = &lowered.instructions[index];
+                    match self.prepare(b.fabric(), inst) {
+                        Ok(Some(prepared)) if !b.read_the_replay() => {
+                            return Some(Ready {
+                                step,
+                                index,
+                                inst,
+                                prepared,
+                            })
+                        }
+                        _ => false,
+                    }
+                }
+            };
+            if !done {
+                work.put_back((step, item));
+                return None;
+            }
+        }
+        None
+    }
+}
+
+impl Runtime {
+    /// Runs `steps` in order with the memory, report and error of running them one after
+    /// another ([`Fabric::write`] for a write, [`Runtime::run_lowered`] for an operation),
+    /// preparing each DMA-level instruction while the replay before it runs (see the
+    /// module docs). The report lists every instruction of every operation in order. The
+    /// first failing step stops the program with [`Error::ProgramStep`] (naming the step,
+    /// and, inside an operation, the instruction as [`Error::Stopped`]); the steps before
+    /// it keep their effects, the failing one has none.
+    pub fn run_program<'a>(
+        &mut self,
+        fabric: &mut Fabric,
+        steps: impl IntoIterator<Item = Step<'a>>,
+    ) -> Result<RunReport, Error> {
+        self.check_fabric(fabric)?;
+        let mut work = Work {
+            steps: steps.into_iter(),
+            next_step: 0,
+            front: VecDeque::new(),
+        };
+        let mut report = RunReport::new(self.generation, self.mechanism);
+        let mut ready = None;
+        loop {
+            if ready.is_none() {
+                ready = self.advance(fabric, &mut work, &mut report)?;
+            }
+            let Some(now) = ready.take() else {
+                return Ok(report);
+            };
+            let (step, next) = self.run_prepared(fabric, &mut work, now)?;
+            report.push(step);
+            ready = next;
+        }
+    }
+
+    /// Does the next items in order, on the fabric, up to the next instruction prepared
+    /// (`None` at the program's end).
+    fn advance<'a, I: Iterator<Item = Step<'a>>>(
+        &mut self,
+        fabric: &mut Fabric,
+        work: &mut Work<'a, I>,
+        report: &mut RunReport,
+    ) -> Result<Option<Ready<'a>>, Error> {
+        while let Some((step, item)) = work.next() {
+            match item {
+                Item::Write { addr, bytes } => fabric
+                    .write(addr, bytes)
+                    .map_err(|e| at_step(step, e.into()))?,
+                Item::Bounds(lowered) => lowered
+                    .apply_bounds(&mut self.state.regs)
+                    .map_err(|e| at_step(step, e))?,
+                Item::Inst(lowered, index) => {
+                    let inst = &lowered.instructions[index];
+                    let failed = |e| at_instruction(step, index, inst, e);
+                    if let Some(prepared) = self.prepare(fabric, inst).map_err(failed)? {
+                        return Ok(Some(Ready {
+                            step,
+                            index,
+                            inst,
+                            prepared,
+                        }));
+                    }
+                    report.push(self.step(fabric, inst).map_err(failed)?);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`Preparer::prepare`] on this runtime's parts (`None` without an engine).
+    fn prepare(&mut self, fabric: &Fabric, inst: &Instruction) -> Result<Option<Prepared>, Error> {
+        self.with_preparer(|p| p.map_or(Ok(None), |p| p.prepare(fabric, inst)))
+    }
+
+    /// Calls `f` with a [`Preparer`] of this runtime (`None` without an engine).
+    fn with_preparer<R>(&mut self, f: impl FnOnce(Option<&mut Preparer<'_>>) -> R) -> R {
+        let (generation, mechanism) = (self.generation, self.mechanism);
+        let to_dge = move |opcode: Opcode| {
+            let taken = route(generation, mechanism, opcode).0;
+            taken == RouteTaken::Dge && opcode != Opcode::PseudoEmbeddingUpdate
+        };
+        let Some(engine) = self.engine.as_ref() else {
+            return f(None);
+        };
+        let mut p = Preparer {
+            dge: &mut self.dge,
+            state: &mut self.state,
+            engine,
+            to_dge: &to_dge,
+        };
+        f(Some(&mut p))
+    }
+
+    /// Runs a prepared instruction, preparing the next beside its replay.
+    fn run_prepared<'a, I: Iterator<Item = Step<'a>>>(
+        &mut self,
+        fabric: &mut Fabric,
+        work: &mut Work<'a, I>,
+        now: Ready<'a>,
+    ) -> Result<(StepReport, Option<Ready<'a>>), Error> {
+        let failed = |e| at_instruction(now.step, now.index, now.inst, e);
+        let ran = self.with_preparer(|p| match p {
+            Some(p) => {
+                let validated = &now.prepared.validated;
+                Ok(p.engine
+                    .run_beside(fabric, validated, |b| p.beside(b, work))?)
+            }
+            None => Err(no_engine()),
+        });
+        let (replay, next) = ran.map_err(failed)?;
+        let engine = self.engine.as_ref().ok_or_else(|| failed(no_engine()))?;
+        let out = self.dge.finish(engine, now.prepared, replay);
+        let (outcome, cost) = self.dge_cost(out);
+        Ok((self.step_report(now.inst.opcode(), outcome, cost), next))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nki::{self, DmaOptions, OobMode, Tensor};
+    use crate::runtime::Mechanism;
+    use dma::addr::SBUF_BASE;
+    use dma::{ComputeOp, Dtype, EngineConfig, Generation};
+    use proptest::prelude::*;
+
+    const GEN: Generation = Generation::Cayman;
+    /// A `ROWS x COLS` f32 table at 0 (one page), rows to scatter from at `SRC`, gathered
+    /// rows to `OUT`, indices staged at SBUF partition 0.
+    const ROWS: u32 = 512;
+    const COLS: u32 = 32;
+    const SRC: u64 = 2 << 20;
+    const OUT: u64 = 1 << 20;
+    /// Row indices (u32, in range) that DMA_MEMCPY stages.
+    const INDICES: u64 = 3 << 20;
+
+    /// One operation of a test program.
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// Stage `indices` and gather their rows to row `at` of OUT.
+        Gather {
+            indices: Vec<u32>,
+            at: u32,
+            skip: bool,
+        },
+        /// Stage `indices` and add SRC's first rows into the table's rows at them.
+        ScatterAdd { indices: Vec<u32> },
+        /// Host bytes at `addr`.
+        Write { addr: u64, bytes: Vec<u8> },
+        /// Copy `rows` table rows to OUT row `at` (DMA_MEMCPY).
+        Copy { rows: u32, at: u32 },
+        /// Copy `n` indices from INDICES element `from` to the staged indices (a replay
+        /// writing what the next instruction's generation reads).
+        StageByCopy { n: u32, from: u32 },
+        /// Gather the `n` indices staged (by whatever wrote them last) to OUT row `at`.
+        GatherStaged { n: u32, at: u32 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        // in range, but for an index past the table in one vector of ten or so
+        let bad = prop_oneof![9 => Just(None), 1 => (0..160usize, ROWS..ROWS + 40).prop_map(Some)];
+        let indices = (proptest::collection::vec(0..ROWS, 1..160), bad).prop_map(|(mut v, bad)| {
+            if let Some((at, index)) = bad {
+                let n = v.len();
+                v[at % n] = index;
+            }
+            v
+        });
+        // the table (read by gathers, written by scatters), OUT (written by gathers),
+        // SBUF partition 0 (the staged indices), SRC, and a page nothing has touched
+        let addr = prop_oneof![
+            0..u64::from(ROWS * COLS * 4),
+            OUT..OUT + 200_000,
+            SBUF_BASE..SBUF_BASE + 4096,
+            SRC..SRC + 4096,
+            (8 << 20)..(8 << 20) + 4096u64,
+        ];
+        prop_oneof![
+            4 => (indices.clone(), 0..1000u32, any::<bool>())
+                .prop_map(|(indices, at, skip)| Op::Gather { indices, at, skip }),
+            2 => indices.prop_map(|indices| Op::ScatterAdd { indices }),
+            2 => (addr, proptest::collection::vec(any::<u8>(), 1..400))
+                .prop_map(|(addr, bytes)| Op::Write { addr, bytes }),
+            1 => (1..ROWS, 0..1000u32).prop_map(|(rows, at)| Op::Copy { rows, at }),
+            1 => (1..160u32, 0..512u32).prop_map(|(n, from)| Op::StageByCopy { n, from }),
+            1 => (1..160u32, 0..1000u32).prop_map(|(n, at)| Op::GatherStaged { n, at }),
+        ]
+    }
+
+    /// The data of a test program: per operation, the bytes to write first (if any) and
+    /// the lowered operation (if any, or its lowering error).
+    type Data = Vec<(Option<(u64, Vec<u8>)>, Option<Result<Lowered, Error>>)>;
+
+    fn lower(ops: &[Op]) -> Data {
+        let table = Tensor::new(FabricAddr(0), [ROWS, COLS], Dtype::F32);
+        let staged = |indices: &[u32]| {
+            let bytes: Vec<u8> = indices.iter().flat_map(|i| i.to_le_bytes()).collect();
+            let tensor = Tensor::vector(FabricAddr(SBUF_BASE), indices.len() as u32, Dtype::U32);
+            (Some((SBUF_BASE, bytes)), tensor)
+        };
+        let rows_at =
+            |addr: u64, n: usize| Tensor::new(FabricAddr(addr), [n as u32, COLS], Dtype::F32);
+        let row = u64::from(COLS) * 4;
+        ops.iter()
+            .map(|op| match op {
+                Op::Gather { indices, at, skip } => {
+                    let (write, idx) = staged(indices);
+                    let dst = rows_at(OUT + u64::from(*at) * row, indices.len());
+                    let oob = if *skip { OobMode::Skip } else { OobMode::Error };
+                    let opts = DmaOptions {
+                        oob,
+                        ..DmaOptions::default()
+                    };
+                    (write, Some(nki::dma_gather(GEN, &table, &idx, &dst, opts)))
+                }
+                Op::ScatterAdd { indices } => {
+                    let (write, idx) = staged(indices);
+                    let opts = DmaOptions {
+                        unique_indices: false,
+                        compute_op: ComputeOp::Add,
+                        ..DmaOptions::default()
+                    };
+                    let src = rows_at(SRC, indices.len());
+                    (write, Some(nki::dma_scatter(GEN, &src, &idx, &table, opts)))
+                }
+                Op::Write { addr, bytes } => (Some((*addr, bytes.clone())), None),
+                Op::Copy { rows, at } => {
+                    let pattern = |addr: u64| nki::AccessPattern {
+                        addr: FabricAddr(addr).into(),
+                        ap: [[COLS, *rows], [1, COLS]],
+                    };
+                    let dst = pattern(OUT + u64::from(*at) * row);
+                    (
+                        None,
+                        Some(nki::dma_copy(
+                            GEN,
+                            &pattern(0),
+                            &dst,
+                            Dtype::F32,
+                            ComputeOp::None,
+                        )),
+                    )
+                }
+                Op::StageByCopy { n, from } => {
+                    let pattern = |addr: u64| nki::AccessPattern {
+                        addr: FabricAddr(addr).into(),
+                        ap: [[*n, 1], [1, *n]],
+                    };
+                    let src = pattern(INDICES + u64::from(*from) * 4);
+                    let copy =
+                        nki::dma_copy(GEN, &src, &pattern(SBUF_BASE), Dtype::U32, ComputeOp::None);
+                    (None, Some(copy))
+                }
+                Op::GatherStaged { n, at } => {
+                    let idx = Tensor::vector(FabricAddr(SBUF_BASE), *n, Dtype::U32);
+                    let dst = rows_at(OUT + u64::from(*at) * row, *n as usize);
+                    (
+                        None,
+                        Some(nki::dma_gather(
+                            GEN,
+                            &table,
+                            &idx,
+                            &dst,
+                            DmaOptions::default(),
+                        )),
+                    )
+                }
+            })
+            .collect()
+    }
+
+    /// The steps of `data` (an operation that failed to lower is left out).
+    fn steps(data: &Data) -> Vec<Step<'_>> {
+        let mut steps = Vec::new();
+        for (write, lowered) in data {
+            if let Some((addr, bytes)) = write {
+                steps.push(Step::Write {
+                    addr: FabricAddr(*addr),
+                    bytes,
+                });
+            }
+            if let Some(Ok(lowered)) = lowered {
+                steps.push(Step::Run(lowered));
+            }
+        }
+        steps
+    }
+
+    fn runtime() -> Runtime {
+        let config = EngineConfig {
+            workers: 2,
+            ..EngineConfig::default()
+        };
+        Runtime::with_engine_config(GEN, Mechanism::Auto, config).unwrap()
+    }
+
+    /// A fabric with the table, SRC's rows and SBUF partition 0 written.
+    fn fabric() -> Fabric {
+        let mut f = Fabric::new(GEN);
+        let ramp = |n: u32, k: u32| -> Vec<u8> {
+            (0..n)
+                .flat_map(|i| ((i * k % 977) as f32 * 0.5).to_le_bytes())
+                .collect()
+        };
+        f.write(FabricAddr(0), &ramp(ROWS * COLS, 7)).unwrap();
+        f.write(FabricAddr(SRC), &ramp(160 * COLS, 3)).unwrap();
+        let indices: Vec<u8> = (0..1024u32)
+            .flat_map(|i| (i * 37 % ROWS).to_le_bytes())
+            .collect();
+        f.write(FabricAddr(INDICES), &indices).unwrap();
+        f.write(FabricAddr(SBUF_BASE), &[0; 1024]).unwrap();
+        f
+    }
+
+    /// The steps one after another: the reports of every instruction, or the failing
+    /// step and its error.
+    fn in_order(f: &mut Fabric, steps: &[Step<'_>]) -> Result<Vec<StepReport>, (usize, String)> {
+        let mut rt = runtime();
+        let mut reports = Vec::new();
+        for (k, step) in steps.iter().enumerate() {
+            let done = match step {
+                Step::Write { addr, bytes } => f.write(*addr, bytes).map_err(Error::from),
+                Step::Run(lowered) => rt.run_lowered(f, lowered).map(|r| reports.extend(r.steps)),
+            };
+            done.map_err(|e| (k, e.to_string()))?;
+        }
+        Ok(reports)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// A program equals its steps run one after another: memory, reports, errors.
+        #[test]
+        fn a_program_equals_its_steps_in_order(ops in proptest::collection::vec(op(), 1..14)) {
+            let data = lower(&ops);
+            let steps = steps(&data);
+            let (mut want, mut got) = (fabric(), fabric());
+            let expected = in_order(&mut want, &steps);
+            let ran = runtime().run_program(&mut got, steps.iter().copied());
+            match (ran, expected) {
+                (Ok(report), Ok(reports)) => prop_assert_eq!(report.steps, reports),
+                (Err(Error::ProgramStep { step, source }), Err((k, e))) => {
+                    prop_assert_eq!((step, source.to_string()), (k, e));
+                }
+                (ran, expected) => prop_assert!(false, "{ran:?} against {expected:?}"),
+            }
+            prop_assert_eq!(got.first_difference(&want), None);
+        }
+    }
+
+    #[test]
+    fn writes_beside_a_replay_wait_where_it_reads_or_writes() {
+        // gathers of the whole table, then writes into the table (read by the gather),
+        // OUT (written by it), a page with no storage and SBUF (free): each lands after
+        // the gather in the memory, as in order; and a gather whose indices the replay
+        // before it writes
+        let all: Vec<u32> = (0..ROWS).rev().collect();
+        let ops = [
+            Op::Gather {
+                indices: all[..100].to_vec(),
+                at: 0,
+                skip: false,
+            },
+            Op::Write {
+                addr: 64,
+                bytes: vec![0xee; 256],
+            },
+            Op::Write {
+                addr: OUT + 128,
+                bytes: vec![0xdd; 64],
+            },
+            Op::Write {
+                addr: 9 << 20,
+                bytes: vec![0xcc; 8],
+            },
+            Op::Gather {
+                indices: all[100..300].to_vec(),
+                at: 100,
+                skip: false,
+            },
+            Op::Write {
+                addr: SBUF_BASE + 8192,
+                bytes: vec![0xbb; 16],
+            },
+            Op::ScatterAdd {
+                indices: vec![3, 3, 5],
+            },
+            Op::Gather {
+                indices: vec![3, 5, 0],
+                at: 400,
+                skip: false,
+            },
+            // a replay writes the indices the next gather's generation reads
+            Op::StageByCopy { n: 50, from: 7 },
+            Op::GatherStaged { n: 50, at: 600 },
+        ];
+        let data = lower(&ops);
+        let steps = steps(&data);
+        let (mut want, mut got) = (fabric(), fabric());
+        let reports = in_order(&mut want, &steps).unwrap();
+        let report = runtime()
+            .run_program(&mut got, steps.iter().copied())
+            .unwrap();
+        assert_eq!(report.steps, reports);
+        assert_eq!(got.first_difference(&want), None);
+    }
+
+    #[test]
+    fn a_failing_step_stops_the_program_with_its_index() {
+        let ops = [
+            Op::Gather {
+                indices: vec![1, 2],
+                at: 0,
+                skip: false,
+            },
+            Op::Gather {
+                indices: vec![1, ROWS + 7],
+                at: 2,
+                skip: false,
+            },
+            Op::Write {
+                addr: OUT,
+                bytes: vec![1; 4],
+            },
+        ];
+        let data = lower(&ops);
+        let steps = steps(&data);
+        let mut got = fabric();
+        let e = runtime()
+            .run_program(&mut got, steps.iter().copied())
+            .unwrap_err();
+        // the second gather is step 3 (each gather stages its indices first)
+        let Error::ProgramStep { step: 3, source } = &e else {
+            panic!("{e}")
+        };
+        assert!(matches!(**source, Error::Stopped { index: 0, .. }), "{e}");
+        assert!(e.to_string().contains(&format!("{}", ROWS + 7)), "{e}");
+        let mut want = fabric();
+        assert!(in_order(&mut want, &steps).is_err());
+        assert_eq!(
+            got.first_difference(&want),
+            None,
+            "the failing gather wrote nothing"
+        );
+    }
+}
