@@ -17,6 +17,8 @@ use dma::{
     Generation,
 };
 
+use zerocopy::IntoBytes;
+
 use super::memory::with_peak;
 use super::{gbps, memcpy_seconds, time_runs, BenchRow, RunStats};
 use crate::error::Error;
@@ -249,46 +251,60 @@ fn gather_chunks(
     let generation = rt.generation();
     let table = Tensor::new(FabricAddr(TABLE), [rows, cols], Dtype::F32);
     let row_bytes = u64::from(cols) * 4;
-    let lowered = chunks(indices, |i, idx| {
+    let lowered = chunks(indices, STAGE, |i, idx| {
         let at = OUT + (i * STAGE) as u64 * row_bytes;
         let dst = Tensor::new(FabricAddr(at), [idx.shape[1], cols], Dtype::F32);
         nki::dma_gather(generation, &table, idx, &dst, DmaOptions::default())
     })?;
-    run_chunks(rt, fabric, indices, &lowered)
+    let images = le_images(indices, STAGE);
+    run_steps(rt, fabric, staging_steps(&images, &lowered))
 }
 
-/// `lower(i, index tensor)` of every chunk `i` of `indices` staged (at SBUF partition 0).
+/// `lower(i, index tensor)` of every chunk `i` of `indices`, `n` at a time, staged at
+/// SBUF partition 0.
 fn chunks(
     indices: &[u32],
+    n: usize,
     lower: impl Fn(usize, &Tensor) -> Result<nki::Lowered, Error>,
 ) -> Result<Vec<nki::Lowered>, Error> {
     let staged = |n: usize| Tensor::vector(FabricAddr(SBUF_BASE), n as u32, Dtype::U32);
-    let chunks = indices.chunks(STAGE).enumerate();
+    let chunks = indices.chunks(n).enumerate();
     chunks.map(|(i, c)| lower(i, &staged(c.len()))).collect()
 }
 
-/// Runs, as one program, every chunk of `indices` staged then its `lowered` operation;
-/// the descriptors replayed.
-fn run_chunks(
-    rt: &mut Runtime,
-    fabric: &mut Fabric,
-    indices: &[u32],
-    lowered: &[nki::Lowered],
-) -> Result<RunStats, Error> {
-    let images: Vec<std::borrow::Cow<'_, [u8]>> = indices
-        .chunks(STAGE)
-        .map(|c| match u32::le_image(c) {
-            Some(bytes) => bytes.into(),
-            None => c.iter().flat_map(|i| i.to_le_bytes()).collect(),
-        })
-        .collect();
-    let steps = images.iter().zip(lowered).flat_map(|(bytes, l)| {
+/// The little-endian bytes of every chunk of `n` elements of `elems`.
+fn le_images<E: Element>(elems: &[E], n: usize) -> Vec<std::borrow::Cow<'_, [u8]>> {
+    let image = |c: &[E]| -> Vec<u8> {
+        let images: Vec<E::Bytes> = c.iter().map(|e| e.to_le()).collect();
+        images.as_bytes().to_vec()
+    };
+    elems
+        .chunks(n)
+        .map(|c| E::le_image(c).map_or_else(|| image(c).into(), Into::into))
+        .collect()
+}
+
+/// The steps staging each chunk's index `images` at SBUF partition 0, each followed by
+/// the chunk's `lowered` operation.
+fn staging_steps<'a>(
+    images: &'a [std::borrow::Cow<'a, [u8]>],
+    lowered: &'a [nki::Lowered],
+) -> impl Iterator<Item = Step<'a>> {
+    images.iter().zip(lowered).flat_map(|(bytes, l)| {
         let write = Step::Write {
             addr: FabricAddr(SBUF_BASE),
             bytes,
         };
         [write, Step::Run(l)]
-    });
+    })
+}
+
+/// Runs `steps` as one program; the descriptors replayed.
+fn run_steps<'a>(
+    rt: &mut Runtime,
+    fabric: &mut Fabric,
+    steps: impl Iterator<Item = Step<'a>>,
+) -> Result<RunStats, Error> {
     let report = rt.run_program(fabric, steps)?;
     Ok(RunStats {
         descriptors: report.totals.descriptors,
@@ -357,12 +373,13 @@ fn row_scatter_add(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
             ..DmaOptions::default()
         };
         Ok(Box::new(move || {
-            let lowered = chunks(&indices, |i, idx| {
+            let lowered = chunks(&indices, STAGE, |i, idx| {
                 let at = BIG + (i * STAGE) as u64 * ROW_BYTES;
                 let src = Tensor::new(FabricAddr(at), [idx.shape[1], COLS], Dtype::F32);
                 nki::dma_scatter(generation, &src, idx, &table, opts)
             })?;
-            run_chunks(&mut rt, &mut fabric, &indices, &lowered)
+            let images = le_images(&indices, STAGE);
+            run_steps(&mut rt, &mut fabric, staging_steps(&images, &lowered))
         }))
     })
 }
@@ -377,24 +394,29 @@ fn embedding_update(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
         let data: Vec<f32> = (0..INDICES * COLS as usize)
             .map(|i| (i % 97) as f32)
             .collect();
-        let data_at = SBUF_BASE + SBUF_STRIDE; // partition 1
+        // partitions 1 and 2 in turn: a chunk's rows are staged while the one before
+        // it, reading the other partition, replays
+        let data_at = |i: usize| FabricAddr(SBUF_BASE + SBUF_STRIDE * (1 + i as u64 % 2));
         let mut rt = runtime(generation)?;
         let table = Tensor::new(FabricAddr(TABLE), [ROWS, COLS], Dtype::F32);
-        let row_elems = COLS as usize;
         Ok(Box::new(move || {
-            let mut stats = RunStats::default();
-            for (i, chunk) in indices.chunks(EMB_STAGE).enumerate() {
-                let idx = staged(&mut fabric, chunk)?;
-                let first = i * EMB_STAGE * row_elems;
-                let rows = data
-                    .get(first..first + chunk.len() * row_elems)
-                    .unwrap_or(&[]);
-                fabric.write_elems(FabricAddr(data_at), rows)?;
-                let d = Tensor::new(FabricAddr(data_at), [chunk.len() as u32, COLS], Dtype::F32);
-                let lowered = nki::embedding_update(generation, &table, &idx, &d, CceOp::Add)?;
-                run_counted(&mut rt, &mut fabric, &lowered, &mut stats)?;
-            }
-            Ok(stats)
+            let lowered = chunks(&indices, EMB_STAGE, |i, idx| {
+                let d = Tensor::new(data_at(i), [idx.shape[1], COLS], Dtype::F32);
+                nki::embedding_update(generation, &table, idx, &d, CceOp::Add)
+            })?;
+            let images = le_images(&indices, EMB_STAGE);
+            let rows = le_images(&data, EMB_STAGE * COLS as usize);
+            let steps = staging_steps(&images, &lowered)
+                .enumerate()
+                .flat_map(|(k, step)| {
+                    // the rows of chunk k / 2 go in before its operation (step 2k + 1)
+                    let data = (k % 2 == 1).then(|| Step::Write {
+                        addr: data_at(k / 2),
+                        bytes: &rows[k / 2],
+                    });
+                    data.into_iter().chain([step])
+                });
+            run_steps(&mut rt, &mut fabric, steps)
         }))
     })
 }

@@ -114,8 +114,9 @@ pub struct DgeRoute {
     recorded: Option<RecordedReplays>,
 }
 
-/// A DMA-level instruction (DMA_INDIRECT, INDIRECT_COPY or DMA_MEMCPY) of one DGE
-/// request and one replay, generated and its replay validated ahead of running
+/// A DMA-level instruction (DMA_INDIRECT, INDIRECT_COPY, DMA_MEMCPY, or the embedding
+/// update) of one DGE request and one replay, generated and its replay validated ahead
+/// of running
 /// ([`DgeRoute::prepare`]), so that it can be prepared while the replay before it runs.
 #[derive(Debug)]
 pub struct Prepared {
@@ -234,6 +235,7 @@ impl DgeRoute {
             Instruction::IndirectCopy(ic) => indirect_copy::lower(&map, ic)?,
             Instruction::DmaIndirect(d) => dma_indirect::lower(&map, &state.regs, d)?,
             Instruction::DmaMemcpy(d) => direct2d::lower(&map, d)?,
+            Instruction::PseudoEmbeddingUpdate(e) => embedding::lower(&map, e)?,
             _ => return Ok(None),
         };
         let [req] = &mut lowered.requests[..] else {

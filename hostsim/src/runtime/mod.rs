@@ -142,6 +142,17 @@ fn route(
     (taken, table, confidence)
 }
 
+/// The report of 0xca `e`, from `step`, the report of its raw 0x79 on 0x79's route: the
+/// LoadPoolArgument / EmbeddingUpdate / TensorStore trace.
+fn expanded(e: &PseudoEmbeddingUpdate, mut step: StepReport) -> StepReport {
+    let (arg, load) = expand::load_pool_argument(e);
+    let update = expand::embedding_update_trace(&arg, step.taken, &step.outcome);
+    let store = expand::tensor_store(&arg, &step.outcome);
+    step.opcode = Opcode::PseudoEmbeddingUpdate;
+    step.micro_ops = vec![load, update, store];
+    step
+}
+
 /// The error of a DGE instruction on a runtime without an engine.
 fn no_engine() -> Error {
     Error::MechanismUnavailable {
@@ -288,13 +299,9 @@ impl Runtime {
         fabric: &mut Fabric,
         e: &PseudoEmbeddingUpdate,
     ) -> Result<StepReport, Error> {
-        let (arg, load) = expand::load_pool_argument(e);
-        let mut step = self.dispatch(fabric, &arg.instruction(), Opcode::EmbeddingUpdate)?;
-        let update = expand::embedding_update_trace(&arg, step.taken, &step.outcome);
-        let store = expand::tensor_store(&arg, &step.outcome);
-        step.opcode = Opcode::PseudoEmbeddingUpdate;
-        step.micro_ops = vec![load, update, store];
-        Ok(step)
+        let (arg, _) = expand::load_pool_argument(e);
+        let step = self.dispatch(fabric, &arg.instruction(), Opcode::EmbeddingUpdate)?;
+        Ok(expanded(e, step))
     }
 
     /// Runs a validated `inst` on the mechanism `opcode` routes to.

@@ -6,12 +6,14 @@
 //! of a DMA-level instruction (DMA_INDIRECT, INDIRECT_COPY, DMA_MEMCPY, one DGE request,
 //! one replay) runs on the engine's crew, the caller writes the following steps' host
 //! data and generates and validates the next such instruction's descriptors
-//! ([`dma::Engine::run_beside`]). What cannot be done beside the replay waits for it:
+//! ([`dma::Engine::run_beside`]); PSEUDO_EMBEDDING_UPDATE 0xca counts as such an
+//! instruction when its raw 0x79 goes to the DGE. What cannot be done beside the replay
+//! waits for it:
 //!
 //! - a host write to a page the replay reads from (between its lowest and highest page
 //!   read) or writes, or to a page with no storage yet;
-//! - any other instruction (GATHER, POOL_BUFFER_LOAD, the embedding updates, anything
-//!   routed to the POOL kernels or the reference);
+//! - any other instruction (GATHER, POOL_BUFFER_LOAD, anything routed to the POOL
+//!   kernels or the reference);
 //! - a preparation that read a page the replay writes, or failed: it is done again once
 //!   the replay is done, so it sees the replay's memory, and an error is the one the
 //!   steps in order would give.
@@ -20,7 +22,7 @@ use std::collections::VecDeque;
 
 use dma::{Beside, Engine, Fabric, FabricAddr};
 
-use super::{no_engine, route, RouteTaken, Runtime};
+use super::{expanded, no_engine, route, RouteTaken, Runtime};
 use crate::core_state::CoreState;
 use crate::dge_route::{DgeRoute, Prepared};
 use crate::error::Error;
@@ -93,6 +95,14 @@ fn at_instruction(step: usize, index: usize, inst: &Instruction, e: Error) -> Er
         source: Box::new(e),
     };
     at_step(step, stopped)
+}
+
+/// The opcode whose route an instruction takes: 0xca runs as the raw 0x79.
+fn raw(opcode: Opcode) -> Opcode {
+    match opcode {
+        Opcode::PseudoEmbeddingUpdate => Opcode::EmbeddingUpdate,
+        other => other,
+    }
 }
 
 fn at_step(step: usize, e: Error) -> Error {
@@ -231,10 +241,8 @@ impl Runtime {
     /// Calls `f` with a [`Preparer`] of this runtime (`None` without an engine).
     fn with_preparer<R>(&mut self, f: impl FnOnce(Option<&mut Preparer<'_>>) -> R) -> R {
         let (generation, mechanism) = (self.generation, self.mechanism);
-        let to_dge = move |opcode: Opcode| {
-            let taken = route(generation, mechanism, opcode).0;
-            taken == RouteTaken::Dge && opcode != Opcode::PseudoEmbeddingUpdate
-        };
+        let to_dge =
+            move |opcode: Opcode| route(generation, mechanism, raw(opcode)).0 == RouteTaken::Dge;
         let Some(engine) = self.engine.as_ref() else {
             return f(None);
         };
@@ -267,7 +275,12 @@ impl Runtime {
         let engine = self.engine.as_ref().ok_or_else(|| failed(no_engine()))?;
         let out = self.dge.finish(engine, now.prepared, replay);
         let (outcome, cost) = self.dge_cost(out);
-        Ok((self.step_report(now.inst.opcode(), outcome, cost), next))
+        let step = self.step_report(raw(now.inst.opcode()), outcome, cost);
+        let step = match now.inst {
+            Instruction::PseudoEmbeddingUpdate(e) => expanded(e, step),
+            _ => step,
+        };
+        Ok((step, next))
     }
 }
 
@@ -310,6 +323,10 @@ mod tests {
         StageByCopy { n: u32, from: u32 },
         /// Gather the `n` indices staged (by whatever wrote them last) to OUT row `at`.
         GatherStaged { n: u32, at: u32 },
+        /// Stage `indices` and data rows in SBUF partition `part` (1 or 2), and add the
+        /// rows into the table's rows at the indices (0xca; an index past the table is
+        /// skipped).
+        Embed { indices: Vec<u32>, part: u64 },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -340,19 +357,21 @@ mod tests {
             1 => (1..ROWS, 0..1000u32).prop_map(|(rows, at)| Op::Copy { rows, at }),
             1 => (1..160u32, 0..512u32).prop_map(|(n, from)| Op::StageByCopy { n, from }),
             1 => (1..160u32, 0..1000u32).prop_map(|(n, at)| Op::GatherStaged { n, at }),
+            2 => (proptest::collection::vec(0..ROWS + 8, 1..100), 1..3u64)
+                .prop_map(|(indices, part)| Op::Embed { indices, part }),
         ]
     }
 
-    /// The data of a test program: per operation, the bytes to write first (if any) and
-    /// the lowered operation (if any, or its lowering error).
-    type Data = Vec<(Option<(u64, Vec<u8>)>, Option<Result<Lowered, Error>>)>;
+    /// The data of a test program: per operation, the bytes to write first and the
+    /// lowered operation (if any, or its lowering error).
+    type Data = Vec<(Vec<(u64, Vec<u8>)>, Option<Result<Lowered, Error>>)>;
 
     fn lower(ops: &[Op]) -> Data {
         let table = Tensor::new(FabricAddr(0), [ROWS, COLS], Dtype::F32);
         let staged = |indices: &[u32]| {
             let bytes: Vec<u8> = indices.iter().flat_map(|i| i.to_le_bytes()).collect();
             let tensor = Tensor::vector(FabricAddr(SBUF_BASE), indices.len() as u32, Dtype::U32);
-            (Some((SBUF_BASE, bytes)), tensor)
+            (vec![(SBUF_BASE, bytes)], tensor)
         };
         let rows_at =
             |addr: u64, n: usize| Tensor::new(FabricAddr(addr), [n as u32, COLS], Dtype::F32);
@@ -379,7 +398,7 @@ mod tests {
                     let src = rows_at(SRC, indices.len());
                     (write, Some(nki::dma_scatter(GEN, &src, &idx, &table, opts)))
                 }
-                Op::Write { addr, bytes } => (Some((*addr, bytes.clone())), None),
+                Op::Write { addr, bytes } => (vec![(*addr, bytes.clone())], None),
                 Op::Copy { rows, at } => {
                     let pattern = |addr: u64| nki::AccessPattern {
                         addr: FabricAddr(addr).into(),
@@ -387,7 +406,7 @@ mod tests {
                     };
                     let dst = pattern(OUT + u64::from(*at) * row);
                     (
-                        None,
+                        vec![],
                         Some(nki::dma_copy(
                             GEN,
                             &pattern(0),
@@ -405,13 +424,13 @@ mod tests {
                     let src = pattern(INDICES + u64::from(*from) * 4);
                     let copy =
                         nki::dma_copy(GEN, &src, &pattern(SBUF_BASE), Dtype::U32, ComputeOp::None);
-                    (None, Some(copy))
+                    (vec![], Some(copy))
                 }
                 Op::GatherStaged { n, at } => {
                     let idx = Tensor::vector(FabricAddr(SBUF_BASE), *n, Dtype::U32);
                     let dst = rows_at(OUT + u64::from(*at) * row, *n as usize);
                     (
-                        None,
+                        vec![],
                         Some(nki::dma_gather(
                             GEN,
                             &table,
@@ -421,6 +440,17 @@ mod tests {
                         )),
                     )
                 }
+                Op::Embed { indices, part } => {
+                    let (mut writes, idx) = staged(indices);
+                    let at = SBUF_BASE + part * dma::addr::SBUF_STRIDE;
+                    let rows: Vec<u8> = (0..indices.len() as u32 * COLS)
+                        .flat_map(|i| (i as f32 * 0.25 + *part as f32).to_le_bytes())
+                        .collect();
+                    writes.push((at, rows));
+                    let data = rows_at(at, indices.len());
+                    let update = nki::embedding_update(GEN, &table, &idx, &data, dma::CceOp::Add);
+                    (writes, Some(update))
+                }
             })
             .collect()
     }
@@ -429,7 +459,7 @@ mod tests {
     fn steps(data: &Data) -> Vec<Step<'_>> {
         let mut steps = Vec::new();
         for (write, lowered) in data {
-            if let Some((addr, bytes)) = write {
+            for (addr, bytes) in write {
                 steps.push(Step::Write {
                     addr: FabricAddr(*addr),
                     bytes,
