@@ -11,17 +11,24 @@
 //! the stream, and every route must have left its fabric exactly as it was (fail
 //! closed). At the end each remaining route's fabric and core state must equal the
 //! reference's. A panic anywhere is caught and is a mismatch.
+//!
+//! The DGE route runs the stream a second time, as one program
+//! ([`Runtime::run_program`], which prepares each instruction while the replay before it
+//! runs): unless the DGE lane needed the reference to stand in, the program must leave
+//! the DGE lane's fabric and core state and fail at the same instruction.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use dma::{EngineConfig, Fabric, Generation};
 
 use crate::core_state::{CoreState, Outcome};
+use crate::error::Error;
 use crate::error::ErrorKind;
 use crate::fuzz::case::Case;
 use crate::isa::Instruction;
+use crate::nki::Lowered;
 use crate::reference;
-use crate::runtime::{Mechanism, Runtime};
+use crate::runtime::{Mechanism, Runtime, Step};
 
 /// The compared mechanisms, the reference first.
 pub const MECHANISMS: [Mechanism; 3] = [Mechanism::Reference, Mechanism::Pool, Mechanism::Dge];
@@ -52,6 +59,8 @@ struct Lane {
     runtime: Runtime,
     fabric: Fabric,
     active: bool,
+    /// Whether the reference stood in for this lane in the current case.
+    stood_in: bool,
 }
 
 /// The runtimes of every route, per generation, built on first use and kept across cases
@@ -59,6 +68,8 @@ struct Lane {
 #[derive(Default)]
 pub struct Routes {
     lanes: Vec<(Generation, Vec<Lane>)>,
+    /// Per generation, the DGE runtime that runs each stream as a program.
+    programs: Vec<(Generation, Runtime)>,
 }
 
 /// The message of a caught panic.
@@ -85,6 +96,7 @@ impl Routes {
         if result.is_err() {
             // A runtime that panicked or diverged is rebuilt for the next case.
             self.lanes.retain(|(g, _)| *g != case.generation);
+            self.programs.retain(|(g, _)| *g != case.generation);
         }
         result
     }
@@ -95,6 +107,7 @@ impl Routes {
             lane.fabric = case.fabric.clone();
             lane.runtime.reset(case.registers());
             lane.active = true;
+            lane.stood_in = false;
         }
         let mut agreed = 0;
         for (i, inst) in case.stream.iter().enumerate() {
@@ -103,11 +116,78 @@ impl Routes {
             let failed = judge(lanes, inst, &results, i)?;
             agreed += 1;
             if failed {
-                return fail_closed(lanes, &before, i).map(|()| agreed);
+                fail_closed(lanes, &before, i)?;
+                return self.program_agrees(case, Some(i)).map(|()| agreed);
             }
         }
         final_state_agrees(lanes)?;
+        self.program_agrees(case, None)?;
         Ok(agreed)
+    }
+
+    /// The stream run as one program on the DGE route leaves the DGE lane's fabric and
+    /// core state, and fails at instruction `failed` if the lanes did (skipped where the
+    /// DGE lane dropped out or needed the reference to stand in).
+    fn program_agrees(&mut self, case: &Case, failed: Option<usize>) -> Result<(), Disagreement> {
+        let generation = case.generation;
+        if !self.programs.iter().any(|(g, _)| *g == generation) {
+            let lane = Lane::new(generation, Mechanism::Dge)?;
+            self.programs.push((generation, lane.runtime));
+        }
+        let lanes = self.lanes_for(generation)?;
+        let Some(dge) = lanes.iter().find(|l| l.mechanism == Mechanism::Dge) else {
+            return Ok(());
+        };
+        if !dge.active || dge.stood_in {
+            return Ok(());
+        }
+        let (fabric, state) = (dge.fabric.clone(), dge.runtime.state().clone());
+        let Some((_, runtime)) = self.programs.iter_mut().find(|(g, _)| *g == generation) else {
+            return Ok(());
+        };
+        runtime.reset(case.registers());
+        let ops: Vec<Lowered> = case
+            .stream
+            .iter()
+            .map(|&inst| Lowered {
+                instructions: vec![inst],
+                bounds: Vec::new(),
+            })
+            .collect();
+        let mut got = case.fabric.clone();
+        let ran = catch_unwind(AssertUnwindSafe(|| {
+            runtime.run_program(&mut got, ops.iter().map(Step::Run))
+        }));
+        let differ = |what: String| Disagreement {
+            mechanism: Mechanism::Dge,
+            what: format!("the stream as a program {what}"),
+        };
+        let at = match ran {
+            Err(payload) => {
+                return Err(differ(format!(
+                    "panicked: {}",
+                    panic_message(payload.as_ref())
+                )))
+            }
+            Ok(Ok(_)) => None,
+            Ok(Err(Error::ProgramStep { step, .. })) => Some(step),
+            Ok(Err(e)) => return Err(differ(format!("failed outside a step: {e}"))),
+        };
+        if at != failed {
+            return Err(differ(format!(
+                "stopped at {at:?}, the DGE route at {failed:?}"
+            )));
+        }
+        if let Some(addr) = got.first_difference(&fabric) {
+            return Err(differ(format!(
+                "leaves a fabric unlike the DGE route's at {:#x}",
+                addr.0
+            )));
+        }
+        if *runtime.state() != state {
+            return Err(differ("leaves a core state unlike the DGE route's".into()));
+        }
+        Ok(())
     }
 
     /// The lanes of `generation`, built on first use.
@@ -148,6 +228,7 @@ impl Lane {
             runtime,
             fabric: Fabric::new(generation),
             active: true,
+            stood_in: false,
         })
     }
 
@@ -169,6 +250,7 @@ impl Lane {
     fn stand_in(&mut self, inst: &Instruction) {
         let mut state: CoreState = self.runtime.state().clone();
         let mut fabric = self.fabric.clone();
+        self.stood_in = true;
         let ok = reference::execute(&mut fabric, &mut state, inst).is_ok();
         match ok && state == *self.runtime.state() {
             true => self.fabric = fabric,
