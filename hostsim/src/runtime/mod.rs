@@ -4,7 +4,9 @@
 //! bound/shape register file, settable by the caller, and the Pool_Buffers) and, when the
 //! DGE route can be reached, the [`DgeRoute`] and a [`dma::Engine`] to replay its
 //! descriptors on. [`Runtime::run`] executes a stream in order; [`Runtime::step`]
-//! executes one instruction.
+//! executes one instruction; [`Runtime::run_program`] runs host writes and lowered
+//! operations as one program, with the effects of the steps in order, preparing each
+//! DMA-level instruction while the replay before it runs ([`program`]).
 //!
 //! # Per instruction
 //!
@@ -45,7 +47,7 @@
 //! [`RunReport`] is reproducible.
 
 pub mod expand;
-mod program;
+pub mod program;
 pub mod report;
 
 pub use expand::{MicroOp, PoolArgument};
