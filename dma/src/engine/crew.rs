@@ -157,6 +157,14 @@ impl Drop for Done<'_> {
     }
 }
 
+/// Calls `meanwhile`, then `job` (catching its panic, see [`run_caught`]); `meanwhile`'s
+/// result, or its panic, unwinding once `job` has run.
+pub(crate) fn beside_then_job<R>(job: &(dyn Fn() + Sync), meanwhile: impl FnOnce() -> R) -> R {
+    let result = catch_unwind(AssertUnwindSafe(meanwhile));
+    run_caught(job);
+    result.unwrap_or_else(|payload| resume_unwind(payload))
+}
+
 /// Calls `job`, catching a panic; its payload is forgotten, not dropped, since dropping
 /// it could panic again. (A panic is the job's to record, see the module docs.)
 pub(crate) fn run_caught(job: &(dyn Fn() + Sync)) {
@@ -232,11 +240,7 @@ impl Crew {
         job: &'a (dyn Fn() + Sync + 'a),
         meanwhile: impl FnOnce() -> R,
     ) -> (bool, R) {
-        let meanwhile_then_job = || {
-            let result = catch_unwind(AssertUnwindSafe(meanwhile));
-            run_caught(job);
-            result.unwrap_or_else(|payload| resume_unwind(payload))
-        };
+        let meanwhile_then_job = || beside_then_job(job, meanwhile);
         let _held = match self.busy.try_lock() {
             Ok(held) => held,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),

@@ -12,6 +12,7 @@
 //! or, for a replay whose pages are independent, dense and shared by queues, buckets of
 //! destination pages ([`deal_by_page`]).
 
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -28,7 +29,7 @@ use crate::error::Error;
 use crate::fabric::{Fabric, PageLocks, Side, PAGE_BYTES};
 use crate::FabricAddr;
 
-use super::crew::{run_caught, Crew};
+use super::crew::{beside_then_job, Crew};
 use super::lock;
 use super::report::ExecutionStats;
 use super::source::QueueSource;
@@ -620,18 +621,16 @@ pub(crate) fn execute_claimed<R>(
     let started = Instant::now();
     let job = || claims.claim_all();
     let beside = || beside(&claims.shared.fabric);
-    let (workers, other) = match crew {
+    // A panic of the job is recorded by the claims (its queue stays failed); one of
+    // `beside` unwinds once the job has run, and only after the fabric is back.
+    let ran = catch_unwind(AssertUnwindSafe(|| match crew {
         Some(crew) => match crew.run_beside(&job, beside) {
             (true, other) => (crew.helpers() + 1, other),
             (false, other) => (1, other),
         },
-        // A panic is recorded by the claims (its queue stays failed), as on the crew.
-        None => {
-            let other = beside();
-            run_caught(&job);
-            (1, other)
-        }
-    };
+        None => (1, beside_then_job(&job, beside)),
+    }));
+    let workers = ran.as_ref().map_or(1, |(workers, _)| *workers);
     let stats = ExecutionStats {
         wall: started.elapsed(),
         workers,
@@ -648,6 +647,7 @@ pub(crate) fn execute_claimed<R>(
     let (fabric_back, outcome) = (claims.shared.fabric, first_failure(claims.results, aborted));
     spare.put(dealt);
     *fabric = fabric_back;
+    let other = ran.unwrap_or_else(|payload| resume_unwind(payload)).1;
     let outcome = match (outcome, deal) {
         (Err(e), true) => Err(undealt(queues, e)),
         (outcome, _) => outcome.map(|()| stats),

@@ -448,12 +448,15 @@ impl Engine {
     ///
     /// `validated` must come from this engine's [`Engine::validate`] on a fabric of the
     /// generation ([`Error::NotValidatedHere`] otherwise, before anything runs). The
-    /// report equals [`Engine::run`]'s but for its [`ExecutionStats`].
+    /// report equals [`Engine::run`]'s but for its [`ExecutionStats`]. A replay that
+    /// fails while it runs (which validation rules out but for a panic) returns its error
+    /// and drops `beside`'s result; what `beside` wrote stays written. A panic of `beside`
+    /// unwinds from here once the replay has run, the fabric back in place.
     pub fn run_beside<R>(
         &self,
         fabric: &mut Fabric,
         validated: &Validated,
-        beside: impl FnOnce(&Beside<'_>) -> R,
+        beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ReplayReport, R), Error> {
         let here = (fabric.generation(), self.config);
         if (validated.generation, validated.config) != here {
@@ -487,7 +490,7 @@ impl Engine {
         source: &mut S,
     ) -> Result<ReplayReport, Error> {
         let plan = self.plan(fabric, source)?;
-        let (report, ()) = self.execute(fabric, source, &plan, (false, |_: &Beside<'_>| ()))?;
+        let (report, ()) = self.execute(fabric, source, &plan, (false, |_: &mut Beside<'_>| ()))?;
         self.keep_pages(plan);
         Ok(report)
     }
@@ -516,7 +519,7 @@ impl Engine {
         fabric: &mut Fabric,
         source: &mut S,
         plan: &Plan,
-        (overlap, beside): (bool, impl FnOnce(&Beside<'_>) -> R),
+        (overlap, beside): (bool, impl FnOnce(&mut Beside<'_>) -> R),
     ) -> Result<(ReplayReport, R), Error> {
         // Only this replay's destinations stay writable: every other page is then read
         // without a lock while the queues run.
@@ -537,7 +540,7 @@ impl Engine {
                     && exec::claimable(queues, (plan.semaphores, deal), &self.config) =>
             {
                 let queues = (queues, deal);
-                let beside = |f: &Fabric| beside(&Beside::new(f, reads));
+                let beside = |f: &Fabric| beside(&mut Beside::new(f, reads));
                 let (stats, other) = exec::execute_claimed(
                     crew,
                     fabric,
@@ -553,7 +556,7 @@ impl Engine {
                     false => (&self.runtime, self.config.workers),
                 };
                 let stats = exec::execute(runtime, workers, fabric, source, &self.config)?;
-                (stats, beside(&Beside::new(fabric, reads)))
+                (stats, beside(&mut Beside::new(fabric, reads)))
             }
         };
         let timeline = plan.timeline.clone();
@@ -605,8 +608,11 @@ impl<'f> Beside<'f> {
         }
     }
 
-    /// The fabric, to read (see [`Beside::read_the_replay`]).
-    pub fn fabric(&self) -> &'f Fabric {
+    /// The fabric, to read (see [`Beside::read_the_replay`]). Borrowed from the
+    /// `Beside`, so that nothing read through it is alive across a [`Beside::write`].
+    /// Its shared write forms ([`Fabric::write_reserved`] and the like) reach only the
+    /// replay's pages, and writing those beside the replay races with it: do not.
+    pub fn fabric(&self) -> &Fabric {
         self.fabric
     }
 
@@ -614,7 +620,7 @@ impl<'f> Beside<'f> {
     /// the lowest and the highest) or writes, and every page of it has storage: `Ok(true)`.
     /// Else nothing is written and `Ok(false)`: write it once the replay is done. A range
     /// off the fabric is an error, as for [`Fabric::write`].
-    pub fn write(&self, addr: FabricAddr, buf: &[u8]) -> Result<bool, Error> {
+    pub fn write(&mut self, addr: FabricAddr, buf: &[u8]) -> Result<bool, Error> {
         let Some(last) = (buf.len() as u64).checked_sub(1) else {
             return self.fabric.check(addr, 0).map(|_| false);
         };
@@ -630,7 +636,9 @@ impl<'f> Beside<'f> {
         // SAFETY: the replay's threads reach only the pages of the ranges its validated
         // descriptors read, all inside `reads`, and those it writes, which are its
         // reserved (open) pages, refused by `write_beside`; nothing else touches the
-        // fabric while `beside` runs (the caller lent it to the engine).
+        // fabric while `beside` runs (the caller lent it to the engine), and `&mut self`
+        // ends every borrow taken through `Beside::fabric` (no `PageRef` or `PageLocks`
+        // of this fabric outlives it, on this thread or another).
         unsafe { self.fabric.write_beside(addr, buf) }
     }
 
@@ -931,6 +939,33 @@ mod tests {
             want.write(FabricAddr(3 * PAGE + 64), &[0xee; 64]).unwrap();
             assert_eq!(f.first_difference(&want), None);
             assert_eq!(e.recycle(validated), queues);
+        }
+    }
+
+    #[test]
+    fn a_panic_beside_a_replay_unwinds_after_it_with_the_fabric_in_place() {
+        let rows: Vec<(u64, u64)> = (0..300).map(|i| (i % 1024, 2048 + i)).collect();
+        let queues = row_queues(&rows);
+        let mut want = fabric();
+        execute_sequential(&mut want, &queues).unwrap();
+        for e in [engine(3), engine(0), engine(1)] {
+            let mut f = fabric();
+            let validated = e.validate(&f, queues.clone()).unwrap();
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                e.run_beside(&mut f, &validated, |b| {
+                    assert!(b.write(FabricAddr(3 * PAGE), &[7; 4]).unwrap());
+                    panic!("beside fails");
+                })
+            }));
+            assert!(ran.is_err());
+            want.write(FabricAddr(3 * PAGE), &[7; 4]).unwrap();
+            assert_eq!(
+                f.first_difference(&want),
+                None,
+                "the replay ran, its fabric kept"
+            );
+            // the engine goes on
+            assert!(e.run(&mut f, &queues).is_ok());
         }
     }
 

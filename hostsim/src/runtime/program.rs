@@ -134,7 +134,7 @@ impl Preparer<'_> {
     /// (`None`: the program's end, or an item that must wait, put back).
     fn beside<'a, I: Iterator<Item = Step<'a>>>(
         &mut self,
-        b: &Beside<'_>,
+        b: &mut Beside<'_>,
         work: &mut Work<'a, I>,
     ) -> Option<Ready<'a>> {
         while let Some((step, item)) = work.next() {
@@ -172,13 +172,14 @@ impl Runtime {
     /// module docs). The report lists every instruction of every operation in order. The
     /// first failing step stops the program with [`Error::ProgramStep`] (naming the step,
     /// and, inside an operation, the instruction as [`Error::Stopped`]); the steps before
-    /// it keep their effects, the failing one has none.
+    /// it keep their effects, the failing one has none. (A replay that fails while it runs,
+    /// which its validation rules out but for a panic, fails its step after the host
+    /// writes of the steps after it that went in beside it.)
     pub fn run_program<'a>(
         &mut self,
         fabric: &mut Fabric,
         steps: impl IntoIterator<Item = Step<'a>>,
     ) -> Result<RunReport, Error> {
-        self.check_fabric(fabric)?;
         let mut work = Work {
             steps: steps.into_iter(),
             next_step: 0,
@@ -233,8 +234,10 @@ impl Runtime {
         Ok(None)
     }
 
-    /// [`Preparer::prepare`] on this runtime's parts (`None` without an engine).
+    /// [`Preparer::prepare`] on this runtime's parts (`None` without an engine), after
+    /// the check [`Runtime::step`] makes first: the fabric's generation.
     fn prepare(&mut self, fabric: &Fabric, inst: &Instruction) -> Result<Option<Prepared>, Error> {
+        self.check_fabric(fabric)?;
         self.with_preparer(|p| p.map_or(Ok(None), |p| p.prepare(fabric, inst)))
     }
 
@@ -590,6 +593,35 @@ mod tests {
             .unwrap();
         assert_eq!(report.steps, reports);
         assert_eq!(got.first_difference(&want), None);
+    }
+
+    #[test]
+    fn a_fabric_of_another_generation_fails_the_first_instruction_as_in_order() {
+        let data = lower(&[Op::Gather {
+            indices: vec![1, 2],
+            at: 0,
+            skip: false,
+        }]);
+        let steps = steps(&data);
+        let (mut got, mut want) = (
+            Fabric::new(Generation::Sunda),
+            Fabric::new(Generation::Sunda),
+        );
+        let e = runtime()
+            .run_program(&mut got, steps.iter().copied())
+            .unwrap_err();
+        assert_eq!(in_order(&mut want, &steps), Err((1, inner(&e))));
+        // the staging write before it went in
+        assert_eq!(got.first_difference(&want), None);
+        assert!(got.allocated_bytes() > 0);
+    }
+
+    /// The error inside a [`Error::ProgramStep`].
+    fn inner(e: &Error) -> String {
+        match e {
+            Error::ProgramStep { source, .. } => source.to_string(),
+            e => panic!("not a step's error: {e}"),
+        }
     }
 
     #[test]
