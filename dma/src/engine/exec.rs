@@ -573,7 +573,7 @@ impl Spare {
     }
 
     /// Keeps `buffers` for the next runs.
-    fn put(&self, buffers: Vec<Vec<Descriptor>>) {
+    pub(crate) fn put(&self, buffers: Vec<Vec<Descriptor>>) {
         lock(&self.0).extend(buffers);
     }
 }
@@ -589,6 +589,8 @@ impl Spare {
 /// `beside` is called on the caller with the fabric while the crew starts the run, before
 /// the caller joins it ([`Crew::run_beside`]); its result comes back with the run's.
 ///
+/// `dealt` are the buckets of `queues` if they were dealt already ([`deal`]).
+///
 /// With `deal` (the replay's `Plan::deals_by_page`), the units claimed are not
 /// the queues but [`deal_by_page`]'s buckets of destination pages, so that no two threads
 /// write one page (a round-robin spray puts every queue on every page); an error is then
@@ -596,13 +598,17 @@ impl Spare {
 pub(crate) fn execute_claimed<R>(
     crew: Option<&Crew>,
     fabric: &mut Fabric,
-    (queues, deal): (&[Vec<Descriptor>], bool),
+    (queues, deal, dealt): (&[Vec<Descriptor>], bool, Option<Vec<Vec<Descriptor>>>),
     (config, spare): (&EngineConfig, &Spare),
     beside: impl FnOnce(&Fabric) -> R,
 ) -> (Result<ExecutionStats, Error>, R) {
-    let dealt = match deal {
-        true => deal_by_page(queues, spare.take(PAGE_BUCKETS)),
-        false => Vec::new(),
+    let dealt = match (deal, dealt) {
+        (true, Some(dealt)) => dealt,
+        (true, None) => self::deal(queues, spare),
+        (false, unused) => {
+            spare.put(unused.unwrap_or_default());
+            Vec::new()
+        }
     };
     let units: Vec<&[Descriptor]> = match deal {
         true => dealt.iter().map(Vec::as_slice).collect(),
@@ -653,6 +659,12 @@ pub(crate) fn execute_claimed<R>(
         (outcome, _) => outcome.map(|()| stats),
     };
     (outcome, other)
+}
+
+/// The buckets [`deal_by_page`] makes of `queues`, in buffers from `spare` (which
+/// [`execute_claimed`] gives back to it).
+pub(crate) fn deal(queues: &[Vec<Descriptor>], spare: &Spare) -> Vec<Vec<Descriptor>> {
+    deal_by_page(queues, spare.take(PAGE_BUCKETS))
 }
 
 /// Buckets of destination pages a claimed run deals its descriptors into
@@ -838,7 +850,8 @@ mod tests {
         config: &EngineConfig,
         spare: &Spare,
     ) -> Result<ExecutionStats, Error> {
-        execute_claimed(crew, fabric, queues, (config, spare), |_| ()).0
+        let (queues, deal) = queues;
+        execute_claimed(crew, fabric, (queues, deal, None), (config, spare), |_| ()).0
     }
     use crate::addr::FabricAddr;
     use crate::descriptor::DescOp;

@@ -430,9 +430,16 @@ impl Engine {
         queues: Vec<Vec<Descriptor>>,
     ) -> Result<Validated, Error> {
         let plan = self.plan(fabric, &mut Slices::new(&queues))?;
+        // A run that will be claimed by the caller and the crew and dealt by page is dealt
+        // now, so that the dealing too is done beside the replay before it.
+        let claimed = self.config.workers > 1
+            && plan.deals_by_page()
+            && exec::claimable(&queues, (plan.semaphores, true), &self.config);
+        let dealt = claimed.then(|| exec::deal(&queues, &self.spare));
         Ok(Validated {
             queues,
             plan,
+            dealt: std::sync::Mutex::new(dealt),
             generation: fabric.generation(),
             config: self.config,
         })
@@ -466,12 +473,23 @@ impl Engine {
             });
         }
         let mut source = Slices::new(&validated.queues);
-        self.execute(fabric, &mut source, &validated.plan, (true, beside))
+        let dealt = lock(&validated.dealt).take();
+        self.execute(
+            fabric,
+            &mut source,
+            (&validated.plan, dealt),
+            (true, beside),
+        )
     }
 
     /// The queues of `validated`, given back (to be filled again); the engine keeps its
     /// page set for the next validation.
     pub fn recycle(&self, validated: Validated) -> Vec<Vec<Descriptor>> {
+        let dealt = validated
+            .dealt
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner());
+        self.spare.put(dealt.unwrap_or_default());
         self.keep_pages(validated.plan);
         validated.queues
     }
@@ -490,7 +508,8 @@ impl Engine {
         source: &mut S,
     ) -> Result<ReplayReport, Error> {
         let plan = self.plan(fabric, source)?;
-        let (report, ()) = self.execute(fabric, source, &plan, (false, |_: &mut Beside<'_>| ()))?;
+        let no_beside = (false, |_: &mut Beside<'_>| ());
+        let (report, ()) = self.execute(fabric, source, (&plan, None), no_beside)?;
         self.keep_pages(plan);
         Ok(report)
     }
@@ -518,7 +537,7 @@ impl Engine {
         &self,
         fabric: &mut Fabric,
         source: &mut S,
-        plan: &Plan,
+        (plan, dealt): (&Plan, Option<Vec<Vec<Descriptor>>>),
         (overlap, beside): (bool, impl FnOnce(&mut Beside<'_>) -> R),
     ) -> Result<(ReplayReport, R), Error> {
         // Only this replay's destinations stay writable: every other page is then read
@@ -539,7 +558,7 @@ impl Engine {
                 if (inline || self.config.workers > 1)
                     && exec::claimable(queues, (plan.semaphores, deal), &self.config) =>
             {
-                let queues = (queues, deal);
+                let queues = (queues, deal, dealt);
                 let beside = |f: &Fabric| beside(&mut Beside::new(f, reads));
                 let (stats, other) = exec::execute_claimed(
                     crew,
@@ -555,6 +574,7 @@ impl Engine {
                     true => (&self.caller, 1),
                     false => (&self.runtime, self.config.workers),
                 };
+                self.spare.put(dealt.unwrap_or_default());
                 let stats = exec::execute(runtime, workers, fabric, source, &self.config)?;
                 (stats, beside(&mut Beside::new(fabric, reads)))
             }
@@ -578,6 +598,8 @@ fn describe(generation: crate::Generation, config: &EngineConfig) -> String {
 pub struct Validated {
     queues: Vec<Vec<Descriptor>>,
     plan: Plan,
+    /// The queues dealt by destination page, for the first run (see [`Engine::validate`]).
+    dealt: std::sync::Mutex<Option<Vec<Vec<Descriptor>>>>,
     generation: crate::Generation,
     config: EngineConfig,
 }
@@ -940,6 +962,28 @@ mod tests {
             assert_eq!(f.first_difference(&want), None);
             assert_eq!(e.recycle(validated), queues);
         }
+    }
+
+    #[test]
+    fn a_validated_round_robin_gather_is_dealt_ahead_and_again_when_run_again() {
+        let rows = 16 * 600u64;
+        let mut queues = vec![Vec::new(); 16];
+        for i in 0..rows {
+            let src = (i * 7919) % 4096 * 64;
+            queues[(i % 16) as usize].push(copy(src, (1 << 20) + i * 64, 64));
+        }
+        let mut want = Fabric::new(GEN);
+        want.write(FabricAddr(0), &image()).unwrap();
+        let mut f = want.clone();
+        execute_sequential(&mut want, &queues).unwrap();
+        let validated = engine(2).validate(&f, queues.clone()).unwrap();
+        assert!(lock(&validated.dealt).is_some(), "dealt when validated");
+        for _ in 0..2 {
+            let (report, ()) = engine(2).run_beside(&mut f, &validated, |_| ()).unwrap();
+            assert!(report.execution.claimed && report.execution.dealt_by_page);
+            assert_eq!(f.first_difference(&want), None);
+        }
+        assert_eq!(engine(2).recycle(validated), queues);
     }
 
     #[test]
