@@ -598,7 +598,7 @@ impl Spare {
 pub(crate) fn execute_claimed<R>(
     crew: Option<&Crew>,
     fabric: &mut Fabric,
-    (queues, deal, dealt): (&[Vec<Descriptor>], bool, Option<Vec<Vec<Descriptor>>>),
+    (queues, deal, dealt): (&[Vec<Descriptor>], bool, Option<Buckets>),
     (config, spare): (&EngineConfig, &Spare),
     beside: impl FnOnce(&Fabric) -> R,
 ) -> (Result<ExecutionStats, Error>, R) {
@@ -661,9 +661,12 @@ pub(crate) fn execute_claimed<R>(
     (outcome, other)
 }
 
+/// A run's descriptors dealt by destination page ([`deal_by_page`]).
+pub(crate) type Buckets = Vec<Vec<Descriptor>>;
+
 /// The buckets [`deal_by_page`] makes of `queues`, in buffers from `spare` (which
 /// [`execute_claimed`] gives back to it).
-pub(crate) fn deal(queues: &[Vec<Descriptor>], spare: &Spare) -> Vec<Vec<Descriptor>> {
+pub(crate) fn deal(queues: &[Vec<Descriptor>], spare: &Spare) -> Buckets {
     deal_by_page(queues, spare.take(PAGE_BUCKETS))
 }
 

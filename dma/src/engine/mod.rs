@@ -537,7 +537,7 @@ impl Engine {
         &self,
         fabric: &mut Fabric,
         source: &mut S,
-        (plan, dealt): (&Plan, Option<Vec<Vec<Descriptor>>>),
+        (plan, dealt): (&Plan, Option<exec::Buckets>),
         (overlap, beside): (bool, impl FnOnce(&mut Beside<'_>) -> R),
     ) -> Result<(ReplayReport, R), Error> {
         // Only this replay's destinations stay writable: every other page is then read
@@ -599,7 +599,7 @@ pub struct Validated {
     queues: Vec<Vec<Descriptor>>,
     plan: Plan,
     /// The queues dealt by destination page, for the first run (see [`Engine::validate`]).
-    dealt: std::sync::Mutex<Option<Vec<Vec<Descriptor>>>>,
+    dealt: std::sync::Mutex<Option<exec::Buckets>>,
     generation: crate::Generation,
     config: EngineConfig,
 }
