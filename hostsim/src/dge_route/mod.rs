@@ -116,8 +116,8 @@ pub struct DgeRoute {
 
 /// A DMA-level instruction (DMA_INDIRECT, INDIRECT_COPY, DMA_MEMCPY, or the embedding
 /// update) of one DGE request and one replay, generated and its replay validated ahead
-/// of running
-/// ([`DgeRoute::prepare`]), so that it can be prepared while the replay before it runs.
+/// of running ([`DgeRoute::prepare`]), so that it can be prepared while the replay before
+/// it runs.
 #[derive(Debug)]
 pub struct Prepared {
     /// The replay's queues (the request's, trailing empty queues left out).
@@ -173,7 +173,7 @@ impl DgeRoute {
         let _span = tracing::debug_span!("dge_route", opcode = inst.opcode().code()).entered();
         inst.validate(fabric.generation())?;
         let map = *fabric.map();
-        let lowered = match inst {
+        match inst {
             Instruction::PoolBufferLoad(p) => {
                 return gather::pool_buffer_load(fabric, state, &mut self.windows, p)
             }
@@ -183,11 +183,12 @@ impl DgeRoute {
                 gather::release(state, &mut self.windows, g)?;
                 return Ok(out);
             }
-            Instruction::IndirectCopy(ic) => indirect_copy::lower(&map, ic)?,
-            Instruction::DmaIndirect(d) => dma_indirect::lower(&map, &state.regs, d)?,
-            Instruction::PseudoEmbeddingUpdate(e) => embedding::lower(&map, e)?,
-            Instruction::DmaMemcpy(d) => direct2d::lower(&map, d)?,
-        };
+            _ => {}
+        }
+        let lowered = lower_dma_level(&map, state, inst).ok_or(Error::MechanismUnavailable {
+            mechanism: "dge",
+            reason: "the instruction is neither a POOL nor a DMA-level one",
+        })??;
         self.run(fabric, engine, lowered)
     }
 
@@ -230,14 +231,10 @@ impl DgeRoute {
         engine: &Engine,
     ) -> Result<Option<Prepared>, Error> {
         inst.validate(fabric.generation())?;
-        let map = *fabric.map();
-        let mut lowered = match inst {
-            Instruction::IndirectCopy(ic) => indirect_copy::lower(&map, ic)?,
-            Instruction::DmaIndirect(d) => dma_indirect::lower(&map, &state.regs, d)?,
-            Instruction::DmaMemcpy(d) => direct2d::lower(&map, d)?,
-            Instruction::PseudoEmbeddingUpdate(e) => embedding::lower(&map, e)?,
-            _ => return Ok(None),
+        let Some(lowered) = lower_dma_level(fabric.map(), state, inst) else {
+            return Ok(None);
         };
+        let mut lowered = lowered?;
         let [req] = &mut lowered.requests[..] else {
             return Ok(None);
         };
@@ -300,6 +297,23 @@ pub fn by_design(e: &Error) -> bool {
         Error::Stopped { source, .. } | Error::ProgramStep { source, .. } => by_design(source),
         _ => false,
     }
+}
+
+/// The requests of a DMA-level instruction (INDIRECT_COPY, DMA_INDIRECT, the embedding
+/// update, DMA_MEMCPY); `None` for GATHER and POOL_BUFFER_LOAD, which need the
+/// Pool_Buffer windows.
+fn lower_dma_level(
+    map: &AddressMap,
+    state: &CoreState,
+    inst: &Instruction,
+) -> Option<Result<Lowered, Error>> {
+    Some(match inst {
+        Instruction::IndirectCopy(ic) => indirect_copy::lower(map, ic),
+        Instruction::DmaIndirect(d) => dma_indirect::lower(map, &state.regs, d),
+        Instruction::PseudoEmbeddingUpdate(e) => embedding::lower(map, e),
+        Instruction::DmaMemcpy(d) => direct2d::lower(map, d),
+        Instruction::Gather(_) | Instruction::PoolBufferLoad(_) => return None,
+    })
 }
 
 /// `mask` within `engine`'s queues (all of them where it selects none of those).
