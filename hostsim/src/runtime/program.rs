@@ -105,6 +105,7 @@ fn raw(opcode: Opcode) -> Opcode {
     }
 }
 
+/// The error `e` of step `step`.
 fn at_step(step: usize, e: Error) -> Error {
     Error::ProgramStep {
         step,
