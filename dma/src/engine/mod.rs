@@ -966,15 +966,8 @@ mod tests {
 
     #[test]
     fn a_validated_round_robin_gather_is_dealt_ahead_and_again_when_run_again() {
-        let rows = 16 * 600u64;
-        let mut queues = vec![Vec::new(); 16];
-        for i in 0..rows {
-            let src = (i * 7919) % 4096 * 64;
-            queues[(i % 16) as usize].push(copy(src, (1 << 20) + i * 64, 64));
-        }
-        let mut want = Fabric::new(GEN);
-        want.write(FabricAddr(0), &image()).unwrap();
-        let mut f = want.clone();
+        let queues = round_robin_gather();
+        let (mut f, mut want) = (fabric(), fabric());
         execute_sequential(&mut want, &queues).unwrap();
         let validated = engine(2).validate(&f, queues.clone()).unwrap();
         assert!(lock(&validated.dealt).is_some(), "dealt when validated");
@@ -1133,19 +1126,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_round_robin_gather_longer_than_the_channels_is_dealt_by_page() {
-        // 16 queues of 600 rows each, dealt round-robin over 16 pages of 64-byte rows:
-        // far more than a queue's channel holds on engine 2 (batches of 7, depth 1)
+    /// 16 queues of 600 rows each, dealt round-robin over 16 pages of 64-byte rows: far
+    /// more than a queue's channel holds on engine 2 (batches of 7, depth 1).
+    fn round_robin_gather() -> Vec<Vec<Descriptor>> {
         let rows = 16 * 600u64;
         let mut queues = vec![Vec::new(); 16];
         for i in 0..rows {
             let src = (i * 7919) % 4096 * 64;
             queues[(i % 16) as usize].push(copy(src, (1 << 20) + i * 64, 64));
         }
-        let mut f = Fabric::new(GEN);
-        f.write(FabricAddr(0), &image()).unwrap();
-        let mut want = f.clone();
+        queues
+    }
+
+    #[test]
+    fn a_round_robin_gather_longer_than_the_channels_is_dealt_by_page() {
+        let queues = round_robin_gather();
+        let (mut f, mut want) = (fabric(), fabric());
         execute_sequential(&mut want, &queues).unwrap();
         let report = engine(2).run(&mut f, &queues).unwrap();
         assert!(report.execution.claimed && report.execution.dealt_by_page);
