@@ -5,9 +5,10 @@
 //! The row workloads share one shape: a `100000 x 64` f32 table in HBM and `1048576`
 //! uniform random row indices, staged into SBUF partition 0 4096 at a time (an index
 //! tensor must sit there, and 4096 is the per-instruction limit). Staging the indices is
-//! part of the timed work; making the data is not. The gathers and the scatter run as a
-//! program ([`Runtime::run_program`]): each chunk's staging and instruction are steps, so
-//! a chunk is staged and its descriptors made while the one before it replays.
+//! part of the timed work; making the data is not. The gathers, the scatter and the
+//! embedding update run as a program ([`Runtime::run_program`]): each chunk's staging and
+//! instruction are steps, so a chunk is staged and its descriptors made while the one
+//! before it replays.
 
 use dge::generate::{generate_into, Generated, Kind, Request};
 use dge::indirection::{Indirection, OobPolicy};
