@@ -432,9 +432,7 @@ impl Engine {
         let plan = self.plan(fabric, &mut Slices::new(&queues))?;
         // A run that will be claimed by the caller and the crew and dealt by page is dealt
         // now, so that the dealing too is done beside the replay before it.
-        let claimed = self.config.workers > 1
-            && plan.deals_by_page()
-            && exec::claimable(&queues, (plan.semaphores, true), &self.config);
+        let claimed = plan.deals_by_page() && self.claims(&queues, &plan, false);
         let dealt = claimed.then(|| exec::deal(&queues, &self.spare));
         Ok(Validated {
             queues,
@@ -494,6 +492,14 @@ impl Engine {
         validated.queues
     }
 
+    /// Whether in-memory `queues` validated into `plan` run by claiming: on the caller
+    /// alone if `inline`, else on the caller and the crew, which needs two workers.
+    fn claims(&self, queues: &[Vec<Descriptor>], plan: &Plan, inline: bool) -> bool {
+        let deal = plan.deals_by_page();
+        (inline || self.config.workers > 1)
+            && exec::claimable(queues, (plan.semaphores, deal), &self.config)
+    }
+
     /// Whether a validated replay is small enough to run on the caller alone
     /// ([`EngineConfig::inline`]).
     fn inline(&self, timeline: &TimelineReport) -> bool {
@@ -518,7 +524,7 @@ impl Engine {
     /// the last replay.
     fn plan<S: QueueSource>(&self, fabric: &Fabric, source: &mut S) -> Result<Plan, Error> {
         self.check_queue_count(source.queues())?;
-        let kept = self.kept_pages.lock().map(|mut k| k.take()).ok().flatten();
+        let kept = lock(&self.kept_pages).take();
         let on = (&self.config, &self.crew);
         validate::validate(fabric, source, on, kept.unwrap_or_default())
     }
@@ -554,10 +560,7 @@ impl Engine {
         let crew = (!inline).then_some(&self.crew);
         let reads = plan.footprint.read_pages();
         let (execution, other) = match source.in_memory() {
-            Some(queues)
-                if (inline || self.config.workers > 1)
-                    && exec::claimable(queues, (plan.semaphores, deal), &self.config) =>
-            {
+            Some(queues) if self.claims(queues, plan, inline) => {
                 let queues = (queues, deal, dealt);
                 let beside = |f: &Fabric| beside(&mut Beside::new(f, reads));
                 let (stats, other) = exec::execute_claimed(
