@@ -20,9 +20,9 @@
 
 use std::collections::VecDeque;
 
-use dma::{Beside, Engine, Fabric, FabricAddr};
+use dma::{Beside, Engine, Fabric, FabricAddr, Generation};
 
-use super::{expanded, no_engine, route, RouteTaken, Runtime};
+use super::{expanded, no_engine, route, Mechanism, RouteTaken, Runtime};
 use crate::core_state::CoreState;
 use crate::dge_route::{DgeRoute, Prepared};
 use crate::error::Error;
@@ -113,19 +113,20 @@ fn at_step(step: usize, e: Error) -> Error {
     }
 }
 
-/// What prepares instructions: the runtime's DGE route, core state and engine, and
-/// whether an opcode goes to the DGE.
+/// What prepares instructions: the runtime's DGE route, core state and engine, and the
+/// generation and mechanism that route each opcode.
 struct Preparer<'r> {
     dge: &'r mut DgeRoute,
     state: &'r mut CoreState,
     engine: &'r Engine,
-    to_dge: &'r dyn Fn(Opcode) -> bool,
+    routes: (Generation, Mechanism),
 }
 
 impl Preparer<'_> {
     /// [`DgeRoute::prepare`] for an instruction the runtime routes to the DGE.
     fn prepare(&mut self, fabric: &Fabric, inst: &Instruction) -> Result<Option<Prepared>, Error> {
-        match (self.to_dge)(inst.opcode()) {
+        let (generation, mechanism) = self.routes;
+        match route(generation, mechanism, raw(inst.opcode())).0 == RouteTaken::Dge {
             true => self.dge.prepare(fabric, self.state, inst, self.engine),
             false => Ok(None),
         }
@@ -244,9 +245,6 @@ impl Runtime {
 
     /// Calls `f` with a [`Preparer`] of this runtime (`None` without an engine).
     fn with_preparer<R>(&mut self, f: impl FnOnce(Option<&mut Preparer<'_>>) -> R) -> R {
-        let (generation, mechanism) = (self.generation, self.mechanism);
-        let to_dge =
-            move |opcode: Opcode| route(generation, mechanism, raw(opcode)).0 == RouteTaken::Dge;
         let Some(engine) = self.engine.as_ref() else {
             return f(None);
         };
@@ -254,7 +252,7 @@ impl Runtime {
             dge: &mut self.dge,
             state: &mut self.state,
             engine,
-            to_dge: &to_dge,
+            routes: (self.generation, self.mechanism),
         };
         f(Some(&mut p))
     }
