@@ -80,8 +80,9 @@ pub(crate) fn blocking<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 /// What the queue tasks share.
 pub(crate) struct Shared {
     fabric: Fabric,
-    /// Per semaphore, the signals so far.
-    semaphores: [watch::Sender<u64>; SEMAPHORES as usize],
+    /// Per semaphore, the signals so far; `None` in a run without semaphores (a claimed
+    /// run: sixteen channels made and dropped per replay cost microseconds for nothing).
+    semaphores: Option<[watch::Sender<u64>; SEMAPHORES as usize]>,
     aborted: AtomicBool,
     /// A permit whenever a task takes a batch (or the run aborts).
     space: Notify,
@@ -127,10 +128,12 @@ impl Liveness {
 }
 
 impl Shared {
-    fn new(fabric: Fabric, skip_invalid: bool, queues: usize) -> Shared {
+    /// The shared state of a run of `queues` queues; `semaphores` whether it has any.
+    fn new(fabric: Fabric, skip_invalid: bool, (queues, semaphores): (usize, bool)) -> Shared {
+        let channels = || std::array::from_fn(|_| watch::channel(0).0);
         Shared {
             fabric,
-            semaphores: std::array::from_fn(|_| watch::channel(0).0),
+            semaphores: semaphores.then(channels),
             aborted: AtomicBool::new(false),
             space: Notify::new(),
             in_flight: AtomicUsize::new(0),
@@ -145,7 +148,7 @@ impl Shared {
 
     /// Wakes every semaphore waiter so it re-checks its condition.
     fn nudge(&self) {
-        for s in &self.semaphores {
+        for s in self.semaphores.iter().flatten() {
             s.send_modify(|_| {});
         }
     }
@@ -197,15 +200,28 @@ impl Shared {
     fn signal(&self, sem: SemId) {
         // SemId guarantees index < SEMAPHORES.
         self.liveness().signalled[sem.index()] += 1;
-        self.semaphores[sem.index()].send_modify(|n| *n += 1);
+        if let Some(semaphores) = &self.semaphores {
+            semaphores[sem.index()].send_modify(|n| *n += 1);
+        }
     }
 
     /// Waits until `w` (of descriptor `index` of `queue`) is met; `Ok(false)` if the run
     /// aborted instead, [`Error::SemaphoreDeadlock`] if every live queue is blocked.
     async fn wait(&self, w: SemWait, queue: usize, index: u64) -> Result<bool, Error> {
         let need = u64::from(w.count.get());
+        let deadlock = |reached| Error::SemaphoreDeadlock {
+            queue,
+            index,
+            sem: w.sem.get(),
+            count: w.count.get(),
+            reached,
+        };
+        // A run without semaphores has no signal to wait for (validation keeps WAITs out).
+        let Some(semaphores) = &self.semaphores else {
+            return Err(deadlock(0));
+        };
         // SemId guarantees index < SEMAPHORES.
-        let sem = &self.semaphores[w.sem.index()];
+        let sem = &semaphores[w.sem.index()];
         if *sem.borrow() >= need {
             return Ok(true);
         }
@@ -221,13 +237,7 @@ impl Shared {
         match (reached >= need, self.is_aborted()) {
             (true, _) => Ok(true),
             (false, true) => Ok(false),
-            (false, false) => Err(Error::SemaphoreDeadlock {
-                queue,
-                index,
-                sem: w.sem.get(),
-                count: w.count.get(),
-                reached,
-            }),
+            (false, false) => Err(deadlock(reached)),
         }
     }
 
@@ -305,7 +315,7 @@ impl Drop for AbortOnDrop<'_> {
     fn drop(&mut self) {
         // One live task fewer: waiters re-check whether the rest are all blocked (waking
         // the 16 semaphores' waiters costs more than a small batch when nobody waits).
-        let someone_waits = self.shared.end(self.queue);
+        let someone_waits = self.shared.semaphores.is_some() && self.shared.end(self.queue);
         if self.armed {
             self.shared.abort();
         } else if someone_waits {
@@ -376,11 +386,8 @@ impl Running {
         queues: usize,
         config: &EngineConfig,
     ) -> Running {
-        let shared = Arc::new(Shared::new(
-            fabric,
-            config.invalid == InvalidPolicy::Skip,
-            queues,
-        ));
+        let skip = config.invalid == InvalidPolicy::Skip;
+        let shared = Arc::new(Shared::new(fabric, skip, (queues, true)));
         let (mut senders, mut tasks) = (Vec::new(), Vec::new());
         for queue in 0..queues {
             // EngineConfig::check proved channel_depth >= 1.
@@ -618,10 +625,11 @@ pub(crate) fn execute_claimed<R>(
     let skip = config.invalid == InvalidPolicy::Skip;
     let count = units.len();
     let claims = Claims {
-        shared: Shared::new(taken, skip, count),
+        shared: Shared::new(taken, skip, (count, false)),
         units,
         next: AtomicUsize::new(0),
-        results: Mutex::new(vec![Ok(()); count]),
+        // failed until run (a unit left unclaimed by an abort comes after every claimed one)
+        results: Mutex::new((0..count).map(|_| Err(Error::RunAborted)).collect()),
         batch: config.batch,
     };
     let started = Instant::now();
@@ -770,8 +778,7 @@ impl Claims<'_> {
             let Some(descs) = self.queue(queue) else {
                 return;
             };
-            // Failed until it ends: a queue that panics stays failed.
-            self.record(queue, Err(Error::RunAborted));
+            // Its slot says failed until it ends: a queue that panics stays failed.
             let mut guard = AbortOnDrop {
                 shared: &self.shared,
                 queue,
