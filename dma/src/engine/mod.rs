@@ -429,7 +429,8 @@ impl Engine {
         fabric: &Fabric,
         queues: Vec<Vec<Descriptor>>,
     ) -> Result<Validated, Error> {
-        let plan = self.plan(fabric, &mut Slices::new(&queues))?;
+        let mut plan = self.plan(fabric, &mut Slices::new(&queues))?;
+        plan.ahead = true;
         // A run that will be claimed by the caller and the crew and dealt by page is dealt
         // now, so that the dealing too is done beside the replay before it.
         let claimed = plan.deals_by_page() && self.claims(&queues, &plan, false);
@@ -1096,8 +1097,9 @@ mod tests {
 
         /// Row gathers and row adds from a table nothing writes into rows over four
         /// pages, every row's writers in one queue: a claimed run deals them by page
-        /// where the pages are dense (a quarter written on average) and some page has
-        /// two queues, and equals the queues run in order either way.
+        /// where some page has two queues and the pages are dense (a quarter written on
+        /// average) or the queues were validated ahead, and equals the queues run in
+        /// order either way.
         #[test]
         fn runs_dealt_by_page_equal_the_sequential_reference(
             moves in proptest::collection::vec((0..64u64, 0..256u64, any::<bool>()), 1..300),
@@ -1122,10 +1124,16 @@ mod tests {
             f.write(FabricAddr(0), &image()[..64 * ROW as usize]).unwrap();
             let mut want = f.clone();
             execute_sequential(&mut want, &lists).unwrap();
+            let mut ahead = f.clone();
             let report = engine(3).run(&mut f, &lists).unwrap();
             prop_assert!(report.execution.claimed);
             prop_assert_eq!(report.execution.dealt_by_page, dense && shared);
             prop_assert_eq!(f.first_difference(&want), None);
+            let validated = engine(3).validate(&ahead, lists).unwrap();
+            let (report, ()) = engine(3).run_beside(&mut ahead, &validated, |_| ()).unwrap();
+            prop_assert!(report.execution.claimed);
+            prop_assert_eq!(report.execution.dealt_by_page, shared);
+            prop_assert_eq!(ahead.first_difference(&want), None);
         }
     }
 
