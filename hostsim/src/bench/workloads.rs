@@ -386,8 +386,9 @@ fn row_scatter_add(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
 }
 
 fn embedding_update(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
-    /// Data rows staged per instruction: 512 x 256 B = 128 KiB fits one SBUF partition.
-    const EMB_STAGE: usize = 512;
+    /// Data rows staged per instruction: 896 x 256 B = 224 KiB fills one cayman SBUF
+    /// partition (fewer, larger instructions: each replay has its fixed costs).
+    const EMB_STAGE: usize = 896;
     let bytes = INDICES as u64 * ROW_BYTES;
     measure(w, repeat, (bytes, row_tensor_bytes()), || {
         let generation = Generation::Cayman;
