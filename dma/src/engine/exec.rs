@@ -9,8 +9,9 @@
 //! An in-memory replay without semaphores whose queues fit their channels whole skips the
 //! feeder: [`execute_claimed`] lets the calling thread and the engine's crew
 //! ([`super::crew`]), or the calling thread alone for a small replay, claim whole queues,
-//! or, for a replay whose pages are independent, dense and shared by queues, buckets of
-//! destination pages ([`deal_by_page`]).
+//! or, for a replay whose pages are independent and shared by queues (and dense, unless
+//! it was validated ahead), buckets of destination pages, each page's descriptors
+//! together ([`deal_by_page`]).
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -682,9 +683,16 @@ pub(crate) fn deal(queues: &[Vec<Descriptor>], spare: &Spare) -> Buckets {
 /// ([`deal_by_page`]): page `k` goes to bucket `k % PAGE_BUCKETS`.
 const PAGE_BUCKETS: usize = 16;
 
-/// The bucket of the page holding `dst`.
-fn page_bucket(dst: FabricAddr) -> usize {
-    ((dst.0 / PAGE_BYTES) % PAGE_BUCKETS as u64) as usize
+/// Groups of pages inside a bucket ([`deal_by_page`]): page `k` is in group
+/// `(k / PAGE_BUCKETS) % PAGE_GROUPS`, so a bucket's pages of a table of up to
+/// `PAGE_BUCKETS * PAGE_GROUPS` pages (64 MiB) are one group each.
+const PAGE_GROUPS: usize = 64;
+
+/// The bucket of the page holding `dst`, and its group in the bucket.
+fn page_slot(dst: FabricAddr) -> (usize, usize) {
+    let page = dst.0 / PAGE_BYTES;
+    let group = (page / PAGE_BUCKETS as u64) % PAGE_GROUPS as u64;
+    ((page % PAGE_BUCKETS as u64) as usize, group as usize)
 }
 
 /// The descriptors of `queues` round by round, each with its queue and index: round `r`
@@ -700,27 +708,50 @@ fn rounds(queues: &[Vec<Descriptor>]) -> impl Iterator<Item = (usize, usize, &De
     })
 }
 
-/// Deals the descriptors of `queues` into `buckets` (empty) by destination page, each
-/// bucket in round order ([`rounds`]).
+/// Deals the descriptors of `queues` into `buckets` (empty) by destination page
+/// ([`page_slot`]): each bucket group by group, each group in round order ([`rounds`]).
 ///
 /// For a replay whose pages are independent (`Footprint::pages_independent`): then two
 /// descriptors on different pages touch no common byte, and descriptors that share a
-/// destination page stay in one bucket in their queues' order, so any schedule of the
-/// buckets gives the memory the queues give. A claimer that takes a bucket writes pages no other claimer writes, and
-/// round order keeps a round-robin spray's writes sequential inside a page.
+/// destination page stay in one group in their queues' order, so any schedule of the
+/// buckets gives the memory the queues give. A claimer that takes a bucket writes pages
+/// no other claimer writes; round order keeps a round-robin spray's writes sequential
+/// inside a page; and the groups put a scatter's writes to one page together, so that a
+/// claimer locks each page once, not once per descriptor (`hostsim bench`'s
+/// row_scatter_add, random 4096-row scatter-adds over 390 pages, ran 0.089 -> 0.070 s).
 fn deal_by_page(
     queues: &[Vec<Descriptor>],
     mut buckets: Vec<Vec<Descriptor>>,
 ) -> Vec<Vec<Descriptor>> {
     buckets.resize_with(PAGE_BUCKETS, Vec::new);
+    // A counting sort: each group's size, then where each group starts in its bucket.
+    let mut next = [[0u32; PAGE_GROUPS]; PAGE_BUCKETS];
+    for d in queues.iter().flatten() {
+        let (b, g) = page_slot(d.dest_range().0);
+        next[b][g] += 1;
+    }
+    let first = queues.iter().flatten().next().copied();
+    for (bucket, starts) in buckets.iter_mut().zip(&mut next) {
+        let mut len = 0;
+        for start in starts.iter_mut() {
+            (*start, len) = (len, len + *start);
+        }
+        bucket.clear();
+        if let Some(fill) = first {
+            bucket.resize(len as usize, fill);
+        }
+    }
     // `rounds` written out: this loop runs for every descriptor of the replay before any
     // executes, and the nested iterator cost it twice the time.
     let longest = queues.iter().map(Vec::len).max().unwrap_or(0);
     for r in 0..longest {
         for d in queues.iter().filter_map(|list| list.get(r)) {
-            if let Some(bucket) = buckets.get_mut(page_bucket(d.dest_range().0)) {
-                bucket.push(*d);
+            let (b, g) = page_slot(d.dest_range().0);
+            let at = &mut next[b][g];
+            if let Some(place) = buckets.get_mut(b).and_then(|k| k.get_mut(*at as usize)) {
+                *place = *d;
             }
+            *at += 1;
         }
     }
     buckets
@@ -729,10 +760,17 @@ fn deal_by_page(
 /// The queue and index in `queues` of the descriptor at `index` of bucket `bucket` of
 /// [`deal_by_page`].
 fn locate(queues: &[Vec<Descriptor>], bucket: usize, index: u64) -> Option<(usize, u64)> {
-    rounds(queues)
-        .filter(|(_, _, d)| page_bucket(d.dest_range().0) == bucket)
-        .nth(usize::try_from(index).ok()?)
-        .map(|(q, r, _)| (q, r as u64))
+    let mut dealt: Vec<(usize, usize, u64)> = rounds(queues)
+        .filter_map(|(q, r, d)| {
+            let (b, g) = page_slot(d.dest_range().0);
+            (b == bucket).then_some((g, q, r as u64))
+        })
+        .collect();
+    // stable: round order inside a group
+    dealt.sort_by_key(|&(g, ..)| g);
+    dealt
+        .get(usize::try_from(index).ok()?)
+        .map(|&(_, q, r)| (q, r))
 }
 
 /// A dealt run's error with its bucket position put back as the descriptor's queue and
@@ -1223,13 +1261,55 @@ mod tests {
         let total: usize = buckets.iter().map(Vec::len).sum();
         assert_eq!(total, queues.iter().map(Vec::len).sum::<usize>());
         for (b, bucket) in buckets.iter().enumerate() {
+            let groups: Vec<usize> = bucket
+                .iter()
+                .map(|d| page_slot(d.dest_range().0).1)
+                .collect();
+            assert!(groups.is_sorted(), "bucket {b} group by group");
             for (i, d) in bucket.iter().enumerate() {
-                assert_eq!(page_bucket(d.dest_range().0), b);
+                assert_eq!(page_slot(d.dest_range().0).0, b);
                 let (q, r) = locate(&queues, b, i as u64).unwrap();
                 assert_eq!(queues[q][r as usize], *d);
             }
         }
         assert!(deal_by_page(&[], Vec::new()).iter().all(Vec::is_empty));
+    }
+
+    proptest::proptest! {
+        /// A scatter of 256-byte rows over a table of up to 1024 pages: every page's
+        /// descriptors are one run of its bucket (locked once), in round order, and each
+        /// is located back at its queue and index.
+        #[test]
+        fn dealing_a_scatter_puts_each_page_together_in_round_order(
+            rows in proptest::collection::vec(0..1024 * 256u64, 1..600),
+            queues in 1..=16usize,
+        ) {
+            let mut lists = vec![Vec::new(); queues];
+            for (i, &row) in rows.iter().enumerate() {
+                let d = Descriptor::new(DescOp::Add, FabricAddr(i as u64 * 256), FabricAddr((64 << 20) + row * 256), 256, Dtype::F32);
+                lists[i % queues].push(d.unwrap());
+            }
+            let buckets = deal_by_page(&lists, Vec::new());
+            let page = |d: &Descriptor| d.dest_range().0 .0 / PAGE_BYTES;
+            for (b, bucket) in buckets.iter().enumerate() {
+                let runs: Vec<u64> = bucket.chunk_by(|x, y| page(x) == page(y)).map(|run| page(&run[0])).collect();
+                let distinct: std::collections::BTreeSet<u64> = runs.iter().copied().collect();
+                proptest::prop_assert_eq!(runs.len(), distinct.len(), "bucket {} pages {:?}", b, runs);
+                let mut last = None;
+                for (i, d) in bucket.iter().enumerate() {
+                    let (q, r) = locate(&lists, b, i as u64).unwrap();
+                    proptest::prop_assert_eq!(lists[q][r as usize], *d);
+                    // a page's descriptors in round order (the same page is one run)
+                    let at = (page(d), r, q);
+                    if let Some(before) = last.filter(|l: &(u64, u64, usize)| l.0 == at.0) {
+                        proptest::prop_assert!(before < at);
+                    }
+                    last = Some(at);
+                }
+            }
+            let total: usize = buckets.iter().map(Vec::len).sum();
+            proptest::prop_assert_eq!(total, rows.len());
+        }
     }
 
     #[test]
