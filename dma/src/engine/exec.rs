@@ -724,37 +724,47 @@ fn deal_by_page(
     mut buckets: Vec<Vec<Descriptor>>,
 ) -> Vec<Vec<Descriptor>> {
     buckets.resize_with(PAGE_BUCKETS, Vec::new);
-    // A counting sort: each group's size, then where each group starts in its bucket.
-    let mut next = [[0u32; PAGE_GROUPS]; PAGE_BUCKETS];
-    for d in queues.iter().flatten() {
-        let (b, g) = page_slot(d.dest_range().0);
-        next[b][g] += 1;
-    }
-    let first = queues.iter().flatten().next().copied();
-    for (bucket, starts) in buckets.iter_mut().zip(&mut next) {
-        let mut len = 0;
-        for start in starts.iter_mut() {
-            (*start, len) = (len, len + *start);
-        }
-        bucket.clear();
-        if let Some(fill) = first {
-            bucket.resize(len as usize, fill);
-        }
-    }
     // `rounds` written out: this loop runs for every descriptor of the replay before any
     // executes, and the nested iterator cost it twice the time.
     let longest = queues.iter().map(Vec::len).max().unwrap_or(0);
     for r in 0..longest {
         for d in queues.iter().filter_map(|list| list.get(r)) {
-            let (b, g) = page_slot(d.dest_range().0);
-            let at = &mut next[b][g];
-            if let Some(place) = buckets.get_mut(b).and_then(|k| k.get_mut(*at as usize)) {
-                *place = *d;
+            if let Some(bucket) = buckets.get_mut(page_slot(d.dest_range().0).0) {
+                bucket.push(*d);
             }
-            *at += 1;
         }
     }
+    let mut scratch = Vec::new();
+    for bucket in &mut buckets {
+        group_by_page(bucket, &mut scratch);
+    }
     buckets
+}
+
+/// Orders `bucket` group by group ([`page_slot`]), keeping the order inside each group
+/// (a stable counting sort through `scratch`); a bucket of one group stays as it is.
+fn group_by_page(bucket: &mut [Descriptor], scratch: &mut Vec<Descriptor>) {
+    let group = |d: &Descriptor| page_slot(d.dest_range().0).1;
+    let mut next = [0u32; PAGE_GROUPS];
+    for d in bucket.iter() {
+        next[group(d)] += 1;
+    }
+    if next.iter().filter(|&&n| n > 0).count() < 2 {
+        return;
+    }
+    let mut len = 0;
+    for start in next.iter_mut() {
+        (*start, len) = (len, len + *start);
+    }
+    scratch.clear();
+    scratch.extend_from_slice(bucket);
+    for d in scratch.iter() {
+        let at = &mut next[group(d)];
+        if let Some(place) = bucket.get_mut(*at as usize) {
+            *place = *d;
+        }
+        *at += 1;
+    }
 }
 
 /// The queue and index in `queues` of the descriptor at `index` of bucket `bucket` of
