@@ -1097,9 +1097,9 @@ mod tests {
 
         /// Row gathers and row adds from a table nothing writes into rows over four
         /// pages, every row's writers in one queue: a claimed run deals them by page
-        /// where some page has two queues and the pages are dense (a quarter written on
-        /// average) or the queues were validated ahead, and equals the queues run in
-        /// order either way.
+        /// where they write two pages or more, some page has two queues, and the pages
+        /// are dense (a quarter written on average) or the queues were validated ahead;
+        /// and equals the queues run in order either way.
         #[test]
         fn runs_dealt_by_page_equal_the_sequential_reference(
             moves in proptest::collection::vec((0..64u64, 0..256u64, any::<bool>()), 1..300),
@@ -1118,7 +1118,7 @@ mod tests {
                 moves.iter().map(|m| m.1 * ROW / PAGE).collect();
             let queue_pages: std::collections::BTreeSet<(u64, u64)> =
                 moves.iter().map(|m| (m.1 * ROW / PAGE, m.1 % queues as u64)).collect();
-            let shared = queue_pages.len() > pages.len();
+            let shared = queue_pages.len() > pages.len() && pages.len() > 1;
             let dense = moves.len() as u64 * ROW >= pages.len() as u64 * PAGE / 4;
             let mut f = Fabric::new(GEN);
             f.write(FabricAddr(0), &image()[..64 * ROW as usize]).unwrap();
@@ -1135,6 +1135,26 @@ mod tests {
             prop_assert_eq!(report.execution.dealt_by_page, shared);
             prop_assert_eq!(ahead.first_difference(&want), None);
         }
+    }
+
+    /// A gather of 4096 four-byte elements into one page, sprayed round-robin over 16
+    /// queues (a chunk of `hostsim bench`'s elem_gather): dealt, it would be one bucket
+    /// that one thread runs, after a pass over every descriptor; validated ahead, it runs
+    /// by queues instead, with the memory of the queues in order.
+    #[test]
+    fn a_replay_into_one_page_is_not_dealt_even_ahead() {
+        let mut queues = vec![Vec::new(); 16];
+        for i in 0..4096u64 {
+            let src = (i * 7919) % 16384 * 4;
+            queues[(i % 16) as usize].push(copy(src, (1 << 20) + i * 4, 4));
+        }
+        let (mut f, mut want) = (fabric(), fabric());
+        execute_sequential(&mut want, &queues).unwrap();
+        let e = engine(3);
+        let validated = e.validate(&f, queues).unwrap();
+        let (report, ()) = e.run_beside(&mut f, &validated, |_| ()).unwrap();
+        assert!(report.execution.claimed && !report.execution.dealt_by_page);
+        assert_eq!(f.first_difference(&want), None);
     }
 
     /// 16 queues of 600 rows each, dealt round-robin over 16 pages of 64-byte rows: far
