@@ -545,9 +545,9 @@ fn first_error(
 
 /// Whether a validated in-memory replay may run by claiming ([`execute_claimed`]): it has
 /// no semaphore, and every queue fits the batches its channel would hold at once (a longer
-/// queue is fed, so that its batches spread over the workers), or, for a run `dealt` by
-/// page, it has at most [`DEALT_MAX`] descriptors (copied into the buckets; fed queue by
-/// queue, its threads would meet on every page).
+/// queue is fed, so that its batches spread over the workers), or it is `dealt` by page
+/// (which copies it into the buckets, so at most [`DEALT_MAX`] descriptors are; fed queue
+/// by queue, its threads would meet on every page).
 pub(crate) fn claimable(
     queues: &[Vec<Descriptor>],
     (semaphores, dealt): (bool, bool),
@@ -555,8 +555,7 @@ pub(crate) fn claimable(
 ) -> bool {
     let at_once = config.batch.saturating_mul(config.channel_depth);
     let fits = || queues.iter().all(|q| q.len() <= at_once);
-    let total = || queues.iter().map(Vec::len).sum::<usize>();
-    !semaphores && (fits() || dealt && total() <= DEALT_MAX)
+    !semaphores && (fits() || dealt)
 }
 
 /// The most descriptors a run dealt by page copies (40 MiB of them at most in the

@@ -69,13 +69,15 @@
 //! current-thread runtime (the same tasks and channels), so it pays no worker wake-up.
 //! Either way each queue runs in order on one thread at a time.
 //!
-//! An in-memory replay whose every destination lies inside one page, whose bytes read
-//! are no bytes written and whose destination pages are dense and shared by queues (the
-//! validation's footprint and page set) is claimed even when its queues do not fit their
-//! channels (up to a million descriptors copied), and is dealt by destination page
-//! ([`ExecutionStats::dealt_by_page`]): the units claimed are buckets of pages, each in the
-//! queues' round order, so no two threads write one page (a round-robin spray puts every
-//! queue on every page) and a queue's descriptors on one page still run in its order,
+//! An in-memory replay of at most a million descriptors that writes two pages or more,
+//! each destination inside one page, whose bytes read are no bytes written and whose
+//! destination pages are shared by queues and either dense or validated ahead
+//! ([`Engine::validate`]; the validation's footprint and page set) is claimed even when
+//! its queues do not fit their channels, and is dealt by destination page
+//! ([`ExecutionStats::dealt_by_page`]): the units claimed are buckets of pages, each page's
+//! descriptors together in the queues' round order, so no two threads write one page (a
+//! round-robin spray puts every queue on every page), a claimer locks a page once for all
+//! its descriptors there, and a queue's descriptors on one page still run in its order,
 //! which is all the order such a replay has.
 //!
 //! # Determinism
@@ -433,7 +435,7 @@ impl Engine {
         plan.ahead = true;
         // A run that will be claimed by the caller and the crew and dealt by page is dealt
         // now, so that the dealing too is done beside the replay before it.
-        let claimed = plan.deals_by_page() && self.claims(&queues, &plan, false);
+        let claimed = self.deals(&queues, &plan) && self.claims(&queues, &plan, false);
         let dealt = claimed.then(|| exec::deal(&queues, &self.spare));
         Ok(Validated {
             queues,
@@ -496,9 +498,15 @@ impl Engine {
     /// Whether in-memory `queues` validated into `plan` run by claiming: on the caller
     /// alone if `inline`, else on the caller and the crew, which needs two workers.
     fn claims(&self, queues: &[Vec<Descriptor>], plan: &Plan, inline: bool) -> bool {
-        let deal = plan.deals_by_page();
+        let deal = self.deals(queues, plan);
         (inline || self.config.workers > 1)
             && exec::claimable(queues, (plan.semaphores, deal), &self.config)
+    }
+
+    /// Whether a claimed run of in-memory `queues` validated into `plan` is dealt by
+    /// page: [`Plan::deals_by_page`], and at most [`exec::DEALT_MAX`] descriptors.
+    fn deals(&self, queues: &[Vec<Descriptor>], plan: &Plan) -> bool {
+        plan.deals_by_page() && queues.iter().map(Vec::len).sum::<usize>() <= exec::DEALT_MAX
     }
 
     /// Whether a validated replay is small enough to run on the caller alone
@@ -551,7 +559,6 @@ impl Engine {
         // without a lock while the queues run.
         fabric.close_pages();
         plan.pages.reserve(fabric)?;
-        let deal = plan.deals_by_page();
         source.rewind();
         // A replay small enough for the caller alone runs there, claimed if it can be
         // (no channels, no tasks), else on the current-thread runtime; a larger one is
@@ -562,7 +569,7 @@ impl Engine {
         let reads = plan.footprint.read_pages();
         let (execution, other) = match source.in_memory() {
             Some(queues) if self.claims(queues, plan, inline) => {
-                let queues = (queues, deal, dealt);
+                let queues = (queues, self.deals(queues, plan), dealt);
                 let beside = |f: &Fabric| beside(&mut Beside::new(f, reads));
                 let (stats, other) = exec::execute_claimed(
                     crew,
@@ -1177,10 +1184,13 @@ mod tests {
         let report = engine(2).run(&mut f, &queues).unwrap();
         assert!(report.execution.claimed && report.execution.dealt_by_page);
         assert_eq!(f.first_difference(&want), None);
-        // past the most a dealt run copies, the queues are fed instead
-        let d = copy(0, 1 << 20, 64);
-        let huge = vec![vec![d; exec::DEALT_MAX / 2 + 1]; 2];
-        assert!(!exec::claimable(&huge, (false, true), engine(2).config()));
+        // past the most a dealt run copies, the queues are not dealt, hence fed
+        let e = engine(2);
+        let plan = e.plan(&f, &mut Slices::new(&queues)).unwrap();
+        assert!(e.deals(&queues, &plan));
+        let huge = vec![vec![queues[0][0]; exec::DEALT_MAX / 2 + 1]; 2];
+        assert!(!e.deals(&huge, &plan));
+        assert!(!exec::claimable(&huge, (false, false), e.config()));
     }
 
     /// Mailbox `k` is `[k * MAILBOX, +MAILBOX)`, below the groups. Every write to a mailbox

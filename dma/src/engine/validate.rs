@@ -54,7 +54,8 @@ pub(crate) struct Plan {
     /// Where the descriptors that will execute read and write.
     pub footprint: Footprint,
     /// Whether the replay was validated ahead of its run ([`super::Engine::validate`]),
-    /// so that dealing it costs the run nothing ([`Plan::deals_by_page`]).
+    /// which deals it too, so that its first run does not ([`Plan::deals_by_page`]; a
+    /// second run of the same queues deals them again on its own path).
     pub ahead: bool,
 }
 
@@ -139,8 +140,10 @@ impl Plan {
     /// dealing costs a pass over the descriptors, which pages of one queue each do not
     /// win back. Sparse writes (a scatter over a large table) win less: threads meet on a
     /// page less often, but still take turns on its lock. Dealt ahead, beside the replay
-    /// before, the pass is off the run's path, and the scatter-adds of `hostsim bench`
-    /// ran 4-9% faster dealt (measured, BENCHMARKS.md).
+    /// before, the pass is off the run's path, and the scatter-adds of `hostsim bench` ran
+    /// faster dealt (row_scatter_add 0.086 -> 0.082 s, embedding_update 0.0995 -> 0.0905
+    /// s, commit d213478; grouping each page's descriptors then took row_scatter_add to
+    /// 0.070 s, see `deal_by_page` and BENCHMARKS.md).
     pub(crate) fn deals_by_page(&self) -> bool {
         let pages = self.pages.len() as u64;
         let dense = || self.footprint.bytes_written >= pages.saturating_mul(PAGE_BYTES / 4);
