@@ -119,6 +119,7 @@ pub use report::{ExecutionStats, QueueReport, ReplayReport, ReplaySummary};
 pub use sequential::execute_sequential;
 pub use session::Session;
 
+use exec::Dealing;
 use source::{FileSource, QueueSource, Slices};
 use validate::Plan;
 
@@ -435,8 +436,12 @@ impl Engine {
         plan.ahead = true;
         // A run that will be claimed by the caller and the crew and dealt by page is dealt
         // now, so that the dealing too is done beside the replay before it.
-        let claimed = self.deals(&queues, &plan) && self.claims(&queues, &plan, false);
-        let dealt = claimed.then(|| exec::deal(&queues, &self.spare));
+        let dealt = match self.deals(&queues, &plan) {
+            Dealing::Pages { grouped } if self.claims(&queues, &plan, false) => {
+                Some(exec::deal(&queues, &self.spare, grouped))
+            }
+            _ => None,
+        };
         Ok(Validated {
             queues,
             plan,
@@ -498,15 +503,20 @@ impl Engine {
     /// Whether in-memory `queues` validated into `plan` run by claiming: on the caller
     /// alone if `inline`, else on the caller and the crew, which needs two workers.
     fn claims(&self, queues: &[Vec<Descriptor>], plan: &Plan, inline: bool) -> bool {
-        let deal = self.deals(queues, plan);
+        let deal = self.deals(queues, plan) != Dealing::Queues;
         (inline || self.config.workers > 1)
             && exec::claimable(queues, (plan.semaphores, deal), &self.config)
     }
 
-    /// Whether a claimed run of in-memory `queues` validated into `plan` is dealt by
-    /// page: [`Plan::deals_by_page`], and at most [`exec::DEALT_MAX`] descriptors.
-    fn deals(&self, queues: &[Vec<Descriptor>], plan: &Plan) -> bool {
-        plan.deals_by_page() && queues.iter().map(Vec::len).sum::<usize>() <= exec::DEALT_MAX
+    /// How a claimed run of in-memory `queues` validated into `plan` is dealt: by page
+    /// where [`Plan::deals_by_page`] and it has at most [`exec::DEALT_MAX`] descriptors
+    /// ([`Dealing::by_page`]).
+    fn deals(&self, queues: &[Vec<Descriptor>], plan: &Plan) -> Dealing {
+        let descriptors = queues.iter().map(Vec::len).sum::<usize>();
+        match plan.deals_by_page() && descriptors <= exec::DEALT_MAX {
+            true => Dealing::by_page(descriptors, plan.pages.len()),
+            false => Dealing::Queues,
+        }
     }
 
     /// Whether a validated replay is small enough to run on the caller alone
@@ -1187,9 +1197,9 @@ mod tests {
         // past the most a dealt run copies, the queues are not dealt, hence fed
         let e = engine(2);
         let plan = e.plan(&f, &mut Slices::new(&queues)).unwrap();
-        assert!(e.deals(&queues, &plan));
+        assert_ne!(e.deals(&queues, &plan), Dealing::Queues);
         let huge = vec![vec![queues[0][0]; exec::DEALT_MAX / 2 + 1]; 2];
-        assert!(!e.deals(&huge, &plan));
+        assert_eq!(e.deals(&huge, &plan), Dealing::Queues);
         assert!(!exec::claimable(&huge, (false, false), e.config()));
     }
 
