@@ -706,7 +706,7 @@ pub(crate) fn deal(queues: &[Vec<Descriptor>], spare: &Spare, grouped: bool) -> 
 
 /// Buckets of destination pages a claimed run deals its descriptors into
 /// ([`deal_by_page`]): page `k` goes to bucket `k % PAGE_BUCKETS`.
-const PAGE_BUCKETS: usize = 16;
+pub(crate) const PAGE_BUCKETS: usize = 16;
 
 /// Groups of pages inside a bucket ([`deal_by_page`]): page `k` is in group
 /// `(k / PAGE_BUCKETS) % PAGE_GROUPS`, so a bucket's pages of a table of up to

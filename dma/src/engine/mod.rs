@@ -69,13 +69,14 @@
 //! current-thread runtime (the same tasks and channels), so it pays no worker wake-up.
 //! Either way each queue runs in order on one thread at a time.
 //!
-//! An in-memory replay of at most a million descriptors that writes two pages or more,
-//! each destination inside one page, whose bytes read are no bytes written and whose
-//! destination pages are shared by queues and either dense or validated ahead
+//! An in-memory replay of at most a million descriptors, each destination inside one page,
+//! whose bytes read are no bytes written and whose destination pages fall in two buckets
+//! (of the 16 below) or more, are shared by queues, and are dense or validated ahead
 //! ([`Engine::validate`]; the validation's footprint and page set) is claimed even when
 //! its queues do not fit their channels, and is dealt by destination page
-//! ([`ExecutionStats::dealt_by_page`]): the units claimed are buckets of pages, each page's
-//! descriptors together in the queues' round order, so no two threads write one page (a
+//! ([`ExecutionStats::dealt_by_page`]): the units claimed are buckets of pages (page `k`
+//! in bucket `k % 16`), each page's descriptors together in the queues' round order where
+//! pages hold several each, so no two threads write one page (a
 //! round-robin spray puts every queue on every page), a claimer locks a page once for all
 //! its descriptors there, and a queue's descriptors on one page still run in its order,
 //! which is all the order such a replay has.
@@ -1114,9 +1115,9 @@ mod tests {
 
         /// Row gathers and row adds from a table nothing writes into rows over four
         /// pages, every row's writers in one queue: a claimed run deals them by page
-        /// where they write two pages or more, some page has two queues, and the pages
-        /// are dense (a quarter written on average) or the queues were validated ahead;
-        /// and equals the queues run in order either way.
+        /// where they write two pages or more (here, two buckets), some page has two
+        /// queues, and the pages are dense (a quarter written on average) or the queues
+        /// were validated ahead; and equals the queues run in order either way.
         #[test]
         fn runs_dealt_by_page_equal_the_sequential_reference(
             moves in proptest::collection::vec((0..64u64, 0..256u64, any::<bool>()), 1..300),
@@ -1157,21 +1158,26 @@ mod tests {
     /// A gather of 4096 four-byte elements into one page, sprayed round-robin over 16
     /// queues (a chunk of `hostsim bench`'s elem_gather): dealt, it would be one bucket
     /// that one thread runs, after a pass over every descriptor; validated ahead, it runs
-    /// by queues instead, with the memory of the queues in order.
+    /// by queues instead, with the memory of the queues in order. So does its second half
+    /// moved 16 pages on (the same bucket); moved one page on, it is dealt.
     #[test]
-    fn a_replay_into_one_page_is_not_dealt_even_ahead() {
-        let mut queues = vec![Vec::new(); 16];
-        for i in 0..4096u64 {
-            let src = (i * 7919) % 16384 * 4;
-            queues[(i % 16) as usize].push(copy(src, (1 << 20) + i * 4, 4));
+    fn a_replay_into_one_bucket_is_not_dealt_even_ahead() {
+        for (second_half, dealt) in [(0, false), (16, false), (1, true)] {
+            let mut queues = vec![Vec::new(); 16];
+            for i in 0..4096u64 {
+                let src = (i * 7919) % 16384 * 4;
+                let dst = (1 << 20) + i * 4 + (i / 2048) * second_half * PAGE_BYTES;
+                queues[(i % 16) as usize].push(copy(src, dst, 4));
+            }
+            let (mut f, mut want) = (fabric(), fabric());
+            execute_sequential(&mut want, &queues).unwrap();
+            let e = engine(3);
+            let validated = e.validate(&f, queues).unwrap();
+            let (report, ()) = e.run_beside(&mut f, &validated, |_| ()).unwrap();
+            assert!(report.execution.claimed, "{second_half}");
+            assert_eq!(report.execution.dealt_by_page, dealt, "{second_half}");
+            assert_eq!(f.first_difference(&want), None);
         }
-        let (mut f, mut want) = (fabric(), fabric());
-        execute_sequential(&mut want, &queues).unwrap();
-        let e = engine(3);
-        let validated = e.validate(&f, queues).unwrap();
-        let (report, ()) = e.run_beside(&mut f, &validated, |_| ()).unwrap();
-        assert!(report.execution.claimed && !report.execution.dealt_by_page);
-        assert_eq!(f.first_difference(&want), None);
     }
 
     /// 16 queues of 600 rows each, dealt round-robin over 16 pages of 64-byte rows: far

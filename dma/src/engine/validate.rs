@@ -127,10 +127,10 @@ impl Footprint {
 }
 
 impl Plan {
-    /// Whether a claimed run of this replay is best dealt by destination page: it writes
-    /// two pages or more (the pages of one would be one bucket, run by one thread after a
-    /// pass over every descriptor: `hostsim bench`'s elem_gather, 4096-element gathers
-    /// into one page each, ran 0.115 -> 0.092 s by queues), its pages are independent
+    /// Whether a claimed run of this replay is best dealt by destination page: its pages
+    /// fall in two buckets or more (pages in one would be one bucket, run by one thread
+    /// after a pass over every descriptor: `hostsim bench`'s elem_gather, 4096-element
+    /// gathers into one page each, ran 0.115 -> 0.092 s by queues), its pages are independent
     /// ([`Footprint::pages_independent`]), some page is written by two queues, and either
     /// the pages are dense, at least a quarter of each written on average, or the replay
     /// was validated [`Plan::ahead`].
@@ -147,7 +147,7 @@ impl Plan {
     pub(crate) fn deals_by_page(&self) -> bool {
         let pages = self.pages.len() as u64;
         let dense = || self.footprint.bytes_written >= pages.saturating_mul(PAGE_BYTES / 4);
-        pages > 1
+        self.pages.spans_buckets(super::exec::PAGE_BUCKETS as u64)
             && self.footprint.pages_independent()
             && self.pages.shared()
             && (self.ahead || dense())
@@ -540,6 +540,14 @@ impl PageSet {
             self.shared |= first.1 != queue;
         }
         self.last = None;
+    }
+
+    /// Whether two of the pages differ modulo `buckets` (fall in two buckets of a run dealt
+    /// by page).
+    pub(crate) fn spans_buckets(&self, buckets: u64) -> bool {
+        let mut pages = self.pages.keys().map(|page| page % buckets.max(1));
+        let first = pages.next();
+        pages.any(|bucket| Some(bucket) != first)
     }
 
     /// Reserves every page (contents unchanged).
