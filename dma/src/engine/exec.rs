@@ -9,9 +9,9 @@
 //! An in-memory replay without semaphores whose queues fit their channels whole skips the
 //! feeder: [`execute_claimed`] lets the calling thread and the engine's crew
 //! ([`super::crew`]), or the calling thread alone for a small replay, claim whole queues,
-//! or, for a replay whose pages are independent and shared by queues (and dense, unless
-//! it was validated ahead), buckets of destination pages, each page's descriptors
-//! together ([`deal_by_page`]).
+//! or, for a replay whose pages are independent, shared by queues, in two buckets or more,
+//! and dense unless it was validated ahead, buckets of destination pages, each page's
+//! descriptors together where pages hold several ([`deal_by_page`]).
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -628,7 +628,7 @@ pub(crate) fn execute_claimed<R>(
         shared: Shared::new(taken, skip, (count, false)),
         units,
         next: AtomicUsize::new(0),
-        // failed until run (a unit left unclaimed by an abort comes after every claimed one)
+        // failed until run (a unit left unclaimed after a panic comes after every one claimed)
         results: Mutex::new((0..count).map(|_| Err(Error::RunAborted)).collect()),
         batch: config.batch,
     };

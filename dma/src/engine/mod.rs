@@ -75,11 +75,11 @@
 //! ([`Engine::validate`]; the validation's footprint and page set) is claimed even when
 //! its queues do not fit their channels, and is dealt by destination page
 //! ([`ExecutionStats::dealt_by_page`]): the units claimed are buckets of pages (page `k`
-//! in bucket `k % 16`), each page's descriptors together in the queues' round order where
-//! pages hold several each, so no two threads write one page (a
-//! round-robin spray puts every queue on every page), a claimer locks a page once for all
-//! its descriptors there, and a queue's descriptors on one page still run in its order,
-//! which is all the order such a replay has.
+//! in bucket `k % 16`), in the queues' round order, each page's descriptors together where
+//! pages hold several each. So no two threads write one page (a round-robin spray puts
+//! every queue on every page), a claimer locks such a page once for all its descriptors
+//! there, and a queue's descriptors on one page still run in its order, which is all the
+//! order such a replay has.
 //!
 //! # Determinism
 //!
@@ -437,10 +437,8 @@ impl Engine {
         plan.ahead = true;
         // A run that will be claimed by the caller and the crew and dealt by page is dealt
         // now, so that the dealing too is done beside the replay before it.
-        let dealt = match self.deals(&queues, &plan) {
-            Dealing::Pages { grouped } if self.claims(&queues, &plan, false) => {
-                Some(exec::deal(&queues, &self.spare, grouped))
-            }
+        let dealt = match self.claims(&queues, &plan, false) {
+            Some(Dealing::Pages { grouped }) => Some(exec::deal(&queues, &self.spare, grouped)),
             _ => None,
         };
         Ok(Validated {
@@ -501,12 +499,15 @@ impl Engine {
         validated.queues
     }
 
-    /// Whether in-memory `queues` validated into `plan` run by claiming: on the caller
-    /// alone if `inline`, else on the caller and the crew, which needs two workers.
-    fn claims(&self, queues: &[Vec<Descriptor>], plan: &Plan, inline: bool) -> bool {
-        let deal = self.deals(queues, plan) != Dealing::Queues;
-        (inline || self.config.workers > 1)
-            && exec::claimable(queues, (plan.semaphores, deal), &self.config)
+    /// How in-memory `queues` validated into `plan` are dealt if they run by claiming
+    /// (`None` if they do not): on the caller alone if `inline`, else on the caller and the
+    /// crew, which needs two workers.
+    fn claims(&self, queues: &[Vec<Descriptor>], plan: &Plan, inline: bool) -> Option<Dealing> {
+        let dealing = self.deals(queues, plan);
+        let deal = dealing != Dealing::Queues;
+        let claimed = (inline || self.config.workers > 1)
+            && exec::claimable(queues, (plan.semaphores, deal), &self.config);
+        claimed.then_some(dealing)
     }
 
     /// How a claimed run of in-memory `queues` validated into `plan` is dealt: by page
@@ -578,9 +579,10 @@ impl Engine {
         let inline = self.inline(&plan.timeline) && !overlap;
         let crew = (!inline).then_some(&self.crew);
         let reads = plan.footprint.read_pages();
-        let (execution, other) = match source.in_memory() {
-            Some(queues) if self.claims(queues, plan, inline) => {
-                let queues = (queues, self.deals(queues, plan), dealt);
+        let claimed = |queues| Some((queues, self.claims(queues, plan, inline)?));
+        let (execution, other) = match source.in_memory().and_then(claimed) {
+            Some((queues, dealing)) => {
+                let queues = (queues, dealing, dealt);
                 let beside = |f: &Fabric| beside(&mut Beside::new(f, reads));
                 let (stats, other) = exec::execute_claimed(
                     crew,
