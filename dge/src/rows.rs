@@ -149,35 +149,37 @@ impl<'a> RowMove<'a> {
     pub fn for_each_run(&self, sink: &mut impl RunSink) -> u64 {
         let row = self.row;
         let mut moved = 0u64;
-        // The open run; `len == 0` while none is (every row has bytes). A plain `Run`
-        // rather than an `Option`: copying the option byte by byte cost more than the rest.
-        let mut cur = Run::default();
+        // The open run as three scalars, `len == 0` while none is (every row has bytes):
+        // kept as a `Run`, it was copied through the stack field by field and read back
+        // whole for the sink, a stalled store forward per run (and as an `Option`, byte
+        // by byte). Row moves never fill.
+        let (mut src, mut dst, mut len) = (0u64, 0u64, 0u64);
         for i in 0..self.rows {
-            let (Some(s), Some(d)) = (self.src.at(i, row), self.dst.at(i, row)) else {
+            let (Some(mut s), Some(mut d)) = (self.src.at(i, row), self.dst.at(i, row)) else {
                 continue;
             };
             moved += 1;
-            let mut r = Run::copy(s, d, row);
+            let mut n = row;
             // The merge of `runs::Merger::piece`, written out: one shared helper (tried
             // with an `Option` or an empty `Run` for "all went in") cost 12 to 24 more
             // instructions per descriptor under callgrind. The differential proptest below
             // keeps the two equal.
-            if cur.len > 0 {
-                if joins(&cur, &r) {
-                    let room = MAX_RUN_BYTES - cur.len;
-                    if r.len <= room {
-                        cur.len += r.len;
+            if len > 0 {
+                if joins(&Run::copy(src, dst, len), &Run::copy(s, d, n)) {
+                    let room = MAX_RUN_BYTES - len;
+                    if n <= room {
+                        len += n;
                         continue;
                     }
-                    cur.len = MAX_RUN_BYTES;
-                    r = r.advance(room);
+                    len = MAX_RUN_BYTES;
+                    (s, d, n) = (s + room, d + room, n - room);
                 }
-                sink.run(cur);
+                sink.run(Run::copy(src, dst, len));
             }
-            cur = r;
+            (src, dst, len) = (s, d, n);
         }
-        if cur.len > 0 {
-            sink.run(cur);
+        if len > 0 {
+            sink.run(Run::copy(src, dst, len));
         }
         moved * row
     }

@@ -32,6 +32,7 @@ pub struct Run {
 
 impl Run {
     /// A move of `len` bytes.
+    #[inline(always)]
     pub fn copy(src: u64, dst: u64, len: u64) -> Run {
         Run {
             src,
