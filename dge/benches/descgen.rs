@@ -1,5 +1,6 @@
-//! Descriptor-generation throughput: indirect row gather (256-byte rows, 4096 random
-//! indices per request) in descriptors per second, and a 256 MiB contiguous copy's
+//! Descriptor-generation throughput in descriptors per second: indirect row gather
+//! (256-byte rows, 4096 random indices per request, dealt round-robin) and row scatter-add
+//! (896 random indices with duplicates, the grouped spray); and a 256 MiB contiguous copy's
 //! generation time next to a plain memcpy of the same bytes measured in the same run.
 //!
 //! Run: `cargo bench -p dge --bench descgen` (`-- --row-only` skips the copy; with
@@ -7,10 +8,10 @@
 
 use dge::generate::{generate, generate_into, Generated, Kind, Request};
 use dge::indirection::{Indirection, OobPolicy};
-use dge::AccessPattern;
-use dma::addr::SBUF_BASE;
+use dge::{AccessPattern, ElementOrder};
+use dma::addr::{SBUF_BASE, SBUF_STRIDE};
 use dma::fabric::Fabric;
-use dma::{Dtype, FabricAddr, Generation};
+use dma::{ComputeOp, Dtype, FabricAddr, Generation};
 use std::time::Instant;
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -18,9 +19,10 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn row_gather(fabric: &mut Fabric) -> Request {
+/// `n` random row indices below 100000 written at SBUF partition 0.
+fn stage_indices(fabric: &mut Fabric, n: usize) {
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let idx: Vec<u8> = (0..4096)
+    let idx: Vec<u8> = (0..n)
         .flat_map(|_| {
             seed ^= seed << 13;
             seed ^= seed >> 7;
@@ -29,6 +31,10 @@ fn row_gather(fabric: &mut Fabric) -> Request {
         })
         .collect();
     fabric.write(FabricAddr(SBUF_BASE), &idx).unwrap();
+}
+
+fn row_gather(fabric: &mut Fabric) -> Request {
+    stage_indices(fabric, 4096);
     let src = AccessPattern::new(FabricAddr(0), 4, &[(64, 4096), (1, 64)]);
     let dst = AccessPattern::new(FabricAddr(1 << 32), 4, &[(64, 4096), (1, 64)]);
     let mut r = Request::new(Kind::Indirect, src, dst, Dtype::F32);
@@ -42,27 +48,62 @@ fn row_gather(fabric: &mut Fabric) -> Request {
     r
 }
 
-fn main() {
-    let mut fabric = Fabric::new(Generation::Cayman);
-    let req = row_gather(&mut fabric);
-    let reps = std::env::var("DESCGEN_REPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+/// 896 SBUF rows scatter-added into a 100000-row table, duplicates allowed (an
+/// embedding update's request).
+fn row_scatter_add(fabric: &mut Fabric) -> Request {
+    stage_indices(fabric, 896);
+    // on SBUF the outermost dimension steps in partitions
+    let src = AccessPattern::new(
+        FabricAddr(SBUF_BASE + SBUF_STRIDE),
+        4,
+        &[(1, 1), (64, 896), (1, 64)],
+    );
+    let dst = AccessPattern::new(FabricAddr(0), 4, &[(64, 896), (1, 64)]);
+    let mut r = Request::new(Kind::Indirect, src, dst, Dtype::F32);
+    r.dst_indirection = Some(Indirection {
+        dim: 0,
+        indices: FabricAddr(SBUF_BASE),
+        step: 256,
+        bound: Some(100_000),
+        policy: OobPolicy::HardError,
+    });
+    r.op = ComputeOp::Add;
+    r.non_unique_dst_idx = true;
+    r.order = ElementOrder::Sequential { unit_elems: 64 };
+    r
+}
+
+/// Median over 5 samples of `reps` generations of `req`, in descriptors per second.
+fn rate(fabric: &Fabric, req: &Request, reps: usize) -> f64 {
     let mut rates = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
         let mut n = 0;
         let mut out = Generated::default();
         for _ in 0..reps {
-            generate_into(&fabric, &req, &mut out).unwrap();
+            generate_into(fabric, req, &mut out).unwrap();
             n += out.descriptor_count();
         }
         rates.push(n as f64 / t.elapsed().as_secs_f64());
     }
+    median(rates)
+}
+
+fn main() {
+    let mut fabric = Fabric::new(Generation::Cayman);
+    let reps = std::env::var("DESCGEN_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let req = row_gather(&mut fabric);
     println!(
         "row_gather descgen: {:.1} M descriptors/s (4096 x 256 B rows per request, median of 5)",
-        median(rates) / 1e6
+        rate(&fabric, &req, reps) / 1e6
+    );
+    let req = row_scatter_add(&mut fabric);
+    println!(
+        "row_scatter_add descgen: {:.1} M descriptors/s (896 x 256 B rows per request, median of 5)",
+        rate(&fabric, &req, reps * 4) / 1e6
     );
 
     if std::env::args().any(|a| a == "--row-only") {

@@ -352,7 +352,8 @@ fn push_grouped(runs: &[Run], queues: &[u8], emitter: &mut Emitter) {
     let assigned = spray::assign(runs, queues, SprayMode::Grouped);
     runs.iter()
         .zip(assigned)
-        .for_each(|(&r, q)| emitter.push(r, q));
+        .for_each(|(&r, q)| emitter.put(r, q));
+    emitter.account(runs);
 }
 
 /// The sequential element order: the runs cut at every unit, then into phases
@@ -781,13 +782,6 @@ impl Emitter {
         let mut done = std::mem::replace(&mut self.queues, fresh);
         mark_ends(&mut done);
         self.earlier.push(done);
-    }
-
-    /// Emits `r` to `queue`.
-    #[inline(always)]
-    fn push(&mut self, r: Run, queue: u8) {
-        self.put(r, queue);
-        self.account(std::slice::from_ref(&r));
     }
 
     /// Emits `runs` in order, each to the next queue of `next`: queue by queue, each

@@ -9,8 +9,9 @@
 //!   proved injective, or indirect rows with distinct indices that cannot overlap): run `i`
 //!   goes to the `i mod n`-th selected queue.
 //! - [`SprayMode::Grouped`]: otherwise. Runs whose destination ranges overlap, directly or
-//!   through a chain, form a group (found by sorting the ranges and sweeping); groups are
-//!   dealt round-robin in order of first appearance, and each group's runs stay in order.
+//!   through a chain, form a group (found by sorting the ranges and sweeping; for whole
+//!   rows of one table, by marking each row's slot in a bit set); groups are dealt
+//!   round-robin in order of first appearance, and each group's runs stay in order.
 
 use crate::error::Error;
 use crate::runs::{Hull, Run};
@@ -41,7 +42,12 @@ pub fn selected_queues(eng_mask: u16) -> Result<SmallVec<[u8; QUEUES]>, Error> {
 /// The queue of every run, in run order.
 pub fn assign(runs: &[Run], queues: &[u8], mode: SprayMode) -> Vec<u8> {
     let n = queues.len().max(1);
-    let pick = |i: usize| queues.get(i % n).copied().unwrap_or(0);
+    // a mask rather than a division for the usual 16 (or 2, 4, 8) queues
+    let mask = n.is_power_of_two().then(|| n - 1);
+    let pick = |i: usize| {
+        let at = mask.map_or_else(|| i % n, |m| i & m);
+        queues.get(at).copied().unwrap_or(0)
+    };
     match mode {
         SprayMode::Disjoint => (0..runs.len()).map(pick).collect(),
         SprayMode::Grouped => {
@@ -91,20 +97,116 @@ pub fn check_no_overlap(runs: &[Run]) -> Result<(), Error> {
 
 /// [`overlap_groups`] of runs that all have one length and destinations on one grid of
 /// that length (whole rows of one table, the usual scatter): two such runs overlap exactly
-/// when their destinations are equal, so a hash map replaces the sort. `None` for any
-/// other runs.
+/// when their destinations are equal, so slots replace the sort. `None` for any other
+/// runs.
 fn slot_groups(runs: &[Run]) -> Option<Vec<usize>> {
-    let len = runs.first()?.len;
-    let grid = runs.first()?.dst.checked_rem(len)?;
-    if !runs.iter().all(|r| r.len == len && r.dst % len == grid) {
-        return None;
+    let slots = Slots::of(runs)?;
+    Some(
+        match slots.count <= DENSE_SLOTS_PER_RUN * runs.len() as u64 {
+            true => slots.dense_groups(runs),
+            false => slots.sparse_groups(runs),
+        },
+    )
+}
+
+/// Slots per run up to which [`Slots::dense_groups`] marks them in bit sets (at most
+/// 8 bytes a run each); sparser rows take a hash map.
+const DENSE_SLOTS_PER_RUN: u64 = 256;
+
+/// Runs of `len` bytes whose destinations are `grid` bytes past multiples of `len`: run
+/// `r` fills slot `r.dst / len - first`, and `count` slots span them all.
+struct Slots {
+    len: u64,
+    /// `log2(len)` when `len` is a power of two (a shift instead of a division).
+    shift: Option<u32>,
+    first: u64,
+    count: u64,
+}
+
+impl Slots {
+    /// The slots of `runs`, if they all have one length and lie on one grid of it.
+    fn of(runs: &[Run]) -> Option<Slots> {
+        let head = runs.first()?;
+        let len = head.len;
+        let shift = len.is_power_of_two().then(|| len.trailing_zeros());
+        let mut slots = Slots {
+            len,
+            shift,
+            first: 0,
+            count: 0,
+        };
+        let grid = head.dst.checked_rem(len)?;
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        for r in runs {
+            let (q, rem) = slots.split(r.dst);
+            if r.len != len || rem != grid {
+                return None;
+            }
+            (lo, hi) = (lo.min(q), hi.max(q));
+        }
+        (slots.first, slots.count) = (lo, hi - lo + 1);
+        Some(slots)
     }
-    let mut first: HashMap<u64, usize> = HashMap::with_capacity(runs.len());
-    let groups = runs.iter().map(|r| {
-        let next = first.len();
-        *first.entry(r.dst).or_insert(next)
-    });
-    Some(groups.collect())
+
+    /// `(x / len, x % len)`.
+    #[inline(always)]
+    fn split(&self, x: u64) -> (u64, u64) {
+        match self.shift {
+            Some(s) => (x >> s, x & (self.len - 1)),
+            None => (x / self.len, x % self.len),
+        }
+    }
+
+    /// The slot of `r`, one of `of`'s runs.
+    #[inline(always)]
+    fn slot(&self, r: &Run) -> usize {
+        (self.split(r.dst).0 - self.first) as usize
+    }
+
+    /// The group ordinals through bit sets of the slots seen and seen twice: without a
+    /// slot seen twice every run is its own group; with some, only those slots go
+    /// through a hash map.
+    fn dense_groups(&self, runs: &[Run]) -> Vec<usize> {
+        let words = self.count.div_ceil(64) as usize;
+        let (mut seen, mut twice) = (vec![0u64; words], vec![0u64; words]);
+        let mut repeated = false;
+        for r in runs {
+            let s = self.slot(r);
+            let (w, bit) = (s / 64, 1u64 << (s % 64));
+            if let (Some(seen), Some(twice)) = (seen.get_mut(w), twice.get_mut(w)) {
+                let again = *seen & bit != 0;
+                *twice |= bit & 0u64.wrapping_sub(u64::from(again));
+                *seen |= bit;
+                repeated |= again;
+            }
+        }
+        if !repeated {
+            return (0..runs.len()).collect();
+        }
+        let shared = |s: usize| twice.get(s / 64).is_some_and(|w| w >> (s % 64) & 1 == 1);
+        let mut first: HashMap<usize, usize> = HashMap::new();
+        let mut next = 0;
+        let mut group = |s: usize| -> usize {
+            let new = next;
+            let g = match shared(s) {
+                true => *first.entry(s).or_insert(new),
+                false => new,
+            };
+            next += usize::from(g == new);
+            g
+        };
+        runs.iter().map(|r| group(self.slot(r))).collect()
+    }
+
+    /// The group ordinals through a hash map of every slot.
+    fn sparse_groups(&self, runs: &[Run]) -> Vec<usize> {
+        let mut first: HashMap<usize, usize> = HashMap::with_capacity(runs.len());
+        let groups = runs.iter().map(|r| {
+            let next = first.len();
+            *first.entry(self.slot(r)).or_insert(next)
+        });
+        groups.collect()
+    }
 }
 
 /// Whether the hull of the bytes `runs` read meets the hull of the bytes they write (if
@@ -273,7 +375,22 @@ mod tests {
             slots in proptest::collection::vec(0u64..12, 1..24),
         ) {
             let runs: Vec<Run> = slots.iter().map(|k| run(k * len + grid % len, len)).collect();
-            prop_assert!(slot_groups(&runs).is_some());
+            let dense = Slots::of(&runs).map(|s| s.count <= DENSE_SLOTS_PER_RUN * slots.len() as u64);
+            prop_assert_eq!(dense, Some(true));
+            check_groups(&runs)?;
+        }
+
+        /// Rows far apart on one grid, with duplicates, take the hash map of every slot.
+        #[test]
+        fn sparse_grid_groups_are_the_overlap_closure(
+            (len, grid) in (1u64..64, 0u64..64),
+            slots in proptest::collection::vec(0u64..12, 1..24),
+        ) {
+            let far = |k: u64| run(k * len + grid % len, len);
+            let spread = slots.iter().map(|k| k << 16);
+            let runs: Vec<Run> = spread.chain([1 << 20]).map(far).collect();
+            let dense = Slots::of(&runs).map(|s| s.count <= DENSE_SLOTS_PER_RUN * runs.len() as u64);
+            prop_assert_eq!(dense, Some(false));
             check_groups(&runs)?;
         }
     }
