@@ -188,6 +188,23 @@ impl QueueTiming {
         }
         end
     }
+
+    /// Times `n` more descriptors of `cost_ps` each, moving `bytes` in all, one after
+    /// another from the queue's end: `n` calls of [`QueueTiming::add`] from the end,
+    /// without spans.
+    fn add_run(&mut self, cost_ps: u64, n: u64, bytes: u64) {
+        // Saturating adds of one cost, n times, are one saturating add of the product.
+        let total = cost_ps.saturating_mul(n);
+        self.descriptors += n;
+        self.bytes += bytes;
+        self.busy_ps = self.busy_ps.saturating_add(total);
+        self.end_ps = self.end_ps.saturating_add(total);
+    }
+}
+
+/// What a descriptor's cost depends on: its length and whether it reads what it writes.
+fn cost_key(d: &Descriptor) -> (u32, bool) {
+    (d.len(), d.op().is_reduction())
 }
 
 /// The last descriptor cost computed: runs of one length and op cost one division.
@@ -198,7 +215,7 @@ struct CostMemo {
 
 impl CostMemo {
     fn of(&mut self, model: &TimingModel, d: &Descriptor) -> u64 {
-        let key = (d.len(), d.op().is_reduction());
+        let key = cost_key(d);
         match self.last {
             Some((len, rmw, cost)) if (len, rmw) == key => cost,
             _ => {
@@ -352,6 +369,57 @@ impl QueueTimeline {
                 Ok(())
             }
             _ => self.push_held(queue, d, cost_ps),
+        }
+    }
+
+    /// [`QueueTimeline::push`] of each of `batch` in order, up to the first that fails. A
+    /// run of descriptors timed at once (no semaphore, on an open queue holding nothing)
+    /// with one length and op is timed in one step.
+    pub fn push_all(&mut self, queue: usize, batch: &[Descriptor]) -> Result<(), Error> {
+        let mut rest = batch;
+        while let Some(d) = rest.first() {
+            let n = self.plain_run(queue, rest);
+            let (now, later) = rest.split_at(n.max(1));
+            match n {
+                0 => self.push(queue, d)?,
+                _ => self.time_plain(queue, now),
+            }
+            rest = later;
+        }
+        Ok(())
+    }
+
+    /// How many descriptors at the front of `ds` [`QueueTimeline::push`] would time at
+    /// once on `queue` at one cost: none with a semaphore, `queue` open and holding
+    /// nothing, each of the first's length and op.
+    fn plain_run(&self, queue: usize, ds: &[Descriptor]) -> usize {
+        let open = self
+            .queues
+            .get(queue)
+            .is_some_and(|s| s.pending.is_empty() && !s.closed);
+        let Some(key) = ds.first().filter(|_| open).map(cost_key) else {
+            return 0;
+        };
+        let plain = |d: &&Descriptor| d.wait().is_none() && d.signal().is_none();
+        ds.iter()
+            .take_while(|d| plain(d) && cost_key(d) == key)
+            .count()
+    }
+
+    /// Times `run`, a [`QueueTimeline::plain_run`] of `queue`, as its pushes would.
+    fn time_plain(&mut self, queue: usize, run: &[Descriptor]) {
+        let (Some(first), Some(state)) = (run.first(), self.queues.get_mut(queue)) else {
+            return;
+        };
+        let cost_ps = self.costs.of(&self.model, first);
+        if !self.spans {
+            let bytes = u64::from(first.len()) * run.len() as u64;
+            state.timing.add_run(cost_ps, run.len() as u64, bytes);
+            return;
+        }
+        for d in run {
+            let start = state.timing.end_ps;
+            state.timing.add(start, cost_ps, d.len(), true);
         }
     }
 
@@ -834,10 +902,19 @@ mod tests {
     /// Random queues; queue `q` signals only semaphore `q`; waits are random (some never
     /// met, some cyclic).
     fn arb_queues() -> impl Strategy<Value = Vec<Vec<Descriptor>>> {
+        arb_queues_of(1u32..=65_536, 0.5)
+    }
+
+    /// [`arb_queues`] with lengths from `len` and a wait on a descriptor with probability
+    /// `waits`.
+    fn arb_queues_of(
+        len: impl Strategy<Value = u32>,
+        waits: f64,
+    ) -> impl Strategy<Value = Vec<Vec<Descriptor>>> {
         let desc = (
-            1u32..=65_536,
+            len,
             any::<bool>(),
-            proptest::option::of((0u8..4, 1u32..4)),
+            proptest::option::weighted(waits, (0u8..4, 1u32..4)),
             any::<bool>(),
         );
         proptest::collection::vec(proptest::collection::vec(desc, 0..40), 1..5).prop_map(|qs| {
@@ -890,6 +967,32 @@ mod tests {
                 }
             }
             prop_assert_eq!(t.finish(), in_order);
+        }
+
+        /// Batches (runs of one length form often) time as their descriptors pushed one
+        /// by one, up to the same first error.
+        #[test]
+        fn pushing_a_batch_times_as_pushing_each(
+            queues in arb_queues_of(prop_oneof![Just(4u32), Just(256), 1u32..=65_536], 0.05),
+            batch in 1usize..8,
+            spans in any::<bool>(),
+        ) {
+            let model = TimingModel::new(Generation::Cayman);
+            let mut each = QueueTimeline::new(model, queues.len(), spans).unwrap();
+            let mut all = QueueTimeline::new(model, queues.len(), spans).unwrap();
+            let rounds = queues.iter().map(Vec::len).max().unwrap_or(0).div_ceil(batch);
+            for r in 0..rounds {
+                for (q, ds) in queues.iter().enumerate() {
+                    let chunk = ds.get(r * batch..ds.len().min((r + 1) * batch)).unwrap_or(&[]);
+                    let one_by_one = chunk.iter().try_for_each(|d| each.push(q, d));
+                    let together = all.push_all(q, chunk);
+                    prop_assert_eq!(&one_by_one, &together);
+                    if together.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+            prop_assert_eq!(each.finish(), all.finish());
         }
 
         #[test]

@@ -387,7 +387,9 @@ impl<'f> Validator<'f> {
         Ok(progressed)
     }
 
-    /// Checks the next descriptors of `queue`; `timed` feeds them to the timeline too.
+    /// Checks the next descriptors of `queue`; `timed` feeds them to the timeline too,
+    /// after the batch's checks: the timeline fails only on a semaphore the ledger
+    /// refuses, and the ledger here has refused that descriptor first.
     fn push(&mut self, queue: usize, batch: &[Descriptor], timed: bool) -> Result<(), Error> {
         let queues = self.next.len();
         let Some(&first) = self.next.get(queue) else {
@@ -398,12 +400,12 @@ impl<'f> Validator<'f> {
             if d.wait().is_some() || d.signal().is_some() {
                 self.ledger.record(queue, index, d)?;
             }
-            if timed {
-                self.timeline.push(queue, d)?;
-            }
             if let Some(race) = &mut self.race {
                 race.record(queue, index, d, valid);
             }
+        }
+        if timed {
+            self.timeline.push_all(queue, batch)?;
         }
         if let Some(next) = self.next.get_mut(queue) {
             *next += batch.len() as u64;
