@@ -19,8 +19,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// `n` random row indices below 100000 written at SBUF partition 0.
-fn stage_indices(fabric: &mut Fabric, n: usize) {
+/// `n` random row indices below 100000 written at SBUF partition 0: their indirection,
+/// over 256-byte rows.
+fn stage_indices(fabric: &mut Fabric, n: usize) -> Indirection {
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let idx: Vec<u8> = (0..n)
         .flat_map(|_| {
@@ -31,27 +32,28 @@ fn stage_indices(fabric: &mut Fabric, n: usize) {
         })
         .collect();
     fabric.write(FabricAddr(SBUF_BASE), &idx).unwrap();
-}
-
-fn row_gather(fabric: &mut Fabric) -> Request {
-    stage_indices(fabric, 4096);
-    let src = AccessPattern::new(FabricAddr(0), 4, &[(64, 4096), (1, 64)]);
-    let dst = AccessPattern::new(FabricAddr(1 << 32), 4, &[(64, 4096), (1, 64)]);
-    let mut r = Request::new(Kind::Indirect, src, dst, Dtype::F32);
-    r.src_indirection = Some(Indirection {
+    Indirection {
         dim: 0,
         indices: FabricAddr(SBUF_BASE),
         step: 256,
         bound: Some(100_000),
         policy: OobPolicy::HardError,
-    });
+    }
+}
+
+fn row_gather(fabric: &mut Fabric) -> Request {
+    let indices = stage_indices(fabric, 4096);
+    let src = AccessPattern::new(FabricAddr(0), 4, &[(64, 4096), (1, 64)]);
+    let dst = AccessPattern::new(FabricAddr(1 << 32), 4, &[(64, 4096), (1, 64)]);
+    let mut r = Request::new(Kind::Indirect, src, dst, Dtype::F32);
+    r.src_indirection = Some(indices);
     r
 }
 
 /// 896 SBUF rows scatter-added into a 100000-row table, duplicates allowed (an
 /// embedding update's request).
 fn row_scatter_add(fabric: &mut Fabric) -> Request {
-    stage_indices(fabric, 896);
+    let indices = stage_indices(fabric, 896);
     // on SBUF the outermost dimension steps in partitions
     let src = AccessPattern::new(
         FabricAddr(SBUF_BASE + SBUF_STRIDE),
@@ -60,13 +62,7 @@ fn row_scatter_add(fabric: &mut Fabric) -> Request {
     );
     let dst = AccessPattern::new(FabricAddr(0), 4, &[(64, 896), (1, 64)]);
     let mut r = Request::new(Kind::Indirect, src, dst, Dtype::F32);
-    r.dst_indirection = Some(Indirection {
-        dim: 0,
-        indices: FabricAddr(SBUF_BASE),
-        step: 256,
-        bound: Some(100_000),
-        policy: OobPolicy::HardError,
-    });
+    r.dst_indirection = Some(indices);
     r.op = ComputeOp::Add;
     r.non_unique_dst_idx = true;
     r.order = ElementOrder::Sequential { unit_elems: 64 };
