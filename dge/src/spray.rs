@@ -110,7 +110,7 @@ fn slot_groups(runs: &[Run]) -> Option<Vec<usize>> {
 }
 
 /// Slots per run up to which [`Slots::dense_groups`] marks them in bit sets (at most
-/// 8 bytes a run each); sparser rows take a hash map.
+/// 32 bytes a run each, the size of the runs); sparser rows take a hash map.
 const DENSE_SLOTS_PER_RUN: u64 = 256;
 
 /// Runs of `len` bytes whose destinations are `grid` bytes past multiples of `len`: run
@@ -174,10 +174,11 @@ impl Slots {
             let s = self.slot(r);
             let (w, bit) = (s / 64, 1u64 << (s % 64));
             if let (Some(seen), Some(twice)) = (seen.get_mut(w), twice.get_mut(w)) {
-                let again = *seen & bit != 0;
-                *twice |= bit & 0u64.wrapping_sub(u64::from(again));
+                if *seen & bit != 0 {
+                    *twice |= bit;
+                    repeated = true;
+                }
                 *seen |= bit;
-                repeated |= again;
             }
         }
         if !repeated {

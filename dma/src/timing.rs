@@ -254,6 +254,12 @@ struct QueueState {
 }
 
 impl QueueState {
+    /// Whether a push of `d` times it at once: no semaphore, the queue open and holding
+    /// nothing.
+    fn times_at_once(&self, d: &Descriptor) -> bool {
+        self.pending.is_empty() && !self.closed && d.wait().is_none() && d.signal().is_none()
+    }
+
     /// Whether the queue may still time a descriptor (open, or holding some).
     fn active(&self) -> bool {
         !self.closed || !self.pending.is_empty()
@@ -357,12 +363,7 @@ impl QueueTimeline {
     pub fn push(&mut self, queue: usize, d: &Descriptor) -> Result<(), Error> {
         let cost_ps = self.costs.of(&self.model, d);
         match self.queues.get_mut(queue) {
-            Some(state)
-                if state.pending.is_empty()
-                    && !state.closed
-                    && d.wait().is_none()
-                    && d.signal().is_none() =>
-            {
+            Some(state) if state.times_at_once(d) => {
                 // The common case: nothing to wait for, nothing to record, nothing held.
                 let start = state.timing.end_ps;
                 state.timing.add(start, cost_ps, d.len(), self.spans);
@@ -390,19 +391,15 @@ impl QueueTimeline {
     }
 
     /// How many descriptors at the front of `ds` [`QueueTimeline::push`] would time at
-    /// once on `queue` at one cost: none with a semaphore, `queue` open and holding
-    /// nothing, each of the first's length and op.
+    /// once on `queue` ([`QueueState::times_at_once`]) at one cost: each of the first's
+    /// length and op.
     fn plain_run(&self, queue: usize, ds: &[Descriptor]) -> usize {
-        let open = self
-            .queues
-            .get(queue)
-            .is_some_and(|s| s.pending.is_empty() && !s.closed);
-        let Some(key) = ds.first().filter(|_| open).map(cost_key) else {
+        let (Some(state), Some(first)) = (self.queues.get(queue), ds.first()) else {
             return 0;
         };
-        let plain = |d: &&Descriptor| d.wait().is_none() && d.signal().is_none();
+        let key = cost_key(first);
         ds.iter()
-            .take_while(|d| plain(d) && cost_key(d) == key)
+            .take_while(|d| state.times_at_once(d) && cost_key(d) == key)
             .count()
     }
 
