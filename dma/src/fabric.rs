@@ -60,6 +60,7 @@
 //! [`Fabric::first_difference`] and [`Fabric::digest`] treat a missing page and an
 //! all-zero page alike, so reservation never changes either.
 
+use std::alloc::Layout;
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -68,7 +69,7 @@ use std::sync::{
     PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError, TryLockResult,
 };
 
-use zerocopy::{FromBytes, Immutable, IntoBytes};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes};
 
 use crate::addr::{AddressMap, FabricAddr, Region, RegionCache};
 use crate::compute::{self, ComputeOp, Element};
@@ -101,7 +102,7 @@ static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 /// thread reaches the page meanwhile.
 struct Page {
     lock: RwLock<()>,
-    bytes: UnsafeCell<Box<[u8]>>,
+    bytes: UnsafeCell<Box<PageBytes>>,
     at: usize,
     opened: u64,
 }
@@ -123,14 +124,40 @@ fn untried<G>(tried: TryLockResult<G>) -> Option<G> {
     }
 }
 
+/// A page's bytes, aligned like a host page. Each host cache line then holds one
+/// 64-byte-aligned piece of fabric address space, so an access touches as many cache
+/// lines as its fabric range spans (a 256-byte row is 4 lines, not 5), and
+/// [`PageLocks::prefetch`] reaches every line of a range by stepping from its aligned
+/// fabric offset.
+#[derive(FromZeros)]
+#[repr(C, align(4096))]
+struct PageBytes([u8; PAGE]);
+
+const _: () = assert!(std::mem::align_of::<PageBytes>() >= CACHE_LINE);
+
+impl PageBytes {
+    /// A zeroed page on the heap (an allocation failure aborts, as for any `Box`).
+    fn boxed() -> Box<PageBytes> {
+        PageBytes::new_box_zeroed()
+            .unwrap_or_else(|_| std::alloc::handle_alloc_error(Layout::new::<PageBytes>()))
+    }
+}
+
 impl Page {
     fn zeroed() -> Page {
-        Page::from_bytes(vec![0; PAGE].into_boxed_slice(), 0)
+        Page::from_bytes(PageBytes::boxed(), 0)
     }
 
-    fn from_bytes(bytes: Box<[u8]>, opened: u64) -> Page {
+    /// A page holding a copy of `bytes` (a whole page's).
+    fn copied(bytes: &[u8], opened: u64) -> Page {
+        let mut page = PageBytes::boxed();
+        page.0.copy_from_slice(bytes);
+        Page::from_bytes(page, opened)
+    }
+
+    fn from_bytes(bytes: Box<PageBytes>, opened: u64) -> Page {
         // The boxed bytes never move or get replaced while the page exists.
-        let at = bytes.as_ptr() as usize;
+        let at = bytes.0.as_ptr() as usize;
         Page {
             lock: RwLock::new(()),
             bytes: UnsafeCell::new(bytes),
@@ -194,7 +221,7 @@ impl<'a> PageRef<'a> {
     unsafe fn new(page: &'a Page, lock: Option<RwLockReadGuard<'a, ()>>) -> PageRef<'a> {
         // SAFETY: the box is never replaced while the page exists; by the caller's
         // contract only shared references to it are made while the result lives.
-        let bytes = NonNull::from(unsafe { &**page.bytes.get() });
+        let bytes = NonNull::from(unsafe { &(**page.bytes.get()).0[..] });
         PageRef {
             bytes,
             _lock: lock,
@@ -221,7 +248,7 @@ impl<'a> PageMut<'a> {
     fn new(page: &'a Page, lock: RwLockWriteGuard<'a, ()>) -> PageMut<'a> {
         // SAFETY: the write lock is held, so no other reference to the bytes exists (a
         // lock-free `PageRef` is only made of a page no `PageMut` can be made of).
-        let bytes = NonNull::from(unsafe { &mut **page.bytes.get() });
+        let bytes = NonNull::from(unsafe { &mut (**page.bytes.get()).0[..] });
         PageMut { bytes, _lock: lock }
     }
 }
@@ -507,7 +534,7 @@ impl Fabric {
             if let Some(page) = self.pages.get(key) {
                 // SAFETY: by the caller's contract no other thread reaches this page, and
                 // no `PageRef` of this thread outlives the read that made it.
-                let bytes = unsafe { &mut **page.bytes.get() };
+                let bytes = unsafe { &mut (**page.bytes.get()).0 };
                 bytes[po..po + n].copy_from_slice(&buf[off as usize..off as usize + n]);
             }
         }
@@ -667,9 +694,7 @@ impl Fabric {
 
 impl Clone for Fabric {
     fn clone(&self) -> Fabric {
-        let pages = self
-            .pages
-            .map(|p| Page::from_bytes(Box::from(&*self.view(p)), p.opened));
+        let pages = self.pages.map(|p| Page::copied(&self.view(p), p.opened));
         Fabric {
             map: self.map,
             pages,
@@ -867,7 +892,9 @@ impl<'a> PageLocks<'a> {
             None => Some(&ZERO_PAGE[..]),
             // SAFETY: a closed page gets no `PageMut` and stays closed, with its storage,
             // for as long as `fabric` is borrowed (as in `Fabric::view`).
-            Some(page) if !page.is_open(fabric.epoch) => Some(unsafe { &**page.bytes.get() }),
+            Some(page) if !page.is_open(fabric.epoch) => {
+                Some(unsafe { &(**page.bytes.get()).0[..] })
+            }
             Some(_) => None,
         }
     }
@@ -1377,6 +1404,22 @@ mod tests {
     fn fabric_is_sync_and_send() {
         fn shared<T: Sync + Send>() {}
         shared::<Fabric>();
+    }
+
+    /// Page storage starts on a host page, in a fresh fabric and in its clone, so a
+    /// fabric range's cache lines are exactly those `PageLocks::prefetch` steps over.
+    #[test]
+    fn page_storage_is_aligned_to_host_pages() {
+        let mut f = fab();
+        for k in 0..8 {
+            f.write(FabricAddr(k * P + 3), &[k as u8]).unwrap();
+        }
+        let clone = f.clone();
+        for fabric in [&f, &clone] {
+            let starts: Vec<usize> = fabric.pages.iter().map(|(_, p)| p.at % 4096).collect();
+            assert_eq!(starts, vec![0; 8]);
+        }
+        assert_eq!(bytes(&clone, 7 * P + 3, 1), vec![7]);
     }
 
     #[test]
