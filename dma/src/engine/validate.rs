@@ -110,6 +110,16 @@ impl Footprint {
         }
     }
 
+    /// Whether a byte of the `len` bytes at `addr` lies between the lowest and the highest
+    /// byte read, or between the lowest and the highest written.
+    pub(crate) fn meets(&self, addr: u64, len: u64) -> bool {
+        let Some(last) = len.checked_sub(1).map(|l| addr.saturating_add(l)) else {
+            return false;
+        };
+        let meets = |(lo, hi): (u64, u64)| lo <= hi && addr <= hi && lo <= last;
+        meets(self.reads) || meets(self.writes)
+    }
+
     /// The page keys (`address >> 16`) of the lowest and the highest byte read, or
     /// `None` if nothing is read.
     pub(crate) fn read_pages(&self) -> Option<(u64, u64)> {
