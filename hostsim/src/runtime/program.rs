@@ -7,11 +7,18 @@
 //! one replay) runs on the engine's crew, the caller writes the following steps' host
 //! data and generates and validates the next such instruction's descriptors
 //! ([`dma::Engine::run_beside`]); PSEUDO_EMBEDDING_UPDATE 0xca counts as such an
-//! instruction when its raw 0x79 goes to the DGE. What cannot be done beside the replay
-//! waits for it:
+//! instruction when its raw 0x79 goes to the DGE. The host writes that follow the next
+//! instruction, up to the one after it, go in beside the replay too, after that
+//! instruction is prepared, where its replay reaches none of their bytes (it neither
+//! reads nor writes between the lowest and the highest byte it reads or writes,
+//! [`dma::Validated::touches`]): its replay then leaves the same memory. So a program
+//! that stages each operation's data a step ahead has it copied at the end of the
+//! replay before, where the crew threads done with that replay share the copy. What
+//! cannot be done beside the replay waits for it:
 //!
 //! - a host write to a page the replay reads from (between its lowest and highest page
-//!   read) or writes, or to a page with no storage yet;
+//!   read) or writes, or to a page with no storage yet, and one after the next
+//!   instruction that its replay may reach;
 //! - any other instruction (GATHER, POOL_BUFFER_LOAD, anything routed to the POOL
 //!   kernels or the reference);
 //! - a preparation that read a page the replay writes, or failed: it is done again once
@@ -76,6 +83,31 @@ impl<'a, I: Iterator<Item = Step<'a>>> Work<'a, I> {
     /// Puts `item` back: it is the next one again.
     fn put_back(&mut self, item: (usize, Item<'a>)) {
         self.front.push_front(item);
+    }
+}
+
+/// Does the host writes that follow an instruction prepared beside the running replay,
+/// up to the next item of another kind, while each can be done beside the running replay
+/// and touches no byte the prepared one may read or write ([`dma::Validated::touches`]):
+/// the prepared replay then gives the same memory with the writes done before it or
+/// after it. The first that cannot is put back, to be done in order.
+fn writes_ahead<'a, I: Iterator<Item = Step<'a>>>(
+    b: &mut Beside<'_>,
+    work: &mut Work<'a, I>,
+    prepared: &Prepared,
+) {
+    while let Some((step, item)) = work.next() {
+        let done = match item {
+            Item::Write { addr, bytes } => {
+                !prepared.validated.touches(addr, bytes.len() as u64)
+                    && b.write(addr, bytes).unwrap_or(false)
+            }
+            _ => false,
+        };
+        if !done {
+            work.put_back((step, item));
+            return;
+        }
     }
 }
 
@@ -147,12 +179,13 @@ impl Preparer<'_> {
                     let inst = &lowered.instructions[index];
                     match self.prepare(b.fabric(), inst) {
                         Ok(Some(prepared)) if !b.read_the_replay() => {
+                            writes_ahead(b, work, &prepared);
                             return Some(Ready {
                                 step,
                                 index,
                                 inst,
                                 prepared,
-                            })
+                            });
                         }
                         _ => false,
                     }
@@ -582,6 +615,59 @@ mod tests {
             // a replay writes the indices the next gather's generation reads
             Op::StageByCopy { n: 50, from: 7 },
             Op::GatherStaged { n: 50, at: 600 },
+        ];
+        let data = lower(&ops);
+        let steps = steps(&data);
+        let (mut want, mut got) = (fabric(), fabric());
+        let reports = in_order(&mut want, &steps).unwrap();
+        let report = runtime()
+            .run_program(&mut got, steps.iter().copied())
+            .unwrap();
+        assert_eq!(report.steps, reports);
+        assert_eq!(got.first_difference(&want), None);
+    }
+
+    #[test]
+    fn writes_after_a_prepared_instruction_go_ahead_only_where_it_does_not_reach() {
+        // while the gather replays, the scatter-add is prepared; the writes after it into
+        // SRC (which the scatter-add reads) must wait for it, and so must the one after
+        // them; the writes after the next gather, to pages neither replay reaches, go in
+        // before that gather runs
+        let ops = [
+            Op::Gather {
+                indices: (0..100).collect(),
+                at: 0,
+                skip: false,
+            },
+            Op::ScatterAdd {
+                indices: vec![7, 9, 7],
+            },
+            Op::Write {
+                addr: SRC + 4,
+                bytes: vec![0x41; 200],
+            },
+            Op::Write {
+                addr: OUT + 150_000,
+                bytes: vec![0x42; 64],
+            },
+            Op::Gather {
+                indices: vec![7, 9],
+                at: 200,
+                skip: false,
+            },
+            Op::Write {
+                addr: SBUF_BASE + 8192,
+                bytes: vec![0x43; 64],
+            },
+            Op::Write {
+                addr: OUT + 190_000,
+                bytes: vec![0x44; 64],
+            },
+            Op::Gather {
+                indices: vec![1],
+                at: 300,
+                skip: false,
+            },
         ];
         let data = lower(&ops);
         let steps = steps(&data);
