@@ -345,6 +345,11 @@ impl Fabric {
     pub fn reserve(&mut self, addr: FabricAddr, len: u64) -> Result<(), Error> {
         let epoch = self.epoch;
         for key in self.page_keys(addr, len)? {
+            // most pages a replay reserves exist already (a table it scatters into)
+            if let Some(page) = self.pages.get_mut(key) {
+                page.opened = epoch;
+                continue;
+            }
             // A checked range's keys are all in a window of the map.
             match self.pages.get_or_insert_with(key, Page::zeroed) {
                 Some(page) => page.opened = epoch,
@@ -353,6 +358,26 @@ impl Fabric {
                         addr: key << PAGE_SHIFT,
                     })
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Fabric::reserve`] of one byte at each of `addrs`: reserves the pages holding them
+    /// (the engine's reserve of a replay's pages). Checks through one [`RegionCache`], so
+    /// hundreds of pages in one region are checked by compares, not by decoding the region
+    /// each time. An address off the fabric is an error; the pages before it stay
+    /// reserved, their contents unchanged.
+    pub(crate) fn reserve_each(
+        &mut self,
+        addrs: impl IntoIterator<Item = FabricAddr>,
+    ) -> Result<(), Error> {
+        let mut region = RegionCache::default();
+        for addr in addrs {
+            region.check(&self.map, addr, 1)?;
+            match self.pages.get_mut(addr.0 >> PAGE_SHIFT) {
+                Some(page) => page.opened = self.epoch,
+                None => self.reserve(addr, 1)?,
             }
         }
         Ok(())
@@ -1437,6 +1462,32 @@ mod tests {
         f.write(FabricAddr(top - 1), &[7]).unwrap();
         assert_eq!(f.allocated_bytes(), P);
         assert_eq!(bytes(&f, top - 2, 2), vec![0, 7]);
+    }
+
+    #[test]
+    fn reserve_each_opens_the_pages_holding_the_addresses() {
+        let mut f = fab();
+        f.write(FabricAddr(P + 5), &[9]).unwrap();
+        f.close_pages();
+        let addrs = [FabricAddr(P + 100), FabricAddr(3 * P + 7), FabricAddr(P)];
+        f.reserve_each(addrs).unwrap();
+        assert_eq!(
+            f.allocated_bytes(),
+            2 * P,
+            "a page made for the new address"
+        );
+        for key in [1, 3] {
+            assert!(f.open_page(key).is_some(), "page {key} open");
+        }
+        assert!(f.open_page(2).is_none());
+        assert_eq!(bytes(&f, P + 5, 1), [9], "contents unchanged");
+        f.close_pages();
+        let cap = 96u64 << 30;
+        let e = f
+            .reserve_each([FabricAddr(P), FabricAddr(cap)])
+            .unwrap_err();
+        assert_eq!(e, Error::Unmapped { addr: cap });
+        assert_eq!(f.allocated_bytes(), 2 * P);
     }
 
     #[test]

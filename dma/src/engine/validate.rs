@@ -564,10 +564,7 @@ impl PageSet {
 
     /// Reserves every page (contents unchanged).
     pub(crate) fn reserve(&self, fabric: &mut Fabric) -> Result<(), Error> {
-        for &(addr, _) in self.pages.values() {
-            fabric.reserve(FabricAddr(addr), 1)?;
-        }
-        Ok(())
+        fabric.reserve_each(self.pages.values().map(|&(addr, _)| FabricAddr(addr)))
     }
 }
 
