@@ -33,7 +33,6 @@ use crate::FabricAddr;
 use super::crew::{beside_then_job, Crew};
 use super::lock;
 use super::report::ExecutionStats;
-use super::share::{EndHelping, WriteShare};
 use super::source::QueueSource;
 use super::validate::{replay_error, RangeRule};
 use super::{EngineConfig, InvalidPolicy};
@@ -595,9 +594,7 @@ impl Spare {
 /// read where they are. Without a `crew` the caller runs every queue itself.
 ///
 /// `beside` is called on the caller with the fabric while the crew starts the run, before
-/// the caller joins it ([`Crew::run_beside`]); its result comes back with the run's. A
-/// crew thread that runs out of units meanwhile helps with the writes `beside` makes
-/// through the [`WriteShare`] it is given, until `beside` returns.
+/// the caller joins it ([`Crew::run_beside`]); its result comes back with the run's.
 ///
 /// `dealt` are the buckets of `queues` if they were dealt already ([`deal`]).
 ///
@@ -610,7 +607,7 @@ pub(crate) fn execute_claimed<R>(
     fabric: &mut Fabric,
     (queues, dealing, dealt): (&[Vec<Descriptor>], Dealing, Option<Buckets>),
     (config, spare): (&EngineConfig, &Spare),
-    beside: impl FnOnce(&Fabric, &WriteShare) -> R,
+    beside: impl FnOnce(&Fabric) -> R,
 ) -> (Result<ExecutionStats, Error>, R) {
     let dealt = match (dealing, dealt) {
         (Dealing::Pages { .. }, Some(dealt)) => dealt,
@@ -636,16 +633,8 @@ pub(crate) fn execute_claimed<R>(
         batch: config.batch,
     };
     let started = Instant::now();
-    let share = WriteShare::default();
-    let job = || {
-        claims.claim_all();
-        // SAFETY: this thread has claimed its last unit and run it to its end.
-        unsafe { share.help(&claims.shared.fabric) };
-    };
-    let beside = || {
-        let _end = EndHelping(&share);
-        beside(&claims.shared.fabric, &share)
-    };
+    let job = || claims.claim_all();
+    let beside = || beside(&claims.shared.fabric);
     // A panic of the job is recorded by the claims (its queue stays failed); one of
     // `beside` unwinds once the job has run, and only after the fabric is back.
     let ran = catch_unwind(AssertUnwindSafe(|| match crew {
@@ -965,7 +954,7 @@ mod tests {
             fabric,
             (queues, dealing, None),
             (config, spare),
-            |_, _| (),
+            |_| (),
         )
         .0
     }

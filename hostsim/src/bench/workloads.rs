@@ -10,8 +10,8 @@
 //! instruction are steps, so a chunk is staged and its descriptors made while the one
 //! before it replays. The embedding update stages its data rows too, in three SBUF
 //! partitions in turn, so that chunk `k + 2`'s rows reach none of the bytes chunk `k`
-//! (replaying) and chunk `k + 1` (prepared) read or write: the runtime copies them at the
-//! end of chunk `k`'s replay, where the crew threads done with the replay share the copy.
+//! (replaying) and chunk `k + 1` (prepared) read or write: the runtime copies them beside
+//! chunk `k`'s replay, once chunk `k + 1` is prepared.
 
 use dge::generate::{generate_into, Generated, Kind, Request};
 use dge::indirection::{Indirection, OobPolicy};

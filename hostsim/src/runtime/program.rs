@@ -11,10 +11,10 @@
 //! instruction, up to the one after it, go in beside the replay too, after that
 //! instruction is prepared, where its replay reaches none of their bytes (it neither
 //! reads nor writes between the lowest and the highest byte it reads or writes,
-//! [`dma::Validated::touches`]): its replay then leaves the same memory. So a program
-//! that stages each operation's data a step ahead has it copied at the end of the
-//! replay before, where the crew threads done with that replay share the copy. What
-//! cannot be done beside the replay waits for it:
+//! [`dma::Validated::touches`]): its replay then leaves the same memory. (So a write
+//! into memory the running replay reads, staging the operation after next, goes in
+//! beside the next replay instead of waiting for the next-but-one.) What cannot be done
+//! beside the replay waits for it:
 //!
 //! - a host write to a page the replay reads from (between its lowest and highest page
 //!   read) or writes, or to a page with no storage yet, and one after the next
