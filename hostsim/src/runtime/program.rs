@@ -570,6 +570,20 @@ mod tests {
         }
     }
 
+    /// Runs `ops` as a program and one step after another: the same reports and memory,
+    /// and no error.
+    fn runs_as_in_order(ops: &[Op]) {
+        let data = lower(ops);
+        let steps = steps(&data);
+        let (mut want, mut got) = (fabric(), fabric());
+        let reports = in_order(&mut want, &steps).unwrap();
+        let report = runtime()
+            .run_program(&mut got, steps.iter().copied())
+            .unwrap();
+        assert_eq!(report.steps, reports);
+        assert_eq!(got.first_difference(&want), None);
+    }
+
     #[test]
     fn writes_beside_a_replay_wait_where_it_reads_or_writes() {
         // gathers of the whole table, then writes into the table (read by the gather),
@@ -616,15 +630,7 @@ mod tests {
             Op::StageByCopy { n: 50, from: 7 },
             Op::GatherStaged { n: 50, at: 600 },
         ];
-        let data = lower(&ops);
-        let steps = steps(&data);
-        let (mut want, mut got) = (fabric(), fabric());
-        let reports = in_order(&mut want, &steps).unwrap();
-        let report = runtime()
-            .run_program(&mut got, steps.iter().copied())
-            .unwrap();
-        assert_eq!(report.steps, reports);
-        assert_eq!(got.first_difference(&want), None);
+        runs_as_in_order(&ops);
     }
 
     #[test]
@@ -633,51 +639,28 @@ mod tests {
         // SRC (which the scatter-add reads) must wait for it, and so must the one after
         // them; the writes after the next gather, to pages neither replay reaches, go in
         // before that gather runs
+        let gather = |indices: Vec<u32>, at| Op::Gather {
+            indices,
+            at,
+            skip: false,
+        };
+        let write = |addr, byte, n| Op::Write {
+            addr,
+            bytes: vec![byte; n],
+        };
         let ops = [
-            Op::Gather {
-                indices: (0..100).collect(),
-                at: 0,
-                skip: false,
-            },
+            gather((0..100).collect(), 0),
             Op::ScatterAdd {
                 indices: vec![7, 9, 7],
             },
-            Op::Write {
-                addr: SRC + 4,
-                bytes: vec![0x41; 200],
-            },
-            Op::Write {
-                addr: OUT + 150_000,
-                bytes: vec![0x42; 64],
-            },
-            Op::Gather {
-                indices: vec![7, 9],
-                at: 200,
-                skip: false,
-            },
-            Op::Write {
-                addr: SBUF_BASE + 8192,
-                bytes: vec![0x43; 64],
-            },
-            Op::Write {
-                addr: OUT + 190_000,
-                bytes: vec![0x44; 64],
-            },
-            Op::Gather {
-                indices: vec![1],
-                at: 300,
-                skip: false,
-            },
+            write(SRC + 4, 0x41, 200),
+            write(OUT + 150_000, 0x42, 64),
+            gather(vec![7, 9], 200),
+            write(SBUF_BASE + 8192, 0x43, 64),
+            write(OUT + 190_000, 0x44, 64),
+            gather(vec![1], 300),
         ];
-        let data = lower(&ops);
-        let steps = steps(&data);
-        let (mut want, mut got) = (fabric(), fabric());
-        let reports = in_order(&mut want, &steps).unwrap();
-        let report = runtime()
-            .run_program(&mut got, steps.iter().copied())
-            .unwrap();
-        assert_eq!(report.steps, reports);
-        assert_eq!(got.first_difference(&want), None);
+        runs_as_in_order(&ops);
     }
 
     #[test]
