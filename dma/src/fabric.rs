@@ -346,11 +346,6 @@ impl Fabric {
     pub fn reserve(&mut self, addr: FabricAddr, len: u64) -> Result<(), Error> {
         let epoch = self.epoch;
         for key in self.page_keys(addr, len)? {
-            // most pages a replay reserves exist already (a table it scatters into)
-            if let Some(page) = self.pages.get_mut(key) {
-                page.opened = epoch;
-                continue;
-            }
             // A checked range's keys are all in a window of the map.
             match self.pages.get_or_insert_with(key, Page::zeroed) {
                 Some(page) => page.opened = epoch,
