@@ -10,12 +10,11 @@
 //!   goes to the `i mod n`-th selected queue.
 //! - [`SprayMode::Grouped`]: otherwise. Runs whose destination ranges overlap, directly or
 //!   through a chain, form a group (found by sorting the ranges and sweeping; for whole
-//!   rows of one table, by marking each row's slot in a bit set); groups are dealt
+//!   rows of one table, in one pass through a table of the rows seen); groups are dealt
 //!   round-robin in order of first appearance, and each group's runs stay in order.
 
 use crate::error::Error;
 use crate::runs::{Hull, Run};
-use hashbrown::HashMap;
 use smallvec::SmallVec;
 
 /// Queues of one DMA engine set (the 16 DMA rings).
@@ -97,116 +96,71 @@ pub fn check_no_overlap(runs: &[Run]) -> Result<(), Error> {
 
 /// [`overlap_groups`] of runs that all have one length and destinations on one grid of
 /// that length (whole rows of one table, the usual scatter): two such runs overlap exactly
-/// when their destinations are equal, so slots replace the sort. `None` for any other
-/// runs.
+/// when their destinations are equal, so one pass through a table of the rows seen
+/// ([`FirstSeen`]) replaces the sort. `None` for any other runs.
 fn slot_groups(runs: &[Run]) -> Option<Vec<usize>> {
-    let slots = Slots::of(runs)?;
-    Some(
-        match slots.count <= DENSE_SLOTS_PER_RUN * runs.len() as u64 {
-            true => slots.dense_groups(runs),
-            false => slots.sparse_groups(runs),
-        },
-    )
-}
-
-/// Slots per run up to which [`Slots::dense_groups`] marks them in bit sets (at most
-/// 32 bytes a run each, the size of the runs); sparser rows take a hash map.
-const DENSE_SLOTS_PER_RUN: u64 = 256;
-
-/// Runs of `len` bytes whose destinations are `grid` bytes past multiples of `len`: run
-/// `r` fills slot `r.dst / len - first`, and `count` slots span them all.
-struct Slots {
-    len: u64,
-    /// `log2(len)` when `len` is a power of two (a shift instead of a division).
-    shift: Option<u32>,
-    first: u64,
-    count: u64,
-}
-
-impl Slots {
-    /// The slots of `runs`, if they all have one length and lie on one grid of it.
-    fn of(runs: &[Run]) -> Option<Slots> {
-        let head = runs.first()?;
-        let len = head.len;
-        let shift = len.is_power_of_two().then(|| len.trailing_zeros());
-        let mut slots = Slots {
-            len,
-            shift,
-            first: 0,
-            count: 0,
+    let head = runs.first()?;
+    let len = head.len;
+    let grid = head.dst.checked_rem(len)?;
+    // a shift instead of a division where the length is a power of two
+    let shift = len.is_power_of_two().then(|| len.trailing_zeros());
+    let mut seen = FirstSeen::with_room(runs.len());
+    let mut groups = Vec::with_capacity(runs.len());
+    for r in runs {
+        let (row, rem) = match shift {
+            Some(s) => (r.dst >> s, r.dst & (len - 1)),
+            None => (r.dst / len, r.dst % len),
         };
-        let grid = head.dst.checked_rem(len)?;
-        let (mut lo, mut hi) = (u64::MAX, 0);
-        for r in runs {
-            let (q, rem) = slots.split(r.dst);
-            if r.len != len || rem != grid {
-                return None;
-            }
-            (lo, hi) = (lo.min(q), hi.max(q));
+        if r.len != len || rem != grid || row == FirstSeen::EMPTY {
+            return None;
         }
-        (slots.first, slots.count) = (lo, hi - lo + 1);
-        Some(slots)
+        groups.push(seen.group(row));
     }
+    Some(groups)
+}
 
-    /// `(x / len, x % len)`.
-    #[inline(always)]
-    fn split(&self, x: u64) -> (u64, u64) {
-        match self.shift {
-            Some(s) => (x >> s, x & (self.len - 1)),
-            None => (x / self.len, x % self.len),
+/// The group ordinal of each row seen, numbered in order of first sight: an open-addressed
+/// table (linear probing, Fibonacci hashing, so that rows on any stride spread) at most
+/// half full.
+struct FirstSeen {
+    /// `(row, group)`, [`FirstSeen::EMPTY`] rows free.
+    slots: Vec<(u64, usize)>,
+    /// `64 - log2(slots.len())`: the hash keeps the product's top bits.
+    shift: u32,
+    next: usize,
+}
+
+impl FirstSeen {
+    /// The row of a free slot (no run's row: a run ends inside the address space).
+    const EMPTY: u64 = u64::MAX;
+
+    /// A table with room for `rows` distinct rows.
+    fn with_room(rows: usize) -> FirstSeen {
+        let size = (2 * rows).next_power_of_two().max(8);
+        FirstSeen {
+            slots: vec![(Self::EMPTY, 0); size],
+            shift: 64 - size.trailing_zeros(),
+            next: 0,
         }
     }
 
-    /// The slot of `r`, one of `of`'s runs.
+    /// The group of `row`: the one it got when first seen, else the next ordinal.
     #[inline(always)]
-    fn slot(&self, r: &Run) -> usize {
-        (self.split(r.dst).0 - self.first) as usize
-    }
-
-    /// The group ordinals through bit sets of the slots seen and seen twice: without a
-    /// slot seen twice every run is its own group; with some, only those slots go
-    /// through a hash map.
-    fn dense_groups(&self, runs: &[Run]) -> Vec<usize> {
-        let words = self.count.div_ceil(64) as usize;
-        let (mut seen, mut twice) = (vec![0u64; words], vec![0u64; words]);
-        let mut repeated = false;
-        for r in runs {
-            let s = self.slot(r);
-            let (w, bit) = (s / 64, 1u64 << (s % 64));
-            if let (Some(seen), Some(twice)) = (seen.get_mut(w), twice.get_mut(w)) {
-                if *seen & bit != 0 {
-                    *twice |= bit;
-                    repeated = true;
+    fn group(&mut self, row: u64) -> usize {
+        let mask = self.slots.len() - 1;
+        let mut at = (row.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize;
+        loop {
+            match self.slots.get_mut(at) {
+                Some(&mut (r, g)) if r == row => return g,
+                Some(slot) if slot.0 == Self::EMPTY => {
+                    let g = self.next;
+                    *slot = (row, g);
+                    self.next += 1;
+                    return g;
                 }
-                *seen |= bit;
+                _ => at = (at + 1) & mask,
             }
         }
-        if !repeated {
-            return (0..runs.len()).collect();
-        }
-        let shared = |s: usize| twice.get(s / 64).is_some_and(|w| w >> (s % 64) & 1 == 1);
-        let mut first: HashMap<usize, usize> = HashMap::new();
-        let mut next = 0;
-        let mut group = |s: usize| -> usize {
-            let new = next;
-            let g = match shared(s) {
-                true => *first.entry(s).or_insert(new),
-                false => new,
-            };
-            next += usize::from(g == new);
-            g
-        };
-        runs.iter().map(|r| group(self.slot(r))).collect()
-    }
-
-    /// The group ordinals through a hash map of every slot.
-    fn sparse_groups(&self, runs: &[Run]) -> Vec<usize> {
-        let mut first: HashMap<usize, usize> = HashMap::with_capacity(runs.len());
-        let groups = runs.iter().map(|r| {
-            let next = first.len();
-            *first.entry(self.slot(r)).or_insert(next)
-        });
-        groups.collect()
     }
 }
 
@@ -369,29 +323,28 @@ mod tests {
             check_groups(&runs)?;
         }
 
-        /// Rows of one length on one grid, with duplicates, take the hash map.
+        /// Rows of one length on one grid, with duplicates, take the table of rows seen.
         #[test]
         fn grid_groups_are_the_overlap_closure(
             (len, grid) in (1u64..64, 0u64..64),
             slots in proptest::collection::vec(0u64..12, 1..24),
         ) {
             let runs: Vec<Run> = slots.iter().map(|k| run(k * len + grid % len, len)).collect();
-            let dense = Slots::of(&runs).map(|s| s.count <= DENSE_SLOTS_PER_RUN * slots.len() as u64);
-            prop_assert_eq!(dense, Some(true));
+            prop_assert!(slot_groups(&runs).is_some());
             check_groups(&runs)?;
         }
 
-        /// Rows far apart on one grid, with duplicates, take the hash map of every slot.
+        /// Rows on a stride of a power of two (the same low bits, which a plain modulo
+        /// would put in one chain), with duplicates, take the table too.
         #[test]
-        fn sparse_grid_groups_are_the_overlap_closure(
+        fn strided_grid_groups_are_the_overlap_closure(
             (len, grid) in (1u64..64, 0u64..64),
             slots in proptest::collection::vec(0u64..12, 1..24),
+            stride in 8u32..40,
         ) {
             let far = |k: u64| run(k * len + grid % len, len);
-            let spread = slots.iter().map(|k| k << 16);
-            let runs: Vec<Run> = spread.chain([1 << 20]).map(far).collect();
-            let dense = Slots::of(&runs).map(|s| s.count <= DENSE_SLOTS_PER_RUN * runs.len() as u64);
-            prop_assert_eq!(dense, Some(false));
+            let runs: Vec<Run> = slots.iter().map(|k| far(k << stride)).collect();
+            prop_assert!(slot_groups(&runs).is_some());
             check_groups(&runs)?;
         }
     }
