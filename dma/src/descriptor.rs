@@ -249,16 +249,45 @@ pub struct SemWait {
 /// A validated descriptor: every field obeys the decode rules, so the engine may rely on
 /// `1 <= len <= 64 KiB`, whole elements for reductions and FILL, and a FILL element that
 /// fits its dtype. (Whether the addresses lie on the fabric is the engine's check.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// 32 bytes, two to a cache line: the semaphores are kept as plain numbers (a WAIT count
+/// of 0 and a SIGNAL of [`NO_SIGNAL`] mean none) rather than as `Option`s, which would
+/// pad it to 40. Every pass over a replay's queues reads these: generation, validation,
+/// dealing and execution.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Descriptor {
     src: FabricAddr,
     dst: FabricAddr,
     len: u32,
+    /// WAIT's count, 0 without a WAIT.
+    wait_count: u32,
     dtype: Dtype,
     op: DescOp,
     flags: DescFlags,
-    wait: Option<SemWait>,
-    signal: Option<SemId>,
+    /// WAIT's semaphore, 0 without a WAIT.
+    wait_sem: u8,
+    /// The semaphore SIGNALled, [`NO_SIGNAL`] without one.
+    signal: u8,
+}
+
+/// [`Descriptor`]'s `signal` without a SIGNAL (semaphore ids are below [`SEMAPHORES`]).
+const NO_SIGNAL: u8 = u8::MAX;
+
+const _: () = assert!(std::mem::size_of::<Descriptor>() == 32);
+
+impl std::fmt::Debug for Descriptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Descriptor")
+            .field("src", &self.src)
+            .field("dst", &self.dst)
+            .field("len", &self.len)
+            .field("dtype", &self.dtype)
+            .field("op", &self.op)
+            .field("flags", &self.flags)
+            .field("wait", &self.wait())
+            .field("signal", &self.signal())
+            .finish()
+    }
 }
 
 fn bad(field: &'static str, value: impl Into<u64>, rule: impl Into<String>) -> Error {
@@ -309,8 +338,9 @@ impl Descriptor {
             dtype,
             op,
             flags: DescFlags::NONE,
-            wait: None,
-            signal: None,
+            wait_count: 0,
+            wait_sem: 0,
+            signal: NO_SIGNAL,
         })
     }
 
@@ -349,7 +379,8 @@ impl Descriptor {
     /// The same descriptor with a WAIT (replacing any earlier one).
     pub fn with_wait(self, wait: SemWait) -> Descriptor {
         Descriptor {
-            wait: Some(wait),
+            wait_count: wait.count.get(),
+            wait_sem: wait.sem.get(),
             ..self
         }
     }
@@ -357,7 +388,7 @@ impl Descriptor {
     /// The same descriptor with a SIGNAL (replacing any earlier one).
     pub fn with_signal(self, sem: SemId) -> Descriptor {
         Descriptor {
-            signal: Some(sem),
+            signal: sem.get(),
             ..self
         }
     }
@@ -395,12 +426,16 @@ impl Descriptor {
 
     /// The WAIT, if any.
     pub fn wait(&self) -> Option<SemWait> {
-        self.wait
+        let count = NonZeroU32::new(self.wait_count)?;
+        Some(SemWait {
+            sem: SemId(self.wait_sem),
+            count,
+        })
     }
 
     /// The semaphore SIGNALled on completion, if any.
     pub fn signal(&self) -> Option<SemId> {
-        self.signal
+        (self.signal != NO_SIGNAL).then_some(SemId(self.signal))
     }
 
     /// The source range `(src, len)` the descriptor reads, or `None` for FILL.
@@ -433,11 +468,12 @@ impl Descriptor {
 
     /// The wire form.
     pub fn encode(&self) -> RawDescriptor {
+        let (wait, signal) = (self.wait(), self.signal());
         let mut flags = self.flags.bits();
-        if self.wait.is_some() {
+        if wait.is_some() {
             flags |= FLAG_SEM_WAIT;
         }
-        if self.signal.is_some() {
+        if signal.is_some() {
             flags |= FLAG_SEM_SIGNAL;
         }
         RawDescriptor {
@@ -447,10 +483,10 @@ impl Descriptor {
             dtype: self.dtype.code(),
             op: self.op.code(),
             flags: U16::new(flags),
-            wait_sem: self.wait.map_or(0, |w| w.sem.get()),
-            signal_sem: self.signal.map_or(0, SemId::get),
+            wait_sem: wait.map_or(0, |w| w.sem.get()),
+            signal_sem: signal.map_or(0, SemId::get),
             reserved: U16::new(0),
-            wait_count: U32::new(self.wait.map_or(0, |w| w.count.get())),
+            wait_count: U32::new(wait.map_or(0, |w| w.count.get())),
         }
     }
 
@@ -477,11 +513,14 @@ impl Descriptor {
             raw.len.get(),
             dtype,
         )?;
-        Ok(Descriptor {
-            flags: DescFlags(flags & (FLAG_END_OF_INSTRUCTION | FLAG_NOTIFY)),
-            wait: decode_wait(raw, flags & FLAG_SEM_WAIT != 0)?,
-            signal: decode_signal(raw, flags & FLAG_SEM_SIGNAL != 0)?,
-            ..d
+        let d = d.with_flags(DescFlags(flags & (FLAG_END_OF_INSTRUCTION | FLAG_NOTIFY)));
+        let d = match decode_wait(raw, flags & FLAG_SEM_WAIT != 0)? {
+            Some(wait) => d.with_wait(wait),
+            None => d,
+        };
+        Ok(match decode_signal(raw, flags & FLAG_SEM_SIGNAL != 0)? {
+            Some(sem) => d.with_signal(sem),
+            None => d,
         })
     }
 
@@ -566,13 +605,13 @@ impl SemaphoreLedger {
 
     /// Records descriptor `index` of `queue`; rejects a second signalling queue.
     pub fn record(&mut self, queue: usize, index: u64, d: &Descriptor) -> Result<(), Error> {
-        if let Some(w) = d.wait {
+        if let Some(w) = d.wait() {
             let slot = &mut self.max_wait[w.sem.index()];
             if slot.is_none_or(|(c, _, _)| w.count.get() > c) {
                 *slot = Some((w.count.get(), queue, index));
             }
         }
-        if let Some(s) = d.signal {
+        if let Some(s) = d.signal() {
             self.claim(s, queue, index)?;
             self.signals[s.index()] += 1;
         }

@@ -558,7 +558,7 @@ pub(crate) fn claimable(
     !semaphores && (fits() || dealt)
 }
 
-/// The most descriptors a run dealt by page copies (40 MiB of them at most in the
+/// The most descriptors a run dealt by page copies (32 MiB of them at most in the
 /// [`Spare`] buffers).
 pub(crate) const DEALT_MAX: usize = 1 << 20;
 
