@@ -281,10 +281,16 @@ impl Shared {
     /// Executes `run` (descriptors `first..` of `queue`, none waiting after the first)
     /// through one [`PageLocks`], so that consecutive descriptors on the same pages keep
     /// them locked. The locks are released before each signal, since the signalled queue
-    /// is likely to touch these pages next.
+    /// is likely to touch these pages next. Each descriptor prefetches the one
+    /// [`PREFETCH_AHEAD`] after it, and the first ones are prefetched before the loop, so
+    /// that a short run (a page bucket of a few dozen scattered rows) does not wait for
+    /// its first rows one by one.
     fn execute_run(&self, queue: usize, first: u64, run: &[Descriptor]) -> Result<(), Error> {
         let mut locks = self.fabric.page_locks();
         let mut ranges = RangeRule::default();
+        for d in run.iter().take(PREFETCH_AHEAD) {
+            prefetch(&mut locks, d);
+        }
         for (i, d) in run.iter().enumerate() {
             if let Some(next) = run.get(i + PREFETCH_AHEAD) {
                 prefetch(&mut locks, next);
