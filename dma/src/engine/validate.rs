@@ -460,36 +460,44 @@ impl<'f> Validator<'f> {
     }
 }
 
-/// The fabric pages the replay writes: page number -> one address inside both the page and
+/// The fabric pages the replay writes: each page with one address inside both the page and
 /// a checked destination range (so reserving one byte there materialises the page), and
 /// the first queue that writes it; and whether some page is written by two queues.
+///
+/// A page is found through its slot of a direct-mapped table (`page % SEEN`), which the
+/// first page to reach it keeps until [`PageSet::clear`]; a page whose slot another page
+/// holds goes to a hash map. A scatter over a table of a few hundred consecutive pages so
+/// never hashes (a hash map of every page cost about 50 instructions a page a replay).
 #[derive(Debug)]
 pub(crate) struct PageSet {
-    pages: HashMap<u64, (u64, usize)>,
+    /// Every page with its address, in order of first addition.
+    list: Vec<(u64, u64)>,
+    /// The page holding each slot with its first queue (`page | first_queue << 56`),
+    /// all ones for a free slot.
+    slots: Box<[u64; SEEN]>,
+    /// The first queue of each page whose slot another page holds.
+    overflow: HashMap<u64, usize>,
     /// The page numbers of the last range added and its queue (consecutive descriptors of
     /// a queue share pages).
     last: Option<(u64, u64, usize)>,
-    /// Pages known to be in `pages` with their first queue (`page | first_queue << 56`),
-    /// direct-mapped by their low bits: a scatter over a table of a few hundred pages
-    /// finds its page (and whether another queue wrote it first) here instead of hashing
-    /// it again.
-    seen: Box<[u64; SEEN]>,
     shared: bool,
 }
 
-/// Slots of [`PageSet::seen`].
+/// Slots of [`PageSet::slots`].
 const SEEN: usize = 1024;
-/// Where [`PageSet::seen`] keeps the queue (page numbers are below 2^48), and the bits of
-/// the page below it (an empty slot, all ones, matches no page).
+/// Where [`PageSet::slots`] keeps the queue (page numbers are below 2^48), and the bits of
+/// the page below it (a free slot, all ones, matches no page).
 const SEEN_QUEUE_SHIFT: u32 = 56;
 const SEEN_PAGE: u64 = (1 << SEEN_QUEUE_SHIFT) - 1;
+const FREE: u64 = u64::MAX;
 
 impl Default for PageSet {
     fn default() -> PageSet {
         PageSet {
-            pages: HashMap::new(),
+            list: Vec::new(),
+            slots: Box::new([FREE; SEEN]),
+            overflow: HashMap::new(),
             last: None,
-            seen: Box::new([u64::MAX; SEEN]),
             shared: false,
         }
     }
@@ -498,12 +506,51 @@ impl Default for PageSet {
 impl PageSet {
     /// Pages in the set.
     pub(crate) fn len(&self) -> usize {
-        self.pages.len()
+        self.list.len()
     }
 
     /// Whether some page is written by two queues.
     pub(crate) fn shared(&self) -> bool {
         self.shared
+    }
+
+    /// Every page with its address and first queue, in order of first addition.
+    fn entries(&self) -> impl Iterator<Item = (u64, u64, usize)> + '_ {
+        self.list.iter().map(|&(page, addr)| {
+            let slot = self.slots[page as usize % SEEN];
+            let queue = match slot & SEEN_PAGE == page {
+                true => (slot >> SEEN_QUEUE_SHIFT) as usize,
+                false => self.overflow.get(&page).copied().unwrap_or(0),
+            };
+            (page, addr, queue)
+        })
+    }
+
+    /// Adds `page` (with `addr`, inside it) for `queue` if it is new; its first queue.
+    #[inline(always)]
+    fn first_queue(&mut self, page: u64, addr: u64, queue: usize) -> usize {
+        let slot = self.slots[page as usize % SEEN];
+        match slot & SEEN_PAGE == page {
+            true => (slot >> SEEN_QUEUE_SHIFT) as usize,
+            false => self.first_queue_unslotted(page, addr, queue),
+        }
+    }
+
+    /// [`PageSet::first_queue`] of a page that does not hold its slot: it takes the slot
+    /// if it is free, else it is in (or goes to) the overflow map.
+    #[inline(never)]
+    fn first_queue_unslotted(&mut self, page: u64, addr: u64, queue: usize) -> usize {
+        let slot = &mut self.slots[page as usize % SEEN];
+        if *slot == FREE {
+            *slot = page | (queue as u64) << SEEN_QUEUE_SHIFT;
+            self.list.push((page, addr));
+            return queue;
+        }
+        let list = &mut self.list;
+        *self.overflow.entry(page).or_insert_with(|| {
+            list.push((page, addr));
+            queue
+        })
     }
 
     /// Adds the pages of a range of `queue` that passed [`Fabric::check`].
@@ -517,29 +564,19 @@ impl PageSet {
             return;
         }
         self.last = Some((lo, hi, queue));
-        let seen = &mut self.seen[lo as usize % SEEN];
-        if lo == hi && *seen & SEEN_PAGE == lo {
-            self.shared |= *seen >> SEEN_QUEUE_SHIFT != queue as u64;
-            return;
-        }
         for page in lo..=hi {
-            let first = self
-                .pages
-                .entry(page)
-                .or_insert((dst.0.max(page * PAGE_BYTES), queue));
-            self.shared |= first.1 != queue;
-            if lo == hi {
-                *seen = page | (first.1 as u64) << SEEN_QUEUE_SHIFT;
-            }
+            let first = self.first_queue(page, dst.0.max(page * PAGE_BYTES), queue);
+            self.shared |= first != queue;
         }
     }
 
-    /// Empties the set, keeping its table's capacity (for the next replay).
+    /// Empties the set, keeping its storage (for the next replay).
     pub(crate) fn clear(&mut self) {
-        for &page in self.pages.keys() {
-            self.seen[page as usize % SEEN] = u64::MAX;
+        for &(page, _) in &self.list {
+            self.slots[page as usize % SEEN] = FREE;
         }
-        self.pages.clear();
+        self.list.clear();
+        self.overflow.clear();
         self.last = None;
         self.shared = false;
     }
@@ -547,9 +584,9 @@ impl PageSet {
     /// Adds every page of `other`.
     fn merge(&mut self, other: PageSet) {
         self.shared |= other.shared;
-        for (page, (addr, queue)) in other.pages {
-            let first = self.pages.entry(page).or_insert((addr, queue));
-            self.shared |= first.1 != queue;
+        for (page, addr, queue) in other.entries() {
+            let first = self.first_queue(page, addr, queue);
+            self.shared |= first != queue;
         }
         self.last = None;
     }
@@ -557,14 +594,14 @@ impl PageSet {
     /// Whether two of the pages differ modulo `buckets` (fall in two buckets of a run dealt
     /// by page).
     pub(crate) fn spans_buckets(&self, buckets: u64) -> bool {
-        let mut pages = self.pages.keys().map(|page| page % buckets.max(1));
+        let mut pages = self.list.iter().map(|&(page, _)| page % buckets.max(1));
         let first = pages.next();
         pages.any(|bucket| Some(bucket) != first)
     }
 
     /// Reserves every page (contents unchanged).
     pub(crate) fn reserve(&self, fabric: &mut Fabric) -> Result<(), Error> {
-        fabric.reserve_each(self.pages.values().map(|&(addr, _)| FabricAddr(addr)))
+        fabric.reserve_each(self.list.iter().map(|&(_, addr)| FabricAddr(addr)))
     }
 }
 
@@ -631,7 +668,7 @@ mod tests {
 
     /// A plan as comparable values: timeline, skipped counts, the sorted written pages.
     fn summary(plan: &Plan) -> (TimelineReport, Vec<Skipped>, Vec<u64>) {
-        let mut pages: Vec<u64> = plan.pages.pages.keys().copied().collect();
+        let mut pages: Vec<u64> = plan.pages.entries().map(|(page, ..)| page).collect();
         pages.sort_unstable();
         (plan.timeline.clone(), plan.skipped.clone(), pages)
     }
@@ -699,12 +736,17 @@ mod tests {
         pages.add((FabricAddr(5 * P + 1), 2 * P), 0); // pages 5, 6, 7
         pages.add((FabricAddr(0), 1), 0);
         assert!(!pages.shared());
-        assert_eq!(pages.pages.len(), 5);
+        assert_eq!(pages.len(), 5);
         // the address kept for a page lies in the page and in a range that was added
-        assert_eq!(pages.pages.get(&0), Some(&(P - 4, 0)));
-        assert_eq!(pages.pages.get(&1), Some(&(P, 0)));
-        assert_eq!(pages.pages.get(&5), Some(&(5 * P + 1, 0)));
-        assert_eq!(pages.pages.get(&7), Some(&(7 * P, 0)));
+        let entries: Vec<(u64, u64, usize)> = pages.entries().collect();
+        let want = [
+            (0, P - 4, 0),
+            (1, P, 0),
+            (5, 5 * P + 1, 0),
+            (6, 6 * P, 0),
+            (7, 7 * P, 0),
+        ];
+        assert_eq!(entries, want);
         let mut f = Fabric::new(Generation::Cayman);
         pages.reserve(&mut f).unwrap();
         assert_eq!(f.allocated_bytes(), 5 * P);
@@ -716,9 +758,8 @@ mod tests {
         pages.add((FabricAddr(5 * P), 8), 1);
         pages.add((FabricAddr(SEEN as u64 * P), 8), 1); // the slot of page 0
         pages.add((FabricAddr(0), 8), 1);
-        let mut keys: Vec<u64> = pages.pages.keys().copied().collect();
-        keys.sort_unstable();
-        assert_eq!(keys, [0, 5, SEEN as u64]);
+        let keys: Vec<(u64, usize)> = pages.entries().map(|(page, _, q)| (page, q)).collect();
+        assert_eq!(keys, [(5, 1), (0, 1), (SEEN as u64, 1)]);
         assert!(!pages.shared());
         // another queue on a page seen (the filter), then on the last range (not cached)
         pages.add((FabricAddr(5 * P + 64), 8), 2);
@@ -768,7 +809,7 @@ mod tests {
                 }
                 prop_assert_eq!(pages.shared(), shared);
                 let mut got: Vec<(u64, usize)> =
-                    pages.pages.iter().map(|(&k, &(_, q))| (k, q)).collect();
+                    pages.entries().map(|(k, _, q)| (k, q)).collect();
                 got.sort_unstable();
                 let want: Vec<(u64, usize)> = model.iter().map(|(&k, &q)| (k, q)).collect();
                 prop_assert_eq!(got, want);
@@ -833,7 +874,7 @@ mod tests {
             },
         ];
         assert_eq!(plan.skipped, want);
-        assert_eq!(plan.pages.pages.len(), 1);
+        assert_eq!(plan.pages.len(), 1);
         // every descriptor is still timed
         assert_eq!(plan.timeline.queues[0].descriptors, 2);
         let e = validate(
