@@ -286,10 +286,11 @@ fn spray_runs(
         emitter.clear();
     }
     let mut runs = Vec::new();
-    walk(s, d, elem, |r| runs.push(r));
-    match (spray::check_no_overlap(&runs), req.order) {
+    let span = walk(s, d, elem, |r| runs.push(r));
+    match (spray::check_no_overlap(&runs, span.hulls), req.order) {
         (Ok(()), _) => {
             push_grouped(&runs, queues, emitter);
+            emitter.widen(span.hulls.0, span.hulls.1, span.bytes);
             Ok(())
         }
         (Err(_), ElementOrder::Sequential { unit_elems }) => {
@@ -347,13 +348,13 @@ impl<'a> RoundRobin<'a> {
     }
 }
 
-/// Deals `runs` to queues with overlapping destinations grouped, and emits them.
+/// Deals `runs` to queues with overlapping destinations grouped, and emits them (the
+/// caller accounts for their bytes).
 fn push_grouped(runs: &[Run], queues: &[u8], emitter: &mut Emitter) {
     let assigned = spray::assign(runs, queues, SprayMode::Grouped);
     runs.iter()
         .zip(assigned)
         .for_each(|(&r, q)| emitter.put(r, q));
-    emitter.account(runs);
 }
 
 /// The sequential element order: the runs cut at every unit, then into phases
@@ -382,20 +383,40 @@ fn sequential(
             emitter.next_phase();
         }
         push_grouped(runs, queues, emitter);
+        emitter.account(runs);
     }
     Ok(())
 }
 
+/// What [`walk`] handed out: hulls around (or, for a row move, around a superset of) the
+/// bytes its runs read and write, and the bytes they move.
+struct Span {
+    hulls: (Hull, Hull),
+    bytes: u64,
+}
+
 /// The descriptor loop over both sides, in element order (through the row-move fast path
-/// where the shape is one).
-fn walk(s: &Side, d: &Side, elem: u64, mut emit: impl FnMut(Run)) {
+/// where the shape is one), and its [`Span`]: a row move knows its hulls without a pass
+/// over the runs.
+fn walk(s: &Side, d: &Side, elem: u64, mut emit: impl FnMut(Run)) -> Span {
     let (sb, db) = (bases(s), bases(d));
     if let Some(rows) = RowMove::of((&s.shape, sb), (&d.shape, db)) {
-        rows.for_each_run(&mut emit);
-        return;
+        let bytes = rows.for_each_run(&mut emit);
+        let hulls = rows.hulls();
+        return Span { hulls, bytes };
     }
     let (mut src, mut dst) = (Walker::new(&s.shape, sb), Walker::new(&d.shape, db));
-    for_each_run(&mut src, &mut dst, elem, emit);
+    let mut span = Span {
+        hulls: (Hull::EMPTY, Hull::EMPTY),
+        bytes: 0,
+    };
+    for_each_run(&mut src, &mut dst, elem, |r| {
+        let (read, written) = r.hulls();
+        span.hulls = (span.hulls.0.join(read), span.hulls.1.join(written));
+        span.bytes += r.len;
+        emit(r);
+    });
+    span
 }
 
 /// GATHER TRANSPOSE iterates the destination `[C][R]` in the source's `(r, c)` order: its

@@ -58,9 +58,10 @@ pub fn assign(runs: &[Run], queues: &[u8], mode: SprayMode) -> Vec<u8> {
 
 /// Fails if any byte some run reads is a byte some run writes: one request does not order
 /// its reads after its own writes, so such a request has no defined result. (Fills read
-/// nothing.)
-pub fn check_no_overlap(runs: &[Run]) -> Result<(), Error> {
-    if !hulls_meet(runs) {
+/// nothing.) `read` and `written` hold every byte the runs read and write ([`hulls`], or
+/// wider): where they do not meet, nothing else is looked at.
+pub fn check_no_overlap(runs: &[Run], (read, written): (Hull, Hull)) -> Result<(), Error> {
+    if !read.meets(written) {
         return Ok(());
     }
     let union = |f: fn(&Run) -> Option<(u64, u64)>| {
@@ -164,16 +165,14 @@ impl FirstSeen {
     }
 }
 
-/// Whether the hull of the bytes `runs` read meets the hull of the bytes they write (if
-/// not, no byte can be both: one pass instead of two sorts).
-fn hulls_meet(runs: &[Run]) -> bool {
-    let (read, written) = runs
-        .iter()
+/// The hulls of the bytes `runs` read and of the bytes they write (where they do not
+/// meet, no byte can be both: one pass instead of two sorts).
+pub fn hulls(runs: &[Run]) -> (Hull, Hull) {
+    runs.iter()
         .fold((Hull::EMPTY, Hull::EMPTY), |(read, written), r| {
             let (r, w) = r.hulls();
             (read.join(r), written.join(w))
-        });
-    read.meets(written)
+        })
 }
 
 /// Group ordinal of every run: runs with overlapping destinations (transitively) share a
@@ -222,6 +221,11 @@ mod tests {
         Run::copy(0, dst, len)
     }
 
+    /// [`check_no_overlap`] with the runs' exact hulls.
+    fn no_overlap(runs: &[Run]) -> Result<(), Error> {
+        check_no_overlap(runs, hulls(runs))
+    }
+
     #[test]
     fn masks_select_queues() {
         assert_eq!(
@@ -265,16 +269,16 @@ mod tests {
     #[test]
     fn reads_of_written_bytes_are_rejected() {
         let r = |src, dst| Run::copy(src, dst, 8);
-        assert!(check_no_overlap(&[r(0, 100), r(8, 108), r(16, 200)]).is_ok());
+        assert!(no_overlap(&[r(0, 100), r(8, 108), r(16, 200)]).is_ok());
         let fill = Run {
             fill: true,
             ..r(100, 300)
         };
         assert!(
-            check_no_overlap(&[fill, r(0, 100)]).is_ok(),
+            no_overlap(&[fill, r(0, 100)]).is_ok(),
             "a fill reads nothing"
         );
-        let e = check_no_overlap(&[r(0, 100), r(104, 300)]).unwrap_err();
+        let e = no_overlap(&[r(0, 100), r(104, 300)]).unwrap_err();
         assert_eq!(e, Error::SourceOverlapsDestination { lo: 104, hi: 108 });
     }
 
@@ -303,7 +307,7 @@ mod tests {
             let any = runs.iter().filter_map(Run::read_range).any(|read| {
                 runs.iter().any(|w| meets(read, writes(w)))
             });
-            match check_no_overlap(&runs) {
+            match no_overlap(&runs) {
                 Ok(()) => prop_assert!(!any),
                 Err(Error::SourceOverlapsDestination { lo, hi }) => {
                     prop_assert!(lo < hi);
