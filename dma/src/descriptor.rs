@@ -251,8 +251,8 @@ pub struct SemWait {
 /// fits its dtype. (Whether the addresses lie on the fabric is the engine's check.)
 ///
 /// 32 bytes, two to a cache line: the semaphores are kept as plain numbers (a WAIT count
-/// of 0 and a SIGNAL of [`NO_SIGNAL`] mean none) rather than as `Option`s, which would
-/// pad it to 40. Every pass over a replay's queues reads these: generation, validation,
+/// of 0 and a SIGNAL of 0xff mean none) rather than as `Option`s, which would pad it to
+/// 40. Every pass over a replay's queues reads these: generation, validation,
 /// dealing and execution.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Descriptor {

@@ -25,11 +25,14 @@
 //! a destination page that is not open is [`Error::NotReserved`], checked for the whole
 //! range before any byte is written. Sources with no page read as zeros.
 //!
-//! [`Fabric::close_pages`] closes every page (the engine does so before it reserves a
-//! replay's destinations). A closed page cannot be written until it is reserved again,
-//! which takes `&mut self`; so while the fabric is shared its closed pages are read
-//! without their lock. A gather's table is read by every worker thread: read-locking its
-//! pages made the threads trade the lock words' cache lines on every descriptor.
+//! [`Fabric::close_pages`] closes every page. A closed page cannot be written until it is
+//! reserved again, which takes `&mut self`; so while the fabric is shared its closed pages
+//! are read without their lock. A gather's table is read by every worker thread:
+//! read-locking its pages made the threads trade the lock words' cache lines on every
+//! descriptor. The engine opens a replay's destinations through `Fabric::reopen`, which
+//! closes every other page first unless the pages open are a previous replay's, few, and
+//! unread by this one (a scatter over one table then leaves its pages open from replay
+//! to replay).
 //!
 //! Work is split into *pieces* that stay inside one source page and one destination page.
 //! A piece read-locks its source page and write-locks its destination page (one write
@@ -305,6 +308,66 @@ pub struct Fabric {
     /// running beside other work writes only open pages, so work that read none of them
     /// while it ran saw nothing of it ([`crate::engine::Beside`]).
     open_reads: AtomicU64,
+    /// The pages open in the current epoch, known without reading the pages.
+    open: OpenKeys,
+}
+
+/// The pages open in a fabric's current epoch, kept apart from the pages: the engine's
+/// threads write a page's entry (its lock word) as they lock it, so finding the open
+/// pages by reading the entries would fetch those cache lines back from them.
+#[derive(Clone, Debug, Default)]
+struct OpenKeys {
+    /// One bit per page, by the page table's dense index.
+    bits: Vec<u64>,
+    /// The dense indices set, to clear them.
+    set: Vec<usize>,
+    /// The lowest and the highest key set.
+    hull: Option<(u64, u64)>,
+    /// Whether a page was opened by [`Fabric::reserve`] (a host write, or a scenario's
+    /// declared destinations), not by the engine's reserve of a replay.
+    by_host: bool,
+}
+
+impl OpenKeys {
+    fn contains(&self, i: usize) -> bool {
+        self.bits
+            .get(i / 64)
+            .is_some_and(|w| w >> (i % 64) & 1 == 1)
+    }
+
+    /// Marks page `key` (dense index `i`) open.
+    fn insert(&mut self, i: usize, key: u64) {
+        if self.contains(i) {
+            return;
+        }
+        if self.bits.len() <= i / 64 {
+            self.bits.resize(i / 64 + 1, 0);
+        }
+        if let Some(w) = self.bits.get_mut(i / 64) {
+            *w |= 1 << (i % 64);
+        }
+        self.set.push(i);
+        self.hull = Some(
+            self.hull
+                .map_or((key, key), |(lo, hi)| (lo.min(key), hi.max(key))),
+        );
+    }
+
+    /// Whether an open page's key lies in `lo..=hi`, by the hull of the open keys.
+    fn may_meet(&self, (lo, hi): (u64, u64)) -> bool {
+        self.hull.is_some_and(|(a, b)| a <= hi && lo <= b)
+    }
+
+    fn clear(&mut self) {
+        for &i in &self.set {
+            if let Some(w) = self.bits.get_mut(i / 64) {
+                *w = 0;
+            }
+        }
+        self.set.clear();
+        self.hull = None;
+        self.by_host = false;
+    }
 }
 
 impl Fabric {
@@ -315,6 +378,7 @@ impl Fabric {
             pages: PageTable::new(generation.hbm_bytes()),
             epoch: 1,
             open_reads: AtomicU64::new(0),
+            open: OpenKeys::default(),
         }
     }
 
@@ -344,18 +408,24 @@ impl Fabric {
     /// `*_reserved` forms may write there until the next [`Fabric::close_pages`].
     /// Contents do not change.
     pub fn reserve(&mut self, addr: FabricAddr, len: u64) -> Result<(), Error> {
-        let epoch = self.epoch;
         for key in self.page_keys(addr, len)? {
-            // A checked range's keys are all in a window of the map.
-            match self.pages.get_or_insert_with(key, Page::zeroed) {
-                Some(page) => page.opened = epoch,
-                None => {
-                    return Err(Error::Unmapped {
-                        addr: key << PAGE_SHIFT,
-                    })
-                }
-            }
+            self.open_key(key)?;
         }
+        self.open.by_host = true;
+        Ok(())
+    }
+
+    /// Materialises page `key` and opens it in the current epoch.
+    fn open_key(&mut self, key: u64) -> Result<(), Error> {
+        let epoch = self.epoch;
+        // A checked range's keys are all in a window of the map.
+        let unmapped = Error::Unmapped {
+            addr: key << PAGE_SHIFT,
+        };
+        let i = self.pages.dense(key).ok_or(unmapped.clone())?;
+        let page = self.pages.get_or_insert_with(key, Page::zeroed);
+        page.ok_or(unmapped)?.opened = epoch;
+        self.open.insert(i, key);
         Ok(())
     }
 
@@ -371,20 +441,44 @@ impl Fabric {
         let mut region = RegionCache::default();
         for addr in addrs {
             region.check(&self.map, addr, 1)?;
-            match self.pages.get_mut(addr.0 >> PAGE_SHIFT) {
-                Some(page) => page.opened = self.epoch,
-                None => self.reserve(addr, 1)?,
+            let key = addr.0 >> PAGE_SHIFT;
+            // an open page is left alone: its entry is the engine threads' cache line
+            if self.pages.dense(key).is_some_and(|i| self.open.contains(i)) {
+                continue;
             }
+            self.open_key(key)?;
         }
         Ok(())
     }
 
+    /// Opens the pages holding each of `addrs` for a replay that writes those `writes`
+    /// pages and reads pages `reads` (the keys of its lowest and highest byte read),
+    /// closing every other page first ([`Fabric::close_pages`]) unless the pages open
+    /// now were all opened so, the replay reads none of them, and they are at most
+    /// twice its own (and 64 more). Pages a replay leaves open are only locked where
+    /// they need not be: closing them every replay had the caller write each page's
+    /// entry while the engine's threads, which lock it, held its cache line.
+    pub(crate) fn reopen(
+        &mut self,
+        addrs: impl IntoIterator<Item = FabricAddr>,
+        reads: Option<(u64, u64)>,
+        writes: usize,
+    ) -> Result<(), Error> {
+        let few = self.open.set.len() <= writes.saturating_mul(2).saturating_add(64);
+        let unread = !reads.is_some_and(|r| self.open.may_meet(r));
+        if self.open.by_host || !few || !unread {
+            self.close_pages();
+        }
+        self.reserve_each(addrs)
+    }
+
     /// Closes every page for the `*_reserved` forms until it is reserved again. Reads of
     /// a closed page take no lock (nothing can write it while the fabric is shared), so
-    /// the engine closes the pages before it reserves a replay's destinations: the
-    /// tables a gather reads from cost no lock traffic between its worker threads.
+    /// the engine closes the pages a replay reads (`Fabric::reopen`): the tables a
+    /// gather reads from cost no lock traffic between its worker threads.
     pub fn close_pages(&mut self) {
         self.epoch += 1;
+        self.open.clear();
     }
 
     /// The page of `key` if it is open for the `*_reserved` forms.
@@ -721,6 +815,7 @@ impl Clone for Fabric {
             pages,
             epoch: self.epoch,
             open_reads: AtomicU64::new(0),
+            open: self.open.clone(),
         }
     }
 }
@@ -1482,6 +1577,46 @@ mod tests {
             .unwrap_err();
         assert_eq!(e, Error::Unmapped { addr: cap });
         assert_eq!(f.allocated_bytes(), 2 * P);
+    }
+
+    /// The keys of the open pages among `0..n`.
+    fn open_keys(f: &Fabric, n: u64) -> Vec<u64> {
+        (0..n).filter(|&k| f.open_page(k).is_some()).collect()
+    }
+
+    #[test]
+    fn reopen_keeps_pages_open_only_while_they_are_few_unread_and_the_engines() {
+        let mut f = fab();
+        let at = |keys: &[u64]| {
+            keys.iter()
+                .map(|k| FabricAddr(k * P + 8))
+                .collect::<Vec<_>>()
+        };
+        f.reopen(at(&[1, 2]), None, 2).unwrap();
+        assert_eq!(open_keys(&f, 8), [1, 2]);
+        // a replay that reads none of them leaves them open beside its own
+        f.reopen(at(&[3]), Some((5, 6)), 1).unwrap();
+        assert_eq!(open_keys(&f, 8), [1, 2, 3]);
+        // one that reads between the lowest and the highest open page closes them
+        f.reopen(at(&[4]), Some((2, 2)), 1).unwrap();
+        assert_eq!(open_keys(&f, 8), [4]);
+        // a page a host write opened closes them too
+        f.write(FabricAddr(6 * P), &[1]).unwrap();
+        f.reopen(at(&[5]), None, 1).unwrap();
+        assert_eq!(open_keys(&f, 8), [5]);
+        // and so do more than twice the replay's pages and 64
+        let many: Vec<u64> = (100..200).collect();
+        f.reopen(at(&many), None, many.len()).unwrap();
+        f.reopen(at(&[300]), None, 1).unwrap();
+        assert_eq!(open_keys(&f, 400), [300]);
+        // contents never change
+        assert_eq!(bytes(&f, 6 * P, 1), [1]);
+        // a clone keeps the open pages it was made with
+        f.reopen(at(&[301]), None, 1).unwrap();
+        let mut g = f.clone();
+        assert_eq!(open_keys(&g, 400), [300, 301]);
+        g.reopen(at(&[302]), Some((300, 300)), 1).unwrap();
+        assert_eq!(open_keys(&g, 400), [302]);
     }
 
     #[test]

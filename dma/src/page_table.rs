@@ -50,7 +50,7 @@ impl<P> PageTable<P> {
 
     /// The dense index of `key`, or `None` for a key in no window.
     #[inline(always)]
-    fn dense(&self, key: u64) -> Option<usize> {
+    pub(crate) fn dense(&self, key: u64) -> Option<usize> {
         let i = if key < self.hbm_keys {
             key
         } else if key.wrapping_sub(SBUF_KEY) < SBUF_KEYS {
@@ -81,13 +81,6 @@ impl<P> PageTable<P> {
         let i = self.dense(key)?;
         let leaf = self.dir.get(i >> LEAF_SHIFT)?.as_deref()?;
         leaf.get(i & (LEAF - 1))?.as_ref()
-    }
-
-    /// The page of `key`, to change, if it has one.
-    pub(crate) fn get_mut(&mut self, key: u64) -> Option<&mut P> {
-        let i = self.dense(key)?;
-        let leaf = self.dir.get_mut(i >> LEAF_SHIFT)?.as_deref_mut()?;
-        leaf.get_mut(i & (LEAF - 1))?.as_mut()
     }
 
     /// The page of `key`, made by `make` if it has none; `None` for a key in no window.

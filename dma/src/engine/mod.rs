@@ -567,10 +567,9 @@ impl Engine {
         (plan, dealt): (&Plan, Option<exec::Buckets>),
         (overlap, beside): (bool, impl FnOnce(&mut Beside<'_>) -> R),
     ) -> Result<(ReplayReport, R), Error> {
-        // Only this replay's destinations stay writable: every other page is then read
-        // without a lock while the queues run.
-        fabric.close_pages();
-        plan.pages.reserve(fabric)?;
+        // This replay's destinations are opened; every page it reads is closed, so read
+        // without a lock while the queues run (Fabric::reopen).
+        plan.pages.reopen(fabric, plan.footprint.read_pages())?;
         source.rewind();
         // A replay small enough for the caller alone runs there, claimed if it can be
         // (no channels, no tasks), else on the current-thread runtime; a larger one is

@@ -599,9 +599,15 @@ impl PageSet {
         pages.any(|bucket| Some(bucket) != first)
     }
 
-    /// Reserves every page (contents unchanged).
-    pub(crate) fn reserve(&self, fabric: &mut Fabric) -> Result<(), Error> {
-        fabric.reserve_each(self.list.iter().map(|&(_, addr)| FabricAddr(addr)))
+    /// Opens every page for a replay that reads pages `reads` ([`Fabric::reopen`]);
+    /// contents unchanged.
+    pub(crate) fn reopen(
+        &self,
+        fabric: &mut Fabric,
+        reads: Option<(u64, u64)>,
+    ) -> Result<(), Error> {
+        let addrs = self.list.iter().map(|&(_, addr)| FabricAddr(addr));
+        fabric.reopen(addrs, reads, self.len())
     }
 }
 
@@ -748,7 +754,7 @@ mod tests {
         ];
         assert_eq!(entries, want);
         let mut f = Fabric::new(Generation::Cayman);
-        pages.reserve(&mut f).unwrap();
+        pages.reopen(&mut f, None).unwrap();
         assert_eq!(f.allocated_bytes(), 5 * P);
         // emptied and used again: pages seen before are not taken for present
         pages.clear();
