@@ -101,7 +101,7 @@ static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 /// writer always holds the write lock of a page opened in the fabric's current epoch; a
 /// reader holds the read lock, or none when the page is closed in the current epoch
 /// ([`Fabric::engine_view`]), since then no writer can exist until the fabric is next
-/// borrowed mutably, except [`Fabric::write_beside`], whose caller guarantees that no other
+/// borrowed mutably, except [`Fabric::write_closed_piece`], whose caller guarantees that no other
 /// thread reaches the page meanwhile.
 struct Page {
     lock: RwLock<()>,
@@ -507,7 +507,7 @@ impl Fabric {
             true => page.read(),
             // SAFETY: a closed page gets no `PageMut` (`Page::write` checks the epoch),
             // and the epoch and `opened` only change through `&mut self`, which cannot
-            // happen while the result borrows `self`. (`write_beside` writes a closed
+            // happen while the result borrows `self`. (`write_closed_piece` writes a closed
             // page only where no other thread reaches it, and returns before this thread
             // reads it.)
             false => unsafe { PageRef::new(page, None) },
@@ -629,31 +629,37 @@ impl Fabric {
         Ok(())
     }
 
-    /// Writes `buf` at `addr` through `&self` if every page the range touches has storage
-    /// and is closed; `Ok(false)`, with nothing written, if one does not. The range is
-    /// checked first.
+    /// Whether `len` bytes at `addr` may be written through `&self` beside a replay
+    /// ([`Fabric::write_closed_piece`]): every page the range touches has storage and is
+    /// closed. The range is checked first.
+    pub(crate) fn closed_with_storage(&self, addr: FabricAddr, len: u64) -> Result<bool, Error> {
+        let mut keys = self.page_keys(addr, len)?;
+        Ok(keys.all(|k| self.pages.get(k).is_some_and(|p| !p.is_open(self.epoch))))
+    }
+
+    /// The pieces of the `len` bytes at `addr` that lie inside one page each, in address
+    /// order: `(offset from addr, length)`.
+    pub(crate) fn page_pieces(addr: FabricAddr, len: u64) -> impl Iterator<Item = (usize, usize)> {
+        Walk::one(addr.0, len).map(|(off, n)| (off as usize, n))
+    }
+
+    /// Writes `bytes` at `addr` through `&self`: a range inside one page (one of
+    /// [`Fabric::page_pieces`]) of a range [`Fabric::closed_with_storage`] allowed.
     ///
     /// # Safety
     ///
-    /// No other thread reads or writes the pages the range touches while this runs (the
-    /// engine proves it for the work beside a replay: the replay reaches only its
-    /// footprint, see [`crate::engine::Beside::write`]).
-    pub(crate) unsafe fn write_beside(&self, addr: FabricAddr, buf: &[u8]) -> Result<bool, Error> {
-        let len = buf.len() as u64;
-        let mut keys = self.page_keys(addr, len)?;
-        if !keys.all(|k| self.pages.get(k).is_some_and(|p| !p.is_open(self.epoch))) {
-            return Ok(false);
+    /// No other thread reads or writes the page while this runs (the engine proves it for
+    /// the work beside a replay: the replay reaches only its footprint, see
+    /// [`crate::engine::Beside::write`]), and the page is as `closed_with_storage` found
+    /// it (the fabric was not borrowed mutably since).
+    pub(crate) unsafe fn write_closed_piece(&self, addr: FabricAddr, bytes: &[u8]) {
+        let (key, po) = split(addr.0);
+        if let Some(page) = self.pages.get(key) {
+            // SAFETY: by the caller's contract no other thread reaches this page, and no
+            // `PageRef` of this thread outlives the read that made it.
+            let page = unsafe { &mut (**page.bytes.get()).0 };
+            page[po..po + bytes.len()].copy_from_slice(bytes);
         }
-        for (off, n) in Walk::one(addr.0, len) {
-            let (key, po) = split(addr.0 + off);
-            if let Some(page) = self.pages.get(key) {
-                // SAFETY: by the caller's contract no other thread reaches this page, and
-                // no `PageRef` of this thread outlives the read that made it.
-                let bytes = unsafe { &mut (**page.bytes.get()).0 };
-                bytes[po..po + n].copy_from_slice(&buf[off as usize..off as usize + n]);
-            }
-        }
-        Ok(true)
     }
 
     // ---- writes through &mut self --------------------------------------------------

@@ -33,6 +33,7 @@ use crate::FabricAddr;
 use super::crew::{beside_then_job, Crew};
 use super::lock;
 use super::report::ExecutionStats;
+use super::share::{EndHelping, WriteShare};
 use super::source::QueueSource;
 use super::validate::{replay_error, RangeRule};
 use super::{EngineConfig, InvalidPolicy};
@@ -600,7 +601,9 @@ impl Spare {
 /// read where they are. Without a `crew` the caller runs every queue itself.
 ///
 /// `beside` is called on the caller with the fabric while the crew starts the run, before
-/// the caller joins it ([`Crew::run_beside`]); its result comes back with the run's.
+/// the caller joins it ([`Crew::run_beside`]); its result comes back with the run's. A
+/// crew thread that runs out of units meanwhile helps with the writes `beside` makes
+/// through the [`WriteShare`] it is given, until `beside` returns.
 ///
 /// `dealt` are the buckets of `queues` if they were dealt already ([`deal`]).
 ///
@@ -613,7 +616,7 @@ pub(crate) fn execute_claimed<R>(
     fabric: &mut Fabric,
     (queues, dealing, dealt): (&[Vec<Descriptor>], Dealing, Option<Buckets>),
     (config, spare): (&EngineConfig, &Spare),
-    beside: impl FnOnce(&Fabric) -> R,
+    beside: impl FnOnce(&Fabric, &WriteShare) -> R,
 ) -> (Result<ExecutionStats, Error>, R) {
     let dealt = match (dealing, dealt) {
         (Dealing::Pages { .. }, Some(dealt)) => dealt,
@@ -639,8 +642,16 @@ pub(crate) fn execute_claimed<R>(
         batch: config.batch,
     };
     let started = Instant::now();
-    let job = || claims.claim_all();
-    let beside = || beside(&claims.shared.fabric);
+    let share = WriteShare::default();
+    let job = || {
+        claims.claim_all();
+        // SAFETY: this thread has claimed its last unit and run it to its end.
+        unsafe { share.help(&claims.shared.fabric) };
+    };
+    let beside = || {
+        let _end = EndHelping(&share);
+        beside(&claims.shared.fabric, &share)
+    };
     // A panic of the job is recorded by the claims (its queue stays failed); one of
     // `beside` unwinds once the job has run, and only after the fabric is back.
     let ran = catch_unwind(AssertUnwindSafe(|| match crew {
@@ -960,7 +971,7 @@ mod tests {
             fabric,
             (queues, dealing, None),
             (config, spare),
-            |_| (),
+            |_, _| (),
         )
         .0
     }

@@ -101,6 +101,7 @@ mod race;
 mod report;
 mod sequential;
 mod session;
+mod share;
 mod source;
 mod validate;
 
@@ -121,6 +122,7 @@ pub use sequential::execute_sequential;
 pub use session::Session;
 
 use exec::Dealing;
+use share::WriteShare;
 use source::{FileSource, QueueSource, Slices};
 use validate::Plan;
 
@@ -582,7 +584,7 @@ impl Engine {
         let (execution, other) = match source.in_memory().and_then(claimed) {
             Some((queues, dealing)) => {
                 let queues = (queues, dealing, dealt);
-                let beside = |f: &Fabric| beside(&mut Beside::new(f, reads));
+                let beside = |f: &Fabric, share: &_| beside(&mut Beside::new(f, reads, share));
                 let (stats, other) = exec::execute_claimed(
                     crew,
                     fabric,
@@ -599,7 +601,8 @@ impl Engine {
                 };
                 self.spare.put(dealt.unwrap_or_default());
                 let stats = exec::execute(runtime, workers, fabric, source, &self.config)?;
-                (stats, beside(&mut Beside::new(fabric, reads)))
+                let alone = WriteShare::default();
+                (stats, beside(&mut Beside::new(fabric, reads, &alone)))
             }
         };
         let timeline = plan.timeline.clone();
@@ -651,14 +654,21 @@ pub struct Beside<'f> {
     reads: Option<(u64, u64)>,
     /// [`Fabric::open_reads`] when the work began.
     open_reads: u64,
+    /// Where its writes are shared with the crew threads done with the replay.
+    share: &'f WriteShare,
 }
 
 impl<'f> Beside<'f> {
-    pub(crate) fn new(fabric: &'f Fabric, reads: Option<(u64, u64)>) -> Beside<'f> {
+    pub(crate) fn new(
+        fabric: &'f Fabric,
+        reads: Option<(u64, u64)>,
+        share: &'f WriteShare,
+    ) -> Beside<'f> {
         Beside {
             fabric,
             reads,
             open_reads: fabric.open_reads(),
+            share,
         }
     }
 
@@ -673,7 +683,9 @@ impl<'f> Beside<'f> {
     /// Writes `buf` at `addr` if no page of the range is one the replay reads from (between
     /// the lowest and the highest) or writes, and every page of it has storage: `Ok(true)`.
     /// Else nothing is written and `Ok(false)`: write it once the replay is done. A range
-    /// off the fabric is an error, as for [`Fabric::write`].
+    /// off the fabric is an error, as for [`Fabric::write`]. The crew threads that have
+    /// run out of the replay's work copy pieces of the write too (see the `share`
+    /// module); it returns once all are copied.
     pub fn write(&mut self, addr: FabricAddr, buf: &[u8]) -> Result<bool, Error> {
         let Some(last) = (buf.len() as u64).checked_sub(1) else {
             return self.fabric.check(addr, 0).map(|_| false);
@@ -687,13 +699,18 @@ impl<'f> Beside<'f> {
         {
             return Ok(false);
         }
+        if !self.fabric.closed_with_storage(addr, buf.len() as u64)? {
+            return Ok(false);
+        }
         // SAFETY: the replay's threads reach only the pages of the ranges its validated
         // descriptors read, all inside `reads`, and those it writes, which are its
-        // reserved (open) pages, refused by `write_beside`; nothing else touches the
-        // fabric while `beside` runs (the caller lent it to the engine), and `&mut self`
-        // ends every borrow taken through `Beside::fabric` (no `PageRef` or `PageLocks`
-        // of this fabric outlives it, on this thread or another).
-        unsafe { self.fabric.write_beside(addr, buf) }
+        // reserved (open) pages, refused just above; its threads done with it reach only
+        // the pieces they claim of this write (`WriteShare::help`); nothing else touches
+        // the fabric while `beside` runs (the caller lent it to the engine), and `&mut
+        // self` ends every borrow taken through `Beside::fabric` (no `PageRef` or
+        // `PageLocks` of this fabric outlives it, on this thread or another).
+        unsafe { self.share.write(self.fabric, addr, buf) };
+        Ok(true)
     }
 
     /// Whether the work so far read a page the replay writes (through the fabric's read

@@ -13,8 +13,9 @@
 //! reads nor writes between the lowest and the highest byte it reads or writes,
 //! [`dma::Validated::touches`]): its replay then leaves the same memory. (So a write
 //! into memory the running replay reads, staging the operation after next, goes in
-//! beside the next replay instead of waiting for the next-but-one.) What cannot be done
-//! beside the replay waits for it:
+//! beside the next replay instead of waiting for the next-but-one.) The crew threads
+//! done with the running replay share the copies of these writes ([`dma::Beside::write`]).
+//! What cannot be done beside the replay waits for it:
 //!
 //! - a host write to a page the replay reads from (between its lowest and highest page
 //!   read) or writes, or to a page with no storage yet, and one after the next
