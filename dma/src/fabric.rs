@@ -637,28 +637,42 @@ impl Fabric {
         Ok(keys.all(|k| self.pages.get(k).is_some_and(|p| !p.is_open(self.epoch))))
     }
 
-    /// The pieces of the `len` bytes at `addr` that lie inside one page each, in address
-    /// order: `(offset from addr, length)`.
+    /// The pieces of the `len` bytes at `addr`, each inside one page and at most
+    /// [`PIECE_BYTES`] long, in address order: `(offset from addr, length)`.
     pub(crate) fn page_pieces(addr: FabricAddr, len: u64) -> impl Iterator<Item = (usize, usize)> {
-        Walk::one(addr.0, len).map(|(off, n)| (off as usize, n))
+        Walk::one(addr.0, len).flat_map(|(off, n)| {
+            (0..n)
+                .step_by(PIECE_BYTES)
+                .map(move |at| (off as usize + at, PIECE_BYTES.min(n - at)))
+        })
     }
 
     /// Writes `bytes` at `addr` through `&self`: a range inside one page (one of
-    /// [`Fabric::page_pieces`]) of a range [`Fabric::closed_with_storage`] allowed.
+    /// [`Fabric::page_pieces`]) of a range [`Fabric::closed_with_storage`] allowed. Copies
+    /// through a pointer to the bytes written, so that other threads may write other
+    /// pieces of the same page meanwhile.
     ///
     /// # Safety
     ///
-    /// No other thread reads or writes the page while this runs (the engine proves it for
-    /// the work beside a replay: the replay reaches only its footprint, see
-    /// [`crate::engine::Beside::write`]), and the page is as `closed_with_storage` found
-    /// it (the fabric was not borrowed mutably since).
+    /// No other thread reads or writes these bytes while this runs (the engine proves it
+    /// for the work beside a replay: the replay reaches only its footprint, see
+    /// [`crate::engine::Beside::write`], and each piece is copied by one thread), and the
+    /// page is as `closed_with_storage` found it (the fabric was not borrowed mutably
+    /// since).
     pub(crate) unsafe fn write_closed_piece(&self, addr: FabricAddr, bytes: &[u8]) {
         let (key, po) = split(addr.0);
-        if let Some(page) = self.pages.get(key) {
-            // SAFETY: by the caller's contract no other thread reaches this page, and no
-            // `PageRef` of this thread outlives the read that made it.
-            let page = unsafe { &mut (**page.bytes.get()).0 };
-            page[po..po + bytes.len()].copy_from_slice(bytes);
+        let Some(page) = self.pages.get(key) else {
+            return;
+        };
+        if po + bytes.len() > PAGE {
+            return;
+        }
+        // SAFETY: the piece lies inside the page (checked just above); by the caller's
+        // contract no other thread reads or writes its bytes, and no reference to the
+        // page's bytes is made (other pieces of the page may be copied meanwhile).
+        unsafe {
+            let base = std::ptr::addr_of_mut!((**page.bytes.get()).0).cast::<u8>();
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(po), bytes.len());
         }
     }
 
@@ -1190,6 +1204,11 @@ impl<'a> PageLocks<'a> {
     }
 }
 
+/// Most bytes of one piece of a write shared beside a replay ([`Fabric::page_pieces`]):
+/// small enough that the caller and a crew thread finish a 224 KiB staging write within
+/// a few microseconds of each other, large enough that claiming one costs little.
+pub(crate) const PIECE_BYTES: usize = 16 << 10;
+
 /// Most bytes of one operation [`PageLocks::prefetch`] hints at (a longer one is a stream
 /// the hardware prefetcher follows once started).
 pub const PREFETCH_BYTES: usize = 512;
@@ -1583,6 +1602,29 @@ mod tests {
             .unwrap_err();
         assert_eq!(e, Error::Unmapped { addr: cap });
         assert_eq!(f.allocated_bytes(), 2 * P);
+    }
+
+    #[test]
+    fn page_pieces_cover_a_range_in_order_each_inside_a_page_and_short() {
+        for (at, len) in [
+            (0, 1),
+            (P - 3, 7),
+            (5, 3 * P),
+            (P + 100, 20_000),
+            (0, 2 * P),
+        ] {
+            let pieces: Vec<(usize, usize)> = Fabric::page_pieces(FabricAddr(at), len).collect();
+            let mut next = 0;
+            for &(off, n) in &pieces {
+                assert_eq!(off, next, "{at} {len}: pieces in order, no gap");
+                assert!((1..=PIECE_BYTES).contains(&n));
+                let first = (at + off as u64) / P;
+                assert_eq!(first, (at + (off + n) as u64 - 1) / P, "inside one page");
+                next = off + n;
+            }
+            assert_eq!(next as u64, len);
+        }
+        assert_eq!(Fabric::page_pieces(FabricAddr(0), 2 * P).count(), 8);
     }
 
     /// The keys of the open pages among `0..n`.

@@ -3,13 +3,14 @@
 //!
 //! A crew thread that has claimed every unit of a replay has nothing to do until the
 //! caller's work beside it ends. While it waits, it helps: a host write the caller makes
-//! beside the replay is cut into its pieces inside one page each, and the caller and the
-//! waiting crew threads each claim the next piece not yet claimed and copy it. The write
-//! returns once every piece is copied, so to the caller it is one synchronous write.
+//! beside the replay is cut into pieces inside one page each ([`Fabric::page_pieces`]),
+//! and the caller and the waiting crew threads each claim the next piece not yet claimed
+//! and copy it. The write returns once every piece is copied, so to the caller it is one
+//! synchronous write.
 //!
-//! Two threads never copy into one page (each piece is inside one page, each page in one
-//! piece), and no replay thread reaches a page written beside it (see
-//! [`super::Beside::write`]), so each page has one writer.
+//! Two threads never copy into the same bytes (each piece is claimed once, and pieces do
+//! not overlap), and no replay thread reaches a page written beside it (see
+//! [`super::Beside::write`]), so each byte has one writer.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -109,8 +110,8 @@ impl WriteShare {
         let mut copied = 0;
         while let Some(p) = self.claim() {
             let _done = CountDone(&self.done);
-            // SAFETY: `p.src` is alive (see `Piece`), and no other thread writes the
-            // page (each page is in one piece, claimed once; `write`'s contract).
+            // SAFETY: `p.src` is alive (see `Piece`), and no other thread reads or writes
+            // the piece's bytes (each piece is claimed once; `write`'s contract).
             unsafe {
                 let bytes = std::slice::from_raw_parts(p.src, p.len);
                 fabric.write_closed_piece(p.addr, bytes);
