@@ -101,8 +101,8 @@ static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 /// writer always holds the write lock of a page opened in the fabric's current epoch; a
 /// reader holds the read lock, or none when the page is closed in the current epoch
 /// ([`Fabric::engine_view`]), since then no writer can exist until the fabric is next
-/// borrowed mutably, except [`Fabric::write_closed_piece`], whose caller guarantees that no other
-/// thread reaches the page meanwhile.
+/// borrowed mutably, except [`Fabric::write_closed_piece`], whose caller guarantees that no
+/// other thread reads the page or writes the bytes it writes meanwhile.
 struct Page {
     lock: RwLock<()>,
     bytes: UnsafeCell<Box<PageBytes>>,
@@ -654,9 +654,10 @@ impl Fabric {
     ///
     /// # Safety
     ///
-    /// No other thread reads or writes these bytes while this runs (the engine proves it
-    /// for the work beside a replay: the replay reaches only its footprint, see
-    /// [`crate::engine::Beside::write`], and each piece is copied by one thread), and the
+    /// While this runs no other thread reads the page, or writes these bytes (others may
+    /// copy other pieces of it, through this function): the engine proves it for the
+    /// work beside a replay, whose threads reach only its footprint (see
+    /// [`crate::engine::Beside::write`]), each piece being copied by one thread. And the
     /// page is as `closed_with_storage` found it (the fabric was not borrowed mutably
     /// since).
     pub(crate) unsafe fn write_closed_piece(&self, addr: FabricAddr, bytes: &[u8]) {
@@ -668,8 +669,9 @@ impl Fabric {
             return;
         }
         // SAFETY: the piece lies inside the page (checked just above); by the caller's
-        // contract no other thread reads or writes its bytes, and no reference to the
-        // page's bytes is made (other pieces of the page may be copied meanwhile).
+        // contract no other thread reads the page or writes these bytes, and no
+        // reference to the page's bytes is made (other pieces of it may be copied
+        // meanwhile, through this function).
         unsafe {
             let base = std::ptr::addr_of_mut!((**page.bytes.get()).0).cast::<u8>();
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(po), bytes.len());
