@@ -395,6 +395,22 @@ struct Span {
     bytes: u64,
 }
 
+impl Span {
+    /// No runs.
+    const EMPTY: Span = Span {
+        hulls: (Hull::EMPTY, Hull::EMPTY),
+        bytes: 0,
+    };
+
+    /// Adds run `r`.
+    #[inline(always)]
+    fn add(&mut self, r: Run) {
+        let (read, written) = r.hulls();
+        self.hulls = (self.hulls.0.join(read), self.hulls.1.join(written));
+        self.bytes += r.len;
+    }
+}
+
 /// The descriptor loop over both sides, in element order (through the row-move fast path
 /// where the shape is one), and its [`Span`]: a row move knows its hulls without a pass
 /// over the runs.
@@ -406,14 +422,9 @@ fn walk(s: &Side, d: &Side, elem: u64, mut emit: impl FnMut(Run)) -> Span {
         return Span { hulls, bytes };
     }
     let (mut src, mut dst) = (Walker::new(&s.shape, sb), Walker::new(&d.shape, db));
-    let mut span = Span {
-        hulls: (Hull::EMPTY, Hull::EMPTY),
-        bytes: 0,
-    };
+    let mut span = Span::EMPTY;
     for_each_run(&mut src, &mut dst, elem, |r| {
-        let (read, written) = r.hulls();
-        span.hulls = (span.hulls.0.join(read), span.hulls.1.join(written));
-        span.bytes += r.len;
+        span.add(r);
         emit(r);
     });
     span
@@ -846,10 +857,9 @@ impl Emitter {
     /// Adds `runs` to the payload bytes and to the hulls of the bytes read and written.
     #[inline(always)]
     fn account(&mut self, runs: &[Run]) {
-        for r in runs {
-            let (read, written) = r.hulls();
-            self.widen(read, written, r.len);
-        }
+        let mut span = Span::EMPTY;
+        runs.iter().for_each(|&r| span.add(r));
+        self.widen(span.hulls.0, span.hulls.1, span.bytes);
     }
 
     /// Adds `bytes` to the payload and hulls around bytes read and written.

@@ -58,7 +58,7 @@ pub fn assign(runs: &[Run], queues: &[u8], mode: SprayMode) -> Vec<u8> {
 
 /// Fails if any byte some run reads is a byte some run writes: one request does not order
 /// its reads after its own writes, so such a request has no defined result. (Fills read
-/// nothing.) `read` and `written` hold every byte the runs read and write ([`hulls`], or
+/// nothing.) `read` and `written` hold every byte the runs read and write (their hulls, or
 /// wider): where they do not meet, nothing else is looked at.
 pub fn check_no_overlap(runs: &[Run], (read, written): (Hull, Hull)) -> Result<(), Error> {
     if !read.meets(written) {
@@ -165,16 +165,6 @@ impl FirstSeen {
     }
 }
 
-/// The hulls of the bytes `runs` read and of the bytes they write (where they do not
-/// meet, no byte can be both: one pass instead of two sorts).
-pub fn hulls(runs: &[Run]) -> (Hull, Hull) {
-    runs.iter()
-        .fold((Hull::EMPTY, Hull::EMPTY), |(read, written), r| {
-            let (r, w) = r.hulls();
-            (read.join(r), written.join(w))
-        })
-}
-
 /// Group ordinal of every run: runs with overlapping destinations (transitively) share a
 /// group; groups are numbered in order of their first run.
 fn overlap_groups(runs: &[Run]) -> Vec<usize> {
@@ -223,7 +213,9 @@ mod tests {
 
     /// [`check_no_overlap`] with the runs' exact hulls.
     fn no_overlap(runs: &[Run]) -> Result<(), Error> {
-        check_no_overlap(runs, hulls(runs))
+        let hulls = runs.iter().map(Run::hulls);
+        let join = |(a, b): (Hull, Hull), (r, w): (Hull, Hull)| (a.join(r), b.join(w));
+        check_no_overlap(runs, hulls.fold((Hull::EMPTY, Hull::EMPTY), join))
     }
 
     #[test]
