@@ -277,6 +277,27 @@ impl RegionCache {
         self.refill(map, addr, len)
     }
 
+    /// Whether the bytes `lo..=last` (`lo <= last`) lie inside one region, which is
+    /// cached as [`RegionCache::check`] caches it; builds no error.
+    #[inline]
+    pub fn holds(&mut self, map: &AddressMap, lo: u64, last: u64) -> bool {
+        let inside = |r: &RegionCache| last.wrapping_sub(r.base) < r.len && lo >= r.base;
+        if inside(self) {
+            return true;
+        }
+        let Ok(region) = map.region_of(FabricAddr(lo)) else {
+            return false;
+        };
+        let region = RegionCache {
+            base: region.base,
+            len: region.len,
+        };
+        inside(&region) && {
+            *self = region;
+            true
+        }
+    }
+
     /// The full check; caches the region on success.
     #[inline(never)]
     fn refill(&mut self, map: &AddressMap, addr: FabricAddr, len: u64) -> Result<(), Error> {

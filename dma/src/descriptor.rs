@@ -438,6 +438,12 @@ impl Descriptor {
         (self.signal != NO_SIGNAL).then_some(SemId(self.signal))
     }
 
+    /// Whether the descriptor WAITs or SIGNALs.
+    #[inline(always)]
+    pub fn synchronises(&self) -> bool {
+        self.wait_count != 0 || self.signal != NO_SIGNAL
+    }
+
     /// The source range `(src, len)` the descriptor reads, or `None` for FILL.
     pub fn source_range(&self) -> Option<(FabricAddr, u64)> {
         self.op

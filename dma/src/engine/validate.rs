@@ -7,6 +7,10 @@
 //! that is never reached), the rest of the queues stream through the range and semaphore
 //! checks alone, and the semaphore error is reported at the end. The batch size is fixed
 //! so that which bad descriptor is reported does not depend on the engine's configuration.
+//! A batch with no WAIT or SIGNAL whose sources lie in one region and destinations in one
+//! (each side's hull, found in one pass) passes the range rule whole; any other batch, and
+//! every batch under the race check, is checked descriptor by descriptor, which finds the
+//! same bad descriptor as before.
 //!
 //! A large replay held in memory, with no semaphore and no race check, is validated on two
 //! threads (the caller and one of the engine's crew), half of the queues each (every
@@ -84,19 +88,32 @@ impl Default for Footprint {
 }
 
 impl Footprint {
-    /// Adds a descriptor whose ranges passed [`check_ranges`] (so `len >= 1` and no range
-    /// end overflows).
+    /// Adds a descriptor (`len >= 1`, as every descriptor has; a range end past the
+    /// address space saturates, so that no region holds the hull).
+    #[inline(always)]
     fn add(&mut self, d: &Descriptor) {
         let hull = |h: &mut (u64, u64), (at, len): (FabricAddr, u64)| {
-            *h = (h.0.min(at.0), h.1.max(at.0 + (len - 1)));
+            *h = (h.0.min(at.0), h.1.max(at.0.saturating_add(len - 1)));
         };
         let (dst, len) = d.dest_range();
         hull(&mut self.writes, (dst, len));
         self.bytes_written += len;
-        self.one_page_writes &= dst.0 / PAGE_BYTES == (dst.0 + (len - 1)) / PAGE_BYTES;
+        self.one_page_writes &= dst.0 / PAGE_BYTES == dst.0.saturating_add(len - 1) / PAGE_BYTES;
         if let Some(src) = d.source_range() {
             hull(&mut self.reads, src);
         }
+    }
+
+    /// The footprint of `batch` alone, and whether some descriptor of it waits or
+    /// signals.
+    fn of_batch(batch: &[Descriptor]) -> (Footprint, bool) {
+        let mut footprint = Footprint::default();
+        let mut synchronises = false;
+        for d in batch {
+            footprint.add(d);
+            synchronises |= d.synchronises();
+        }
+        (footprint, synchronises)
     }
 
     /// Both footprints together.
@@ -204,6 +221,18 @@ impl RangeRule {
         let (dst, len) = d.dest_range();
         let checked = self.destination.check(map, dst, len);
         checked.map_err(|e| ("destination range", e))
+    }
+}
+
+impl RangeRule {
+    /// Whether every range of `footprint` passes the rule: its hull of sources lies in
+    /// one region (or it reads nothing), and so does its hull of destinations (or it
+    /// writes nothing).
+    fn holds(&mut self, fabric: &Fabric, footprint: &Footprint) -> bool {
+        let map = fabric.map();
+        let inside =
+            |cache: &mut RegionCache, (lo, hi): (u64, u64)| lo > hi || cache.holds(map, lo, hi);
+        inside(&mut self.source, footprint.reads) && inside(&mut self.destination, footprint.writes)
     }
 }
 
@@ -405,13 +434,15 @@ impl<'f> Validator<'f> {
         let Some(&first) = self.next.get(queue) else {
             return Err(Error::NoSuchQueue { queue, queues });
         };
-        for (index, d) in (first..).zip(batch) {
-            let valid = self.check(queue, index, d)?;
-            if d.wait().is_some() || d.signal().is_some() {
-                self.ledger.record(queue, index, d)?;
-            }
-            if let Some(race) = &mut self.race {
-                race.record(queue, index, d, valid);
+        if !self.check_whole(queue, batch) {
+            for (index, d) in (first..).zip(batch) {
+                let valid = self.check(queue, index, d)?;
+                if d.synchronises() {
+                    self.ledger.record(queue, index, d)?;
+                }
+                if let Some(race) = &mut self.race {
+                    race.record(queue, index, d, valid);
+                }
             }
         }
         if timed {
@@ -421,6 +452,25 @@ impl<'f> Validator<'f> {
             *next += batch.len() as u64;
         }
         Ok(())
+    }
+
+    /// Checks `batch` (of `queue`) as a whole where that gives what checking each
+    /// descriptor does: without a race check, without a WAIT or a SIGNAL in it, and with
+    /// the hull of its sources inside one region and that of its destinations inside one,
+    /// every descriptor passes the range rule. Whether it did (else nothing changed).
+    fn check_whole(&mut self, queue: usize, batch: &[Descriptor]) -> bool {
+        if self.race.is_some() {
+            return false;
+        }
+        let (footprint, synchronises) = Footprint::of_batch(batch);
+        if synchronises || !self.ranges.holds(self.fabric, &footprint) {
+            return false;
+        }
+        for d in batch {
+            self.pages.add(d.dest_range(), queue);
+        }
+        self.footprint = self.footprint.join(footprint);
+        true
     }
 
     /// The range rule under the policy: whether the descriptor will execute.
@@ -615,7 +665,7 @@ impl PageSet {
 mod tests {
     use super::*;
     use crate::addr::{SBUF_BASE, SBUF_STRIDE};
-    use crate::descriptor::DescOp;
+    use crate::descriptor::{DescOp, SemId};
     use crate::dtype::Dtype;
     use crate::engine::source::Slices;
     use crate::generation::Generation;
@@ -639,6 +689,131 @@ mod tests {
         let mut f = Footprint::default();
         descs.iter().for_each(|d| f.add(d));
         f
+    }
+
+    /// An address near one of the map's region edges: `at` picks the HBM start or end,
+    /// an SBUF partition's start or end, or a hole past the last SBUF partition; `off`
+    /// (below 32) goes up from a start, or up from 40 bytes before an end.
+    fn near_edge(at: u8, off: u64) -> u64 {
+        let hbm = Generation::Cayman.hbm_bytes();
+        let partition = Generation::Cayman.sbuf_partition_bytes();
+        match at % 5 {
+            0 => off,
+            1 => hbm - 40 + off,
+            2 => SBUF_BASE + SBUF_STRIDE + off,
+            3 => SBUF_BASE + 2 * SBUF_STRIDE + partition - 40 + off,
+            _ => SBUF_BASE + 128 * SBUF_STRIDE + off,
+        }
+    }
+
+    /// A copy, an add or a fill near the edges of the batch's `regions` (source and
+    /// destination; `stray` 0 takes the region `src % 5` on both sides instead),
+    /// signalling when `sync` is 0.
+    fn edge_descriptor(
+        regions: (u8, u8),
+        (op, src, dst, len, sync, stray): (u8, u64, u64, u32, u8, u8),
+    ) -> Descriptor {
+        let (sr, dr) = match stray {
+            0 => (src as u8, src as u8),
+            _ => regions,
+        };
+        let (src, dst) = (near_edge(sr, src), near_edge(dr, dst));
+        let d = match op % 3 {
+            0 => Descriptor::fill(FabricAddr(dst), len, Dtype::U8, 7).unwrap(),
+            1 => Descriptor::new(
+                DescOp::Add,
+                FabricAddr(src),
+                FabricAddr(dst),
+                len,
+                Dtype::U8,
+            )
+            .unwrap(),
+            _ => copy(src, dst, len),
+        };
+        match sync {
+            0 => d.with_signal(SemId::new(1).unwrap()),
+            _ => d,
+        }
+    }
+
+    /// What a validator has collected: its pages (with addresses and first queues),
+    /// whether a page is shared, its footprint and its skipped counts.
+    type Collected = (Vec<(u64, u64, usize)>, bool, Footprint, Vec<Skipped>);
+
+    fn collected(v: &Validator) -> Collected {
+        let pages = v.pages.entries().collect();
+        (pages, v.pages.shared(), v.footprint, v.skipped.clone())
+    }
+
+    proptest! {
+        /// A batch checked whole leaves the validator as checking each of its descriptors
+        /// leaves it, and one it declines leaves it as it was; both policies.
+        #[test]
+        fn a_batch_checked_whole_is_its_descriptors_checked_one_by_one(
+            batches in proptest::collection::vec(
+                (0..3usize, (0..5u8, 0..5u8), proptest::collection::vec(
+                    (0..3u8, 0..32u64, 0..32u64, 1..=16u32, 0..64u8, 0..64u8),
+                    1..24,
+                )),
+                1..6,
+            ),
+            skip in any::<bool>(),
+        ) {
+            let fabric = Fabric::new(Generation::Cayman);
+            let config = EngineConfig {
+                invalid: if skip { InvalidPolicy::Skip } else { InvalidPolicy::Reject },
+                ..EngineConfig::default()
+            };
+            let new = || Validator::new(&fabric, 3, &config, PageSet::default()).unwrap();
+            let (mut whole, mut each) = (new(), new());
+            for (queue, regions, batch) in batches {
+                let batch: Vec<Descriptor> =
+                    batch.into_iter().map(|d| edge_descriptor(regions, d)).collect();
+                let before = collected(&whole);
+                if whole.check_whole(queue, &batch) {
+                    for (i, d) in batch.iter().enumerate() {
+                        prop_assert_eq!(each.check(queue, i as u64, d), Ok(true));
+                    }
+                    prop_assert_eq!(collected(&whole), collected(&each));
+                } else {
+                    prop_assert_eq!(collected(&whole), before);
+                    // both go on one by one, alike, until a descriptor is rejected
+                    for (i, d) in batch.iter().enumerate() {
+                        let one = each.check(queue, i as u64, d);
+                        prop_assert_eq!(whole.check(queue, i as u64, d), one.clone());
+                        if one.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    prop_assert_eq!(collected(&whole), collected(&each));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_is_checked_whole_when_each_side_stays_in_one_region_and_nothing_waits() {
+        let fabric = Fabric::new(Generation::Cayman);
+        let config = EngineConfig::default();
+        let mut v = Validator::new(&fabric, 2, &config, PageSet::default()).unwrap();
+        let in_hbm = [copy(0, 5 * P, 64), copy(3 * P, 9 * P + 8, 4)];
+        assert!(v.check_whole(0, &in_hbm));
+        assert_eq!(v.pages.len(), 2);
+        // up to HBM's last byte, and one byte past it
+        let hbm = Generation::Cayman.hbm_bytes();
+        assert!(v.check_whole(0, &[copy(hbm - 64, 0, 64), copy(0, hbm - 8, 8)]));
+        assert!(!v.check_whole(0, &[copy(hbm - 63, 0, 64)]));
+        assert!(!v.check_whole(0, &[copy(0, hbm - 7, 8)]));
+        assert_eq!(v.pages.len(), 4);
+        let part = |p: u64| SBUF_BASE + p * SBUF_STRIDE;
+        // each valid, but the destinations span two partitions: one by one
+        let two_partitions = [copy(0, part(1), 64), copy(0, part(2), 64)];
+        assert!(!v.check_whole(1, &two_partitions));
+        let signals = [copy(0, 5 * P, 64).with_signal(SemId::new(0).unwrap())];
+        assert!(!v.check_whole(1, &signals));
+        assert_eq!(v.pages.len(), 4);
+        let at_the_end = [copy(hbm - 64, 0, 64), copy(0, hbm - 8, 8)];
+        assert_eq!(v.footprint, footprint(&[&in_hbm[..], &at_the_end].concat()));
     }
 
     #[test]
