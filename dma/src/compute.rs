@@ -137,7 +137,7 @@ const F32_QUIET_BIT: u32 = 0x0040_0000;
 
 /// One element type of the fabric: its little-endian encoding and the four reductions of
 /// DGE_COMPUTE_OP (with the semantics in the module docs). Implemented for `u8`, `i8`,
-/// `u16`, `i16`, `u32`, `i32`, [`f16`], [`bf16`] and `f32`.
+/// `u16`, `i16`, `u32`, `i32`, [`half::f16`], [`half::bf16`] and `f32`.
 pub trait Element: Copy + PartialEq + std::fmt::Debug + Send + Sync + 'static {
     /// The dtype this type stores.
     const DTYPE: Dtype;

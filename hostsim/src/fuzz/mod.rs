@@ -8,7 +8,7 @@
 //! - [`Target::Dge`] ([`mod@dge`]): descriptor generation for indirect row gathers: no
 //!   descriptor outside the fabric, the minimal count, the OOB policy honoured;
 //! - [`Target::Dma`] ([`mod@dma`]): descriptor queues replayed by the async engine against
-//!   [`dma::execute_sequential`];
+//!   [`::dma::execute_sequential`];
 //! - [`Target::Oob`] ([`oob`], [`routes`]): instruction streams aimed at every OOB policy
 //!   of every datapath, run by the reference, the POOL kernels and the DGE + DMA engine,
 //!   comparing fabric bytes and error kinds;

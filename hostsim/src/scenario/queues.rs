@@ -21,7 +21,7 @@
 //!
 //! - the *root* is the queue with the most descriptors; the other non-empty queues are
 //!   taken breadth first by descriptor count, each queue adopting as many of them as it
-//!   has descriptors ([`join_tree`]): its last descriptor waits for its first child's
+//!   has descriptors (`join_tree`): its last descriptor waits for its first child's
 //!   signal, the one before for the second's, and so on. So the root's signal means every
 //!   queue of replay `k` is done;
 //! - the first descriptor of every queue in replay `k + 1` waits for that signal of the

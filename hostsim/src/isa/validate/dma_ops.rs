@@ -17,7 +17,7 @@ const INDEX_BYTES: u64 = 4;
 /// elements, a queue, indirect dims X without a shape register, and per side either
 /// indices (SBUF partition 0, a usable bound register, a mapped base) or a direct run on
 /// the fabric with no index address and no bound. With reshape_kind GATHER_TRANSPOSE,
-/// also [`gather_transpose`]'s rules, and the destination's transposed extent on the
+/// also `gather_transpose`'s rules, and the destination's transposed extent on the
 /// fabric.
 pub fn dma_indirect(generation: Generation, d: &DmaIndirect1d) -> Result<(), Error> {
     d.check_decode()?;
