@@ -31,18 +31,6 @@ enum RowSide<'a> {
 }
 
 impl RowSide<'_> {
-    /// The start of row `i` (`row` bytes long), `None` when its index failed.
-    #[inline(always)]
-    fn at(&self, i: usize, row: u64) -> Option<u64> {
-        match *self {
-            RowSide::Consecutive(start) => Some(start.wrapping_add(i as u64 * row)),
-            RowSide::Indexed { addrs, valid, .. } => match valid.get(i) {
-                Some(true) => addrs.get(i).copied(),
-                _ => None,
-            },
-        }
-    }
-
     /// `[lo, hi)` around every byte the side's `rows` rows of `row` bytes may touch: the
     /// whole block of a consecutive side (skipped rows included), the valid rows' span of
     /// an indexed one. Rows end inside the fabric (validated), so the ends do not wrap.
@@ -144,45 +132,82 @@ impl<'a> RowMove<'a> {
     }
 
     /// Hands `sink` every maximal run, in order (module docs), and returns the bytes
-    /// they move.
+    /// they move. One loop per pair of side kinds, so that neither side's kind is looked
+    /// at per position.
     #[inline(always)]
     pub fn for_each_run(&self, sink: &mut impl RunSink) -> u64 {
-        let row = self.row;
-        let mut moved = 0u64;
-        // The open run as three scalars, `len == 0` while none is (every row has bytes):
-        // kept as a `Run`, it was copied through the stack field by field and read back
-        // whole for the sink, a stalled store forward per run (and as an `Option`, byte
-        // by byte). Row moves never fill.
-        let (mut src, mut dst, mut len) = (0u64, 0u64, 0u64);
-        for i in 0..self.rows {
-            let (Some(mut s), Some(mut d)) = (self.src.at(i, row), self.dst.at(i, row)) else {
-                continue;
-            };
-            moved += 1;
-            let mut n = row;
-            // The merge of `runs::Merger::piece`, written out: one shared helper (tried
-            // with an `Option` or an empty `Run` for "all went in") cost 12 to 24 more
-            // instructions per descriptor under callgrind. The differential proptest below
-            // keeps the two equal.
-            if len > 0 {
-                if joins(&Run::copy(src, dst, len), &Run::copy(s, d, n)) {
-                    let room = MAX_RUN_BYTES - len;
-                    if n <= room {
-                        len += n;
-                        continue;
-                    }
-                    len = MAX_RUN_BYTES;
-                    (s, d, n) = (s + room, d + room, n - room);
-                }
-                sink.run(Run::copy(src, dst, len));
+        let (rows, row) = (self.rows, self.row);
+        let consecutive =
+            |start: u64| (0..rows as u64).map(move |i| Some(start.wrapping_add(i * row)));
+        let indexed = |addrs: &'a [u64], valid: &'a [bool]| {
+            addrs.iter().zip(valid).map(|(&a, &ok)| ok.then_some(a))
+        };
+        match (self.src, self.dst) {
+            (RowSide::Indexed { addrs, valid, .. }, RowSide::Consecutive(d)) => {
+                merge_rows(indexed(addrs, valid), consecutive(d), row, sink)
             }
-            (src, dst, len) = (s, d, n);
+            (RowSide::Consecutive(s), RowSide::Indexed { addrs, valid, .. }) => {
+                merge_rows(consecutive(s), indexed(addrs, valid), row, sink)
+            }
+            (
+                RowSide::Indexed { addrs, valid, .. },
+                RowSide::Indexed {
+                    addrs: da,
+                    valid: dv,
+                    ..
+                },
+            ) => merge_rows(indexed(addrs, valid), indexed(da, dv), row, sink),
+            (RowSide::Consecutive(s), RowSide::Consecutive(d)) => {
+                merge_rows(consecutive(s), consecutive(d), row, sink)
+            }
         }
-        if len > 0 {
-            sink.run(Run::copy(src, dst, len));
-        }
-        moved * row
     }
+}
+
+/// The runs of rows of `row` bytes from `src` to `dst`, position by position (`None`
+/// where a side's index failed), merged as [`crate::runs::for_each_run`] merges; the bytes
+/// moved.
+#[inline(always)]
+fn merge_rows(
+    src: impl Iterator<Item = Option<u64>>,
+    dst: impl Iterator<Item = Option<u64>>,
+    row: u64,
+    sink: &mut impl RunSink,
+) -> u64 {
+    let mut moved = 0u64;
+    // The open run as three scalars, `len == 0` while none is (every row has bytes):
+    // kept as a `Run`, it was copied through the stack field by field and read back
+    // whole for the sink, a stalled store forward per run (and as an `Option`, byte
+    // by byte). Row moves never fill.
+    let (mut src_at, mut dst_at, mut len) = (0u64, 0u64, 0u64);
+    for (s, d) in src.zip(dst) {
+        let (Some(mut s), Some(mut d)) = (s, d) else {
+            continue;
+        };
+        moved += 1;
+        let mut n = row;
+        // The merge of `runs::Merger::piece`, written out: one shared helper (tried
+        // with an `Option` or an empty `Run` for "all went in") cost 12 to 24 more
+        // instructions per descriptor under callgrind. The differential proptest below
+        // keeps the two equal.
+        if len > 0 {
+            if joins(&Run::copy(src_at, dst_at, len), &Run::copy(s, d, n)) {
+                let room = MAX_RUN_BYTES - len;
+                if n <= room {
+                    len += n;
+                    continue;
+                }
+                len = MAX_RUN_BYTES;
+                (s, d, n) = (s + room, d + room, n - room);
+            }
+            sink.run(Run::copy(src_at, dst_at, len));
+        }
+        (src_at, dst_at, len) = (s, d, n);
+    }
+    if len > 0 {
+        sink.run(Run::copy(src_at, dst_at, len));
+    }
+    moved * row
 }
 
 #[cfg(test)]
