@@ -32,10 +32,12 @@ use crate::reg::{AddrVec, LaneView, VBool, VecPair, VecReg};
 
 fn compare_2x32(a: &VecReg, b: &VecReg, f: impl Fn(u32, u32) -> bool) -> VBool {
     let (a, b) = (a.words(), b.words());
-    let bits = a.iter().zip(b).enumerate().fold(0u64, |m, (k, (&x, &y))| {
-        m | if f(x, y) { 0xf << (4 * k) } else { 0 }
-    });
-    VBool::from_bits(bits)
+    let lanes = a
+        .iter()
+        .zip(b)
+        .enumerate()
+        .fold(0u64, |m, (k, (&x, &y))| m | u64::from(f(x, y)) << k);
+    VBool::from_lanes(LaneView::N2x32, lanes)
 }
 
 /// `ivp_ltun_2x32`: lane `k` true where `a[k] < b[k]` (unsigned), the in-bounds test.

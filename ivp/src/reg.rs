@@ -69,6 +69,54 @@ impl LaneView {
     }
 }
 
+/// Bit `k * lane_bytes` of `bits` moved to bit `k`, for every lane `k` of `view` (the
+/// other bits dropped): the lanes' lowest byte bits packed, by halving the gaps.
+#[inline]
+fn pack_lanes(view: LaneView, bits: u64) -> u64 {
+    match view {
+        LaneView::TwoNx8 => bits,
+        LaneView::Nx16 => {
+            let x = bits & 0x5555_5555_5555_5555;
+            let x = (x | x >> 1) & 0x3333_3333_3333_3333;
+            let x = (x | x >> 2) & 0x0f0f_0f0f_0f0f_0f0f;
+            let x = (x | x >> 4) & 0x00ff_00ff_00ff_00ff;
+            let x = (x | x >> 8) & 0x0000_ffff_0000_ffff;
+            (x | x >> 16) & 0xffff_ffff
+        }
+        LaneView::N2x32 => {
+            let x = bits & 0x1111_1111_1111_1111;
+            let x = (x | x >> 3) & 0x0303_0303_0303_0303;
+            let x = (x | x >> 6) & 0x000f_000f_000f_000f;
+            let x = (x | x >> 12) & 0x0000_00ff_0000_00ff;
+            (x | x >> 24) & 0xffff
+        }
+    }
+}
+
+/// The inverse of [`pack_lanes`]: bit `k` of `lanes` (below `view.lanes()`) moved to bit
+/// `k * lane_bytes`, by doubling the gaps.
+#[inline]
+fn spread_lanes(view: LaneView, lanes: u64) -> u64 {
+    match view {
+        LaneView::TwoNx8 => lanes,
+        LaneView::Nx16 => {
+            let x = lanes & 0xffff_ffff;
+            let x = (x | x << 16) & 0x0000_ffff_0000_ffff;
+            let x = (x | x << 8) & 0x00ff_00ff_00ff_00ff;
+            let x = (x | x << 4) & 0x0f0f_0f0f_0f0f_0f0f;
+            let x = (x | x << 2) & 0x3333_3333_3333_3333;
+            (x | x << 1) & 0x5555_5555_5555_5555
+        }
+        LaneView::N2x32 => {
+            let x = lanes & 0xffff;
+            let x = (x | x << 24) & 0x0000_00ff_0000_00ff;
+            let x = (x | x << 12) & 0x000f_000f_000f_000f;
+            let x = (x | x << 6) & 0x0303_0303_0303_0303;
+            (x | x << 3) & 0x1111_1111_1111_1111
+        }
+    }
+}
+
 /// One 512-bit IVP vector register (`xb_vec2Nx8` / `xb_vecNx16` / `xb_vecN_2x32v`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct VecReg {
@@ -179,18 +227,19 @@ impl VBool {
     /// A predicate whose lane `k` of `view` is bit `k` of `mask` (bits past the view's
     /// lane count are ignored); each true lane sets all its byte bits.
     pub fn from_lanes(view: LaneView, mask: u64) -> VBool {
-        let mut bits = 0;
-        for k in 0..view.lanes() {
-            if mask >> k & 1 != 0 {
-                bits |= view.pred_bits() << (k * view.lane_bytes());
-            }
-        }
-        VBool(bits)
+        let lanes = match view.lanes() {
+            64 => mask,
+            n => mask & ((1 << n) - 1),
+        };
+        // The lanes' bits spread apart, then each copied over its lane's bytes (the copies
+        // land on zeros, so the product carries nothing).
+        VBool(spread_lanes(view, lanes) * view.pred_bits())
     }
 
     /// Bit `k` is lane `k` of `view` (its lowest byte bit).
+    #[inline]
     pub fn lane_mask(self, view: LaneView) -> u64 {
-        (0..view.lanes()).fold(0, |m, k| m | u64::from(self.lane(view, k)) << k)
+        pack_lanes(view, self.0)
     }
 
     /// Whether lane `k` of `view` is true (false past the view).
@@ -295,6 +344,21 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// The bit-parallel forms against their definitions, lane by lane.
+        #[test]
+        fn lanes_pack_and_spread_as_lane_by_lane(bits in any::<u64>()) {
+            for view in [LaneView::TwoNx8, LaneView::Nx16, LaneView::N2x32] {
+                let p = VBool::from_bits(bits);
+                let mask = (0..view.lanes()).fold(0, |m, k| m | u64::from(p.lane(view, k)) << k);
+                prop_assert_eq!(p.lane_mask(view), mask);
+                let mut want = 0;
+                for k in (0..view.lanes()).filter(|&k| bits >> k & 1 != 0) {
+                    want |= view.pred_bits() << (k * view.lane_bytes());
+                }
+                prop_assert_eq!(VBool::from_lanes(view, bits).bits(), want);
+            }
+        }
 
         #[test]
         fn from_lanes_lane_mask_round_trip(mask in any::<u64>()) {
