@@ -18,7 +18,7 @@
 use crate::control::Width;
 use crate::error::Error;
 use crate::port::MemPort;
-use crate::reg::{VBool, VecReg};
+use crate::reg::{LaneView, VBool, VecReg};
 
 /// The "not yet collected" word the A-phase writes over the whole collected-data buffer.
 pub const SENTINEL: u32 = 0xffff_ffff;
@@ -142,17 +142,18 @@ impl GatherReg {
         self.marker = width.staging_marker();
         self.width = Some(width);
         let scale = width.elem_sz().bytes();
-        let (mut posted, mut consecutive) = (0u32, true);
+        let (mut overflowed, mut consecutive) = (0u32, true);
         for (k, slot) in self.addrs.iter_mut().enumerate().take(width.lanes()) {
             // offset < 2^32 and scale <= 4, so the product fits; only the add can overflow,
             // and an overflowed lane is not posted (its slot is never read).
             let offset = offsets.lane(view, k);
             let (addr, overflow) = base.overflowing_add(u64::from(offset) * scale);
             *slot = addr;
-            posted |= u32::from(enabled.lane(view, k) & !overflow) << k;
+            overflowed |= u32::from(overflow) << k;
             consecutive &= offset == k as u32;
         }
-        self.posted = posted;
+        // A gather's view has at most 32 lanes.
+        self.posted = enabled.lane_mask(view) as u32 & !overflowed;
         self.consecutive = consecutive;
     }
 
@@ -179,10 +180,17 @@ impl GatherReg {
             && posted == every
             && port.load_run(self.addrs[0], elem_sz, &mut run[..lanes])
         {
-            for (k, &value) in run.iter().enumerate().take(lanes) {
-                self.data.set_lane(view, k, value);
-                self.gathered.set_lane(view, k, value);
+            match view {
+                // 32-bit lanes are the register's words as they are.
+                LaneView::N2x32 => self.data = VecReg::from_n_2x32(std::array::from_fn(|k| run[k])),
+                _ => {
+                    for (k, &value) in run.iter().enumerate().take(lanes) {
+                        self.data.set_lane(view, k, value);
+                    }
+                }
             }
+            // Every byte was set, so the collected data is the gathered data.
+            self.gathered = self.data;
             self.posted = 0;
             return;
         }
