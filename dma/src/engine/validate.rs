@@ -457,7 +457,8 @@ impl<'f> Validator<'f> {
     /// Checks `batch` (of `queue`) as a whole where that gives what checking each
     /// descriptor does: without a race check, without a WAIT or a SIGNAL in it, and with
     /// the hull of its sources inside one region and that of its destinations inside one,
-    /// every descriptor passes the range rule. Whether it did (else nothing changed).
+    /// every descriptor passes the range rule. A batch writing inside one page adds that
+    /// page once. Whether it did (else nothing changed).
     fn check_whole(&mut self, queue: usize, batch: &[Descriptor]) -> bool {
         if self.race.is_some() {
             return false;
@@ -466,8 +467,15 @@ impl<'f> Validator<'f> {
         if synchronises || !self.ranges.holds(self.fabric, &footprint) {
             return false;
         }
-        for d in batch {
-            self.pages.add(d.dest_range(), queue);
+        let (lo, hi) = footprint.writes;
+        match batch.first() {
+            // every destination in the first one's page: that page alone, from it
+            Some(first) if lo / PAGE_BYTES == hi / PAGE_BYTES => {
+                self.pages.add(first.dest_range(), queue)
+            }
+            _ => batch
+                .iter()
+                .for_each(|d| self.pages.add(d.dest_range(), queue)),
         }
         self.footprint = self.footprint.join(footprint);
         true
