@@ -377,6 +377,9 @@ pub fn gather_contiguous<P: MemPort>(
 #[inline]
 fn drain_lanes(view: LaneView, acc: &VecReg, n: usize, out: &mut Vec<u32>) {
     match view {
+        // A whole vector as one fixed-size copy (a slice of run-time length is a call
+        // into memmove).
+        LaneView::N2x32 if n == 16 => out.extend_from_slice(&acc.n_2x32()),
         LaneView::N2x32 => out.extend_from_slice(acc.n_2x32().get(..n).unwrap_or_default()),
         _ => out.extend(acc.nx16().iter().take(n).map(|&x| u32::from(x))),
     }

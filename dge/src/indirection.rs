@@ -263,11 +263,22 @@ fn record_vector(
 ) {
     let n = chunk.len();
     let ok = |k: usize| lanes.valid >> k & 1 == 1;
-    out.bases
-        .addrs
-        .extend_from_slice(lanes.addrs.lanes().get(..n).unwrap_or_default());
+    let addrs = lanes.addrs.lanes();
+    // A whole vector as fixed-size copies (a slice of run-time length is a call into
+    // memmove).
+    match <&[u32; LANES]>::try_from(chunk) {
+        Ok(whole) => {
+            out.bases.addrs.extend_from_slice(&addrs);
+            out.values.extend_from_slice(whole);
+        }
+        Err(_) => {
+            out.bases
+                .addrs
+                .extend_from_slice(addrs.get(..n).unwrap_or_default());
+            out.values.extend_from_slice(chunk);
+        }
+    }
     out.bases.valid.extend((0..n).map(ok));
-    out.values.extend_from_slice(chunk);
     if let Some(f) = &mut out.bases.fill {
         let moved = (0..n).map(|k| moved_elems(info, lanes.biased[k], ok(k), row));
         f.moved.extend(moved);
