@@ -597,17 +597,23 @@ pub fn joins(run: &Run, next: &Run) -> bool {
         (true, true) => run.src == next.src,
         _ => false,
     };
-    dst && src && same_regions(run, next)
+    dst && src
+        && same_regions(
+            (run.dst, next.dst),
+            (!run.fill).then_some((run.src, next.src)),
+        )
 }
 
-/// Whether `next` lies in `run`'s regions (only the destination for a fill). Out of line
-/// on purpose: inlined, the compiler works out the region slots of every run as it opens
-/// (they are invariant while it grows), which costs more than this call on the rare
-/// joins of scattered rows.
+/// Whether two destinations (and two sources, unless a fill's) lie in the same region
+/// each. Out of line on purpose: inlined, the compiler works out the region slots of
+/// every run as it opens (they are invariant while it grows), which costs more than this
+/// call on the rare joins of scattered rows. Its arguments are numbers, not the runs:
+/// passed by reference, the runs were written to the stack for every position of a row
+/// loop, whether they joined or not.
 #[inline(never)]
-fn same_regions(run: &Run, next: &Run) -> bool {
-    region_slot(run.dst) == region_slot(next.dst)
-        && (run.fill || region_slot(run.src) == region_slot(next.src))
+fn same_regions((dst, next_dst): (u64, u64), src: Option<(u64, u64)>) -> bool {
+    region_slot(dst) == region_slot(next_dst)
+        && src.is_none_or(|(src, next_src)| region_slot(src) == region_slot(next_src))
 }
 
 /// Extends `cur` with `next` when they join, else emits `cur` (split) and starts `next`.
