@@ -264,21 +264,22 @@ fn record_vector(
     let n = chunk.len();
     let ok = |k: usize| lanes.valid >> k & 1 == 1;
     let addrs = lanes.addrs.lanes();
-    // A whole vector as fixed-size copies (a slice of run-time length is a call into
-    // memmove).
-    match <&[u32; LANES]>::try_from(chunk) {
-        Ok(whole) => {
+    // A whole vector with every lane valid as fixed-size copies (a slice of run-time
+    // length is a call into memmove).
+    match (<&[u32; LANES]>::try_from(chunk), lanes.valid) {
+        (Ok(whole), 0xffff) => {
             out.bases.addrs.extend_from_slice(&addrs);
             out.values.extend_from_slice(whole);
+            out.bases.valid.extend_from_slice(&[true; LANES]);
         }
-        Err(_) => {
+        _ => {
             out.bases
                 .addrs
                 .extend_from_slice(addrs.get(..n).unwrap_or_default());
             out.values.extend_from_slice(chunk);
+            out.bases.valid.extend((0..n).map(ok));
         }
     }
-    out.bases.valid.extend((0..n).map(ok));
     if let Some(f) = &mut out.bases.fill {
         let moved = (0..n).map(|k| moved_elems(info, lanes.biased[k], ok(k), row));
         f.moved.extend(moved);
