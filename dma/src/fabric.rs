@@ -749,11 +749,22 @@ impl Fabric {
 
     /// A lock cache for a run of shared-form operations on this fabric (see [`PageLocks`]).
     pub fn page_locks(&self) -> PageLocks<'_> {
+        self.locks()
+    }
+
+    /// [`Fabric::page_locks`] for a run of many operations (a queue's descriptors): it
+    /// remembers the last [`RUN_PAGES`] pages looked up, where the other remembers one.
+    pub fn run_locks(&self) -> PageLocks<'_, RUN_PAGES> {
+        self.locks()
+    }
+
+    fn locks<const RECENT: usize>(&self) -> PageLocks<'_, RECENT> {
+        const { assert!(RECENT > 0) };
         PageLocks {
             fabric: self,
             src: Slot::EMPTY,
             dst: Slot::EMPTY,
-            ahead: [Ahead::EMPTY; 2],
+            recent: [(NO_PAGE, None); RECENT],
             regions: [RegionCache::default(); 2],
         }
     }
@@ -872,24 +883,26 @@ impl std::fmt::Debug for Fabric {
 /// `.await`; a holder must not wait for anything else either (a semaphore, another thread,
 /// or this fabric's locks outside this value such as [`Fabric::read`], since `RwLock` is
 /// not reentrant): release first.
-pub struct PageLocks<'a> {
+pub struct PageLocks<'a, const RECENT: usize = 1> {
     fabric: &'a Fabric,
     src: Slot<'a, PageRef<'a>>,
     dst: Slot<'a, PageMut<'a>>,
-    /// The pages last prefetched from, per [`Side`].
-    ahead: [Ahead; 2],
+    /// Pages looked up lately (the page, or none), each at its key modulo `RECENT`: a
+    /// gather's source page is looked up as it is prefetched and again as it is read a
+    /// few descriptors later, and a table's pages recur.
+    recent: [(u64, Option<&'a Page>); RECENT],
     /// The region of the last range checked, per [`Side`].
     regions: [RegionCache; 2],
 }
 
-/// Which side of an operation a [`PageLocks::prefetch`] is for (each keeps its own page).
+/// Which side of an operation a cached region of [`PageLocks`] is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Side {
+enum Side {
     Source = 0,
     Destination = 1,
 }
 
-impl<'a> PageLocks<'a> {
+impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
     /// Releases every held page (where they are stays cached).
     pub fn release(&mut self) {
         self.src.guard = None;
@@ -902,20 +915,13 @@ impl<'a> PageLocks<'a> {
     /// hardware prefetcher follows, so without the hint each descriptor waits for DRAM in
     /// turn. Locks, checks and changes nothing; an address with no page is ignored.
     #[inline]
-    pub fn prefetch(&mut self, side: Side, addr: FabricAddr, len: u32) {
+    pub fn prefetch(&mut self, addr: FabricAddr, len: u32) {
         let (key, off) = split(addr.0);
-        let ahead = &mut self.ahead[side as usize];
-        if ahead.key != key {
-            *ahead = Ahead {
-                key,
-                at: self.fabric.pages.get(key).map_or(0, |p| p.at),
-            };
-        }
-        if ahead.at == 0 {
+        let Some(at) = self.page(key).map(|p| p.at) else {
             return;
-        }
-        let end = ahead.at + PAGE.min(off + (len as usize).min(PREFETCH_BYTES));
-        let mut line = ahead.at + (off & !(CACHE_LINE - 1));
+        };
+        let end = at + PAGE.min(off + (len as usize).min(PREFETCH_BYTES));
+        let mut line = at + (off & !(CACHE_LINE - 1));
         while line < end {
             prefetch_line(line);
             line += CACHE_LINE;
@@ -1021,18 +1027,28 @@ impl<'a> PageLocks<'a> {
         Ok(())
     }
 
+    /// The page of `key`, if it has one, through the pages looked up lately (pages come
+    /// and go only through `&mut Fabric`, so what was looked up stays true).
+    #[inline(always)]
+    fn page(&mut self, key: u64) -> Option<&'a Page> {
+        let fabric: &'a Fabric = self.fabric;
+        let slot = &mut self.recent[(key % RECENT as u64) as usize];
+        if slot.0 != key {
+            *slot = (key, fabric.pages.get(key));
+        }
+        slot.1
+    }
+
     /// The bytes of page `key` if it is closed (read without a lock, see
     /// [`Fabric::view`]; zeros for a page with no storage), `None` if it is open.
     #[inline(always)]
-    fn closed(&self, key: u64) -> Option<&'a [u8]> {
-        let fabric: &'a Fabric = self.fabric;
-        match fabric.pages.get(key) {
+    fn closed(&mut self, key: u64) -> Option<&'a [u8]> {
+        let epoch = self.fabric.epoch;
+        match self.page(key) {
             None => Some(&ZERO_PAGE[..]),
             // SAFETY: a closed page gets no `PageMut` and stays closed, with its storage,
             // for as long as `fabric` is borrowed (as in `Fabric::view`).
-            Some(page) if !page.is_open(fabric.epoch) => {
-                Some(unsafe { &(**page.bytes.get()).0[..] })
-            }
+            Some(page) if !page.is_open(epoch) => Some(unsafe { &(**page.bytes.get()).0[..] }),
             Some(_) => None,
         }
     }
@@ -1216,19 +1232,10 @@ pub(crate) const PIECE_BYTES: usize = 16 << 10;
 pub const PREFETCH_BYTES: usize = 512;
 const CACHE_LINE: usize = 64;
 
-/// A page [`PageLocks::prefetch`] looked up: its key and where its bytes live (0: none).
-#[derive(Clone, Copy)]
-struct Ahead {
-    key: u64,
-    at: usize,
-}
-
-impl Ahead {
-    const EMPTY: Ahead = Ahead {
-        key: NO_PAGE,
-        at: 0,
-    };
-}
+/// The pages a [`Fabric::run_locks`] remembers: a random gather from a table of up to
+/// this many pages finds each page there. (A single operation's `PageLocks` remembers
+/// one: clearing these slots cost half a 4-byte copy.)
+pub const RUN_PAGES: usize = 64;
 
 /// Copies the first `n` bytes of `src` to `dst` (both hold `n`), a 4- or 8-byte element
 /// in place: a call into `memcpy` cost more instructions than a 4-byte gather's copy.
@@ -2250,9 +2257,7 @@ mod tests {
         let mut locks = f.page_locks();
         for addr in [0, P - 1, P - 3, 5 * P, u64::MAX, u64::MAX - 600] {
             for len in [0, 1, 64, 4096, u32::MAX] {
-                for side in [Side::Source, Side::Destination] {
-                    locks.prefetch(side, FabricAddr(addr), len);
-                }
+                locks.prefetch(FabricAddr(addr), len);
             }
         }
         drop(locks);
@@ -2344,14 +2349,14 @@ mod tests {
 
     /// `run` through one lock cache kept across operations, prefetching each operation's
     /// ranges first (a hint that must change nothing).
-    fn run_locked(locks: &mut PageLocks<'_>, op: &Op) -> Result<(), Error> {
+    fn run_locked<const R: usize>(locks: &mut PageLocks<'_, R>, op: &Op) -> Result<(), Error> {
         let (src, dst, len) = match op {
             Op::Write(a, v) => (*a, *a, v.len() as u64),
             Op::Copy(s, d, n) | Op::Reduce(s, d, n, ..) => (*s, *d, *n),
             Op::Fill(a, n, _) => (*a, *a, *n),
         };
-        locks.prefetch(Side::Source, FabricAddr(src), len as u32);
-        locks.prefetch(Side::Destination, FabricAddr(dst), len as u32);
+        locks.prefetch(FabricAddr(src), len as u32);
+        locks.prefetch(FabricAddr(dst), len as u32);
         match op {
             Op::Write(a, v) => locks.write(FabricAddr(*a), v),
             Op::Copy(s, d, n) => locks.copy(FabricAddr(*s), FabricAddr(*d), *n),
@@ -2402,22 +2407,38 @@ mod tests {
             }
             f.close_pages();
             f.reserve(FabricAddr(open_page * P), P).unwrap();
-            let mut locks = f.page_locks();
-            for &(src, off, n) in &copies {
+            let ops: Vec<Op> = copies.iter().map(|&(src, off, n)| {
                 let dst = open_page * P + off.min(P - n);
-                let op = match reduce {
+                match reduce {
                     None => Op::Copy(src, dst, n),
                     Some((t, o)) => {
                         let n = (n / t.size() as u64).max(1) * t.size() as u64;
                         Op::Reduce(src, dst - dst % t.size() as u64, n, t, o)
                     }
-                };
-                if model(&mut m, &op) {
-                    prop_assert!(run_locked(&mut locks, &op).is_ok());
                 }
+            }).collect();
+            let ops: Vec<Op> = ops.into_iter().filter(|op| model(&mut m, op)).collect();
+            // the same through a lock cache remembering one page, two (the four pages
+            // share their slots) and a run's
+            let (one, two, run) = (f.clone(), f.clone(), f);
+            let mut locks = one.page_locks();
+            for op in &ops {
+                prop_assert!(run_locked(&mut locks, op).is_ok());
             }
             drop(locks);
-            prop_assert_eq!(bytes(&f, 0, SPAN as usize), m);
+            let mut locks = two.locks::<2>();
+            for op in &ops {
+                prop_assert!(run_locked(&mut locks, op).is_ok());
+            }
+            drop(locks);
+            let mut locks = run.run_locks();
+            for op in &ops {
+                prop_assert!(run_locked(&mut locks, op).is_ok());
+            }
+            drop(locks);
+            for g in [&one, &two, &run] {
+                prop_assert_eq!(bytes(g, 0, SPAN as usize), m.clone());
+            }
         }
 
         #[test]

@@ -27,7 +27,7 @@ use tracing::Instrument;
 use crate::compute::ComputeOp;
 use crate::descriptor::{Descriptor, SemId, SemWait, SEMAPHORES};
 use crate::error::Error;
-use crate::fabric::{Fabric, PageLocks, Side, PAGE_BYTES};
+use crate::fabric::{Fabric, PageLocks, PAGE_BYTES};
 use crate::FabricAddr;
 
 use super::crew::{beside_then_job, Crew};
@@ -50,7 +50,10 @@ pub(crate) fn with_fill_pattern<T>(d: &Descriptor, f: impl FnOnce(&[u8]) -> T) -
 /// Executes one descriptor through the fabric's shared forms, on the lock cache of its
 /// queue's run. The caller reserved the destination pages; the fabric checks both ranges
 /// again before writing anything.
-pub(crate) fn execute_descriptor(locks: &mut PageLocks<'_>, d: &Descriptor) -> Result<(), Error> {
+pub(crate) fn execute_descriptor<const R: usize>(
+    locks: &mut PageLocks<'_, R>,
+    d: &Descriptor,
+) -> Result<(), Error> {
     let len = u64::from(d.len());
     match d.op().compute_op() {
         None => with_fill_pattern(d, |p| locks.fill(d.dst(), len, p)),
@@ -63,11 +66,11 @@ pub(crate) fn execute_descriptor(locks: &mut PageLocks<'_>, d: &Descriptor) -> R
 const PREFETCH_AHEAD: usize = 8;
 
 /// Prefetches what `d` will read and write (a fill reads nothing).
-fn prefetch(locks: &mut PageLocks<'_>, d: &Descriptor) {
+fn prefetch<const R: usize>(locks: &mut PageLocks<'_, R>, d: &Descriptor) {
     if d.op().compute_op().is_some() {
-        locks.prefetch(Side::Source, d.src(), d.len());
+        locks.prefetch(d.src(), d.len());
     }
-    locks.prefetch(Side::Destination, d.dst(), d.len());
+    locks.prefetch(d.dst(), d.len());
 }
 
 /// Runs `f` on this thread, or, inside an async context (where tokio forbids blocking),
@@ -287,7 +290,7 @@ impl Shared {
     /// that a short run (a page bucket of a few dozen scattered rows) does not wait for
     /// its first rows one by one.
     fn execute_run(&self, queue: usize, first: u64, run: &[Descriptor]) -> Result<(), Error> {
-        let mut locks = self.fabric.page_locks();
+        let mut locks = self.fabric.run_locks();
         let mut ranges = RangeRule::default();
         for d in run.iter().take(PREFETCH_AHEAD) {
             prefetch(&mut locks, d);
