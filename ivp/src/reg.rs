@@ -69,52 +69,57 @@ impl LaneView {
     }
 }
 
+/// How a view's lane bits are packed together and spread apart again: the masks of the
+/// bits kept after each step, and the shift of each step (`masks[0]` holds the lanes'
+/// lowest byte bits, the last mask the packed lanes). `None` for 2NX8, whose lanes are
+/// the bits themselves.
+fn lane_steps(view: LaneView) -> Option<(&'static [u64], &'static [u32])> {
+    const NX16: [u64; 6] = [
+        0x5555_5555_5555_5555,
+        0x3333_3333_3333_3333,
+        0x0f0f_0f0f_0f0f_0f0f,
+        0x00ff_00ff_00ff_00ff,
+        0x0000_ffff_0000_ffff,
+        0xffff_ffff,
+    ];
+    const N2X32: [u64; 5] = [
+        0x1111_1111_1111_1111,
+        0x0303_0303_0303_0303,
+        0x000f_000f_000f_000f,
+        0x0000_00ff_0000_00ff,
+        0xffff,
+    ];
+    match view {
+        LaneView::TwoNx8 => None,
+        LaneView::Nx16 => Some((&NX16, &[1, 2, 4, 8, 16])),
+        LaneView::N2x32 => Some((&N2X32, &[3, 6, 12, 24])),
+    }
+}
+
 /// Bit `k * lane_bytes` of `bits` moved to bit `k`, for every lane `k` of `view` (the
 /// other bits dropped): the lanes' lowest byte bits packed, by halving the gaps.
 #[inline]
 fn pack_lanes(view: LaneView, bits: u64) -> u64 {
-    match view {
-        LaneView::TwoNx8 => bits,
-        LaneView::Nx16 => {
-            let x = bits & 0x5555_5555_5555_5555;
-            let x = (x | x >> 1) & 0x3333_3333_3333_3333;
-            let x = (x | x >> 2) & 0x0f0f_0f0f_0f0f_0f0f;
-            let x = (x | x >> 4) & 0x00ff_00ff_00ff_00ff;
-            let x = (x | x >> 8) & 0x0000_ffff_0000_ffff;
-            (x | x >> 16) & 0xffff_ffff
-        }
-        LaneView::N2x32 => {
-            let x = bits & 0x1111_1111_1111_1111;
-            let x = (x | x >> 3) & 0x0303_0303_0303_0303;
-            let x = (x | x >> 6) & 0x000f_000f_000f_000f;
-            let x = (x | x >> 12) & 0x0000_00ff_0000_00ff;
-            (x | x >> 24) & 0xffff
-        }
-    }
+    let Some((masks, shifts)) = lane_steps(view) else {
+        return bits;
+    };
+    let x = bits & masks[0];
+    shifts
+        .iter()
+        .zip(&masks[1..])
+        .fold(x, |x, (&s, &m)| (x | x >> s) & m)
 }
 
 /// The inverse of [`pack_lanes`]: bit `k` of `lanes` (below `view.lanes()`) moved to bit
 /// `k * lane_bytes`, by doubling the gaps.
 #[inline]
 fn spread_lanes(view: LaneView, lanes: u64) -> u64 {
-    match view {
-        LaneView::TwoNx8 => lanes,
-        LaneView::Nx16 => {
-            let x = lanes & 0xffff_ffff;
-            let x = (x | x << 16) & 0x0000_ffff_0000_ffff;
-            let x = (x | x << 8) & 0x00ff_00ff_00ff_00ff;
-            let x = (x | x << 4) & 0x0f0f_0f0f_0f0f_0f0f;
-            let x = (x | x << 2) & 0x3333_3333_3333_3333;
-            (x | x << 1) & 0x5555_5555_5555_5555
-        }
-        LaneView::N2x32 => {
-            let x = lanes & 0xffff;
-            let x = (x | x << 24) & 0x0000_00ff_0000_00ff;
-            let x = (x | x << 12) & 0x000f_000f_000f_000f;
-            let x = (x | x << 6) & 0x0303_0303_0303_0303;
-            (x | x << 3) & 0x1111_1111_1111_1111
-        }
-    }
+    let Some((masks, shifts)) = lane_steps(view) else {
+        return lanes;
+    };
+    let x = lanes & masks[masks.len() - 1];
+    let steps = shifts.iter().zip(&masks[..masks.len() - 1]).rev();
+    steps.fold(x, |x, (&s, &m)| (x | x << s) & m)
 }
 
 /// One 512-bit IVP vector register (`xb_vec2Nx8` / `xb_vecNx16` / `xb_vecN_2x32v`).
