@@ -397,9 +397,14 @@ impl QueueTimeline {
         let (Some(state), Some(first)) = (self.queues.get(queue), ds.first()) else {
             return 0;
         };
-        let key = cost_key(first);
+        if !state.times_at_once(first) {
+            return 0;
+        }
+        // The queue's part of `times_at_once` holds for the rest once it holds for one;
+        // the same length and op is the same cost.
+        let (len, op) = (first.len(), first.op());
         ds.iter()
-            .take_while(|d| state.times_at_once(d) && cost_key(d) == key)
+            .take_while(|d| d.len() == len && d.op() == op && !d.synchronises())
             .count()
     }
 
