@@ -222,9 +222,7 @@ impl RangeRule {
         let checked = self.destination.check(map, dst, len);
         checked.map_err(|e| ("destination range", e))
     }
-}
 
-impl RangeRule {
     /// Whether every range of `footprint` passes the rule: its hull of sources lies in
     /// one region (or it reads nothing), and so does its hull of destinations (or it
     /// writes nothing).
