@@ -920,8 +920,10 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         let Some(at) = self.page(key).map(|p| p.at) else {
             return;
         };
+        // The line of the first byte, then the further lines the range reaches.
+        prefetch_line(at + off);
         let end = at + PAGE.min(off + (len as usize).min(PREFETCH_BYTES));
-        let mut line = at + (off & !(CACHE_LINE - 1));
+        let mut line = at + (off & !(CACHE_LINE - 1)) + CACHE_LINE;
         while line < end {
             prefetch_line(line);
             line += CACHE_LINE;
