@@ -533,7 +533,11 @@ impl Fabric {
 
     /// Checks the range and returns the keys of the pages it touches.
     #[inline]
-    fn page_keys(&self, addr: FabricAddr, len: u64) -> Result<std::ops::Range<u64>, Error> {
+    pub(crate) fn page_keys(
+        &self,
+        addr: FabricAddr,
+        len: u64,
+    ) -> Result<std::ops::Range<u64>, Error> {
         self.check(addr, len)?;
         // check_range proved `addr + len - 1` does not overflow; keys are below 2^48.
         Ok((addr.0 >> PAGE_SHIFT)..((addr.0 + (len - 1)) >> PAGE_SHIFT) + 1)
@@ -629,12 +633,11 @@ impl Fabric {
         Ok(())
     }
 
-    /// Whether `len` bytes at `addr` may be written through `&self` beside a replay
-    /// ([`Fabric::write_closed_piece`]): every page the range touches has storage and is
-    /// closed. The range is checked first.
-    pub(crate) fn closed_with_storage(&self, addr: FabricAddr, len: u64) -> Result<bool, Error> {
-        let mut keys = self.page_keys(addr, len)?;
-        Ok(keys.all(|k| self.pages.get(k).is_some_and(|p| !p.is_open(self.epoch))))
+    /// Whether the pages `keys` (of [`Fabric::page_keys`]) may be written through `&self`
+    /// beside a replay ([`Fabric::write_closed_piece`]): every one has storage and is
+    /// closed.
+    pub(crate) fn closed_with_storage(&self, mut keys: std::ops::Range<u64>) -> bool {
+        keys.all(|k| self.pages.get(k).is_some_and(|p| !p.is_open(self.epoch)))
     }
 
     /// The pieces of the `len` bytes at `addr`, each inside one page and at most

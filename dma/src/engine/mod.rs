@@ -112,7 +112,7 @@ use tokio::runtime::Runtime;
 
 use crate::descriptor::Descriptor;
 use crate::error::Error;
-use crate::fabric::{Fabric, PAGE_BYTES};
+use crate::fabric::Fabric;
 use crate::queue_file::{VerifiedQueueFile, MAX_BATCH, MAX_QUEUES};
 use crate::timing::TimelineReport;
 use crate::FabricAddr;
@@ -687,19 +687,11 @@ impl<'f> Beside<'f> {
     /// run out of the replay's work copy pieces of the write too (see the `share`
     /// module); it returns once all are copied.
     pub fn write(&mut self, addr: FabricAddr, buf: &[u8]) -> Result<bool, Error> {
-        let Some(last) = (buf.len() as u64).checked_sub(1) else {
-            return self.fabric.check(addr, 0).map(|_| false);
-        };
-        self.fabric.check(addr, buf.len() as u64)?;
-        // The check proved `addr + last` does not overflow.
-        let pages = (addr.0 / PAGE_BYTES, (addr.0 + last) / PAGE_BYTES);
-        if self
+        let keys = self.fabric.page_keys(addr, buf.len() as u64)?;
+        let read = self
             .reads
-            .is_some_and(|(lo, hi)| pages.0 <= hi && lo <= pages.1)
-        {
-            return Ok(false);
-        }
-        if !self.fabric.closed_with_storage(addr, buf.len() as u64)? {
+            .is_some_and(|(lo, hi)| keys.start <= hi && lo < keys.end);
+        if read || !self.fabric.closed_with_storage(keys) {
             return Ok(false);
         }
         // SAFETY: the replay's threads reach only the pages of the ranges its validated
@@ -1014,6 +1006,34 @@ mod tests {
     }
 
     #[test]
+    fn work_beside_may_write_up_to_the_first_page_the_replay_reads() {
+        // rows of page 1 into page 3: pages 0 and 2 are free, page 1 is read
+        let rows: Vec<(u64, u64)> = (0..64).map(|i| (1024 + i * 13 % 1024, 3072 + i)).collect();
+        let queues = row_queues(&rows);
+        let e = engine(2);
+        let mut f = fabric();
+        let validated = e.validate(&f, queues.clone()).unwrap();
+        let writes = [
+            (PAGE - 8, 8),
+            (PAGE - 4, 8),
+            (2 * PAGE - 4, 8),
+            (2 * PAGE, 8),
+        ];
+        let (_, done) = e
+            .run_beside(&mut f, &validated, |b| {
+                writes
+                    .iter()
+                    .map(|&(at, n)| b.write(FabricAddr(at), &[0x5a; 8][..n as usize]).unwrap())
+                    .collect::<Vec<bool>>()
+            })
+            .unwrap();
+        assert_eq!(done, [true, false, false, true]);
+        for (&(at, n), &ok) in writes.iter().zip(&done) {
+            assert_eq!(ok, beside_admits(&rows, (at, n)));
+        }
+    }
+
+    #[test]
     fn a_validated_round_robin_gather_is_dealt_ahead_and_again_when_run_again() {
         let queues = round_robin_gather();
         let (mut f, mut want) = (fabric(), fabric());
@@ -1193,7 +1213,7 @@ mod tests {
             let mut queues = vec![Vec::new(); 16];
             for i in 0..4096u64 {
                 let src = (i * 7919) % 16384 * 4;
-                let dst = (1 << 20) + i * 4 + (i / 2048) * second_half * PAGE_BYTES;
+                let dst = (1 << 20) + i * 4 + (i / 2048) * second_half * PAGE;
                 queues[(i % 16) as usize].push(copy(src, dst, 4));
             }
             let (mut f, mut want) = (fabric(), fabric());

@@ -203,9 +203,7 @@ mod tests {
         let f = closed_pages(4);
         let share = WriteShare::default();
         let (at, data) = (PAGE_BYTES - 3, bytes(2 * PAGE_BYTES as usize + 10, 5));
-        assert!(f
-            .closed_with_storage(FabricAddr(at), data.len() as u64)
-            .unwrap());
+        assert!(f.closed_with_storage(f.page_keys(FabricAddr(at), data.len() as u64).unwrap()));
         // SAFETY: no other thread has the fabric.
         unsafe { share.write(&f, FabricAddr(at), &data) };
         assert_eq!(read(&f, at, data.len()), data);
