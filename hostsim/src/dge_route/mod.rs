@@ -66,7 +66,7 @@ use dma::{Addr4, AddressMap, Dtype, Engine, Fabric, FabricAddr, Location, Replay
 
 use crate::core_state::{CoreState, IndexSide, Outcome, SkippedIndex};
 use crate::error::Error;
-use crate::isa::{Instruction, Tensor4d};
+use crate::isa::{Instruction, PoolBufferLoad, S4d4Gt, Tensor4d};
 
 use gather::WindowSources;
 
@@ -173,23 +173,16 @@ impl DgeRoute {
         let _span = tracing::debug_span!("dge_route", opcode = inst.opcode().code()).entered();
         inst.validate(fabric.generation())?;
         let map = *fabric.map();
-        match inst {
-            Instruction::PoolBufferLoad(p) => {
-                return gather::pool_buffer_load(fabric, state, &mut self.windows, p)
-            }
-            Instruction::Gather(g) => {
+        match lower(&map, state, inst) {
+            Level::Load(p) => gather::pool_buffer_load(fabric, state, &mut self.windows, p),
+            Level::Gather(g) => {
                 let lowered = gather::lower(fabric, state, &self.windows, g)?;
                 let out = self.run(fabric, engine, lowered)?;
                 gather::release(state, &mut self.windows, g)?;
-                return Ok(out);
+                Ok(out)
             }
-            _ => {}
+            Level::Dma(lowered) => self.run(fabric, engine, lowered?),
         }
-        let lowered = lower_dma_level(&map, state, inst).ok_or(Error::MechanismUnavailable {
-            mechanism: "dge",
-            reason: "the instruction is neither a POOL nor a DMA-level one",
-        })??;
-        self.run(fabric, engine, lowered)
     }
 
     /// Generates every request of `lowered` (errors mapped to the reference's), checks the
@@ -231,7 +224,7 @@ impl DgeRoute {
         engine: &Engine,
     ) -> Result<Option<Prepared>, Error> {
         inst.validate(fabric.generation())?;
-        let Some(lowered) = lower_dma_level(fabric.map(), state, inst) else {
+        let Level::Dma(lowered) = lower(fabric.map(), state, inst) else {
             return Ok(None);
         };
         let mut lowered = lowered?;
@@ -299,20 +292,26 @@ pub fn by_design(e: &Error) -> bool {
     }
 }
 
-/// The requests of a DMA-level instruction (INDIRECT_COPY, DMA_INDIRECT, the embedding
-/// update, DMA_MEMCPY); `None` for GATHER and POOL_BUFFER_LOAD, which need the
-/// Pool_Buffer windows.
-fn lower_dma_level(
-    map: &AddressMap,
-    state: &CoreState,
-    inst: &Instruction,
-) -> Option<Result<Lowered, Error>> {
-    Some(match inst {
+/// How the DGE route takes an instruction.
+enum Level<'i> {
+    /// A DMA-level instruction (INDIRECT_COPY, DMA_INDIRECT, the embedding update,
+    /// DMA_MEMCPY), lowered to its requests.
+    Dma(Result<Lowered, Error>),
+    /// A GATHER, lowered through the Pool_Buffer windows.
+    Gather(&'i S4d4Gt),
+    /// A POOL_BUFFER_LOAD, which records a window and moves nothing yet.
+    Load(&'i PoolBufferLoad),
+}
+
+/// Sorts `inst` by [`Level`], lowering a DMA-level one.
+fn lower<'i>(map: &AddressMap, state: &CoreState, inst: &'i Instruction) -> Level<'i> {
+    Level::Dma(match inst {
         Instruction::IndirectCopy(ic) => indirect_copy::lower(map, ic),
         Instruction::DmaIndirect(d) => dma_indirect::lower(map, &state.regs, d),
         Instruction::PseudoEmbeddingUpdate(e) => embedding::lower(map, e),
         Instruction::DmaMemcpy(d) => direct2d::lower(map, d),
-        Instruction::Gather(_) | Instruction::PoolBufferLoad(_) => return None,
+        Instruction::Gather(g) => return Level::Gather(g),
+        Instruction::PoolBufferLoad(p) => return Level::Load(p),
     })
 }
 
