@@ -16,32 +16,30 @@
 use crate::reshape::Reshaped;
 use crate::runs::{joins, Hull, IndexedBases, Run, MAX_RUN_BYTES};
 
-/// Where one side's row at each position starts.
+/// One side of the shape, as [`side`] finds it.
 #[derive(Clone, Copy, Debug)]
-enum RowSide<'a> {
-    /// Rows back to back from the start.
-    Consecutive(u64),
-    /// Rows at the per-index addresses; a position moves only where its index is valid.
-    /// `span`: the lowest and highest address of a valid position.
+enum Side<'a> {
+    /// Rows back to back from `start`, `bytes` in all.
+    Consecutive { start: u64, bytes: u64 },
+    /// `rows` rows of `row` bytes at the per-index addresses of `bases`; a position moves
+    /// only where its index is valid.
     Indexed {
-        addrs: &'a [u64],
-        valid: &'a [bool],
-        span: Option<(u64, u64)>,
+        rows: u64,
+        row: u64,
+        bases: &'a IndexedBases,
     },
 }
 
-impl RowSide<'_> {
-    /// `[lo, hi)` around every byte the side's `rows` rows of `row` bytes may touch: the
-    /// whole block of a consecutive side (skipped rows included), the valid rows' span of
-    /// an indexed one. Rows end inside the fabric (validated), so the ends do not wrap.
-    fn hull(&self, rows: usize, row: u64) -> Hull {
-        match *self {
-            RowSide::Consecutive(start) => Hull::new(start, start.wrapping_add(rows as u64 * row)),
-            RowSide::Indexed { span, .. } => {
-                span.map_or(Hull::EMPTY, |(lo, hi)| Hull::new(lo, hi.wrapping_add(row)))
-            }
-        }
-    }
+/// Which sides of a row move are indexed (at least one is), with where the rows of a
+/// consecutive side start.
+#[derive(Clone, Copy, Debug)]
+enum Sides<'a> {
+    /// Indexed rows gathered into consecutive ones.
+    Gather(&'a IndexedBases, u64),
+    /// Consecutive rows scattered to indexed ones.
+    Scatter(u64, &'a IndexedBases),
+    /// Indexed rows to indexed rows.
+    Both(&'a IndexedBases, &'a IndexedBases),
 }
 
 /// Where [`RowMove::for_each_run`] hands its runs (a trait rather than a closure so that
@@ -60,24 +58,22 @@ impl<F: FnMut(Run)> RunSink for F {
 /// A request of the row-move shape (module docs): `rows` positions of `row` bytes.
 #[derive(Clone, Copy, Debug)]
 pub struct RowMove<'a> {
-    src: RowSide<'a>,
-    dst: RowSide<'a>,
+    sides: Sides<'a>,
     rows: usize,
     row: u64,
 }
 
-/// One side, if it has the shape: indexed, `(Some(rows), row bytes, side)`;
-/// consecutive, `(None, all its bytes, side)`.
-fn side<'a>(
-    p: &Reshaped,
-    bases: Option<&'a IndexedBases>,
-) -> Option<(Option<u64>, u64, RowSide<'a>)> {
+/// One side, if it has the shape.
+fn side<'a>(p: &Reshaped, bases: Option<&'a IndexedBases>) -> Option<Side<'a>> {
     let elem = u64::from(p.elem_size);
     let contiguous = |k: usize| p.dims.get(k).filter(|d| d.step == elem as i64);
     match (p.indirect_dim, bases) {
         (None, None) if p.dims.len() == 1 => {
             let bytes = contiguous(0)?.count.checked_mul(elem)?;
-            Some((None, bytes, RowSide::Consecutive(p.start)))
+            Some(Side::Consecutive {
+                start: p.start,
+                bytes,
+            })
         }
         (Some(0), Some(b)) if b.fill.is_none() && (1..=2).contains(&p.dims.len()) => {
             let row = match p.dims.len() {
@@ -86,15 +82,22 @@ fn side<'a>(
             };
             let rows = p.dims.first()?.count;
             let fits = b.addrs.len() as u64 == rows && b.valid.len() as u64 == rows;
-            let indexed = RowSide::Indexed {
-                addrs: &b.addrs,
-                valid: &b.valid,
-                span: b.span,
-            };
-            fits.then_some((Some(rows), row, indexed))
+            fits.then_some(Side::Indexed {
+                rows,
+                row,
+                bases: b,
+            })
         }
         _ => None,
     }
+}
+
+/// `[lo, hi)` around the valid rows of `row` bytes at `bases` (their span). Rows end
+/// inside the fabric (validated), so the end does not wrap.
+fn indexed_hull(bases: &IndexedBases, row: u64) -> Hull {
+    bases
+        .span
+        .map_or(Hull::EMPTY, |(lo, hi)| Hull::new(lo, hi.wrapping_add(row)))
 }
 
 impl<'a> RowMove<'a> {
@@ -104,19 +107,32 @@ impl<'a> RowMove<'a> {
         (src, src_bases): (&Reshaped, Option<&'a IndexedBases>),
         (dst, dst_bases): (&Reshaped, Option<&'a IndexedBases>),
     ) -> Option<RowMove<'a>> {
-        let (s_rows, s_len, s) = side(src, src_bases)?;
-        let (d_rows, d_len, d) = side(dst, dst_bases)?;
         // a consecutive side holds exactly the other side's rows
-        let (rows, row) = match (s_rows, d_rows) {
-            (Some(n), None) if n.checked_mul(s_len) == Some(d_len) => (n, s_len),
-            (None, Some(n)) if n.checked_mul(d_len) == Some(s_len) => (n, d_len),
-            (Some(a), Some(b)) if a == b && s_len == d_len => (a, s_len),
+        let holds = |rows: u64, row: u64, bytes: u64| rows.checked_mul(row) == Some(bytes);
+        let (rows, row, sides) = match (side(src, src_bases)?, side(dst, dst_bases)?) {
+            (Side::Indexed { rows, row, bases }, Side::Consecutive { start, bytes })
+                if holds(rows, row, bytes) =>
+            {
+                (rows, row, Sides::Gather(bases, start))
+            }
+            (Side::Consecutive { start, bytes }, Side::Indexed { rows, row, bases })
+                if holds(rows, row, bytes) =>
+            {
+                (rows, row, Sides::Scatter(start, bases))
+            }
+            (
+                Side::Indexed { rows, row, bases },
+                Side::Indexed {
+                    rows: d_rows,
+                    row: d_row,
+                    bases: d_bases,
+                },
+            ) if rows == d_rows && row == d_row => (rows, row, Sides::Both(bases, d_bases)),
             _ => return None,
         };
         let ok = src.elem_size == dst.elem_size && (1..=MAX_RUN_BYTES).contains(&row);
         ok.then_some(RowMove {
-            src: s,
-            dst: d,
+            sides,
             rows: usize::try_from(rows).ok()?,
             row,
         })
@@ -125,41 +141,33 @@ impl<'a> RowMove<'a> {
     /// `[lo, hi)` around every byte read and around every byte written (a superset of
     /// them: a consecutive side's skipped rows are inside).
     pub fn hulls(&self) -> (Hull, Hull) {
-        (
-            self.src.hull(self.rows, self.row),
-            self.dst.hull(self.rows, self.row),
-        )
+        let row = self.row;
+        let block = |start: u64| Hull::new(start, start.wrapping_add(self.rows as u64 * row));
+        match self.sides {
+            Sides::Gather(s, d) => (indexed_hull(s, row), block(d)),
+            Sides::Scatter(s, d) => (block(s), indexed_hull(d, row)),
+            Sides::Both(s, d) => (indexed_hull(s, row), indexed_hull(d, row)),
+        }
     }
 
     /// Hands `sink` every maximal run, in order (module docs), and returns the bytes
-    /// they move. One loop per pair of side kinds, so that neither side's kind is looked
+    /// they move. One loop per kind of [`Sides`], so that neither side's kind is looked
     /// at per position.
     #[inline(always)]
     pub fn for_each_run(&self, sink: &mut impl RunSink) -> u64 {
         let (rows, row) = (self.rows, self.row);
         let consecutive =
             |start: u64| (0..rows as u64).map(move |i| Some(start.wrapping_add(i * row)));
-        let indexed = |addrs: &'a [u64], valid: &'a [bool]| {
-            addrs.iter().zip(valid).map(|(&a, &ok)| ok.then_some(a))
+        let indexed = |b: &'a IndexedBases| {
+            b.addrs
+                .iter()
+                .zip(&b.valid)
+                .map(|(&a, &ok)| ok.then_some(a))
         };
-        match (self.src, self.dst) {
-            (RowSide::Indexed { addrs, valid, .. }, RowSide::Consecutive(d)) => {
-                merge_rows(indexed(addrs, valid), consecutive(d), row, sink)
-            }
-            (RowSide::Consecutive(s), RowSide::Indexed { addrs, valid, .. }) => {
-                merge_rows(consecutive(s), indexed(addrs, valid), row, sink)
-            }
-            (
-                RowSide::Indexed { addrs, valid, .. },
-                RowSide::Indexed {
-                    addrs: da,
-                    valid: dv,
-                    ..
-                },
-            ) => merge_rows(indexed(addrs, valid), indexed(da, dv), row, sink),
-            (RowSide::Consecutive(s), RowSide::Consecutive(d)) => {
-                merge_rows(consecutive(s), consecutive(d), row, sink)
-            }
+        match self.sides {
+            Sides::Gather(s, d) => merge_rows(indexed(s), consecutive(d), row, sink),
+            Sides::Scatter(s, d) => merge_rows(consecutive(s), indexed(d), row, sink),
+            Sides::Both(s, d) => merge_rows(indexed(s), indexed(d), row, sink),
         }
     }
 }
