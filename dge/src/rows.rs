@@ -151,8 +151,8 @@ impl<'a> RowMove<'a> {
     }
 
     /// Hands `sink` every maximal run, in order (module docs), and returns the bytes
-    /// they move. One loop per kind of sides (gather, scatter or both), so that neither side's kind is looked
-    /// at per position.
+    /// they move. One loop per kind of sides (gather, scatter or both), so that neither
+    /// side's kind is looked at per position.
     #[inline(always)]
     pub fn for_each_run(&self, sink: &mut impl RunSink) -> u64 {
         let (rows, row) = (self.rows, self.row);
