@@ -211,18 +211,20 @@ pub enum Error {
         rule: String,
     },
     /// A scenario op rejected when it was lowered or validated, before anything ran.
-    #[error("op {index} ({op} {operands}): {source}")]
+    #[error("op {index} ({op}{operands}): {source}")]
     ScenarioOpInvalid {
         index: usize,
         op: &'static str,
+        /// ` field=tensor` pairs, each after a space (none for an `isa` op).
         operands: String,
         source: Box<Error>,
     },
     /// A scenario op that failed while running (the run stopped there).
-    #[error("op {index} ({op} {operands}) failed while running: {source}")]
+    #[error("op {index} ({op}{operands}) failed while running: {source}")]
     ScenarioOpFault {
         index: usize,
         op: &'static str,
+        /// As for [`Error::ScenarioOpInvalid`].
         operands: String,
         source: Box<Error>,
     },

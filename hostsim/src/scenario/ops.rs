@@ -10,7 +10,7 @@ use dma::{AddressMap, Generation, Space};
 use super::model::{DmaCopy, IsaOp, OpSpec, Pattern, RowDma};
 use super::place::Placed;
 use crate::error::Error;
-use crate::isa;
+use crate::isa::{self, BoundRegisters};
 use crate::nki::{self, AccessPattern, BoundSetting, DmaOptions, Lowered, TensorAddr};
 
 /// An op ready to run: its lowered instruction stream.
@@ -20,7 +20,7 @@ pub struct PreparedOp {
     pub index: usize,
     /// Its kind (`dma_gather`, ...).
     pub kind: &'static str,
-    /// `field=tensor` pairs, for messages.
+    /// ` field=tensor` pairs (each after a space), for messages.
     pub operands: String,
     /// The instructions and the bound registers they read.
     pub lowered: Lowered,
@@ -46,12 +46,11 @@ fn prepare_one(
     tensors: &[Placed],
 ) -> Result<PreparedOp, Error> {
     let kind = op.kind();
-    let operands = op
+    let operands: String = op
         .operands()
         .iter()
-        .map(|(f, t)| format!("{f}={t}"))
-        .collect::<Vec<_>>()
-        .join(" ");
+        .map(|(f, t)| format!(" {f}={t}"))
+        .collect();
     let cx = Cx {
         map,
         index,
@@ -267,16 +266,19 @@ impl Cx<'_> {
             _ => return Err(self.error("give exactly one of hex or fields")),
         };
         inst.validate(self.map.generation())?;
+        // each bound is set on a scratch file now, so that a register it cannot be set in
+        // is refused before anything runs
+        let mut scratch = BoundRegisters::new();
+        let bounds = o.bounds.iter().map(|b| {
+            scratch.set_bound(b.reg, b.bound)?;
+            Ok(BoundSetting {
+                reg: b.reg,
+                bound: b.bound,
+            })
+        });
         Ok(Lowered {
             instructions: vec![inst],
-            bounds: o
-                .bounds
-                .iter()
-                .map(|b| BoundSetting {
-                    reg: b.reg,
-                    bound: b.bound,
-                })
-                .collect(),
+            bounds: bounds.collect::<Result<_, Error>>()?,
         })
     }
 }
@@ -314,6 +316,10 @@ mod tests {
         [[tensor]]\nname = \"src\"\nspace = \"sbuf\"\ndtype = \"u16\"\nshape = [16, 8]\n\
         [[tensor]]\nname = \"lidx\"\nspace = \"sbuf\"\ndtype = \"u16\"\nshape = [16, 512]\n\
         [[tensor]]\nname = \"ldst\"\nspace = \"sbuf\"\ndtype = \"u16\"\nshape = [16, 8]\n";
+
+    /// A GATHER (0x68): the README's example instruction.
+    const GATHER_HEX: &str = "68000400000100000100000000000000080001000100010000028000010000000000\
+        00000800010001000100090a01000000803f000000000000000000000000";
 
     fn rejection(op: &str) -> String {
         let text = format!("{TENSORS}[[op]]\n{op}\n");
@@ -366,7 +372,14 @@ mod tests {
                 "op 0 (dma_gather): unique_indices = false: applies to dma_scatter only",
             ),
             ("op = \"isa\"", "op 0 (isa): give exactly one of hex or fields"),
-            ("op = \"isa\"\nhex = \"b8\"", "op 0 (isa "),
+            (
+                "op = \"isa\"\nhex = \"b8\"",
+                "op 0 (isa): instruction is 1 bytes",
+            ),
+            (
+                &format!("op = \"isa\"\nhex = \"{GATHER_HEX}\"\nbounds = [{{ reg = 63, bound = 1 }}]"),
+                "op 0 (isa): BOUND_REGISTERS.reg = 63",
+            ),
         ];
         for (op, want) in cases {
             let got = rejection(op);
