@@ -94,15 +94,33 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
 /// Parses scenario text; `file` names it in errors.
 pub fn parse(file: &str, text: &str, format: Format) -> Result<Scenario, Error> {
     match format {
-        Format::Toml => toml::from_str(text).map_err(|e| {
-            let span = e.span().unwrap_or(0..0);
-            let at = unknown_key_at(text, span.clone(), e.message()).unwrap_or(span.start);
-            let (line, column) = line_column(text, at);
-            syntax(file, line, column, e.message())
+        Format::Toml => toml::from_str(text).map_err(|e| toml_error(file, text, &e)),
+        Format::Json => serde_json::from_str(text).map_err(|e| {
+            let message = strip_position(&e.to_string());
+            let ops = serde_json::from_str::<serde_json::Value>(text).ok();
+            let fault = ops.and_then(|doc| OpFault::find(doc.get("op")?, &message));
+            let message = fault.map_or(message.clone(), |f| f.describe(&message));
+            syntax(file, e.line(), e.column(), &message)
         }),
-        Format::Json => serde_json::from_str(text)
-            .map_err(|e| syntax(file, e.line(), e.column(), &strip_position(&e.to_string()))),
     }
+}
+
+/// A TOML error at the line and column of what it is about: the field of an op (found
+/// again by [`OpFault`]), a misspelt key, or else where the parser stopped.
+fn toml_error(file: &str, text: &str, e: &toml::de::Error) -> Error {
+    let span = e.span().unwrap_or(0..0);
+    let ops = toml::from_str::<toml::Table>(text).ok();
+    let ops = ops.and_then(|doc| serde_json::to_value(doc.get("op")?).ok());
+    if let Some(fault) = ops.and_then(|ops| OpFault::find(&ops, e.message())) {
+        let at = fault.toml_at(text, e.message()).unwrap_or(span.start);
+        let (line, column) = line_column(text, at);
+        return syntax(file, line, column, &fault.describe(e.message()));
+    }
+    let name = e.message().strip_prefix("unknown field `");
+    let name = name.and_then(|n| n.split('`').next());
+    let at = name.and_then(|n| key_at(text, span.clone(), n));
+    let (line, column) = line_column(text, at.map_or(span.start, |(key, _)| key));
+    syntax(file, line, column, e.message())
 }
 
 fn syntax(file: &str, line: usize, column: usize, message: &str) -> Error {
@@ -122,18 +140,100 @@ fn strip_position(message: &str) -> String {
     }
 }
 
-/// Where the key an "unknown field `name`" error names is written inside `span`: the
-/// parser reports a tagged table such as `[[op]]` as a whole (from its header), but the
-/// user wants the line of the misspelt key.
-fn unknown_key_at(text: &str, span: std::ops::Range<usize>, message: &str) -> Option<usize> {
-    let name = message.strip_prefix("unknown field `")?.split('`').next()?;
-    let table = text.get(span.clone())?;
+/// The op a schema error is about, and its field: serde reads an op (a table tagged by its
+/// `op` field) whole, so its error names neither, and the TOML parser places it at the
+/// first `[[op]]`. Each op is read again alone, the first whose own error is the
+/// document's is the one, and its field is the one without which that error goes away
+/// (serde raises a value's error as it reads the value, before it looks for missing ones).
+#[derive(Debug, PartialEq, Eq)]
+struct OpFault {
+    index: usize,
+    kind: String,
+    field: Option<String>,
+}
+
+impl OpFault {
+    /// The fault among `ops` (the document's `op` array) whose error is `message`.
+    fn find(ops: &serde_json::Value, message: &str) -> Option<OpFault> {
+        let fails = |op: &serde_json::Value| {
+            serde_json::from_value::<OpSpec>(op.clone()).is_err_and(|e| e.to_string() == message)
+        };
+        let (index, op) = ops
+            .as_array()?
+            .iter()
+            .enumerate()
+            .find(|(_, op)| fails(op))?;
+        let fields = op.as_object()?;
+        let kind = fields.get("op").and_then(|k| k.as_str()).unwrap_or("?");
+        // a missing field is no field's fault (and removing another required one would
+        // change which is reported missing)
+        let missing = message.starts_with("missing field");
+        let field = fields.keys().filter(|k| *k != "op" && !missing).find(|k| {
+            let mut rest = fields.clone();
+            rest.remove(*k);
+            !fails(&serde_json::Value::Object(rest))
+        });
+        Some(OpFault {
+            index,
+            kind: kind.to_string(),
+            field: field.cloned(),
+        })
+    }
+
+    /// `message` naming the op, and the field unless the message names it already.
+    fn describe(&self, message: &str) -> String {
+        let OpFault { index, kind, .. } = self;
+        match &self.field {
+            Some(f) if !message.contains(&format!("`{f}`")) => {
+                format!("op {index} ({kind}): {f}: {message}")
+            }
+            _ => format!("op {index} ({kind}): {message}"),
+        }
+    }
+
+    /// Where in TOML `text` the fault is: the misspelt key of an unknown field, else the
+    /// value of the field (of `op` when no one field is at fault), inside the op's table.
+    fn toml_at(&self, text: &str, message: &str) -> Option<usize> {
+        let table = op_table(text, self.index)?;
+        let field = self.field.as_deref().unwrap_or("op");
+        let (key, value) = key_at(text, table, field)?;
+        Some(if message.starts_with("unknown field") {
+            key
+        } else {
+            value
+        })
+    }
+}
+
+/// The bytes of the `index`-th `[[op]]` table of TOML `text`: from its header to the next
+/// table header.
+fn op_table(text: &str, index: usize) -> Option<std::ops::Range<usize>> {
     let mut offset = 0;
+    let mut headers = Vec::new();
+    for line in text.split_inclusive('\n') {
+        let head = line.split('#').next().unwrap_or("").trim();
+        if head.starts_with('[') {
+            headers.push((offset, head.replace(char::is_whitespace, "") == "[[op]]"));
+        }
+        offset += line.len();
+    }
+    let ops: Vec<usize> = (0..headers.len()).filter(|&h| headers[h].1).collect();
+    let &h = ops.get(index)?;
+    let end = headers.get(h + 1).map_or(text.len(), |next| next.0);
+    Some(headers[h].0..end)
+}
+
+/// Where key `name` is written inside `span` of `text` (a line `name = value`): the byte
+/// of the key and of its value.
+fn key_at(text: &str, span: std::ops::Range<usize>, name: &str) -> Option<(usize, usize)> {
+    let table = text.get(span.clone())?;
+    let mut offset = span.start;
     for line in table.split_inclusive('\n') {
         let key = line.trim_start();
         let rest = key.strip_prefix(name).map(str::trim_start);
-        if rest.is_some_and(|r| r.starts_with('=')) {
-            return Some(span.start + offset + (line.len() - key.len()));
+        if let Some(value) = rest.and_then(|r| r.strip_prefix('=')) {
+            let key_at = offset + (line.len() - key.len());
+            return Some((key_at, offset + line.len() - value.trim_start().len()));
         }
         offset += line.len();
     }
@@ -309,6 +409,54 @@ dst = "t"
         let (line, column, message) = syntax_error(&key, Format::Toml);
         assert_eq!((line, column), (12, 3), "{message}");
         assert!(message.contains("unknown field `indx`"), "{message}");
+    }
+
+    #[test]
+    fn op_errors_name_the_op_and_the_field_at_its_line() {
+        // two ops: the second's faults are placed in the second, not at the first [[op]]
+        let two = format!("{GOOD}[[op]]\nop = \"dma_scatter\"\nsrc = \"t\"\nindex = \"i\"\ndst = \"t\"\ncompute = \"add\"\n# a comment\n  oob =  \"error\"\n");
+        let cases = [
+            (
+                two.replace("compute = \"add\"", "compute = \"mul\""),
+                (19, 11),
+                "op 1 (dma_scatter): compute: unknown variant `mul`, expected one of",
+            ),
+            (
+                two.replace("\"error\"", "true"),
+                (21, 10),
+                "op 1 (dma_scatter): oob: invalid type: boolean `true`",
+            ),
+            (
+                two.replace("dst = \"t\"\ncompute", "compute"),
+                (15, 6),
+                "op 1 (dma_scatter): missing field `dst`",
+            ),
+            (
+                two.replace("index = \"i\"\ndst = \"t\"\n", "index = \"i\"\n"),
+                (10, 6),
+                "op 0 (dma_gather): missing field `dst`",
+            ),
+            (
+                two.replace("  oob", "  ob"),
+                (21, 3),
+                "op 1 (dma_scatter): unknown field `ob`, expected one of",
+            ),
+        ];
+        for (text, at, want) in cases {
+            let (line, column, message) = syntax_error(&text, Format::Toml);
+            assert!(message.starts_with(want), "{message}");
+            assert_eq!((line, column), at, "{message}");
+            // the same scenario in JSON: the same message
+            let doc: toml::Table = toml::from_str(&text).unwrap();
+            let json = serde_json::to_string_pretty(&doc).unwrap();
+            let (_, _, message) = syntax_error(&json, Format::Json);
+            assert!(message.starts_with(want), "{message}");
+        }
+        // a tensor's fault is not taken for an op's
+        let tensor = two.replace("dtype = \"f32\"", "dtype = \"f64\"");
+        let (line, _, message) = syntax_error(&tensor, Format::Toml);
+        assert_eq!(line, 6, "{message}");
+        assert!(!message.starts_with("op "), "{message}");
     }
 
     #[test]
