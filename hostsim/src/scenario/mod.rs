@@ -9,7 +9,8 @@
 //! The life of a scenario:
 //!
 //! 1. [`load`] / [`parse`]: the text, with unknown fields denied; a syntax or schema
-//!    error names the file, line and column ([`Error::ScenarioSyntax`]).
+//!    error names the file, line and column ([`Error::ScenarioSyntax`]), and one inside
+//!    an op names the op and its field too.
 //! 2. [`prepare`]: the whole scenario is checked before anything runs: tensors placed
 //!    and their `.npy` files read and checked ([`place`]), every op lowered to ISA
 //!    instructions for the generation through `crate::nki` ([`ops`]). Errors name the
