@@ -203,6 +203,22 @@ impl Cx<'_> {
         };
         let s = self.pattern("src_pattern", src, &sp)?;
         let d = self.pattern("dst_pattern", dst, &dp)?;
+        let counts = |p: &AccessPattern| p.ap.map(|[_, num]| num);
+        if counts(&s) != counts(&d) {
+            let side = |name: &str, given: bool, p: &Pattern, c: [u32; 2]| match given {
+                true => format!("{name}_pattern (ap {:?}) has counts {c:?}", p.ap),
+                false => format!(
+                    "{name} (no pattern: all of it, ap {:?}) has counts {c:?}",
+                    p.ap
+                ),
+            };
+            return Err(self.error(format!(
+                "{} but {}: dma_copy moves one [outer, inner] shape, so the counts must be \
+                 equal pair by pair (a pattern of one pair counts as [1, num])",
+                side("dst", o.dst_pattern.is_some(), &dp, counts(&d)),
+                side("src", o.src_pattern.is_some(), &sp, counts(&s)),
+            )));
+        }
         nki::dma_copy(self.map.generation(), &s, &d, src.dtype, o.compute.into())
     }
 
@@ -354,6 +370,17 @@ mod tests {
             (
                 "op = \"dma_copy\"\nsrc = \"tab\"\ndst = \"out\"\nsrc_pattern = { offset = 30, ap = [[1, 8]] }\ndst_pattern = { ap = [[1, 8]] }",
                 "op 0 (dma_copy): src_pattern (offset 30, ap [[1, 8]]) reaches past the 32 elements of tab",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = \"tab\"\ndst = \"out\"\nsrc_pattern = { ap = [[1, 8]] }",
+                "op 0 (dma_copy): dst (no pattern: all of it, ap [[4, 2], [1, 4]]) has counts [2, 4] \
+                 but src_pattern (ap [[1, 8]]) has counts [1, 8]: dma_copy moves one [outer, inner] \
+                 shape, so the counts must be equal pair by pair",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = \"tab\"\ndst = \"out\"\nsrc_pattern = { ap = [[4, 2], [1, 4]] }\ndst_pattern = { ap = [[1, 8]] }",
+                "op 0 (dma_copy): dst_pattern (ap [[1, 8]]) has counts [1, 8] but src_pattern \
+                 (ap [[4, 2], [1, 4]]) has counts [2, 4]",
             ),
             (
                 "op = \"dma_copy\"\nsrc = \"tab\"\ndst = \"out\"\nsrc_pattern = { ap = [[1, 1], [1, 1], [1, 1]] }",
