@@ -1,7 +1,7 @@
 //! The DGE front door: a [`Request`] goes through the firmware's pipeline and comes out as
 //! descriptor queues ([`Generated`]).
 //!
-//! Stages, each with a tracing debug event carrying the fields the firmware logs:
+//! Stages, each with a tracing trace-level event carrying the fields the firmware logs:
 //!
 //! 1. [`IndirectionInfo`] per indirect side;
 //! 2. [`gen_spray_info`];
@@ -45,7 +45,7 @@ use dma::descriptor::{DescFlags, DescOp, Descriptor};
 use dma::fabric::Fabric;
 use dma::{ComputeOp, Dtype, FabricAddr, Space};
 use hashbrown::HashMap;
-use tracing::debug;
+use tracing::trace;
 
 /// The DGE's three descriptor kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -167,7 +167,7 @@ pub fn gen_spray_info(
         hbm_to_hbm: hbm(src.start) && hbm(dst.start),
         ndma,
     };
-    debug!(
+    trace!(
         reshape_kind = info.reshape_kind,
         do_indirection = info.do_indirection,
         is_our_tensor = info.is_our_tensor,
@@ -373,7 +373,7 @@ fn sequential(
     let mut units = Vec::new();
     for_each_unit_run(&mut src, &mut dst, (elem, unit), |u, r| units.push((u, r)));
     let phases = order::phases(&units)?;
-    debug!(
+    trace!(
         units = units.len(),
         phases = phases.len(),
         "sequential phases"
@@ -623,7 +623,7 @@ fn log_masks(req: &Request, s: &Side, d: &Side) {
         })
     };
     let bound = |i: Option<Indirection>| i.and_then(|i| i.bound).unwrap_or(0);
-    debug!(
+    trace!(
         our_indices_valid = format_args!("{:#x}", mask(s)),
         other_indices_valid = format_args!("{:#x}", mask(d)),
         srx_idx_max = bound(req.src_indirection),

@@ -21,7 +21,7 @@ use crate::index::{gather_contiguous, gather_indices, IndexAddrs, IndexLayout};
 use crate::runs::{IndexedBases, RowFill};
 use dma::FabricAddr;
 use ivp::{alu, AddrVec, LaneView, MemPort, SuperGather, VBool, VecReg, Width};
-use tracing::debug;
+use tracing::trace;
 
 /// The most indices one DGE instruction takes.
 pub const MAX_INDICES: u32 = 4096;
@@ -82,7 +82,7 @@ impl IndirectionInfo {
         layout: IndexLayout,
         count: u32,
     ) -> IndirectionInfo {
-        debug!(side, indices = %ind.indices, count, dtype = ?layout.dtype, bias = layout.bias,
+        trace!(side, indices = %ind.indices, count, dtype = ?layout.dtype, bias = layout.bias,
             "IndirectionInfo constructor");
         IndirectionInfo {
             side,
@@ -119,7 +119,7 @@ pub fn make_gather_pattern(
         .layout
         .locate(info.side, info.ind.indices.0, info.count)?;
     let width = info.layout.dtype.width();
-    debug!(
+    trace!(
         side = info.side,
         reshape_kind,
         width = ?width,
@@ -141,7 +141,7 @@ pub fn read_indices<P: MemPort>(port: &P, pattern: &GatherPattern) -> Vec<u32> {
     match &pattern.addrs {
         IndexAddrs::Listed(addrs) => {
             for (v, addrs) in addrs.chunks(lanes).enumerate() {
-                debug!(pattern = v, lanes = addrs.len(), "gather_indices START");
+                trace!(pattern = v, lanes = addrs.len(), "gather_indices START");
                 gather_indices(&mut core, port, pattern.width, addrs, &mut out);
             }
         }
@@ -150,7 +150,7 @@ pub fn read_indices<P: MemPort>(port: &P, pattern: &GatherPattern) -> Vec<u32> {
             let (mut at, mut left) = (base, count as usize);
             for v in 0..pattern.vectors() {
                 let n = left.min(lanes);
-                debug!(pattern = v, lanes = n, "gather_indices START");
+                trace!(pattern = v, lanes = n, "gather_indices START");
                 gather_contiguous(&mut core, port, pattern.width, at, n, &mut out);
                 // locate() proved the last index ends inside 64 bits; past it nothing is read.
                 at = at.saturating_add(stride);
@@ -335,20 +335,20 @@ fn index_lanes(info: &IndirectionInfo, chunk: &[u32], start: u64, v: usize) -> L
             alu::mov2nx8t(&biased, &VecReg::ZERO, lane_mask)
         }
     };
-    debug!(
+    trace!(
         dim = info.ind.dim,
         last_indices = format_args!("{:#x}", idx.n_2x32()[0]),
         indirection_step = format_args!("{:#x}", info.ind.step),
         "do_indirection START"
     );
-    debug!(
+    trace!(
         address = format_args!("{start:#x}"),
         last_indices = format_args!("{:#x}", safe.n_2x32()[0]),
         indirection_step = format_args!("{:#x}", info.ind.step),
         "Before IVP_MULUSAN_2X32"
     );
     let (addrs, overflow) = mac(start, &safe, info.ind.step);
-    debug!(
+    trace!(
         address = format_args!("{:#x}", addrs.lanes()[0]),
         "After IVP_MULUSAN_2X32"
     );

@@ -15,7 +15,7 @@
 
 use crate::pattern::{ByteDim, BytePattern, MAX_DIMS};
 use smallvec::SmallVec;
-use tracing::debug;
+use tracing::trace;
 
 /// Bytes between consecutive indices in the index tensor (`sizeof(uint32_t)`).
 pub const INDEX_READ_STEP: i64 = 4;
@@ -71,12 +71,12 @@ pub fn batman_reshape(
     merged.reverse();
     let shared = merged.iter().position(|m| m.1 == Role::Indirect);
     if let Some(dim) = shared {
-        debug!(
+        trace!(
             side,
             shared_indirection_dim = dim,
             "shared_indirection_dim in Batman"
         );
-        debug!(
+        trace!(
             side,
             shared_indirection_dim = dim,
             step = INDEX_READ_STEP,
@@ -107,7 +107,7 @@ fn log_shape(p: &BytePattern, side: &'static str) {
     let step: Vec<i64> = std::iter::repeat_n(0, pad)
         .chain(p.elem_steps.iter().copied())
         .collect();
-    debug!(side, num_elem = ?num, step_elem = ?step, "Tensor shape before Batman");
+    trace!(side, num_elem = ?num, step_elem = ?step, "Tensor shape before Batman");
 }
 
 #[cfg(test)]

@@ -15,8 +15,9 @@ mod tools_cli;
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// Show tracing events on stderr: -v debug, -vv trace (the DGE stages with their
-    /// fields, queue spans). Without it RUST_LOG applies (default: warnings).
+    /// Show tracing events on stderr: -v debug (one event per instruction, in its op's
+    /// span), -vv trace (also the DGE stages with their fields and each DMA queue's end).
+    /// Without it RUST_LOG applies (default: warnings).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
 }

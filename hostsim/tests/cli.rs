@@ -230,7 +230,7 @@ fn every_command_s_help_has_an_example() {
 }
 
 #[test]
-fn without_a_terminal_stderr_stays_silent_and_v_shows_the_dge_stages() {
+fn without_a_terminal_stderr_stays_silent_v_shows_instructions_and_vv_the_dge_stages() {
     let dir = scratch("quiet");
     let queues = dir.join("q.dmaq");
     let scenario = example("copy_update");
@@ -244,16 +244,28 @@ fn without_a_terminal_stderr_stays_silent_and_v_shows_the_dge_stages() {
         assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
         assert_eq!(stderr(&o), "", "{args:?}: no progress bar into a pipe");
     }
-    let o = hostsim(&["-v", "run", &scenario]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let e = stderr(&o);
-    for stage in [
+    let stages = [
         "dge::generate: gen_spray_info",
         "dge::reshape: Tensor shape before Batman",
         "dge::indirection:",
-        "scenario_op{index=1 op=\"embedding_update\"}",
-    ] {
-        assert!(e.contains(stage), "{stage} missing from -v output");
+        "dma::engine::exec: unit done unit=",
+    ];
+    let instruction = "scenario_op{index=1 op=\"embedding_update\"}";
+    let done = "hostsim::runtime: instruction done bytes=";
+    let o = hostsim(&["-v", "run", &scenario]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains(instruction) && e.contains(done), "-v: {e}");
+    assert!(e.contains(" DEBUG ") && !e.contains(" TRACE "), "-v: {e}");
+    for stage in stages {
+        assert!(!e.contains(stage), "{stage} in -v output");
+    }
+    let o = hostsim(&["-vv", "run", &scenario]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains(" TRACE "), "-vv");
+    for stage in stages.into_iter().chain([instruction, done]) {
+        assert!(e.contains(stage), "{stage} missing from -vv output");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -389,23 +389,3 @@ fn isa_summary_keeps_the_flag_form() {
     assert_eq!(flag.stdout, sub.stdout);
     assert!(text(&flag.stdout).contains("ISA on sunda (v2)\n"));
 }
-
-#[test]
-fn verbose_flag_shows_dge_events() {
-    let scenario = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../examples/embedding/scenario.toml"
-    );
-    let quiet = hostsim(&["run", scenario], None);
-    assert_eq!(quiet.status.code(), Some(0), "{}", text(&quiet.stderr));
-    assert!(!text(&quiet.stderr).contains("DEBUG"));
-    let loud = hostsim(&["-v", "run", scenario, "--mechanism", "dge"], None);
-    assert_eq!(loud.status.code(), Some(0));
-    let err = text(&loud.stderr);
-    assert!(
-        err.contains(" DEBUG ") && err.contains("dge::"),
-        "{}",
-        &err[..err.len().min(2000)]
-    );
-    assert!(!err.contains(" TRACE "));
-}

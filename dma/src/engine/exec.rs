@@ -356,7 +356,7 @@ async fn queue_task(
             break;
         }
     }
-    tracing::debug!(queue, descriptors = next, "queue done");
+    tracing::trace!(queue, descriptors = next, "queue done");
     guard.armed = false;
     Ok(())
 }
@@ -403,7 +403,7 @@ impl Running {
         for queue in 0..queues {
             // EngineConfig::check proved channel_depth >= 1.
             let (tx, rx) = mpsc::channel(config.channel_depth);
-            let span = tracing::debug_span!("dma_queue", queue);
+            let span = tracing::trace_span!("dma_queue", queue);
             let task = queue_task(Arc::clone(&shared), queue, rx).instrument(span);
             tasks.push(runtime.spawn(task));
             senders.push(Some(tx));
@@ -889,6 +889,8 @@ impl Claims<'_> {
                 armed: true,
             };
             let outcome = self.run_queue(queue, descs);
+            // a unit is a queue, or a bucket of destination pages when dealt by page
+            tracing::trace!(unit = queue, descriptors = descs.len(), "unit done");
             guard.armed = outcome.is_err();
             drop(guard);
             self.record(queue, outcome);

@@ -325,6 +325,8 @@ impl Runtime {
             }
             RouteTaken::Dge => self.execute_dge(fabric, inst)?,
         };
+        let (bytes, skipped) = (outcome.bytes_written, outcome.skipped.len());
+        tracing::debug!(bytes, skipped, "instruction done");
         Ok(self.step_report(opcode, outcome, cost))
     }
 
