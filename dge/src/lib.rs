@@ -23,7 +23,8 @@
 //! - [`order`]: the sequential element order, phases for requests that read what they
 //!   write;
 //! - [`spray`]: dealing runs to queues so that writes to one byte stay in one queue;
-//! - [`mod@generate`]: the pipeline, stage by stage, with the firmware's debug events (at trace level).
+//! - [`mod@generate`]: the pipeline, stage by stage, with the firmware's log events
+//!   (at trace level).
 //!
 //! Indices are read from the fabric; nothing else of the fabric is touched: the DGE only
 //! describes the moves.
