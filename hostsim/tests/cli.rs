@@ -335,3 +335,53 @@ fn a_failed_replay_or_timeline_writes_nothing_to_out() {
     assert!(!out.exists(), "nothing written to --out");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn outputs_are_written_all_or_none() {
+    let dir = scratch("all-or-none");
+    let (out, svg) = (dir.join("out"), dir.join("t.svg"));
+    // a folder where report.json goes: the run's tensors are not put in place either
+    std::fs::create_dir_all(out.join("report.json")).unwrap();
+    std::fs::write(out.join("table.npy"), b"kept").unwrap();
+    let args = [
+        "run",
+        &example("copy_update"),
+        "--out",
+        s(&out),
+        "--timeline",
+        s(&svg),
+    ];
+    let o = hostsim(&args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("report.json"), "{}", stderr(&o));
+    assert_eq!(files(&out), ["report.json", "table.npy"]);
+    assert_eq!(std::fs::read(out.join("table.npy")).unwrap(), b"kept");
+    assert!(!svg.exists(), "no timeline without the folder");
+    // --out a file: the timeline is not written either
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let o = hostsim(&[
+        "run",
+        &example("copy_update"),
+        "--out",
+        s(&file),
+        "--timeline",
+        s(&svg),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!svg.exists(), "no timeline without the folder");
+    // a name too long for a file name is refused before the run
+    let scenario = dir.join("long.toml");
+    let long = "b".repeat(201);
+    let text = format!(
+        "[[tensor]]\nname = \"a\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [1, 4]\n\
+         [[tensor]]\nname = \"{long}\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [1, 4]\n"
+    );
+    std::fs::write(&scenario, text).unwrap();
+    let fresh = dir.join("fresh");
+    let o = hostsim(&["run", s(&scenario), "--out", s(&fresh)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("1 to 200 of"), "{}", stderr(&o));
+    assert!(!fresh.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -137,8 +137,8 @@ pub fn replay(file: &Path, scenario: &Path, outputs: Outputs<'_>) -> Result<Stri
 }
 
 /// The end of `run` and `replay`: the summary (`header` and the report's table), then
-/// what `outputs` asks for: the SVG drawn by `svg`, then the folder (tensors of
-/// `fabric` and `report`) last, so no earlier failure leaves anything in it.
+/// what `outputs` asks for, written all or none: the SVG drawn by `svg`, and the folder
+/// (tensors of `fabric` and `report`).
 fn finish(
     header: String,
     p: &Prepared,
@@ -150,12 +150,16 @@ fn finish(
     let svg = outputs.timeline.map(|_| svg()).transpose()?;
     let mut text = header + &report.table();
     let arrays = outputs.dir.map(|_| p.outputs(fabric)).transpose()?;
-    if let (Some(path), Some(svg)) = (outputs.timeline, svg) {
-        crate::timeline::write_svg(path, &svg)?;
+    let svg = outputs.timeline.zip(svg.as_deref());
+    let folder = outputs
+        .dir
+        .zip(arrays.as_deref())
+        .map(|(d, a)| (d, a, report));
+    exec::write_outputs(svg, folder)?;
+    if let Some((path, _)) = svg {
         let _ = writeln!(text, "wrote the timeline to {}", path.display());
     }
-    if let (Some(dir), Some(arrays)) = (outputs.dir, arrays) {
-        exec::write_outputs(dir, &arrays, report)?;
+    if let Some((dir, ..)) = folder {
         let (n, d) = (p.tensors.len(), dir.display());
         let _ = writeln!(text, "wrote {n} tensors and report.json to {d}");
     }

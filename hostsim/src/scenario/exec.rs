@@ -11,7 +11,7 @@ use dma::{EngineConfig, Fabric};
 use serde::Serialize;
 
 use super::Prepared;
-use crate::atomic_file;
+use crate::atomic_file::{self, Batch};
 use crate::dge_route::RecordedReplays;
 use crate::error::Error;
 use crate::npy::{self, NpyArray};
@@ -263,21 +263,54 @@ fn op_report(kind: &str, r: &RunReport) -> OpReport {
     }
 }
 
-/// Writes `DIR/<name>.npy` for every array and `DIR/report.json`, each atomically
-/// (temporary file, then rename); creates `dir` if needed. Call only after success.
-pub fn write_outputs(
-    dir: &Path,
-    arrays: &[(String, NpyArray)],
-    report: &Report,
-) -> Result<(), Error> {
+/// An output folder and what goes in it: the tensors' arrays by name, and the report.
+pub type Folder<'a> = (&'a Path, &'a [(String, NpyArray)], &'a Report);
+
+/// Writes a run's outputs, all or none (one [`atomic_file::Batch`]): the timeline `svg`
+/// at its path, and in the `folder` (created if needed) `<name>.npy` for every array and
+/// `report.json`. If anything fails nothing is in place, and a folder this created is
+/// removed again. Call only after success.
+pub fn write_outputs(svg: Option<(&Path, &str)>, folder: Option<Folder<'_>>) -> Result<(), Error> {
+    let mut batch = Batch::default();
+    if let Some((path, svg)) = svg {
+        stage(&mut batch, path, svg.as_bytes())?;
+    }
+    let Some((dir, arrays, report)) = folder else {
+        return batch.commit(io_error);
+    };
+    let created = !dir.exists();
     std::fs::create_dir_all(dir).map_err(|e| Error::Scenario {
         what: dir.display().to_string(),
         rule: format!("the output folder cannot be created: {e}"),
     })?;
-    for (name, a) in arrays {
-        npy::write(&dir.join(format!("{name}.npy")), a)?;
+    let staged = arrays
+        .iter()
+        .try_for_each(|(name, a)| {
+            stage(
+                &mut batch,
+                &dir.join(format!("{name}.npy")),
+                &npy::encode(a),
+            )
+        })
+        .and_then(|()| {
+            stage(
+                &mut batch,
+                &dir.join("report.json"),
+                report.to_json().as_bytes(),
+            )
+        });
+    let done = staged.and_then(|()| batch.commit(io_error));
+    if done.is_err() && created {
+        // the batch is gone (its partial files with it): the folder is empty again
+        let _ = std::fs::remove_dir(dir);
     }
-    write_atomic(&dir.join("report.json"), report.to_json().as_bytes())
+    done
+}
+
+/// Stages `bytes` for `path` in `batch`.
+fn stage(batch: &mut Batch, path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let fail = |stage, e| io_error(path, stage, e);
+    batch.stage(path, atomic_file::bytes_into(bytes, &fail), fail)
 }
 
 /// Writes `bytes` to `path` atomically ([`atomic_file::write_bytes`]).
@@ -538,7 +571,7 @@ pub(crate) mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let a = u32_array(&[2], &[1, 2]);
         let r = Report::with_total(Vec::new(), 0.0);
-        write_outputs(&dir, &[("x".into(), a.clone())], &r).unwrap();
+        write_outputs(None, Some((&dir, &[("x".into(), a.clone())], &r))).unwrap();
         assert_eq!(npy::read(&dir.join("x.npy")).unwrap(), a);
         assert_eq!(
             std::fs::read_to_string(dir.join("report.json")).unwrap(),
@@ -559,5 +592,25 @@ pub(crate) mod tests {
         assert!(failed.is_err());
         assert!(!dir.join("y").exists() && !dir.join("y.partial").exists());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn failed_outputs_leave_no_folder_they_made_and_no_timeline() {
+        let base = std::env::temp_dir().join(format!("hostsim-none-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let (dir, svg) = (base.join("out"), base.join("t.svg"));
+        let r = Report::with_total(Vec::new(), 0.0);
+        // the second array cannot be staged (no such subfolder)
+        let arrays = [
+            ("x".to_string(), u32_array(&[1], &[1])),
+            ("sub/y".to_string(), u32_array(&[1], &[2])),
+        ];
+        let e = write_outputs(Some((&svg, "<svg/>")), Some((&dir, &arrays, &r)));
+        assert!(e.unwrap_err().to_string().contains("sub/y.npy"));
+        assert!(!dir.exists() && !svg.exists());
+        let listed: Vec<_> = std::fs::read_dir(&base).unwrap().collect();
+        assert!(listed.is_empty(), "{listed:?}");
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

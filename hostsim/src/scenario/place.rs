@@ -174,11 +174,16 @@ pub fn place(map: &AddressMap, specs: &[TensorSpec]) -> Result<Vec<Placed>, Erro
     Ok(placed.into_iter().flatten().collect())
 }
 
-/// Names are unique, non-empty and file-name safe (`[A-Za-z0-9_-]`).
+/// Longest tensor name: `NAME.npy.partial` (the output file, while it is written) stays
+/// well inside the 255-byte file names of common file systems.
+const MAX_NAME: usize = 200;
+
+/// Names are unique, of 1 to [`MAX_NAME`] file-name safe characters (`[A-Za-z0-9_-]`).
 fn check_name(index: usize, spec: &TensorSpec, earlier: &[TensorSpec]) -> Result<(), Error> {
     let safe = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-    if spec.name.is_empty() || !spec.name.chars().all(safe) {
-        let rule = "a name is one or more of A-Z a-z 0-9 _ - (it names the output file NAME.npy)";
+    let fits = (1..=MAX_NAME).contains(&spec.name.len());
+    if !fits || !spec.name.chars().all(safe) {
+        let rule = "a name is 1 to 200 of A-Z a-z 0-9 _ - (it names the output file NAME.npy)";
         return Err(tensor_error(index, spec, rule));
     }
     match earlier.iter().position(|e| e.name == spec.name) {
@@ -516,6 +521,7 @@ mod tests {
             (vec![t("x"), t("x")], 1, "already taken by tensor 0"),
             (vec![t("a/b")], 0, "A-Z a-z 0-9 _ -"),
             (vec![t("")], 0, "A-Z a-z 0-9 _ -"),
+            (vec![t(&"n".repeat(201))], 0, "1 to 200 of A-Z a-z 0-9 _ -"),
             (
                 vec![spec("z", Space::Hbm, Dtype::F32, &[2, 0])],
                 0,
