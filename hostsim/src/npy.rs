@@ -6,9 +6,10 @@
 //! (numpy has no bfloat16), so a `.npy` file's dtype is checked against the tensor's
 //! *storage* dtype ([`storage_descr`]). C order only (`fortran_order: False`).
 //!
-//! Reading never trusts the file: the magic, version, header length, header dictionary,
-//! shape product and payload length are all checked, and every failure names the file
-//! and the rule. Writing is atomic: the bytes go to a temporary file beside the target,
+//! Reading never trusts the file: the magic, version, header length, header dictionary
+//! (parsed whole: exactly `descr`, `fortran_order` and `shape`, each once), shape product
+//! and payload length are all checked, and every failure names the file and the rule. A
+//! file is read only once its header matches its length, and only a regular file is. Writing is atomic: the bytes go to a temporary file beside the target,
 //! which is then renamed over it, so an interrupted write never leaves a truncated file.
 
 use std::path::Path;
@@ -92,8 +93,24 @@ pub fn encode(a: &NpyArray) -> Vec<u8> {
     out
 }
 
-/// Decodes a `.npy` image; `file` names it in errors.
-pub fn decode(file: &str, bytes: &[u8]) -> Result<NpyArray, Error> {
+/// What a `.npy` header says: the payload's `descr` and `shape`, where the payload
+/// starts, and how many bytes it must have.
+struct Header {
+    descr: String,
+    shape: Vec<u64>,
+    payload_at: usize,
+    payload_bytes: u64,
+}
+
+/// Bytes before a header dictionary of a version 2.0 or 3.0 file (the longest prefix).
+const PREFIX: usize = 12;
+
+/// Longest header dictionary read (numpy writes a few hundred bytes).
+const MAX_HEADER: usize = 1 << 20;
+
+/// Where the header dictionary of the image starting with `bytes` starts, and its
+/// length: the magic, version and length checked.
+fn prefix(file: &str, bytes: &[u8]) -> Result<(usize, usize), Error> {
     if bytes.get(..6) != Some(MAGIC.as_slice()) {
         return Err(bad(
             file,
@@ -109,9 +126,9 @@ pub fn decode(file: &str, bytes: &[u8]) -> Result<NpyArray, Error> {
         ),
         Some([2 | 3, 0]) => (
             bytes
-                .get(8..12)
+                .get(8..PREFIX)
                 .and_then(|b| usize::try_from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])).ok()),
-            12,
+            PREFIX,
         ),
         _ => {
             return Err(bad(
@@ -120,11 +137,22 @@ pub fn decode(file: &str, bytes: &[u8]) -> Result<NpyArray, Error> {
             ))
         }
     };
-    let end = len
-        .and_then(|l| l.checked_add(start))
-        .ok_or_else(|| bad(file, "truncated header"))?;
+    let len = len.ok_or_else(|| bad(file, "truncated header"))?;
+    if len > MAX_HEADER {
+        return Err(bad(
+            file,
+            format!("header length {len} is over the {MAX_HEADER} bytes read"),
+        ));
+    }
+    Ok((start, len))
+}
+
+/// The header of the image starting with `bytes` (the payload need not be there);
+/// `file` names it in errors.
+fn decode_header(file: &str, bytes: &[u8]) -> Result<Header, Error> {
+    let (start, len) = prefix(file, bytes)?;
     let header = bytes
-        .get(start..end)
+        .get(start..start + len)
         .ok_or_else(|| bad(file, "truncated header"))?;
     let header = std::str::from_utf8(header).map_err(|_| bad(file, "header is not text"))?;
     let (descr, shape) = parse_header(file, header)?;
@@ -135,70 +163,210 @@ pub fn decode(file: &str, bytes: &[u8]) -> Result<NpyArray, Error> {
         )
     })?;
     let count = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
-    let want = count
+    let payload_bytes = count
         .and_then(|c| c.checked_mul(size as u64))
         .ok_or_else(|| bad(file, "shape overflows"))?;
-    let data = bytes.get(end..).unwrap_or_default();
-    if data.len() as u64 != want {
-        return Err(bad(
-            file,
-            format!(
-                "payload is {} bytes but shape {shape:?} of {descr} needs {want}",
-                data.len()
-            ),
-        ));
-    }
-    Ok(NpyArray {
+    Ok(Header {
         descr,
         shape,
-        data: data.to_vec(),
+        payload_at: start + len,
+        payload_bytes,
     })
 }
 
-/// The `descr` and `shape` of a header dictionary; C order is required.
+impl Header {
+    /// The array of `payload`, which must be exactly the header's size.
+    fn array(self, file: &str, payload: &[u8]) -> Result<NpyArray, Error> {
+        if payload.len() as u64 != self.payload_bytes {
+            return Err(self.payload_error(file, payload.len() as u64));
+        }
+        Ok(NpyArray {
+            descr: self.descr,
+            shape: self.shape,
+            data: payload.to_vec(),
+        })
+    }
+
+    fn payload_error(&self, file: &str, have: u64) -> Error {
+        let (shape, descr, want) = (&self.shape, &self.descr, self.payload_bytes);
+        bad(
+            file,
+            format!("payload is {have} bytes but shape {shape:?} of {descr} needs {want}"),
+        )
+    }
+}
+
+/// Decodes a `.npy` image; `file` names it in errors.
+pub fn decode(file: &str, bytes: &[u8]) -> Result<NpyArray, Error> {
+    let header = decode_header(file, bytes)?;
+    let payload = bytes.get(header.payload_at..).unwrap_or_default();
+    header.array(file, payload)
+}
+
+/// The `descr` and `shape` of a header dictionary, parsed whole: exactly the keys
+/// `'descr'` (a quoted string), `'fortran_order'` (which must be `False`: C order only)
+/// and `'shape'` (a tuple of counts), each once, in any order, then only white space.
 fn parse_header(file: &str, h: &str) -> Result<(String, Vec<u64>), Error> {
-    let value = |key: &str| -> Result<&str, Error> {
-        let at = h
-            .find(&format!("'{key}':"))
-            .ok_or_else(|| bad(file, format!("header has no '{key}'")))?;
-        Ok(h[at + key.len() + 3..].trim_start())
-    };
-    let descr = value("descr")?;
-    let descr = descr
-        .strip_prefix('\'')
-        .and_then(|d| d.split('\'').next())
-        .ok_or_else(|| bad(file, "descr is not a quoted string"))?;
-    if !value("fortran_order")?.starts_with("False") {
+    let err = |rule: String| bad(file, format!("header {rule}"));
+    let mut p = Dict(h);
+    p.expect('{').map_err(err)?;
+    let (mut descr, mut fortran, mut shape) = (None, None, None);
+    while !p.eat('}') {
+        let key = p.string().map_err(err)?;
+        p.expect(':').map_err(err)?;
+        let slot_taken = match key {
+            "descr" => descr
+                .replace(p.string().map_err(err)?.to_string())
+                .is_some(),
+            "fortran_order" => fortran.replace(p.boolean().map_err(err)?).is_some(),
+            "shape" => shape.replace(p.tuple().map_err(err)?).is_some(),
+            other => {
+                return Err(err(format!(
+                "has the key {other:?}: a .npy header has exactly descr, fortran_order and shape"
+            )))
+            }
+        };
+        if slot_taken {
+            return Err(err(format!("has the key {key:?} twice")));
+        }
+        if !p.eat(',') {
+            p.expect('}').map_err(err)?;
+            break;
+        }
+    }
+    if !p.0.trim().is_empty() {
+        return Err(err(format!("has {:?} after its dictionary", p.0.trim())));
+    }
+    let missing = |key: &str| err(format!("has no '{key}'"));
+    let (descr, shape) = (
+        descr.ok_or_else(|| missing("descr"))?,
+        shape.ok_or_else(|| missing("shape"))?,
+    );
+    if fortran.ok_or_else(|| missing("fortran_order"))? {
         return Err(bad(
             file,
             "Fortran-order arrays are not supported (save with C order)",
         ));
     }
-    let shape = value("shape")?;
-    let inner = shape
-        .strip_prefix('(')
-        .and_then(|s| s.split(')').next())
-        .ok_or_else(|| bad(file, "shape is not a tuple"))?;
-    let dims = inner
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<u64>()
-                .map_err(|_| bad(file, format!("shape entry {s:?} is not a count")))
-        })
-        .collect::<Result<Vec<u64>, Error>>()?;
-    Ok((descr.to_string(), dims))
+    Ok((descr, shape))
 }
 
-/// Reads a `.npy` file.
+/// The rest of a header dictionary's text, read token by token (white space skipped).
+struct Dict<'a>(&'a str);
+
+impl<'a> Dict<'a> {
+    /// Skips white space and takes `c` if it comes next.
+    fn eat(&mut self, c: char) -> bool {
+        self.0 = self.0.trim_start();
+        match self.0.strip_prefix(c) {
+            Some(rest) => {
+                self.0 = rest;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn expect(&mut self, c: char) -> Result<(), String> {
+        match self.eat(c) {
+            true => Ok(()),
+            false => Err(format!(
+                "is not a dictionary: {c:?} expected at {:?}",
+                self.head()
+            )),
+        }
+    }
+
+    /// The next few characters, for messages.
+    fn head(&self) -> String {
+        self.0.chars().take(12).collect()
+    }
+
+    /// A string in single or double quotes, without escapes.
+    fn string(&mut self) -> Result<&'a str, String> {
+        self.0 = self.0.trim_start();
+        let quote = self.0.chars().next().filter(|&q| q == '\'' || q == '"');
+        let body = quote.and_then(|q| Some((q, self.0[1..].split_once(q)?)));
+        match body {
+            Some((_, (text, rest))) if !text.contains('\\') => {
+                self.0 = rest;
+                Ok(text)
+            }
+            _ => Err(format!("has no quoted string at {:?}", self.head())),
+        }
+    }
+
+    fn boolean(&mut self) -> Result<bool, String> {
+        for (word, value) in [("True", true), ("False", false)] {
+            self.0 = self.0.trim_start();
+            if let Some(rest) = self.0.strip_prefix(word) {
+                self.0 = rest;
+                return Ok(value);
+            }
+        }
+        Err(format!("has no True or False at {:?}", self.head()))
+    }
+
+    /// A tuple of counts: `()`, `(n,)`, `(n, m)`, ...
+    fn tuple(&mut self) -> Result<Vec<u64>, String> {
+        self.expect('(')?;
+        let mut dims = Vec::new();
+        while !self.eat(')') {
+            self.0 = self.0.trim_start();
+            let digits = self.0.len()
+                - self
+                    .0
+                    .trim_start_matches(|c: char| c.is_ascii_digit())
+                    .len();
+            let n = self.0[..digits]
+                .parse::<u64>()
+                .map_err(|_| format!("shape entry at {:?} is not a count", self.head()))?;
+            self.0 = &self.0[digits..];
+            dims.push(n);
+            if !self.eat(',') {
+                self.expect(')')?;
+                break;
+            }
+        }
+        Ok(dims)
+    }
+}
+
+/// Reads a `.npy` file: a regular file whose length is what its header says, read only
+/// once the header is checked (so a huge or endless file is refused, not read).
 pub fn read(path: &Path) -> Result<NpyArray, Error> {
+    use std::io::Read;
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| bad(&name, format!("cannot be read: {e}")))?;
-    decode(&name, &bytes)
+    let cannot = |e: std::io::Error| bad(&name, format!("cannot be read: {e}"));
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let size = file.metadata().map_err(cannot)?;
+    if !size.is_file() {
+        return Err(bad(&name, "is not a regular file"));
+    }
+    let mut file = std::io::BufReader::new(file);
+    let mut head = Vec::new();
+    (&mut file)
+        .take(PREFIX as u64)
+        .read_to_end(&mut head)
+        .map_err(cannot)?;
+    let (start, len) = prefix(&name, &head)?;
+    let rest = (start + len).saturating_sub(head.len());
+    (&mut file)
+        .take(rest as u64)
+        .read_to_end(&mut head)
+        .map_err(cannot)?;
+    let header = decode_header(&name, &head)?;
+    let have = size.len().saturating_sub(header.payload_at as u64);
+    if have != header.payload_bytes {
+        return Err(header.payload_error(&name, have));
+    }
+    // the header was read to its end, so `head` holds at most its prefix's extra bytes
+    let mut payload = head.split_off(header.payload_at.min(head.len()));
+    file.take(have).read_to_end(&mut payload).map_err(cannot)?;
+    header.array(&name, &payload)
 }
 
-/// Writes a `.npy` file atomically (a temporary file beside it, then a rename).
+/// Writes `a` to `path` atomically.
 pub fn write(path: &Path, a: &NpyArray) -> Result<(), Error> {
     let name = path.display().to_string();
     crate::atomic_file::write_bytes(path, &encode(a), |stage, e| {
@@ -257,10 +425,77 @@ mod tests {
             (good[..good.len() - 1].to_vec(), "payload is 11 bytes"),
             (replace(&good, "<u4", "<f8"), "<f8"),
             (replace(&good, "False", "True "), "Fortran"),
+            // a header is parsed whole, not searched: keys hidden in values, extra,
+            // repeated or missing keys, and text after the dictionary are refused
+            (
+                replace(
+                    &good,
+                    "'fortran_order': False",
+                    "'x': 'fortran_order': False",
+                ),
+                "has the key \"x\"",
+            ),
+            (
+                replace(&good, "'descr': '<u4'", "'descr': '<u4', 'descr': '<u4'"),
+                "has the key \"descr\" twice",
+            ),
+            (
+                replace(&good, "'shape': (3,), }", "'shape': (3,), } x  "),
+                "has \"x\" after its dictionary",
+            ),
+            (
+                replace(&good, "'shape': (3,), ", &" ".repeat(15)),
+                "has no 'shape'",
+            ),
+            (replace(&good, "(3,)", "(3;)"), "')' expected"),
+            (replace(&good, "(3,)", "(-3)"), "is not a count"),
+            (replace(&good, "'<u4'", "<u4  "), "no quoted string"),
         ];
         for (img, rule) in cases {
             let e = decode("x.npy", &img).unwrap_err().to_string();
             assert!(e.contains("x.npy") && e.contains(rule), "{rule}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_file_is_read_only_once_its_header_says_its_length() {
+        let dir = std::env::temp_dir().join(format!("hostsim-npy-len-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = NpyArray {
+            descr: "<u4".into(),
+            shape: vec![3],
+            data: vec![7; 12],
+        };
+        let path = dir.join("a.npy");
+        write(&path, &a).unwrap();
+        assert_eq!(read(&path).unwrap(), a);
+        // 4 GiB past its header (sparse): refused by its length, not read
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(encode(&a).len() as u64 + (4 << 30)).unwrap();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.contains("payload is 4294967308 bytes"), "{e}");
+        // no header to read
+        std::fs::write(&path, b"\x93NUMPY\x01\x00\x40").unwrap();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.contains("truncated header"), "{e}");
+        // a folder is not a file
+        let e = read(&dir).unwrap_err().to_string();
+        assert!(e.contains("is not a regular file"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    proptest! {
+        /// Reading a file and decoding its bytes agree, whatever the bytes.
+        #[test]
+        fn read_agrees_with_decode(bytes in proptest::collection::vec(any::<u8>(), 0..300), cut in 0usize..300) {
+            let good = encode(&NpyArray { descr: "<u2".into(), shape: vec![2, 3], data: (0..12).collect() });
+            let mut img = if bytes.len() % 2 == 0 { good } else { bytes };
+            img.truncate(cut.max(1));
+            let path = std::env::temp_dir().join(format!("hostsim-npy-agree-{}.npy", std::process::id()));
+            std::fs::write(&path, &img).unwrap();
+            let (r, d) = (read(&path), decode(&path.display().to_string(), &img));
+            std::fs::remove_file(&path).unwrap();
+            prop_assert_eq!(r.map_err(|e| e.to_string()), d.map_err(|e| e.to_string()));
         }
     }
 
