@@ -338,11 +338,12 @@ pub fn read(path: &Path) -> Result<NpyArray, Error> {
     use std::io::Read;
     let name = path.display().to_string();
     let cannot = |e: std::io::Error| bad(&name, format!("cannot be read: {e}"));
-    let file = std::fs::File::open(path).map_err(cannot)?;
-    let size = file.metadata().map_err(cannot)?;
-    if !size.is_file() {
+    // looked at before it is opened: opening a FIFO waits for a writer
+    if !std::fs::metadata(path).map_err(cannot)?.is_file() {
         return Err(bad(&name, "is not a regular file"));
     }
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let size = file.metadata().map_err(cannot)?;
     let mut file = std::io::BufReader::new(file);
     let mut head = Vec::new();
     (&mut file)
@@ -478,9 +479,14 @@ mod tests {
         std::fs::write(&path, b"\x93NUMPY\x01\x00\x40").unwrap();
         let e = read(&path).unwrap_err().to_string();
         assert!(e.contains("truncated header"), "{e}");
-        // a folder is not a file
-        let e = read(&dir).unwrap_err().to_string();
-        assert!(e.contains("is not a regular file"), "{e}");
+        // a folder or a FIFO is not a file (a FIFO is not even opened: that would wait)
+        let fifo = dir.join("f.npy");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.expect("mkfifo runs").success());
+        for p in [&dir, &fifo] {
+            let e = read(p).unwrap_err().to_string();
+            assert!(e.contains("is not a regular file"), "{e}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
