@@ -223,7 +223,11 @@ pub struct Replayed {
 /// Replays the queue file at `path` over the scenario's initial tensors. The file is
 /// verified whole first; its generation must be the scenario's.
 pub fn replay(prepared: &Prepared, path: &Path) -> Result<Replayed, Error> {
-    let mut file = VerifiedQueueFile::open_path(path)?;
+    let named = |source| Error::QueueFileInput {
+        file: path.display().to_string(),
+        source,
+    };
+    let mut file = VerifiedQueueFile::open_path(path).map_err(named)?;
     let mut fabric = prepared.initial_fabric()?;
     let config = EngineConfig {
         queues: file.header().queues(),
@@ -235,7 +239,7 @@ pub fn replay(prepared: &Prepared, path: &Path) -> Result<Replayed, Error> {
     let mut progress = Progress::new(file.summary().descriptors, "replay");
     progress.inc(0);
     let started = Instant::now();
-    let report = engine.replay_file(&mut fabric, &mut file)?;
+    let report = engine.replay_file(&mut fabric, &mut file).map_err(named)?;
     progress.inc(report.summary.descriptors);
     progress.finish();
     Ok(Replayed {
