@@ -179,6 +179,14 @@ pub enum Error {
         value: u64,
         rule: &'static str,
     },
+    /// An NKI-level op argument of the wrong element type, named.
+    #[error("{op}: {arg} = {value}: {rule}")]
+    NkiDtype {
+        op: &'static str,
+        arg: &'static str,
+        value: dma::Dtype,
+        rule: &'static str,
+    },
     /// An NKI-level op the lowering cannot express as ISA instructions.
     #[error("{op} cannot be lowered: {reason}")]
     NkiUnsupported {

@@ -310,7 +310,11 @@ fn a_failed_replay_or_timeline_writes_nothing_to_out() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("cayman"), "{}", stderr(&o));
-    assert!(stderr(&o).contains("e.dmaq: "), "names the file: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("e.dmaq: "),
+        "names the file: {}",
+        stderr(&o)
+    );
     let bytes = std::fs::read(&queues).unwrap();
     let cut = dir.join("cut.dmaq");
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
@@ -323,7 +327,11 @@ fn a_failed_replay_or_timeline_writes_nothing_to_out() {
         s(&out),
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("cut.dmaq: "), "names the file: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cut.dmaq: "),
+        "names the file: {}",
+        stderr(&o)
+    );
     let nowhere = dir.join("no-such-folder").join("t.svg");
     let o = hostsim(&[
         "run",

@@ -590,7 +590,7 @@ fn check_struct_key(
             structure,
             "struct",
             &v,
-            &format!("the opcode's operand struct is {structure}"),
+            &format!("{structure}, the opcode's operand struct"),
         )),
         None => Ok(()),
     }
@@ -1098,7 +1098,7 @@ verdict = \"valid on cayman\"
         let wrong = gather_toml_with("struct = \"S4D4_GT\"", "struct = \"S4D4_IC\"");
         assert_eq!(
             toml_error(&wrong),
-            "S4D4_GT.struct = \"S4D4_IC\": must be the opcode's operand struct is S4D4_GT"
+            "S4D4_GT.struct = \"S4D4_IC\": must be S4D4_GT, the opcode's operand struct"
         );
     }
 

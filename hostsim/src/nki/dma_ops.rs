@@ -12,7 +12,7 @@ use dma::{Addr4, AddressMap, CceOp, ComputeOp, Dtype, FabricAddr, Generation, Sp
 
 use super::{
     addr4_plus, arg_error, ensure_arg, equal, fabric_plus, nonempty, on_core, on_fabric,
-    BoundSetting, Lowered, Tensor,
+    same_dtype, BoundSetting, Lowered, Tensor,
 };
 use crate::error::Error;
 use crate::isa::validate::MAX_INDICES;
@@ -105,7 +105,7 @@ pub fn dma_gather_transpose(
     let op = "dma_gather_transpose";
     nonempty(op, ["src.shape[0]", "src.shape[1]"], src)?;
     let cast = "must equal src.dtype (elements move without a cast)";
-    equal(op, "dst.dtype", dst.dtype.code(), src.dtype.code(), cast)?;
+    same_dtype(op, "dst.dtype", dst.dtype, src.dtype, cast)?;
     let map = AddressMap::new(generation);
     let (index_a, count) = index_vector(&map, op, indices)?;
     let rows = "must equal src.shape[1] (one destination row per source column)";
@@ -200,7 +200,7 @@ impl RowRequest {
         nonempty(op, ["src.shape[0]", "src.shape[1]"], src)?;
         nonempty(op, ["dst.shape[0]", "dst.shape[1]"], dst)?;
         let cast = "must equal src.dtype (rows move without a cast)";
-        equal(op, "dst.dtype", dst.dtype.code(), src.dtype.code(), cast)?;
+        same_dtype(op, "dst.dtype", dst.dtype, src.dtype, cast)?;
         let cols = "must equal src.shape[1] (whole rows move)";
         equal(op, "dst.shape[1]", dst.shape[1], src.shape[1], cols)?;
         let map = AddressMap::new(generation);
@@ -292,13 +292,7 @@ impl RowRequest {
 fn index_vector(map: &AddressMap, op: &'static str, t: &Tensor) -> Result<(Addr4, u32), Error> {
     nonempty(op, ["indices.shape[0]", "indices.shape[1]"], t)?;
     let u32_rule = "DMA indices must be uint32";
-    equal(
-        op,
-        "indices.dtype",
-        t.dtype.code(),
-        Dtype::U32.code(),
-        u32_rule,
-    )?;
+    same_dtype(op, "indices.dtype", t.dtype, Dtype::U32, u32_rule)?;
     let one = "must be 1 (indices are one [1, n] vector)";
     equal(op, "indices.shape[0]", t.shape[0], 1u32, one)?;
     let a = on_core(map, op, "indices", t)?;
@@ -434,13 +428,7 @@ fn check_embedding(table: &Tensor, indices: &Tensor, data: &Tensor) -> Result<u3
     nonempty(OP, ["table.shape[0]", "table.shape[1]"], table)?;
     nonempty(OP, ["indices.shape[0]", "indices.shape[1]"], indices)?;
     let u32_rule = "embedding indices must be uint32";
-    equal(
-        OP,
-        "indices.dtype",
-        indices.dtype.code(),
-        Dtype::U32.code(),
-        u32_rule,
-    )?;
+    same_dtype(OP, "indices.dtype", indices.dtype, Dtype::U32, u32_rule)?;
     let one = "must be 1 (indices are one [1, n] vector)";
     equal(OP, "indices.shape[0]", indices.shape[0], 1u32, one)?;
     let s = indices.shape[1];
@@ -448,13 +436,7 @@ fn check_embedding(table: &Tensor, indices: &Tensor, data: &Tensor) -> Result<u3
     equal(OP, "data.shape[0]", data.shape[0], s, shape)?;
     equal(OP, "data.shape[1]", data.shape[1], table.shape[1], shape)?;
     let cast = "must equal table.dtype";
-    equal(
-        OP,
-        "data.dtype",
-        data.dtype.code(),
-        table.dtype.code(),
-        cast,
-    )?;
+    same_dtype(OP, "data.dtype", data.dtype, table.dtype, cast)?;
     Ok(s)
 }
 
@@ -613,7 +595,7 @@ mod tests {
         .unwrap_err();
         assert!(matches!(
             e,
-            Error::NkiArgument {
+            Error::NkiDtype {
                 arg: "indices.dtype",
                 ..
             }

@@ -163,6 +163,25 @@ fn equal(
     ensure_arg(got == want, op, arg, got, rule)
 }
 
+/// `Ok` when `got` is `want`, else [`Error::NkiDtype`] naming `got`.
+fn same_dtype(
+    op: &'static str,
+    arg: &'static str,
+    got: Dtype,
+    want: Dtype,
+    rule: &'static str,
+) -> Result<(), Error> {
+    match got == want {
+        true => Ok(()),
+        false => Err(Error::NkiDtype {
+            op,
+            arg,
+            value: got,
+            rule,
+        }),
+    }
+}
+
 /// The on-core start (ADDR4) of a POOL-side tensor.
 fn on_core(
     map: &AddressMap,

@@ -3,7 +3,7 @@
 
 use dma::{Addr4, AddressMap, Dtype, Generation};
 
-use super::{addr4_plus, ensure_arg, equal, nonempty, on_core, Lowered, Tensor};
+use super::{addr4_plus, ensure_arg, equal, nonempty, on_core, same_dtype, Lowered, Tensor};
 use crate::core_state::POOL_BUFFER_ELEMENTS;
 use crate::error::Error;
 use crate::isa::validate::{CORE_PARTITIONS, MAX_INDICES, NUM_ELEM_PER_IDX};
@@ -82,13 +82,7 @@ fn check_gather(data: &Tensor, indices: &Tensor, dst: &Tensor) -> Result<(u8, u3
     let [p, _] = data.shape;
     let p8 = partitions(OP, "data.shape[0]", p)?;
     let u32_rule = "nc_n_gather indices must be uint32";
-    equal(
-        OP,
-        "indices.dtype",
-        indices.dtype.code(),
-        Dtype::U32.code(),
-        u32_rule,
-    )?;
+    same_dtype(OP, "indices.dtype", indices.dtype, Dtype::U32, u32_rule)?;
     let rows = "must equal data.shape[0] (one row per partition)";
     equal(OP, "indices.shape[0]", indices.shape[0], p, rows)?;
     let m = indices.shape[1];
@@ -96,7 +90,7 @@ fn check_gather(data: &Tensor, indices: &Tensor, dst: &Tensor) -> Result<(u8, u3
     let cols = "must equal indices.shape[1] (one result per index)";
     equal(OP, "dst.shape[1]", dst.shape[1], m, cols)?;
     let cast = "must equal data.dtype (GATHER copies elements without a cast)";
-    equal(OP, "dst.dtype", dst.dtype.code(), data.dtype.code(), cast)?;
+    same_dtype(OP, "dst.dtype", dst.dtype, data.dtype, cast)?;
     let free = "must fit the 16-bit num_elem field";
     ensure_arg(m <= u32::from(u16::MAX), OP, "indices.shape[1]", m, free)?;
     Ok((p8, m))
@@ -167,7 +161,7 @@ pub fn local_gather(
     equal(OP, "dst.shape[0]", dst.shape[0], src.shape[0], shape)?;
     equal(OP, "dst.shape[1]", dst.shape[1], total, shape)?;
     let cast = "must equal src.dtype (INDIRECT_COPY does not cast)";
-    equal(OP, "dst.dtype", dst.dtype.code(), src.dtype.code(), cast)?;
+    same_dtype(OP, "dst.dtype", dst.dtype, src.dtype, cast)?;
     let field = "num_valid_indices * num_elem_per_idx must fit the 16-bit num_elem field";
     let total16 = u16::try_from(total)
         .map_err(|_| super::arg_error(OP, "dst.shape[1]", total.into(), field))?;
@@ -206,13 +200,7 @@ fn check_local_gather(
     ensure_arg(whole, OP, "src.shape[0]", p, cores)?;
     let p8 = partitions(OP, "src.shape[0]", p)?;
     let u16_rule = "local_gather indices must be uint16";
-    equal(
-        OP,
-        "index.dtype",
-        index.dtype.code(),
-        Dtype::U16.code(),
-        u16_rule,
-    )?;
+    same_dtype(OP, "index.dtype", index.dtype, Dtype::U16, u16_rule)?;
     let rows = "must equal src.shape[0]";
     equal(OP, "index.shape[0]", index.shape[0], p, rows)?;
     let per8 = u8::try_from(per)
@@ -338,7 +326,7 @@ mod tests {
         let e = nc_n_gather(Generation::Sunda, &data, &idx, &dst).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "nc_n_gather: indices.dtype = 5: nc_n_gather indices must be uint32"
+            "nc_n_gather: indices.dtype = u16: nc_n_gather indices must be uint32"
         );
         let (mut data, idx, dst) = gather_tensors(16, 4);
         data.shape[0] = 129;
@@ -373,7 +361,7 @@ mod tests {
         let e = nc_n_gather(Generation::Sunda, &data, &idx, &dst).unwrap_err();
         assert!(matches!(
             e,
-            Error::NkiArgument {
+            Error::NkiDtype {
                 arg: "dst.dtype",
                 ..
             }
@@ -475,7 +463,7 @@ mod tests {
         let e = local_gather(Generation::Sunda, &src, &index, 1, Some(8), &dst).unwrap_err();
         assert!(matches!(
             e,
-            Error::NkiArgument {
+            Error::NkiDtype {
                 arg: "index.dtype",
                 ..
             }
