@@ -112,7 +112,7 @@ pub enum Error {
         source: dma::Error,
     },
     /// Two scatter positions naming one destination row without `non_unique_dst_idx`.
-    #[error("dst index {value} repeats at positions {first} and {second}; duplicate destinations need non_unique_dst_idx")]
+    #[error("dst index {value} repeats at positions {first} and {second}; duplicate destinations need non_unique_dst_idx (in a scenario, unique_indices = false)")]
     DuplicateDestination { value: u32, first: u32, second: u32 },
     /// A descriptor-generation error.
     #[error(transparent)]

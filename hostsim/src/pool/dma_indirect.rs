@@ -485,7 +485,7 @@ mod tests {
         // 7 repeats at position 5, before 3 repeats at 9
         assert_eq!(
             e.to_string(),
-            "dst index 7 repeats at positions 0 and 5; duplicate destinations need non_unique_dst_idx"
+            "dst index 7 repeats at positions 0 and 5; duplicate destinations need non_unique_dst_idx (in a scenario, unique_indices = false)"
         );
         let mut many: Vec<(u32, u32)> = (0..40).map(|k| (k, k)).collect();
         assert!(super::first_duplicate(&mut many).is_none());
