@@ -63,7 +63,7 @@ use dma::{Addr4, Fabric, FabricAddr};
 use crate::core_state::{CoreState, Outcome};
 use crate::error::Error;
 use crate::isa::rule::{dma_at, FieldPath};
-use crate::isa::Instruction;
+use crate::isa::{Instruction, Opcode};
 
 /// Runs `inst` with its POOL kernel on `fabric`, updating `state` (the Pool_Buffers; the
 /// registers are only read). Validates `inst` for the fabric's generation first; on any
@@ -82,10 +82,20 @@ pub fn execute(
         Instruction::IndirectCopy(ic) => pool_indirect_copy(fabric, ic),
         Instruction::DmaIndirect(d) => dma_memcopy_indirect(fabric, &state.regs, d),
         Instruction::PseudoEmbeddingUpdate(e) => embedding_update(fabric, e),
-        Instruction::DmaMemcpy(_) => Err(Error::NoPoolKernel {
-            opcode: opcode.code(),
-            name: opcode.name(),
-        }),
+        Instruction::DmaMemcpy(_) => Err(no_kernel(opcode)),
+    }
+}
+
+/// The error of an opcode the POOL kernels do not serve, `None` for one they do: only
+/// DMA_MEMCPY has no kernel (it is a DGE DIRECT2D copy on every generation).
+pub fn kernel_missing(opcode: Opcode) -> Option<Error> {
+    (opcode == Opcode::DmaMemcpy).then(|| no_kernel(opcode))
+}
+
+fn no_kernel(opcode: Opcode) -> Error {
+    Error::NoPoolKernel {
+        opcode: opcode.code(),
+        name: opcode.name(),
     }
 }
 

@@ -144,6 +144,19 @@ fn route(
     (taken, table, confidence)
 }
 
+/// What a run of `opcode` on `generation` under `mechanism` would stop with before it
+/// starts: a forced POOL run of an opcode no POOL kernel serves ([`Error::NoPoolKernel`]).
+pub fn check_route(
+    generation: Generation,
+    mechanism: Mechanism,
+    opcode: Opcode,
+) -> Result<(), Error> {
+    match route(generation, mechanism, opcode).0 {
+        RouteTaken::Pool => pool::kernel_missing(opcode).map_or(Ok(()), Err),
+        RouteTaken::Dge | RouteTaken::Reference => Ok(()),
+    }
+}
+
 /// The report of 0xca `e`, from `step`, the report of its raw 0x79 on 0x79's route: the
 /// LoadPoolArgument / EmbeddingUpdate / TensorStore trace.
 fn expanded(e: &PseudoEmbeddingUpdate, mut step: StepReport) -> StepReport {

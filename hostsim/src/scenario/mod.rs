@@ -303,10 +303,11 @@ pub fn prepare_with(
         .zip(&tensors)
         .map(|(spec, t)| place::initial_bytes(t.index, spec, t, read))
         .collect::<Result<Vec<_>, Error>>()?;
-    let ops = ops::prepare(generation, &s.ops, &tensors)?;
+    let mechanism = over.mechanism.unwrap_or(s.mechanism.0);
+    let ops = ops::prepare((generation, mechanism), &s.ops, &tensors)?;
     Ok(Prepared {
         generation,
-        mechanism: over.mechanism.unwrap_or(s.mechanism.0),
+        mechanism,
         queues,
         tensors,
         initial,

@@ -12,6 +12,7 @@ use super::place::Placed;
 use crate::error::Error;
 use crate::isa::{self, BoundRegisters};
 use crate::nki::{self, AccessPattern, BoundSetting, DmaOptions, Lowered, TensorAddr};
+use crate::runtime::{self, Mechanism};
 
 /// An op ready to run: its lowered instruction stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,21 +27,22 @@ pub struct PreparedOp {
     pub lowered: Lowered,
 }
 
-/// Checks and lowers every op of a scenario, in order.
+/// Checks and lowers every op of a scenario, in order, each instruction on a route that
+/// `mechanism` can run it on.
 pub fn prepare(
-    generation: Generation,
+    (generation, mechanism): (Generation, Mechanism),
     ops: &[OpSpec],
     tensors: &[Placed],
 ) -> Result<Vec<PreparedOp>, Error> {
     let map = AddressMap::new(generation);
     ops.iter()
         .enumerate()
-        .map(|(index, op)| prepare_one(&map, index, op, tensors))
+        .map(|(index, op)| prepare_one((&map, mechanism), index, op, tensors))
         .collect()
 }
 
 fn prepare_one(
-    map: &AddressMap,
+    (map, mechanism): (&AddressMap, Mechanism),
     index: usize,
     op: &OpSpec,
     tensors: &[Placed],
@@ -57,7 +59,12 @@ fn prepare_one(
         kind,
         tensors,
     };
-    let lowered = cx.lower(op).map_err(|e| match e {
+    let routed = |lowered: Lowered| {
+        let mut opcodes = lowered.instructions.iter().map(|i| i.opcode());
+        opcodes.try_for_each(|o| runtime::check_route(map.generation(), mechanism, o))?;
+        Ok(lowered)
+    };
+    let lowered = cx.lower(op).and_then(routed).map_err(|e| match e {
         e @ (Error::ScenarioOp { .. } | Error::ScenarioTensor { .. }) => e,
         e => Error::ScenarioOpInvalid {
             index,
@@ -412,6 +419,29 @@ mod tests {
             let got = rejection(op);
             assert!(got.starts_with(want), "want {want}\n got {got}");
         }
+    }
+
+    #[test]
+    fn an_op_the_forced_mechanism_cannot_run_is_refused_before_anything_runs() {
+        let copy = "op = \"dma_copy\"\nsrc = \"tab\"\ndst = \"out\"\n\
+                    src_pattern = { ap = [[1, 8]] }\ndst_pattern = { ap = [[1, 8]] }";
+        let text = format!("{TENSORS}[[op]]\n{copy}\n");
+        assert!(prepared(&text, &[], Overrides::default()).is_ok());
+        let pool = Overrides {
+            mechanism: Some(crate::runtime::Mechanism::Pool),
+            ..Overrides::default()
+        };
+        let e = prepared(&text, &[], pool).unwrap_err();
+        assert!(
+            matches!(e, crate::Error::ScenarioOpInvalid { index: 0, .. }),
+            "{e}"
+        );
+        assert!(
+            e.to_string().starts_with(
+                "op 0 (dma_copy src=tab dst=out): opcode 0xb8 DMA_MEMCPY has no POOL kernel"
+            ),
+            "{e}"
+        );
     }
 
     #[test]
