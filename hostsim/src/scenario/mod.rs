@@ -101,7 +101,8 @@ pub fn parse(file: &str, text: &str, format: Format) -> Result<Scenario, Error> 
             let ops = serde_json::from_str::<serde_json::Value>(text).ok();
             let fault = ops.and_then(|doc| OpFault::find(doc.get("op")?, &message));
             let message = fault.map_or(message.clone(), |f| f.describe(&message));
-            syntax(file, e.line(), e.column(), &message)
+            // serde_json gives column 0 for an error before the first character
+            syntax(file, e.line(), e.column().max(1), &message)
         }),
     }
 }
@@ -472,6 +473,8 @@ dst = "t"
         );
         assert_eq!((line, column), (3, 9), "{message}");
         assert!(message.starts_with("unknown field `bogus`"), "{message}");
+        assert_eq!(syntax_error("", Format::Json).0, 1);
+        assert_eq!(syntax_error("", Format::Json).1, 1, "columns start at 1");
         assert_eq!(Format::of_path(Path::new("a/b.JSON")), Format::Json);
         assert_eq!(Format::of_path(Path::new("a/b.toml")), Format::Toml);
     }
