@@ -425,6 +425,25 @@ pub fn queue_file_svg<R: Read + Seek>(
     }))
 }
 
+/// Whether an SVG can go to `path`, checked before the work that draws it: not a folder,
+/// and in a folder that exists.
+pub fn check_svg_path(path: &Path) -> Result<(), Error> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    let problem = if path.is_dir() {
+        Some("it is a folder")
+    } else if parent.is_some_and(|p| !p.is_dir()) {
+        Some("its folder does not exist")
+    } else {
+        None
+    };
+    problem.map_or(Ok(()), |message| {
+        Err(Error::Output {
+            what: path.display().to_string(),
+            message: message.to_string(),
+        })
+    })
+}
+
 /// Writes `svg` to `path` atomically: a temporary file beside it, then a rename.
 pub fn write_svg(path: &Path, svg: &str) -> Result<(), Error> {
     crate::atomic_file::write_bytes(path, svg.as_bytes(), |stage, e| Error::Output {
@@ -643,6 +662,14 @@ mod tests {
         write_svg(&path, "<svg/>").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "<svg/>");
         assert!(!dir.join("t.svg.partial").exists());
+        assert!(check_svg_path(&path).is_ok());
+        for (bad, why) in [
+            (&dir, "it is a folder"),
+            (&dir.join("missing/t.svg"), "does not exist"),
+        ] {
+            let e = check_svg_path(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
         let e = write_svg(&dir.join("missing/t.svg"), "x").unwrap_err();
         assert!(matches!(e, Error::Output { .. }), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -130,6 +130,9 @@ impl Write for ListingOut {
 
 /// `hostsim inspect`: verify the whole file, then list it (and draw it).
 pub fn inspect(args: &InspectArgs) -> Result<(), Error> {
+    if let Some(path) = &args.timeline {
+        hostsim::timeline::check_svg_path(path)?;
+    }
     let mut file =
         VerifiedQueueFile::open_path(&args.queues).map_err(|e| Error::QueueFileInput {
             file: args.queues.display().to_string(),

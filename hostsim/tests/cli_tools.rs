@@ -156,6 +156,18 @@ fn inspect_draws_the_timeline() {
     assert_eq!(picture.matches("fill=\"#f2f2f2\"").count(), 2, "two lanes");
     assert_eq!(picture.matches("</title></rect>").count(), 3, "three boxes");
     assert!(picture.contains("cayman (v3) \u{b7} 2 queues \u{b7} 3 descriptors"));
+    // a timeline path that cannot be written is refused before the listing
+    for bad in [dir.clone(), dir.join("missing").join("t.svg")] {
+        let args = [
+            "inspect",
+            file.to_str().unwrap(),
+            "--timeline",
+            bad.to_str().unwrap(),
+        ];
+        let out = hostsim(&args, None);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
