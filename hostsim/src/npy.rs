@@ -9,8 +9,9 @@
 //! Reading never trusts the file: the magic, version, header length, header dictionary
 //! (parsed whole: exactly `descr`, `fortran_order` and `shape`, each once), shape product
 //! and payload length are all checked, and every failure names the file and the rule. A
-//! file is read only once its header matches its length, and only a regular file is. Writing is atomic: the bytes go to a temporary file beside the target,
-//! which is then renamed over it, so an interrupted write never leaves a truncated file.
+//! file is read only once its header matches its length, and only a regular file is.
+//! Writing is atomic: the bytes go to a temporary file beside the target, which is then
+//! renamed over it, so an interrupted write never leaves a truncated file.
 
 use std::path::Path;
 
