@@ -187,6 +187,21 @@ pub enum Error {
         value: dma::Dtype,
         rule: &'static str,
     },
+    /// An access-pattern side (`.ap()`) that breaks a rule of `crate::nki::ap`.
+    #[error("{op}: {side}: {rule}")]
+    ApPattern {
+        op: &'static str,
+        side: &'static str,
+        rule: String,
+    },
+    /// A `scalar_offset` whose value, read when the op runs, takes its side's pattern out
+    /// of its tensor.
+    #[error("{side}: scalar_offset {value} {rule}")]
+    ApScalarOffset {
+        side: &'static str,
+        value: i64,
+        rule: String,
+    },
     /// An NKI-level op the lowering cannot express as ISA instructions.
     #[error("{op} cannot be lowered: {reason}")]
     NkiUnsupported {

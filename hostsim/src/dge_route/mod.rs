@@ -14,7 +14,8 @@
 //!   the destination indirection on the table rows;
 //! - `gather`: POOL_BUFFER_LOAD 0x67 (records the window's SBUF source) and GATHER 0x68,
 //!   one request per active channel;
-//! - `indirect_copy`: INDIRECT_COPY 0xe7, one request per core of 16 partitions.
+//! - `indirect_copy`: INDIRECT_COPY 0xe7, one request per core of 16 partitions;
+//! - `ap_dma`: an access-pattern DMA ([`crate::nki::ApDma`]), one request.
 //!
 //! # Semantics kept from the reference (the module docs of `crate::reference`)
 //!
@@ -51,6 +52,7 @@
 //! replay; the engine validates each replay before writing. An instruction that fails
 //! leaves the fabric and the [`CoreState`] unchanged.
 
+mod ap_dma;
 mod direct2d;
 mod dma_indirect;
 mod embedding;
@@ -67,6 +69,7 @@ use dma::{Addr4, AddressMap, Dtype, Engine, Fabric, FabricAddr, Location, Replay
 use crate::core_state::{CoreState, IndexSide, Outcome, SkippedIndex};
 use crate::error::Error;
 use crate::isa::{Instruction, PoolBufferLoad, S4d4Gt, Tensor4d};
+use crate::nki::ApDma;
 
 use gather::WindowSources;
 
@@ -183,6 +186,18 @@ impl DgeRoute {
             }
             Level::Dma(lowered) => self.run(fabric, engine, lowered?),
         }
+    }
+
+    /// Runs the access-pattern DMA `dma` through the DGE and `engine`; on any error
+    /// nothing is written.
+    pub fn execute_ap_dma(
+        &mut self,
+        fabric: &mut Fabric,
+        dma: &ApDma,
+        engine: &Engine,
+    ) -> Result<DgeOutcome, Error> {
+        let lowered = ap_dma::lower(fabric, dma)?;
+        self.run(fabric, engine, lowered)
     }
 
     /// Generates every request of `lowered` (errors mapped to the reference's), checks the

@@ -152,6 +152,7 @@ impl Routes {
             .map(|&inst| Lowered {
                 instructions: vec![inst],
                 bounds: Vec::new(),
+                ..Lowered::default()
             })
             .collect();
         let mut got = case.fabric.clone();

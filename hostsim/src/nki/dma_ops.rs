@@ -170,6 +170,7 @@ pub fn dma_gather_transpose(
             reg: 0,
             bound: u64::from(src.shape[0]),
         }],
+        ..Lowered::default()
     }
     .validated(generation)
 }
@@ -261,6 +262,7 @@ impl RowRequest {
                 reg: o.bound_reg,
                 bound: u64::from(bound),
             }],
+            ..Lowered::default()
         }
         .validated(self.generation)
     }
@@ -349,6 +351,7 @@ pub fn dma_copy(
     Lowered {
         instructions,
         bounds: Vec::new(),
+        ..Lowered::default()
     }
     .validated(generation)
 }
@@ -418,6 +421,7 @@ pub fn embedding_update(
     Lowered {
         instructions,
         bounds: Vec::new(),
+        ..Lowered::default()
     }
     .validated(generation)
 }

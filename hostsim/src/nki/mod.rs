@@ -12,7 +12,9 @@
 //!
 //! - [`mod@pool_ops`]: [`nc_n_gather`] and [`local_gather`];
 //! - [`mod@dma_ops`]: [`dma_gather`], [`dma_scatter`], [`dma_gather_transpose`],
-//!   [`dma_copy`] and [`embedding_update`].
+//!   [`dma_copy`] and [`embedding_update`];
+//! - [`mod@ap`]: NKI access patterns (`.ap()`) and [`dma_copy_ap`], the DMAs that go to
+//!   the software DGE as a [`ApDma`] instead of ISA instructions.
 //!
 //! # How a tensor is laid out
 //!
@@ -25,9 +27,11 @@
 //!   inside one region (HBM, or one SBUF/PSUM partition). Index tensors are `[1, n]` u32
 //!   in SBUF partition 0.
 
+pub mod ap;
 pub mod dma_ops;
 pub mod pool_ops;
 
+pub use ap::{dma_copy_ap, ApDim, ApDma, ApOptions, ApSide, ApTensor};
 pub use dma_ops::{
     dma_copy, dma_gather, dma_gather_transpose, dma_scatter, embedding_update, AccessPattern,
     DmaOptions, OobMode,
@@ -108,6 +112,8 @@ pub struct Lowered {
     pub instructions: Vec<Instruction>,
     /// Bound registers the instructions read.
     pub bounds: Vec<BoundSetting>,
+    /// Access-pattern DMAs for the software DGE, run after the instructions.
+    pub ap_dmas: Vec<ApDma>,
 }
 
 impl Lowered {
@@ -302,6 +308,7 @@ mod tests {
                 reg: 4,
                 bound: 1 << 33 | 7,
             }],
+            ..Lowered::default()
         };
         let mut regs = BoundRegisters::new();
         l.apply_bounds(&mut regs).unwrap();
@@ -309,6 +316,7 @@ mod tests {
         let bad = Lowered {
             instructions: Vec::new(),
             bounds: vec![BoundSetting { reg: 63, bound: 1 }],
+            ..Lowered::default()
         };
         assert!(bad.apply_bounds(&mut regs).is_err());
     }

@@ -92,6 +92,15 @@ pub fn kernel_missing(opcode: Opcode) -> Option<Error> {
     (opcode == Opcode::DmaMemcpy).then(|| no_kernel(opcode))
 }
 
+/// The error of a forced POOL run of an access-pattern DMA (`crate::nki::ApDma`), which
+/// only the DGE and the reference run.
+pub fn kernel_missing_ap() -> Error {
+    Error::MechanismUnavailable {
+        mechanism: "pool",
+        reason: "an access-pattern DMA (.ap() side, (P, 1) or i32 index tile) runs on the software DGE; there is no POOL kernel for it",
+    }
+}
+
 fn no_kernel(opcode: Opcode) -> Error {
     Error::NoPoolKernel {
         opcode: opcode.code(),

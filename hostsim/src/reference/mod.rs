@@ -14,7 +14,8 @@
 //! - `indirect_copy`: INDIRECT_COPY 0xe7 (`local_gather`, 8 cores x 16 partitions);
 //! - `dma_indirect`: DMA_INDIRECT 0xbb (gather, scatter or both; OOB policies);
 //! - `embedding`: PSEUDO_EMBEDDING_UPDATE 0xca (the memory effect of EMBEDDING_UPDATE);
-//! - `direct2d`: DMA_MEMCPY 0xb8 (DMA_DIRECT2D).
+//! - `direct2d`: DMA_MEMCPY 0xb8 (DMA_DIRECT2D);
+//! - `ap_dma`: the access-pattern DMAs of the software DGE ([`ap_dma`]).
 //!
 //! # Fail closed
 //!
@@ -39,6 +40,7 @@
 //! - DMA_INDIRECT's shape register and gather/scatter dims do not change the 1-D memory
 //!   effect the contract defines (row `idx` at `start + idx * elem_size`).
 
+mod ap_dma;
 mod direct2d;
 mod dma_indirect;
 mod embedding;
@@ -46,6 +48,8 @@ mod gather;
 mod indirect_copy;
 #[cfg(test)]
 mod test_support;
+
+pub use ap_dma::ap_dma;
 
 use dma::{Addr4, Fabric, FabricAddr, Location, Space};
 

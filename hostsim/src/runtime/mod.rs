@@ -52,7 +52,7 @@ pub mod report;
 
 pub use expand::{MicroOp, PoolArgument};
 pub use program::Step;
-pub use report::{Cost, DmaTiming, RunReport, StepReport, Totals};
+pub use report::{Cost, DgeServed, DmaTiming, RunReport, StepReport, Totals};
 
 use dma::{Confidence, Engine, EngineConfig, Fabric, Generation, TimingModel};
 
@@ -60,6 +60,7 @@ use crate::core_state::{CoreState, Outcome};
 use crate::dge_route::{DgeOutcome, DgeRoute, RecordedReplays};
 use crate::error::Error;
 use crate::isa::{self, BoundRegisters, Instruction, Opcode, PseudoEmbeddingUpdate, Route};
+use crate::nki::ApDma;
 use crate::{pool, reference};
 
 /// Which mechanism the runtime uses.
@@ -166,6 +167,23 @@ fn expanded(e: &PseudoEmbeddingUpdate, mut step: StepReport) -> StepReport {
     step.opcode = Opcode::PseudoEmbeddingUpdate;
     step.micro_ops = vec![load, update, store];
     step
+}
+
+/// The opcode whose datapath an access-pattern DMA is.
+fn ap_dma_opcode(dma: &ApDma) -> Opcode {
+    match dma.indexed() {
+        true => Opcode::DmaIndirect,
+        false => Opcode::DmaMemcpy,
+    }
+}
+
+/// The error of access-pattern DMA `dma`, number `index` of its operation.
+fn ap_dma_stopped(index: usize, dma: &ApDma, e: Error) -> Error {
+    Error::Stopped {
+        index,
+        opcode: ap_dma_opcode(dma).code(),
+        source: Box::new(e),
+    }
 }
 
 /// The error of a DGE instruction on a runtime without an engine.
@@ -275,14 +293,57 @@ impl Runtime {
         Ok(report)
     }
 
-    /// Sets the bound registers `lowered` needs, then runs its instructions.
+    /// Sets the bound registers `lowered` needs, then runs its instructions and its
+    /// access-pattern DMAs, stopping at the first failure as [`Runtime::run`] does (an
+    /// access-pattern DMA is numbered after the instructions).
     pub fn run_lowered(
         &mut self,
         fabric: &mut Fabric,
         lowered: &crate::nki::Lowered,
     ) -> Result<RunReport, Error> {
         lowered.apply_bounds(&mut self.state.regs)?;
-        self.run(fabric, &lowered.instructions)
+        let mut report = self.run(fabric, &lowered.instructions)?;
+        for (k, dma) in lowered.ap_dmas.iter().enumerate() {
+            let step = self
+                .run_ap_dma(fabric, dma)
+                .map_err(|e| ap_dma_stopped(lowered.instructions.len() + k, dma, e))?;
+            report.push(step);
+        }
+        Ok(report)
+    }
+
+    /// Runs one access-pattern DMA ([`ApDma`]): on the software DGE (or the hardware
+    /// DGE for a direct one from cayman on) under `auto` and `dge`, in closed form under
+    /// `reference`; there is no POOL kernel for it. Reported under the opcode whose
+    /// datapath it is (DMA_INDIRECT when indexed, else DMA_MEMCPY). On error nothing is
+    /// written.
+    pub fn run_ap_dma(&mut self, fabric: &mut Fabric, dma: &ApDma) -> Result<StepReport, Error> {
+        self.check_fabric(fabric)?;
+        let opcode = ap_dma_opcode(dma);
+        let _span = tracing::debug_span!("ap_dma", opcode = opcode.code()).entered();
+        let (outcome, cost) = match self.mechanism {
+            Mechanism::Pool => return Err(pool::kernel_missing_ap()),
+            Mechanism::Reference => (reference::ap_dma(fabric, dma)?, Cost::Unmodelled),
+            Mechanism::Auto | Mechanism::Dge => {
+                let engine = self.engine.as_ref().ok_or_else(no_engine)?;
+                let out = self.dge.execute_ap_dma(fabric, dma, engine)?;
+                self.dge_cost(out)
+            }
+        };
+        tracing::debug!(
+            bytes = outcome.bytes_written,
+            skipped = outcome.skipped.len(),
+            "instruction done"
+        );
+        let mut step = self.step_report(opcode, outcome, cost);
+        step.taken = match self.mechanism {
+            Mechanism::Reference => RouteTaken::Reference,
+            _ => RouteTaken::Dge,
+        };
+        let indexed =
+            dma.indexed() || dma.src.scalar_offset.is_some() || dma.dst.scalar_offset.is_some();
+        step.dge = (step.taken == RouteTaken::Dge).then(|| DgeServed::of(self.generation, indexed));
+        Ok(step)
     }
 
     /// Validates and runs one instruction (0xca expanded); on error nothing is written.
@@ -346,6 +407,7 @@ impl Runtime {
     /// The report of an instruction `opcode` ran on its route.
     fn step_report(&self, opcode: Opcode, outcome: Outcome, cost: Cost) -> StepReport {
         let (taken, table_route, confidence) = self.route_of(opcode);
+        let indexed = opcode != Opcode::DmaMemcpy;
         StepReport {
             opcode,
             table_route,
@@ -354,6 +416,7 @@ impl Runtime {
             outcome,
             cost,
             micro_ops: Vec::new(),
+            dge: (taken == RouteTaken::Dge).then(|| DgeServed::of(self.generation, indexed)),
         }
     }
 

@@ -52,9 +52,14 @@ pub enum Step<'a> {
 /// What a program does next, with the index of the step it belongs to.
 #[derive(Clone, Copy, Debug)]
 enum Item<'a> {
-    Write { addr: FabricAddr, bytes: &'a [u8] },
+    Write {
+        addr: FabricAddr,
+        bytes: &'a [u8],
+    },
     Bounds(&'a Lowered),
     Inst(&'a Lowered, usize),
+    /// Access-pattern DMA `k` of the operation (run in order, never beside a replay).
+    Ap(&'a Lowered, usize),
 }
 
 /// The items of a program's steps in order, with the ones put back first.
@@ -76,6 +81,8 @@ impl<'a, I: Iterator<Item = Step<'a>>> Work<'a, I> {
             Step::Run(lowered) => {
                 let insts = (0..lowered.instructions.len()).map(|i| (step, Item::Inst(lowered, i)));
                 self.front.extend(insts);
+                let aps = (0..lowered.ap_dmas.len()).map(|k| (step, Item::Ap(lowered, k)));
+                self.front.extend(aps);
                 Some((step, Item::Bounds(lowered)))
             }
         }
@@ -191,6 +198,7 @@ impl Preparer<'_> {
                         _ => false,
                     }
                 }
+                Item::Ap(..) => false,
             };
             if !done {
                 work.put_back((step, item));
@@ -264,6 +272,12 @@ impl Runtime {
                         }));
                     }
                     report.push(self.step(fabric, inst).map_err(failed)?);
+                }
+                Item::Ap(lowered, k) => {
+                    let dma = &lowered.ap_dmas[k];
+                    let index = lowered.instructions.len() + k;
+                    let failed = |e| at_step(step, super::ap_dma_stopped(index, dma, e));
+                    report.push(self.run_ap_dma(fabric, dma).map_err(failed)?);
                 }
             }
         }

@@ -90,6 +90,37 @@ pub struct StepReport {
     pub cost: Cost,
     /// The micro-ops an expanded pseudo-op ran, in order (empty otherwise).
     pub micro_ops: Vec<MicroOp>,
+    /// Which DGE generated its descriptors (`None` off the DGE route).
+    pub dge: Option<DgeServed>,
+}
+
+/// The DGE that served a DGE-routed instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DgeServed {
+    /// The hardware DGE (cayman and later): direct DMAs, no indirection.
+    Hardware,
+    /// The software DGE on the GpSimd core: every indexed or data-dependent DMA, and
+    /// everything on sunda, which has no hardware DGE.
+    Software,
+}
+
+impl DgeServed {
+    /// `hardware` or `software`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DgeServed::Hardware => "hardware",
+            DgeServed::Software => "software",
+        }
+    }
+
+    /// The DGE that serves a DGE-routed instruction on `generation`: the hardware one
+    /// for a direct DMA (`indexed` false) from cayman on, else the software one.
+    pub fn of(generation: Generation, indexed: bool) -> DgeServed {
+        match (generation, indexed) {
+            (Generation::Sunda, _) | (_, true) => DgeServed::Software,
+            _ => DgeServed::Hardware,
+        }
+    }
 }
 
 /// The totals of a run.
@@ -188,6 +219,7 @@ mod tests {
             outcome,
             cost,
             micro_ops: Vec::new(),
+            dge: None,
         }
     }
 

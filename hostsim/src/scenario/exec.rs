@@ -449,7 +449,7 @@ pub(crate) mod tests {
     fn dma_copy_transposes_by_patterns() {
         let text = "[[tensor]]\nname = \"m\"\nspace = \"hbm\"\ndtype = \"i32\"\nshape = [2, 3]\ninit = \"iota\"\n\
              [[tensor]]\nname = \"t\"\nspace = \"hbm\"\ndtype = \"i32\"\nshape = [3, 2]\n\
-             [[op]]\nop = \"dma_copy\"\nsrc = \"m\"\ndst = \"t\"\nsrc_pattern = { ap = [[1, 3], [3, 2]] }\ndst_pattern = { ap = [[2, 3], [1, 2]] }\n";
+             [[op]]\nop = \"dma_copy\"\nsrc = { tensor = \"m\", ap = [[1, 3], [3, 2]] }\ndst = { tensor = \"t\", ap = [[2, 3], [1, 2]] }\n";
         check(text, &[], "t", 4, &[0, 3, 1, 4, 2, 5]);
     }
 
@@ -509,17 +509,19 @@ pub(crate) mod tests {
     fn isa_runs_a_raw_instruction() {
         let copy = "[[tensor]]\nname = \"m\"\nspace = \"hbm\"\ndtype = \"i32\"\nshape = [2, 3]\ninit = \"iota\"\n\
              [[tensor]]\nname = \"t\"\nspace = \"hbm\"\ndtype = \"i32\"\nshape = [2, 3]\n";
-        let lowered = prepared(
-            &format!("{copy}[[op]]\nop = \"dma_copy\"\nsrc = \"m\"\ndst = \"t\"\n"),
-            &[],
-            Overrides::default(),
-        )
-        .unwrap();
-        let bytes = lowered.ops[0].lowered.instructions[0].encode();
+        let placed = prepared(copy, &[], Overrides::default()).unwrap();
+        let at = |i: usize| crate::nki::AccessPattern {
+            addr: dma::FabricAddr(placed.tensors[i].offset).into(),
+            ap: [[3, 2], [1, 3]],
+        };
+        let g = dma::Generation::Cayman;
+        let none = dma::ComputeOp::None;
+        let lowered = crate::nki::dma_copy(g, &at(0), &at(1), dma::Dtype::I32, none).unwrap();
+        let bytes = lowered.instructions[0].encode();
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let text = format!("{copy}[[op]]\nop = \"isa\"\nhex = \"0x{hex}\"\n");
         check(&text, &[], "t", 4, &[0, 1, 2, 3, 4, 5]);
-        let inst = &lowered.ops[0].lowered.instructions[0];
+        let inst = &lowered.instructions[0];
         let fields = crate::isa::text::to_toml(inst, None);
         let text = format!("{copy}[[op]]\nop = \"isa\"\n[op.fields]\n{fields}");
         check(&text, &[], "t", 4, &[0, 1, 2, 3, 4, 5]);

@@ -554,16 +554,26 @@ dst = "t"
                 oob: if skip { Oob::Skip } else { Oob::Error },
                 unique_indices: Some(skip),
             })),
-            (0u64..100, 1u64..50).prop_map(|(offset, n)| OpSpec::DmaCopy(model::DmaCopy {
-                src: "a".into(),
-                dst: "b".into(),
-                src_pattern: Some(model::Pattern {
-                    offset,
-                    ap: vec![[1, n]]
-                }),
-                dst_pattern: None,
-                compute: Compute::Max,
-            })),
+            (
+                0u64..100,
+                1i64..50,
+                proptest::option::of(0u32..3),
+                any::<bool>()
+            )
+                .prop_map(|(offset, n, dim, skip)| OpSpec::DmaCopy(model::DmaCopy {
+                    src: model::ApSpec::Pattern(model::ApPattern {
+                        tensor: "a".into(),
+                        ap: Some(vec![[1, n], [n, 2]]),
+                        offset,
+                        vector_offset: dim.map(|_| "i".into()),
+                        indirect_dim: dim,
+                        scalar_offset: None,
+                    }),
+                    dst: model::ApSpec::Whole("b".into()),
+                    compute: Compute::Max,
+                    oob: skip.then_some(Oob::Skip),
+                    unique_indices: None,
+                })),
             (1u32..33, proptest::option::of(1u32..100)).prop_map(|(per, valid)| {
                 OpSpec::LocalGather(model::LocalGather {
                     src: "s".into(),

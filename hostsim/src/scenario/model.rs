@@ -205,6 +205,16 @@ pub enum Oob {
     Skip,
 }
 
+impl Oob {
+    /// `error` or `skip`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Oob::Error => "error",
+            Oob::Skip => "skip",
+        }
+    }
+}
+
 impl From<Oob> for OobMode {
     fn from(o: Oob) -> OobMode {
         match o {
@@ -279,7 +289,14 @@ impl OpSpec {
             OpSpec::DmaGatherTranspose(o) => {
                 vec![("src", &o.src), ("index", &o.index), ("dst", &o.dst)]
             }
-            OpSpec::DmaCopy(o) => vec![("src", &o.src), ("dst", &o.dst)],
+            OpSpec::DmaCopy(o) => {
+                let mut v = vec![("src", o.src.tensor()), ("dst", o.dst.tensor())];
+                for (field, side) in [("src.vector_offset", &o.src), ("dst.vector_offset", &o.dst)]
+                {
+                    v.extend(side.vector_offset().map(|t| (field, t)));
+                }
+                v
+            }
             OpSpec::NcNGather(o) => {
                 vec![("data", &o.data), ("index", &o.index), ("dst", &o.dst)]
             }
@@ -320,28 +337,102 @@ pub struct DmaGatherTranspose {
     pub dst: String,
 }
 
-/// An access pattern in elements of the tensor: `offset` then `ap = [[step, num], ...]`,
-/// outermost first (at most two dimensions).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Pattern {
-    #[serde(default)]
-    pub offset: u64,
-    pub ap: Vec<[u64; 2]>,
+/// One side of a `dma_copy`: a tensor's name (all of it, row by row) or an NKI `.ap()`
+/// over a tensor (`crate::nki::ap` has the semantics).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum ApSpec {
+    /// The whole tensor.
+    Whole(String),
+    /// `{ tensor = "t", ap = [[step, num], ...], offset = 0, vector_offset = "idx",
+    /// indirect_dim = 0, scalar_offset = "s" }`.
+    Pattern(ApPattern),
 }
 
-/// `dma_copy`: element `(i, j)` of `dst` (compute)= element `(i, j)` of `src`.
+impl ApSpec {
+    /// The tensor walked.
+    pub fn tensor(&self) -> &str {
+        match self {
+            ApSpec::Whole(t) => t,
+            ApSpec::Pattern(p) => &p.tensor,
+        }
+    }
+
+    /// The index tile, if any.
+    pub fn vector_offset(&self) -> Option<&str> {
+        match self {
+            ApSpec::Whole(_) => None,
+            ApSpec::Pattern(p) => p.vector_offset.as_deref(),
+        }
+    }
+}
+
+/// A string is a whole tensor, a table an `.ap()`; the table's own errors (an unknown
+/// key, a wrong type) reach the user with its field named.
+impl<'de> Deserialize<'de> for ApSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ApSpec, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ApSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a tensor name or a table { tensor, ap, offset, vector_offset, indirect_dim, scalar_offset }")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ApSpec, E> {
+                Ok(ApSpec::Whole(v.to_string()))
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, m: M) -> Result<ApSpec, M::Error> {
+                let d = serde::de::value::MapAccessDeserializer::new(m);
+                ApPattern::deserialize(d).map(ApSpec::Pattern)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// An NKI access pattern over a tensor, in its elements (`crate::nki::ap`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApPattern {
+    /// The tensor's name.
+    pub tensor: String,
+    /// 1 to 5 `[step, num]` pairs, outermost first (default: the whole tensor, row by
+    /// row; required with `vector_offset` or `scalar_offset`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ap: Option<Vec<[i64; 2]>>,
+    /// Element offset of position 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub offset: u64,
+    /// An index tile: `[1, N]` or `(N, 1)`, u32 or i32, in SBUF.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector_offset: Option<String>,
+    /// The dim the index tile or scalar applies to (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub indirect_dim: Option<u32>,
+    /// A 1x1 i32 tensor in SBUF whose value times `stride_d` is added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scalar_offset: Option<String>,
+}
+
+/// `dma_copy` (NKI `dma_copy` / `dma_compute`): element `k` of `src`'s walk (compute)=
+/// into element `k` of `dst`'s.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DmaCopy {
-    pub src: String,
-    pub dst: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub src_pattern: Option<Pattern>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst_pattern: Option<Pattern>,
+    pub src: ApSpec,
+    pub dst: ApSpec,
     #[serde(default)]
     pub compute: Compute,
+    /// What an out-of-bounds index does (only with a `vector_offset`; default error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oob: Option<Oob>,
+    /// Destination indices promised unique (only with a `vector_offset` on `dst`;
+    /// default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_indices: Option<bool>,
 }
 
 /// `nc_n_gather`: `dst[p, m] = data[p, index[p, m]]` (0 past the row).

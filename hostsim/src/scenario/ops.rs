@@ -5,13 +5,15 @@
 //! An `isa` op is decoded from its hex or its fields by name (`crate::isa::text`) and
 //! validated the same way.
 
-use dma::{AddressMap, Generation, Space};
+use dma::{AddressMap, Dtype, Generation, Space};
 
-use super::model::{DmaCopy, IsaOp, OpSpec, Pattern, RowDma};
+use smallvec::SmallVec;
+
+use super::model::{ApSpec, DmaCopy, IsaOp, OpSpec, RowDma};
 use super::place::Placed;
 use crate::error::Error;
 use crate::isa::{self, BoundRegisters};
-use crate::nki::{self, AccessPattern, BoundSetting, DmaOptions, Lowered, TensorAddr};
+use crate::nki::{self, ApDim, ApOptions, ApSide, ApTensor, BoundSetting, DmaOptions, Lowered};
 use crate::runtime::{self, Mechanism};
 
 /// An op ready to run: its lowered instruction stream.
@@ -62,6 +64,9 @@ fn prepare_one(
     let routed = |lowered: Lowered| {
         let mut opcodes = lowered.instructions.iter().map(|i| i.opcode());
         opcodes.try_for_each(|o| runtime::check_route(map.generation(), mechanism, o))?;
+        if mechanism == Mechanism::Pool && !lowered.ap_dmas.is_empty() {
+            return Err(crate::pool::kernel_missing_ap());
+        }
         Ok(lowered)
     };
     let lowered = cx.lower(op).and_then(routed).map_err(|e| match e {
@@ -135,15 +140,72 @@ impl Cx<'_> {
                 "unique_indices = {u}: applies to dma_scatter only (a gather writes each destination row once)"
             )));
         }
+        let unique = o.unique_indices.unwrap_or(true);
+        if !self.isa_rows(&[("src", &o.src), ("dst", &o.dst)], &o.index)? {
+            let opts = ApOptions {
+                op: o.compute.into(),
+                oob: o.oob.into(),
+                unique_indices: unique,
+            };
+            return self.rows_ap([&o.src, &o.index, &o.dst], scatter, opts);
+        }
         let (s, d) = (self.rows("src", &o.src)?, self.rows("dst", &o.dst)?);
         let i = self.nki(self.tensor("index", &o.index)?)?;
-        let unique = o.unique_indices.unwrap_or(true);
         let opts = row_options(o.compute.into(), o.oob.into(), unique);
         let g = self.map.generation();
         match scatter {
             true => nki::dma_scatter(g, &s, &i, &d, opts),
             false => nki::dma_gather(g, &s, &i, &d, opts),
         }
+    }
+
+    /// Whether a row op fits its ISA instruction: a `[1, N]` u32 index vector in SBUF
+    /// partition 0 and DMA-side operands in HBM or one partition. Otherwise the op is an
+    /// access-pattern DMA on the software DGE ([`Cx::rows_ap`]).
+    fn isa_rows(&self, operands: &[(&str, &str)], index: &str) -> Result<bool, Error> {
+        let i = self.tensor("index", index)?;
+        let vector = i.dtype == Dtype::U32 && i.space == Space::Sbuf && i.partition == 0;
+        let mut fits = vector && i.view[0] == 1;
+        for (field, name) in operands {
+            let t = self.tensor(field, name)?;
+            fits &= t.space == Space::Hbm || t.view[0] == 1;
+        }
+        Ok(fits)
+    }
+
+    /// A row gather (`scatter` false: `dst[k] (op)= src[index[k]]`) or scatter
+    /// (`dst[index[k]] (op)= src[k]`) of `[src, index, dst]` as an access-pattern DMA:
+    /// whole rows (`shape[0]` partitions on core) picked by a `[1, N]` or `(N, 1)` index
+    /// tile, N rows on the direct side, rows of equal width.
+    fn rows_ap(
+        &self,
+        [src, index, dst]: [&str; 3],
+        scatter: bool,
+        opts: ApOptions,
+    ) -> Result<Lowered, Error> {
+        let idx = self.ap_tensor("index", index)?;
+        let n = u32::try_from(idx.elements()).unwrap_or(u32::MAX);
+        let (s, d) = (self.ap_tensor("src", src)?, self.ap_tensor("dst", dst)?);
+        let (s, d) = match scatter {
+            false => (rows_side(s, Some((idx, n))), rows_side(d, None)),
+            true => (rows_side(s, None), rows_side(d, Some((idx, n)))),
+        };
+        let (indexed, direct) = if scatter { ("dst", &s) } else { ("src", &d) };
+        let direct_rows = direct.dims[direct.indirect_dim].num;
+        if direct_rows != n {
+            return Err(self.error(format!(
+                "{} has {direct_rows} rows but index {} has {n} indices (one row per index)",
+                direct.tensor.name, index
+            )));
+        }
+        let width = |a: &ApSide| a.dims.last().map_or(0, |d| d.num);
+        if width(&s) != width(&d) {
+            return Err(self.error(format!(
+                "rows of {} have {} elements but rows of {} have {} (whole rows move; the {indexed} side's rows are picked by index)",
+                d.tensor.name, width(&d), s.tensor.name, width(&s)
+            )));
+        }
+        nki::dma_copy_ap(self.kind, s, d, opts)
     }
 
     fn lower(&self, op: &OpSpec) -> Result<Lowered, Error> {
@@ -173,6 +235,15 @@ impl Cx<'_> {
                 nki::local_gather(g, &src, &idx, per, valid, &dst)
             }
             OpSpec::EmbeddingUpdate(o) => {
+                let operands = [("table", o.table.as_str()), ("data", o.data.as_str())];
+                if !self.isa_rows(&operands, &o.index)? {
+                    let opts = ApOptions {
+                        op: dma::CceOp::from(o.reduce).compute_op(),
+                        oob: nki::OobMode::Skip,
+                        unique_indices: false,
+                    };
+                    return self.rows_ap([&o.data, &o.index, &o.table], true, opts);
+                }
                 let table = self.rows("table", &o.table)?;
                 let idx = self.nki(self.tensor("index", &o.index)?)?;
                 let data = self.rows("data", &o.data)?;
@@ -182,93 +253,84 @@ impl Cx<'_> {
         }
     }
 
-    /// `dma_copy`: both patterns (the whole tensors by default) inside their tensors, of
-    /// one dtype.
+    /// `dma_copy`: both sides as NKI access patterns, lowered to one access-pattern DMA.
     fn dma_copy(&self, o: &DmaCopy) -> Result<Lowered, Error> {
-        let src = self.dma_side("src", &o.src)?;
-        let dst = self.dma_side("dst", &o.dst)?;
-        if src.dtype != dst.dtype {
+        let src = self.ap_side("src", &o.src)?;
+        let dst = self.ap_side("dst", &o.dst)?;
+        let any_index = src.vector_offset.is_some() || dst.vector_offset.is_some();
+        if let (Some(oob), false) = (o.oob, any_index) {
             return Err(self.error(format!(
-                "dst dtype {} must equal src dtype {} (dma_copy does not cast)",
-                dst.dtype, src.dtype
+                "oob = {}: applies to an indexed side, and neither side has a vector_offset",
+                oob.name()
             )));
         }
-        let (sp, dp) = match (&o.src_pattern, &o.dst_pattern) {
-            (None, None) if src.bytes() != dst.bytes() => {
-                return Err(self.error(format!(
-                "without patterns the whole tensors are copied, but src has {} bytes and dst {}",
-                src.bytes(),
-                dst.bytes()
-            )))
-            }
-            // Both contiguous and of one size: src's rows laid over dst.
-            (None, None) => (whole_pattern(src), whole_pattern(src)),
-            (s, d) => (
-                s.clone().unwrap_or_else(|| whole_pattern(src)),
-                d.clone().unwrap_or_else(|| whole_pattern(dst)),
-            ),
+        if let (Some(u), None) = (o.unique_indices, &dst.vector_offset) {
+            return Err(self.error(format!(
+                "unique_indices = {u}: applies to an indexed destination, and dst has no vector_offset"
+            )));
+        }
+        let opts = ApOptions {
+            op: o.compute.into(),
+            oob: o.oob.unwrap_or_default().into(),
+            unique_indices: o.unique_indices.unwrap_or(true),
         };
-        let s = self.pattern("src_pattern", src, &sp)?;
-        let d = self.pattern("dst_pattern", dst, &dp)?;
-        let counts = |p: &AccessPattern| p.ap.map(|[_, num]| num);
-        if counts(&s) != counts(&d) {
-            let side = |name: &str, given: bool, p: &Pattern, c: [u32; 2]| match given {
-                true => format!("{name}_pattern (ap {:?}) has counts {c:?}", p.ap),
-                false => format!(
-                    "{name} (no pattern: all of it, ap {:?}) has counts {c:?}",
-                    p.ap
-                ),
-            };
-            return Err(self.error(format!(
-                "{} but {}: dma_copy moves one [outer, inner] shape, so the counts must be \
-                 equal pair by pair (a pattern of one pair counts as [1, num])",
-                side("dst", o.dst_pattern.is_some(), &dp, counts(&d)),
-                side("src", o.src_pattern.is_some(), &sp, counts(&s)),
-            )));
-        }
-        nki::dma_copy(self.map.generation(), &s, &d, src.dtype, o.compute.into())
+        nki::dma_copy_ap("dma_copy", src, dst, opts)
     }
 
-    /// A pattern of `t` as an NKI access pattern: one or two dimensions, every element it
-    /// names inside `t`.
-    fn pattern(&self, field: &str, t: &Placed, p: &Pattern) -> Result<AccessPattern, Error> {
-        let dims: [[u64; 2]; 2] = match p.ap.as_slice() {
-            [inner] => [[0, 1], *inner],
-            [outer, inner] => [*outer, *inner],
-            _ => {
+    /// One `dma_copy` side: a whole tensor (row by row) or an `.ap()`.
+    fn ap_side(&self, field: &str, spec: &ApSpec) -> Result<ApSide, Error> {
+        let p = match spec {
+            ApSpec::Whole(name) => {
+                let t = self.ap_tensor(field, name)?;
+                return Ok(rows_side(t, None));
+            }
+            ApSpec::Pattern(p) => p,
+        };
+        let tensor = self.ap_tensor(&format!("{field}.tensor"), &p.tensor)?;
+        let tile = |f: &str, name: &Option<String>| match name {
+            Some(n) => self.ap_tensor(&format!("{field}.{f}"), n).map(Some),
+            None => Ok(None),
+        };
+        let (vector_offset, scalar_offset) = (
+            tile("vector_offset", &p.vector_offset)?,
+            tile("scalar_offset", &p.scalar_offset)?,
+        );
+        let dims = match &p.ap {
+            Some(ap) => ap
+                .iter()
+                .map(|&[step, num]| {
+                    let num = u32::try_from(num).map_err(|_| {
+                        self.error(format!("{field}.ap: num {num} must be 0 ..= 2^32 - 1"))
+                    })?;
+                    Ok(ApDim { step, num })
+                })
+                .collect::<Result<_, Error>>()?,
+            None if vector_offset.is_some() || scalar_offset.is_some() => {
                 return Err(self.error(format!(
-                    "{field}.ap has {} dimensions; dma_copy takes one or two [step, num] pairs",
-                    p.ap.len()
+                    "{field}: a vector_offset or scalar_offset needs an explicit ap (its indirect dim's count is the index count)"
                 )))
             }
+            None => rows_side(tensor.clone(), None).dims,
         };
-        let elems = t.bytes() / t.dtype.size() as u64;
-        let last = dims.iter().try_fold(p.offset, |acc, [step, num]| {
-            num.checked_sub(1)
-                .and_then(|n| n.checked_mul(*step))
-                .and_then(|x| acc.checked_add(x))
-        });
-        match last {
-            Some(l) if l < elems => {}
-            _ => {
-                return Err(self.error(format!(
-                    "{field} (offset {}, ap {:?}) reaches past the {elems} elements of {} (or has a count of 0)",
-                    p.offset, p.ap, t.name
-                )))
-            }
-        }
-        let to32 = |v: u64| {
-            u32::try_from(v).map_err(|_| self.error(format!("{field}: {v} does not fit 32 bits")))
-        };
-        let ap = [
-            [to32(dims[0][0])?, to32(dims[0][1])?],
-            [to32(dims[1][0])?, to32(dims[1][1])?],
-        ];
-        // offset < elems was just checked, so the byte offset stays inside the tensor.
-        let start = self.start(t)?.0 + p.offset * t.dtype.size() as u64;
-        Ok(AccessPattern {
-            addr: TensorAddr::Fabric(dma::FabricAddr(start)),
-            ap,
+        Ok(ApSide {
+            tensor,
+            offset: p.offset,
+            dims,
+            indirect_dim: p.indirect_dim.unwrap_or(0) as usize,
+            vector_offset,
+            scalar_offset,
+        })
+    }
+
+    /// The tensor `name` (named by `field`) as an access pattern sees it.
+    fn ap_tensor(&self, field: &str, name: &str) -> Result<ApTensor, Error> {
+        let t = self.tensor(field, name)?;
+        Ok(ApTensor {
+            name: t.name.clone(),
+            start: self.start(t)?,
+            space: t.space,
+            shape: t.shape.clone(),
+            dtype: t.dtype,
         })
     }
 
@@ -302,6 +364,7 @@ impl Cx<'_> {
         Ok(Lowered {
             instructions: vec![inst],
             bounds: bounds.collect::<Result<_, Error>>()?,
+            ..Lowered::default()
         })
     }
 }
@@ -316,12 +379,41 @@ fn row_options(compute_op: dma::ComputeOp, oob: nki::OobMode, unique: bool) -> D
     }
 }
 
-/// The pattern covering all of `t` (its two-dimensional view, row-major).
-fn whole_pattern(t: &Placed) -> Pattern {
-    let [rows, cols] = t.row_view().map(u64::from);
-    Pattern {
+/// A side walking `t` row by row (rows are `shape[0]`, on SBUF/PSUM partitions; a one-
+/// partition `[1, R, ...]` on-core tensor has `R` rows inside its partition), the rows
+/// picked by `index` when given (its indirect dim is the row dim).
+pub(super) fn rows_side(t: ApTensor, index: Option<(ApTensor, u32)>) -> ApSide {
+    let one_partition = t.space != Space::Hbm && t.shape.len() >= 3 && t.shape[0] == 1;
+    let row_dim = usize::from(one_partition);
+    let rows = index
+        .as_ref()
+        .map_or(t.shape.get(row_dim).copied().unwrap_or(1), |&(_, n)| {
+            u64::from(n)
+        });
+    let row = t.stride(row_dim).max(1) as i64;
+    let mut dims: SmallVec<[ApDim; 5]> = SmallVec::new();
+    if one_partition {
+        dims.push(ApDim {
+            step: t.row_elements() as i64,
+            num: 1,
+        });
+    }
+    // Tensors are at most 2^30 bytes, so the row count fits 32 bits.
+    dims.push(ApDim {
+        step: row,
+        num: rows as u32,
+    });
+    dims.push(ApDim {
+        step: 1,
+        num: row as u32,
+    });
+    ApSide {
+        tensor: t,
         offset: 0,
-        ap: vec![[cols, rows], [1, cols]],
+        dims,
+        indirect_dim: row_dim,
+        vector_offset: index.map(|(i, _)| i),
+        scalar_offset: None,
     }
 }
 
@@ -359,39 +451,52 @@ mod tests {
                 "op 0 (dma_gather): index = \"nope\": no tensor has that name",
             ),
             (
-                "op = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx\"\ndst = \"rows\"",
-                "op 0 (dma_gather): dst = \"rows\": a DMA-side operand in sbuf must lie in one partition",
-            ),
-            (
-                "op = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx1\"\ndst = \"out\"",
-                "op 0 (dma_gather src=tab index=idx1 dst=out): dma_gather: indices = ",
-            ),
-            (
                 "op = \"dma_copy\"\nsrc = \"out\"\ndst = \"ints\"",
-                "op 0 (dma_copy): dst dtype i32 must equal src dtype f32 (dma_copy does not cast)",
+                "op 0 (dma_copy src=out dst=ints): dma_copy: dst: dtype i32 differs from src dtype f32",
             ),
             (
                 "op = \"dma_copy\"\nsrc = \"tab\"\ndst = \"out\"",
-                "op 0 (dma_copy): without patterns the whole tensors are copied, but src has 128 bytes and dst 32",
+                "op 0 (dma_copy src=tab dst=out): dma_copy: dst: visits 8 elements but src visits 32 (the two walks pair element k with element k)",
             ),
             (
-                "op = \"dma_copy\"\nsrc = \"tab\"\ndst = \"out\"\nsrc_pattern = { offset = 30, ap = [[1, 8]] }\ndst_pattern = { ap = [[1, 8]] }",
-                "op 0 (dma_copy): src_pattern (offset 30, ap [[1, 8]]) reaches past the 32 elements of tab",
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", offset = 30, ap = [[1, 8]] }\ndst = { tensor = \"out\", ap = [[1, 8]] }",
+                "op 0 (dma_copy src=tab dst=out): dma_copy: src: reaches elements 30..=37, outside the 32 elements of tab (shape [8, 4])",
             ),
             (
-                "op = \"dma_copy\"\nsrc = \"tab\"\ndst = \"out\"\nsrc_pattern = { ap = [[1, 8]] }",
-                "op 0 (dma_copy): dst (no pattern: all of it, ap [[4, 2], [1, 4]]) has counts [2, 4] \
-                 but src_pattern (ap [[1, 8]]) has counts [1, 8]: dma_copy moves one [outer, inner] \
-                 shape, so the counts must be equal pair by pair",
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[1, 1], [1, 1], [1, 1], [1, 1], [1, 1], [1, 1]] }\ndst = \"out\"",
+                "op 0 (dma_copy src=tab dst=out): dma_copy: src: ap has 6 [step, num] pairs; it takes 1 to 5",
             ),
             (
-                "op = \"dma_copy\"\nsrc = \"tab\"\ndst = \"out\"\nsrc_pattern = { ap = [[4, 2], [1, 4]] }\ndst_pattern = { ap = [[1, 8]] }",
-                "op 0 (dma_copy): dst_pattern (ap [[1, 8]]) has counts [1, 8] but src_pattern \
-                 (ap [[4, 2], [1, 4]]) has counts [2, 4]",
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, 2], [1, 4]], vector_offset = \"idx\", indirect_dim = 2 }\ndst = \"out\"",
+                "op 0 (dma_copy src=tab dst=out src.vector_offset=idx): dma_copy: src: indirect_dim 2 is out of range",
             ),
             (
-                "op = \"dma_copy\"\nsrc = \"tab\"\ndst = \"out\"\nsrc_pattern = { ap = [[1, 1], [1, 1], [1, 1]] }",
-                "op 0 (dma_copy): src_pattern.ap has 3 dimensions",
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, 3], [1, 4]], vector_offset = \"idx\" }\ndst = \"out\"",
+                "op 0 (dma_copy src=tab dst=out src.vector_offset=idx): dma_copy: src: vector_offset idx has shape [1, 2]; it must be [1, 3] or [3, 1]",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, 2], [1, 4]], vector_offset = \"out\" }\ndst = \"out\"",
+                "op 0 (dma_copy src=tab dst=out src.vector_offset=out): dma_copy: src: vector_offset out has dtype f32; index tiles are u32 or i32",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, 2], [1, 4]], scalar_offset = \"idx\" }\ndst = \"out\"",
+                "op 0 (dma_copy src=tab dst=out): dma_copy: src: scalar_offset idx is a [1, 2] u32 tensor in sbuf; it must be a 1x1 i32 tensor in SBUF",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = \"out\"\ndst = \"out\"\noob = \"skip\"",
+                "op 0 (dma_copy): oob = skip: applies to an indexed side, and neither side has a vector_offset",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, 2], [1, 4]], vector_offset = \"idx\" }\ndst = \"out\"\nunique_indices = false",
+                "op 0 (dma_copy): unique_indices = false: applies to an indexed destination, and dst has no vector_offset",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", vector_offset = \"idx\" }\ndst = \"out\"",
+                "op 0 (dma_copy): src: a vector_offset or scalar_offset needs an explicit ap",
+            ),
+            (
+                "op = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx1\"\ndst = \"ldst\"",
+                "op 0 (dma_gather): ldst has 16 rows but index idx1 has 2 indices (one row per index)",
             ),
             (
                 "op = \"dma_gather_transpose\"\nsrc = \"tab\"\nindex = \"idx\"\ndst = \"out\"",
@@ -423,8 +528,8 @@ mod tests {
 
     #[test]
     fn an_op_the_forced_mechanism_cannot_run_is_refused_before_anything_runs() {
-        let copy = "op = \"dma_copy\"\nsrc = \"tab\"\ndst = \"out\"\n\
-                    src_pattern = { ap = [[1, 8]] }\ndst_pattern = { ap = [[1, 8]] }";
+        let copy = "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[1, 8]] }\n\
+                    dst = { tensor = \"out\", ap = [[1, 8]] }";
         let text = format!("{TENSORS}[[op]]\n{copy}\n");
         assert!(prepared(&text, &[], Overrides::default()).is_ok());
         let pool = Overrides {
@@ -438,7 +543,7 @@ mod tests {
         );
         assert!(
             e.to_string().starts_with(
-                "op 0 (dma_copy src=tab dst=out): opcode 0xb8 DMA_MEMCPY has no POOL kernel"
+                "op 0 (dma_copy src=tab dst=out): the pool mechanism is not available: an access-pattern DMA"
             ),
             "{e}"
         );

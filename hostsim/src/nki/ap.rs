@@ -1,0 +1,586 @@
+//! NKI access patterns (`tensor.ap(...)`) on the DMA ops, and the software-DGE copy they
+//! lower to ([`ApDma`]).
+//!
+//! # Elements and patterns
+//!
+//! A tensor's elements are numbered row-major over its NKI shape. In HBM element `e` is
+//! `e * size` bytes from the start; on SBUF/PSUM a `[P, f1, f2, ...]` tensor is
+//! partition-major: element `e` is free element `e % F` (`F = f1 * f2 * ...`) of
+//! partition `e / F` counted from the tensor's first partition.
+//!
+//! Position `(i0, ..., in)` of a side's pattern `[[step0, num0], ..., [stepn, numn]]`
+//! (1 to 5 pairs, outermost first, steps in elements) is element
+//! `offset + sum(i_k * step_k)`. With `vector_offset`, the term of dim
+//! `d = indirect_dim` is `index[i_d] * stride_d` instead, `stride_d = prod(shape[d+1:])` of
+//! the tensor; with `scalar_offset`, the scalar's value times `stride_d` is added. Element
+//! `k` of the source's walk (row-major over its pattern) goes to element `k` of the
+//! destination's.
+//!
+//! # Rules (checked when the op is lowered, each error naming the side and the rule)
+//!
+//! - both sides visit the same number of elements;
+//! - every position lies inside its tensor, for every in-bounds index (`0 <= index <
+//!   shape[d]`) and a scalar offset of 0 (the scalar's value is checked when the op runs,
+//!   [`ApSide::check_scalar`]);
+//! - on SBUF/PSUM the first pair steps partitions (NKI's convention): its step is a
+//!   multiple of `F` (or its count 1), and the other pairs stay inside one partition row;
+//! - an index tile is a `[1, N]` vector or a `(N, 1)` tile (one index per partition) of
+//!   u32 or i32 in SBUF, `N` the indirect dim's count; a negative i32 is out of bounds
+//!   (read as u32 it is at least 2^31, above any tensor dim);
+//! - a scalar offset is a 1x1 i32 tensor in SBUF.
+//!
+//! The copy runs on the software DGE (the GpSimd core generating descriptors from the
+//! whole pattern) or the closed-form reference; there is no POOL kernel for it.
+
+use dma::addr::{PSUM_STRIDE, SBUF_STRIDE};
+use dma::{ComputeOp, Dtype, Fabric, FabricAddr, Space};
+use smallvec::SmallVec;
+
+use super::{Lowered, OobMode};
+use crate::error::Error;
+
+/// The most `[step, num]` pairs a pattern has.
+pub const MAX_AP_DIMS: usize = 5;
+
+/// A tensor as an access pattern sees it: where element 0 is, its space, NKI shape and
+/// dtype.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApTensor {
+    /// The tensor's name, for messages.
+    pub name: String,
+    /// Fabric address of element 0.
+    pub start: FabricAddr,
+    /// HBM, SBUF or PSUM.
+    pub space: Space,
+    /// The NKI shape (on SBUF/PSUM `shape[0]` is the partition count).
+    pub shape: Vec<u64>,
+    /// The element dtype.
+    pub dtype: Dtype,
+}
+
+impl ApTensor {
+    /// Elements in the tensor.
+    pub fn elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// Elements per partition row on SBUF/PSUM (`F`); the whole tensor in HBM.
+    pub fn row_elements(&self) -> u64 {
+        match self.space {
+            Space::Hbm => self.elements(),
+            _ => self.shape.iter().skip(1).product(),
+        }
+    }
+
+    /// `prod(shape[dim + 1:])`: the elements one step along `dim` spans.
+    pub fn stride(&self, dim: usize) -> u64 {
+        self.shape.iter().skip(dim + 1).product()
+    }
+
+    /// Bytes between partitions (`None` in HBM).
+    pub fn partition_stride(&self) -> Option<u64> {
+        match self.space {
+            Space::Hbm => None,
+            Space::Sbuf => Some(SBUF_STRIDE),
+            Space::Psum => Some(PSUM_STRIDE),
+        }
+    }
+
+    /// Fabric address of element `e` (`e < elements()`, which the caller proved).
+    pub fn addr(&self, e: u64) -> FabricAddr {
+        let size = self.dtype.size() as u64;
+        match self.partition_stride() {
+            None => FabricAddr(self.start.0 + e * size),
+            Some(stride) => {
+                let f = self.row_elements().max(1);
+                FabricAddr(self.start.0 + (e / f) * stride + (e % f) * size)
+            }
+        }
+    }
+}
+
+/// One `[step, num]` pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApDim {
+    /// Elements between positions (signed).
+    pub step: i64,
+    /// Positions (at least 1).
+    pub num: u32,
+}
+
+/// One side of a DMA: a tensor and the pattern walking it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApSide {
+    /// The tensor walked.
+    pub tensor: ApTensor,
+    /// Element offset of position 0.
+    pub offset: u64,
+    /// The pattern, outermost first.
+    pub dims: SmallVec<[ApDim; MAX_AP_DIMS]>,
+    /// The dim the index tile or scalar applies to.
+    pub indirect_dim: usize,
+    /// `vector_offset`: one index per position of `indirect_dim`.
+    pub vector_offset: Option<ApTensor>,
+    /// `scalar_offset`: a 1x1 i32 tensor whose value times `stride_d` is added.
+    pub scalar_offset: Option<ApTensor>,
+}
+
+/// A side's reach relative to its offset: the lowest and highest element offsets over
+/// every position (and, for an indexed side, every in-bounds index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Reach {
+    lo: i128,
+    hi: i128,
+}
+
+impl ApSide {
+    /// Positions the pattern visits.
+    pub fn elements(&self) -> u64 {
+        self.dims.iter().map(|d| u64::from(d.num)).product()
+    }
+
+    /// `stride_d` of the indirect dim, in elements.
+    pub fn indirect_stride(&self) -> u64 {
+        self.tensor.stride(self.indirect_dim)
+    }
+
+    /// The bound on indices: the tensor's size along the indirect dim.
+    pub fn index_bound(&self) -> u64 {
+        self.tensor
+            .shape
+            .get(self.indirect_dim)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Fabric address of index `k` of the vector offset (a `[1, N]` vector or an `(N, 1)`
+    /// tile, which lowering proved).
+    pub fn index_addr(&self, k: u32) -> Option<FabricAddr> {
+        let t = self.vector_offset.as_ref()?;
+        let step = match t.shape.first() {
+            Some(1) => 4,
+            _ => t.partition_stride().unwrap_or(4),
+        };
+        Some(FabricAddr(t.start.0 + u64::from(k) * step))
+    }
+
+    /// Whether `dim` is the one an index tile replaces.
+    fn indexed_dim(&self, dim: usize) -> bool {
+        self.vector_offset.is_some() && dim == self.indirect_dim
+    }
+
+    /// The element offsets the pattern reaches from `offset` (see [`Reach`]).
+    fn reach(&self) -> Reach {
+        let mut r = Reach { lo: 0, hi: 0 };
+        for (k, d) in self.dims.iter().enumerate() {
+            let span = match self.indexed_dim(k) {
+                true => {
+                    i128::from(self.index_bound().saturating_sub(1))
+                        * i128::from(self.indirect_stride())
+                }
+                false => i128::from(d.step) * i128::from(d.num - 1),
+            };
+            (r.lo, r.hi) = (r.lo + span.min(0), r.hi + span.max(0));
+        }
+        r
+    }
+
+    /// The pattern's element offset of position `pos` (multi-index, outermost first) with
+    /// `index` for the indexed dim and the scalar offset `scalar`.
+    pub fn element(&self, pos: &[u32], index: u64, scalar: i64) -> i128 {
+        let mut e = i128::from(self.offset);
+        for (k, (d, &i)) in self.dims.iter().zip(pos).enumerate() {
+            e += match self.indexed_dim(k) {
+                true => i128::from(index) * i128::from(self.indirect_stride()),
+                false => i128::from(d.step) * i128::from(i),
+            };
+        }
+        e + i128::from(scalar) * i128::from(self.indirect_stride())
+    }
+
+    /// Whether every position lies inside the tensor (and, on SBUF/PSUM, whether the
+    /// pattern is a partition step over in-row walks) with the scalar offset `scalar`:
+    /// the rule broken, if any.
+    fn extent_error(&self, scalar: i64) -> Option<String> {
+        let r = self.reach();
+        let base =
+            i128::from(self.offset) + i128::from(scalar) * i128::from(self.indirect_stride());
+        let elements = i128::from(self.tensor.elements());
+        if base + r.lo < 0 || base + r.hi >= elements {
+            let (lo, hi) = (base + r.lo, base + r.hi);
+            return Some(format!(
+                "reaches elements {lo}..={hi}, outside the {elements} elements of {} (shape {:?})",
+                self.tensor.name, self.tensor.shape
+            ));
+        }
+        self.partition_error(base)
+    }
+
+    /// The SBUF/PSUM rule: the first pair steps whole partitions, the rest stay in a row.
+    fn partition_error(&self, base: i128) -> Option<String> {
+        self.tensor.partition_stride()?;
+        let f = i128::from(self.tensor.row_elements().max(1));
+        let first = self.dims.first()?;
+        let first_steps_rows =
+            self.indexed_dim(0) || first.num == 1 || i128::from(first.step) % f == 0;
+        if !first_steps_rows {
+            return Some(format!(
+                "on {} the first [step, num] pair steps partitions: step {} must be a multiple of the {f} elements of a partition row of {}",
+                self.tensor.space.name(),
+                first.step,
+                self.tensor.name
+            ));
+        }
+        let inner = ApSide {
+            dims: self.dims.iter().skip(1).copied().collect(),
+            indirect_dim: self.indirect_dim.wrapping_sub(1),
+            vector_offset: self.vector_offset.clone().filter(|_| self.indirect_dim > 0),
+            ..self.clone()
+        };
+        let r = inner.reach();
+        let col = base.rem_euclid(f);
+        match col + r.lo >= 0 && col + r.hi < f {
+            true => None,
+            false => Some(format!(
+                "the pairs after the first must stay inside one partition row of {} ({f} elements), but from element {col} of the row they reach {}..={}",
+                self.tensor.name,
+                col + r.lo,
+                col + r.hi
+            )),
+        }
+    }
+
+    /// The run-time check of a scalar offset's value: every position inside the tensor.
+    pub fn check_scalar(&self, side: &'static str, value: i64) -> Result<(), Error> {
+        match self.extent_error(value) {
+            None => Ok(()),
+            Some(rule) => Err(Error::ApScalarOffset { side, value, rule }),
+        }
+    }
+
+    /// The scalar offset's value as the op runs, read from `fabric` and checked (0
+    /// without one); `side` names the side in errors.
+    pub fn scalar_value(&self, fabric: &Fabric, side: &'static str) -> Result<i64, Error> {
+        let Some(t) = &self.scalar_offset else {
+            return Ok(0);
+        };
+        let mut v = [0i32];
+        fabric.read_elems(t.start, &mut v)?;
+        self.check_scalar(side, i64::from(v[0]))?;
+        Ok(i64::from(v[0]))
+    }
+}
+
+/// NKI `dma_copy` / `dma_compute` over access patterns, run by the software DGE.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApDma {
+    /// The source side.
+    pub src: ApSide,
+    /// The destination side.
+    pub dst: ApSide,
+    /// `dst (op)= src` (NONE copies).
+    pub op: ComputeOp,
+    /// What an out-of-bounds index does.
+    pub oob: OobMode,
+    /// Destination indices promised unique: duplicates with a compute op are an error,
+    /// a plain copy lands last-index-wins.
+    pub unique_indices: bool,
+}
+
+impl ApDma {
+    /// Whether either side is indexed.
+    pub fn indexed(&self) -> bool {
+        self.src.vector_offset.is_some() || self.dst.vector_offset.is_some()
+    }
+
+    /// Both sides with their names (`src`, `dst`).
+    pub fn sides(&self) -> [(&'static str, &ApSide); 2] {
+        [("src", &self.src), ("dst", &self.dst)]
+    }
+}
+
+/// The options of an access-pattern DMA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApOptions {
+    /// `dst (op)= src`.
+    pub op: ComputeOp,
+    /// The OOB policy of the indexed sides.
+    pub oob: OobMode,
+    /// `unique_indices`.
+    pub unique_indices: bool,
+}
+
+/// The rule error of `side`.
+fn side_error(op: &'static str, side: &'static str, rule: String) -> Error {
+    Error::ApPattern { op, side, rule }
+}
+
+/// Checks an access-pattern DMA (module docs, "Rules") and lowers it to one
+/// [`ApDma`].
+pub fn dma_copy_ap(
+    op: &'static str,
+    src: ApSide,
+    dst: ApSide,
+    opts: ApOptions,
+) -> Result<Lowered, Error> {
+    for (name, side) in [("src", &src), ("dst", &dst)] {
+        check_side(op, name, side)?;
+    }
+    if src.elements() != dst.elements() {
+        return Err(side_error(
+            op,
+            "dst",
+            format!(
+                "visits {} elements but src visits {} (the two walks pair element k with element k)",
+                dst.elements(),
+                src.elements()
+            ),
+        ));
+    }
+    if src.tensor.dtype != dst.tensor.dtype {
+        return Err(side_error(
+            op,
+            "dst",
+            format!(
+                "dtype {} differs from src dtype {}: casts through float32 are not modelled yet",
+                dst.tensor.dtype, src.tensor.dtype
+            ),
+        ));
+    }
+    Ok(Lowered {
+        ap_dmas: vec![ApDma {
+            src,
+            dst,
+            op: opts.op,
+            oob: opts.oob,
+            unique_indices: opts.unique_indices,
+        }],
+        ..Lowered::default()
+    })
+}
+
+/// One side's rules.
+fn check_side(op: &'static str, name: &'static str, s: &ApSide) -> Result<(), Error> {
+    let err = |rule: String| side_error(op, name, rule);
+    if s.dims.is_empty() || s.dims.len() > MAX_AP_DIMS {
+        return Err(err(format!(
+            "ap has {} [step, num] pairs; it takes 1 to {MAX_AP_DIMS}",
+            s.dims.len()
+        )));
+    }
+    if let Some(k) = s.dims.iter().position(|d| d.num == 0) {
+        return Err(err(format!(
+            "ap[{k}] has num 0 (every count is at least 1)"
+        )));
+    }
+    let offsets = s.vector_offset.is_some() || s.scalar_offset.is_some();
+    if offsets && (s.indirect_dim >= s.dims.len() || s.indirect_dim >= s.tensor.shape.len()) {
+        return Err(err(format!(
+            "indirect_dim {} is out of range: the ap has {} pairs and {} has {} dims",
+            s.indirect_dim,
+            s.dims.len(),
+            s.tensor.name,
+            s.tensor.shape.len()
+        )));
+    }
+    if !offsets && s.indirect_dim != 0 {
+        return Err(err(format!(
+            "indirect_dim {} is given without vector_offset or scalar_offset",
+            s.indirect_dim
+        )));
+    }
+    if let Some(t) = &s.vector_offset {
+        check_index_tile(s, t).map_err(err)?;
+    }
+    if let Some(t) = &s.scalar_offset {
+        check_scalar_tile(t).map_err(err)?;
+    }
+    match s.extent_error(0) {
+        Some(rule) => Err(err(rule)),
+        None => Ok(()),
+    }
+}
+
+/// A `[1, N]` or `(N, 1)` u32/i32 index tile in SBUF, `N` the indirect dim's count.
+fn check_index_tile(s: &ApSide, t: &ApTensor) -> Result<(), String> {
+    let n = u64::from(s.dims[s.indirect_dim].num);
+    if !matches!(t.dtype, Dtype::U32 | Dtype::I32) {
+        return Err(format!(
+            "vector_offset {} has dtype {}; index tiles are u32 or i32",
+            t.name, t.dtype
+        ));
+    }
+    if t.space != Space::Sbuf {
+        return Err(format!(
+            "vector_offset {} is in {}; index tiles are in SBUF",
+            t.name,
+            t.space.name()
+        ));
+    }
+    match t.shape.as_slice() {
+        [1, m] | [m, 1] if *m == n => Ok(()),
+        shape => Err(format!(
+            "vector_offset {} has shape {shape:?}; it must be [1, {n}] or [{n}, 1], one index per position of ap[{}] (num {n})",
+            t.name, s.indirect_dim
+        )),
+    }
+}
+
+/// A 1x1 i32 tensor in SBUF.
+fn check_scalar_tile(t: &ApTensor) -> Result<(), String> {
+    let single = t.shape.iter().all(|&d| d == 1);
+    match (single, t.dtype, t.space) {
+        (true, Dtype::I32, Space::Sbuf) => Ok(()),
+        _ => Err(format!(
+            "scalar_offset {} is a {:?} {} tensor in {}; it must be a 1x1 i32 tensor in SBUF (int64 is not a modelled dtype)",
+            t.name,
+            t.shape,
+            t.dtype,
+            t.space.name()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dma::addr::SBUF_BASE;
+
+    fn hbm(shape: &[u64]) -> ApTensor {
+        ApTensor {
+            name: "t".into(),
+            start: FabricAddr(0x1000),
+            space: Space::Hbm,
+            shape: shape.to_vec(),
+            dtype: Dtype::F32,
+        }
+    }
+
+    fn sbuf(shape: &[u64], dtype: Dtype) -> ApTensor {
+        ApTensor {
+            name: "s".into(),
+            start: FabricAddr(SBUF_BASE + 64),
+            space: Space::Sbuf,
+            shape: shape.to_vec(),
+            dtype,
+        }
+    }
+
+    fn side(t: ApTensor, offset: u64, dims: &[(i64, u32)]) -> ApSide {
+        ApSide {
+            tensor: t,
+            offset,
+            dims: dims
+                .iter()
+                .map(|&(step, num)| ApDim { step, num })
+                .collect(),
+            indirect_dim: 0,
+            vector_offset: None,
+            scalar_offset: None,
+        }
+    }
+
+    const OPTS: ApOptions = ApOptions {
+        op: ComputeOp::None,
+        oob: OobMode::Error,
+        unique_indices: true,
+    };
+
+    #[test]
+    fn partition_major_addresses() {
+        let t = sbuf(&[4, 2, 3], Dtype::F32);
+        assert_eq!(t.row_elements(), 6);
+        assert_eq!(t.stride(0), 6);
+        assert_eq!(t.stride(1), 3);
+        // element 13 = partition 2, free element 1
+        assert_eq!(t.addr(13).0, SBUF_BASE + 64 + 2 * SBUF_STRIDE + 4);
+        assert_eq!(hbm(&[3, 5]).addr(7).0, 0x1000 + 28);
+    }
+
+    #[test]
+    fn element_uses_the_index_and_the_scalar() {
+        let mut s = side(hbm(&[10, 8]), 2, &[(8, 4), (1, 3)]);
+        assert_eq!(s.element(&[1, 2], 0, 0), 2 + 8 + 2);
+        s.vector_offset = Some(sbuf(&[4, 1], Dtype::I32));
+        // dim 0's term is index * stride_0 = 7 * 8
+        assert_eq!(s.element(&[1, 2], 7, 0), 2 + 56 + 2);
+        assert_eq!(s.element(&[1, 2], 7, 1), 2 + 56 + 2 + 8);
+    }
+
+    #[test]
+    fn a_pattern_past_its_tensor_is_refused() {
+        let src = side(hbm(&[4, 8]), 1, &[(8, 4), (1, 8)]);
+        let dst = side(hbm(&[4, 8]), 0, &[(8, 4), (1, 8)]);
+        let e = dma_copy_ap("dma_copy", src, dst, OPTS).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "dma_copy: src: reaches elements 1..=32, outside the 32 elements of t (shape [4, 8])"
+        );
+    }
+
+    #[test]
+    fn sbuf_first_pair_steps_partitions() {
+        let t = sbuf(&[4, 8], Dtype::F32);
+        let ok = side(t.clone(), 2, &[(8, 4), (1, 6)]);
+        assert!(check_side("dma_copy", "dst", &ok).is_ok());
+        let across = side(t.clone(), 2, &[(8, 3), (1, 7)]);
+        let e = check_side("dma_copy", "dst", &across).unwrap_err();
+        assert!(
+            e.to_string().contains("stay inside one partition row"),
+            "{e}"
+        );
+        let flat = side(t, 0, &[(1, 32)]);
+        let e = check_side("dma_copy", "dst", &flat).unwrap_err();
+        assert!(e.to_string().contains("must be a multiple of the 8"), "{e}");
+    }
+
+    #[test]
+    fn index_tiles_and_scalars_are_checked() {
+        let mut s = side(hbm(&[100, 8]), 0, &[(8, 4), (1, 8)]);
+        s.vector_offset = Some(sbuf(&[4, 1], Dtype::I32));
+        assert!(check_side("dma_copy", "src", &s).is_ok());
+        s.vector_offset = Some(sbuf(&[4, 1], Dtype::F32));
+        let e = check_side("dma_copy", "src", &s).unwrap_err();
+        assert!(e.to_string().contains("index tiles are u32 or i32"), "{e}");
+        s.vector_offset = Some(sbuf(&[1, 5], Dtype::U32));
+        let e = check_side("dma_copy", "src", &s).unwrap_err();
+        assert!(e.to_string().contains("must be [1, 4] or [4, 1]"), "{e}");
+        s.vector_offset = None;
+        s.scalar_offset = Some(sbuf(&[1, 1], Dtype::U32));
+        let e = check_side("dma_copy", "src", &s).unwrap_err();
+        assert!(e.to_string().contains("1x1 i32"), "{e}");
+        s.scalar_offset = Some(sbuf(&[1, 1], Dtype::I32));
+        s.indirect_dim = 2;
+        let e = check_side("dma_copy", "src", &s).unwrap_err();
+        assert!(
+            e.to_string().contains("indirect_dim 2 is out of range"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn scalar_values_are_checked_when_run() {
+        let mut s = side(hbm(&[10, 8]), 0, &[(8, 4), (1, 8)]);
+        s.scalar_offset = Some(sbuf(&[1, 1], Dtype::I32));
+        assert!(s.check_scalar("src", 6).is_ok());
+        let e = s.check_scalar("src", 7).unwrap_err();
+        assert!(e.to_string().contains("scalar_offset 7"), "{e}");
+        assert!(s.check_scalar("src", -1).is_err());
+    }
+
+    #[test]
+    fn counts_must_match_and_dtypes_agree() {
+        let src = side(hbm(&[4, 8]), 0, &[(8, 4), (1, 8)]);
+        let dst = side(hbm(&[32]), 0, &[(1, 31)]);
+        let e = dma_copy_ap("dma_copy", src.clone(), dst, OPTS).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("visits 31 elements but src visits 32"),
+            "{e}"
+        );
+        let flat = side(hbm(&[32]), 0, &[(1, 32)]);
+        let l = dma_copy_ap("dma_copy", src, flat, OPTS).unwrap();
+        assert_eq!(l.ap_dmas.len(), 1);
+        assert!(l.instructions.is_empty());
+    }
+}

@@ -1,0 +1,201 @@
+//! The software-DGE access-pattern copy ([`ApDma`], NKI `dma_copy` / `dma_compute`
+//! over `.ap()` sides) in closed form: the scalar offsets and index tiles are read and
+//! checked first, then element `k` of the source's walk reduces into element `k` of the
+//! destination's, in walk order, each reading its source when it moves.
+//!
+//! An index position is out of bounds when its value (i32 read as u32) is at least the
+//! tensor's size along the indirect dim. Under `oob = error` the first failure is the
+//! error, in the order the DGE names it: with both sides indexed one index per position
+//! (equal index counts and elements per index), position by position, the source before
+//! the destination, a duplicate last; otherwise the source's first failure, then the
+//! destination's first (an out-of-bounds index or a duplicate). Under `skip` an
+//! out-of-bounds position moves none of its elements and is listed. Duplicate
+//! destinations are an error only with a compute op under `unique_indices`; a plain copy
+//! lands last-index-wins.
+
+use dma::{ComputeOp, Fabric};
+
+use crate::core_state::{IndexSide, Outcome, SkippedIndex};
+use crate::error::Error;
+use crate::nki::{ApDma, ApSide, OobMode};
+
+/// One side's indices and their fate, or none for a side without a vector offset.
+struct Indices {
+    values: Vec<u32>,
+    valid: Vec<bool>,
+    /// Elements of the walk per index position (`prod(num[d+1:])`).
+    inner: u64,
+}
+
+/// Runs `c`; on error nothing is written.
+pub fn ap_dma(fabric: &mut Fabric, c: &ApDma) -> Result<Outcome, Error> {
+    let scalars = [
+        c.src.scalar_value(fabric, "src")?,
+        c.dst.scalar_value(fabric, "dst")?,
+    ];
+    let src = indices(fabric, &c.src)?;
+    let dst = indices(fabric, &c.dst)?;
+    if let Some(e) = first_failure(c, src.as_ref(), dst.as_ref()) {
+        return Err(e);
+    }
+    let mut out = Outcome::default();
+    let size = c.src.tensor.dtype.size() as u64;
+    let (mut sp, mut dp) = (Walk::new(&c.src), Walk::new(&c.dst));
+    for _ in 0..c.src.elements() {
+        let from = sp.position(src.as_ref(), scalars[0]);
+        let to = dp.position(dst.as_ref(), scalars[1]);
+        if let (Some(from), Some(to)) = (from, to) {
+            let (a, b) = (c.src.tensor.addr(from), c.dst.tensor.addr(to));
+            fabric.reduce(a, b, size, c.src.tensor.dtype, c.op)?;
+            out.bytes_written += size;
+        }
+        sp.advance();
+        dp.advance();
+    }
+    out.skipped = skipped(src.as_ref(), dst.as_ref());
+    out.oob_notification = !out.skipped.is_empty();
+    Ok(out)
+}
+
+/// A side's index values and which are in bounds.
+fn indices(fabric: &Fabric, s: &ApSide) -> Result<Option<Indices>, Error> {
+    if s.vector_offset.is_none() {
+        return Ok(None);
+    }
+    let n = s.dims[s.indirect_dim].num;
+    let mut values = Vec::with_capacity(n as usize);
+    for k in 0..n {
+        let mut v = [0u32];
+        // lowering proved the tile holds n indices
+        if let Some(at) = s.index_addr(k) {
+            fabric.read_elems(at, &mut v)?;
+        }
+        values.push(v[0]);
+    }
+    let bound = s.index_bound();
+    let valid = values.iter().map(|&v| u64::from(v) < bound).collect();
+    let inner = s.dims[s.indirect_dim + 1..]
+        .iter()
+        .map(|d| u64::from(d.num))
+        .product();
+    Ok(Some(Indices {
+        values,
+        valid,
+        inner,
+    }))
+}
+
+/// The error the copy stops with, if any (module docs).
+fn first_failure(c: &ApDma, src: Option<&Indices>, dst: Option<&Indices>) -> Option<Error> {
+    let coupled = match (src, dst) {
+        (Some(s), Some(d)) => s.values.len() == d.values.len() && s.inner == d.inner,
+        _ => false,
+    };
+    let hard = c.oob == OobMode::Error;
+    let oob = |side: IndexSide, ix: Option<&Indices>, bound: u64| {
+        let ix = ix.filter(|_| hard)?;
+        let pos = ix.valid.iter().position(|v| !v)?;
+        Some((pos, side, bound, ix.values[pos]))
+    };
+    let mut found: Vec<(u32, u32, u32, Error)> = Vec::new();
+    for (rank, (side, ix, s)) in [(IndexSide::Src, src, &c.src), (IndexSide::Dst, dst, &c.dst)]
+        .into_iter()
+        .enumerate()
+    {
+        if let Some((pos, side, bound, value)) = oob(side, ix, s.index_bound()) {
+            let e = Error::IndexOutOfBounds {
+                side,
+                position: pos as u32,
+                value,
+                bound,
+            };
+            found.push((u32::from(!coupled && rank > 0), pos as u32, rank as u32, e));
+        }
+    }
+    if let (true, Some(d)) = (c.op != ComputeOp::None && c.unique_indices, dst) {
+        if let Some((first, second, value)) = duplicate(d, src.filter(|_| coupled)) {
+            let e = Error::DuplicateDestination {
+                value,
+                first,
+                second,
+            };
+            found.push((u32::from(!coupled), second, 2, e));
+        }
+    }
+    found.sort_by_key(|f| (f.0, f.1, f.2));
+    found.into_iter().next().map(|f| f.3)
+}
+
+/// The first destination position repeating an earlier moving one: `(first, second,
+/// value)`. A position moves when its index is in bounds and, coupled, its source's is.
+fn duplicate(d: &Indices, src: Option<&Indices>) -> Option<(u32, u32, u32)> {
+    let mut seen = std::collections::HashMap::new();
+    for (pos, &value) in d.values.iter().enumerate() {
+        let moves = d.valid[pos] && src.is_none_or(|s| s.valid[pos]);
+        if !moves {
+            continue;
+        }
+        if let Some(&first) = seen.get(&value) {
+            return Some((first, pos as u32, value));
+        }
+        seen.insert(value, pos as u32);
+    }
+    None
+}
+
+/// The skipped positions, in position order, the source's first at one position.
+fn skipped(src: Option<&Indices>, dst: Option<&Indices>) -> Vec<SkippedIndex> {
+    let mut out = Vec::new();
+    for (side, ix) in [(IndexSide::Src, src), (IndexSide::Dst, dst)] {
+        let Some(ix) = ix else { continue };
+        let bad = ix.valid.iter().enumerate().filter(|(_, v)| !**v);
+        out.extend(bad.map(|(pos, _)| SkippedIndex {
+            side,
+            position: pos as u32,
+            value: ix.values[pos],
+        }));
+    }
+    out.sort_by_key(|s| s.position);
+    out
+}
+
+/// A side's multi-index, row-major over its pattern.
+struct Walk<'s> {
+    side: &'s ApSide,
+    pos: Vec<u32>,
+}
+
+impl<'s> Walk<'s> {
+    fn new(side: &'s ApSide) -> Walk<'s> {
+        Walk {
+            side,
+            pos: vec![0; side.dims.len()],
+        }
+    }
+
+    /// The element the current position names, or `None` for a skipped index.
+    fn position(&self, ix: Option<&Indices>, scalar: i64) -> Option<u64> {
+        let index = match ix {
+            Some(ix) => {
+                let k = self.pos[self.side.indirect_dim] as usize;
+                if !ix.valid[k] {
+                    return None;
+                }
+                u64::from(ix.values[k])
+            }
+            None => 0,
+        };
+        // lowering and the scalar check proved every in-bounds position is an element
+        u64::try_from(self.side.element(&self.pos, index, scalar)).ok()
+    }
+
+    fn advance(&mut self) {
+        for (k, d) in self.side.dims.iter().enumerate().rev() {
+            self.pos[k] += 1;
+            if self.pos[k] < d.num {
+                return;
+            }
+            self.pos[k] = 0;
+        }
+    }
+}
