@@ -9,7 +9,10 @@
 //!   `lg_src.npy` (bf16 bits `[32, 512]`) and `lg_idx.npy` (u16 element offsets
 //!   `[32, 8]`);
 //! - `copy_update/`: `table.npy` (f32 `[256, 32]`), `upd_idx.npy` (u32 `[1, 512]`, some
-//!   past the 256 rows) and `upd_data.npy` (f32 `[1, 512, 32]`).
+//!   past the 256 rows) and `upd_data.npy` (f32 `[1, 512, 32]`);
+//! - `embedding_tile/`: `idx.npy`, a `(128, 1)` i32 index tile (one negative, one past
+//!   the table, one repeat);
+//! - `column_window/`: `rows.npy` (`(32, 1)` i32) and `row0.npy` (1x1 i32).
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +20,16 @@ use dma::Dtype;
 
 use crate::error::Error;
 use crate::npy::{self, storage_descr, NpyArray};
+
+/// The example folders under `examples/`.
+pub const EXAMPLES: [&str; 6] = [
+    "embedding",
+    "pool_gathers",
+    "copy_update",
+    "embedding_tile",
+    "column_window",
+    "copy_5d",
+];
 
 /// Rows of the embedding example's table.
 pub const EMBEDDING_ROWS: u32 = 1000;
@@ -122,11 +135,44 @@ fn copy_update() -> Vec<(&'static str, NpyArray)> {
     ]
 }
 
+fn i32s(values: impl IntoIterator<Item = i32>) -> Vec<u8> {
+    values.into_iter().flat_map(i32::to_le_bytes).collect()
+}
+
+/// Partitions of the NKI-idiom examples' SBUF tiles.
+pub const TILE_ROWS: usize = 128;
+
+/// `embedding_tile/idx.npy`: a `(128, 1)` i32 row index per partition into the 1000-row
+/// table; position 5 is -1 and 77 is 1000 (both out of bounds), and 100 repeats 3.
+fn embedding_tile() -> Vec<(&'static str, NpyArray)> {
+    let mut s = Stream(0x6a09_e667_f3bc_c908);
+    let mut ids: Vec<i32> = (0..TILE_ROWS).map(|_| s.below(1000) as i32).collect();
+    (ids[5], ids[77], ids[100]) = (-1, 1000, ids[3]);
+    let a = array(Dtype::I32, &[TILE_ROWS as u64, 1], i32s(ids));
+    vec![("embedding_tile/idx.npy", a)]
+}
+
+/// `column_window/`: `rows.npy`, 32 i32 row indices `(32, 1)` into the 256-row table,
+/// and `row0.npy`, the 1x1 i32 first row of the scalar-offset block (100).
+fn column_window() -> Vec<(&'static str, NpyArray)> {
+    let mut s = Stream(0xbb67_ae85_84ca_a73b);
+    let rows = i32s((0..32).map(|_| s.below(256) as i32));
+    vec![
+        ("column_window/rows.npy", array(Dtype::I32, &[32, 1], rows)),
+        (
+            "column_window/row0.npy",
+            array(Dtype::I32, &[1, 1], i32s([100])),
+        ),
+    ]
+}
+
 /// Every example `.npy` file: its path under `examples/` and its array.
 pub fn example_files() -> Vec<(&'static str, NpyArray)> {
     let mut files = vec![("embedding/ids.npy", embedding_ids())];
     files.extend(pool_gathers());
     files.extend(copy_update());
+    files.extend(embedding_tile());
+    files.extend(column_window());
     files
 }
 
@@ -163,7 +209,7 @@ mod tests {
     fn the_committed_files_are_what_the_generator_makes() {
         let dir = std::env::temp_dir().join(format!("hostsim-examples-{}", std::process::id()));
         let written = write_examples(&dir).unwrap();
-        assert_eq!(written.len(), 7);
+        assert_eq!(written.len(), 10);
         for (rel, _) in example_files() {
             let fresh = std::fs::read(dir.join(rel)).unwrap();
             let committed = std::fs::read(repo_examples().join(rel)).unwrap();
@@ -197,7 +243,7 @@ mod tests {
 
     #[test]
     fn every_example_runs_and_matches_the_reference() {
-        for name in ["embedding", "pool_gathers", "copy_update"] {
+        for name in EXAMPLES {
             let loaded = load(&repo_examples().join(name).join("scenario.toml")).unwrap();
             let p = prepare(&loaded, Overrides::default()).unwrap();
             let routed = p.execute().unwrap();
@@ -207,7 +253,7 @@ mod tests {
                 None,
                 "{name}"
             );
-            assert_eq!(routed.reports.len(), 2, "{name}");
+            assert_eq!(routed.reports.len(), loaded.scenario.ops.len(), "{name}");
         }
     }
 }

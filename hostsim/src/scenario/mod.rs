@@ -29,6 +29,8 @@
 pub mod commands;
 pub mod examples;
 pub mod exec;
+#[cfg(test)]
+mod idioms;
 pub mod model;
 pub mod ops;
 pub mod place;

@@ -1,0 +1,237 @@
+//! NKI's DMA idioms written as scenarios, each run on every generation with every
+//! mechanism that serves it, and checked against the value numpy gives (computed here in
+//! closed form: `np.take`, `np.add.at`, slicing), element for element.
+
+use dma::Generation;
+
+use super::exec::tests::prepared;
+use super::Overrides;
+use crate::npy::NpyArray;
+use crate::runtime::Mechanism;
+
+/// A `.npy` array of i32 values.
+fn i32_array(shape: &[u64], v: &[i32]) -> NpyArray {
+    NpyArray {
+        descr: "<i4".into(),
+        shape: shape.to_vec(),
+        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+/// An f32 `[rows, cols]` HBM tensor `name` holding iota, as scenario text.
+fn iota(name: &str, shape: &str) -> String {
+    format!("[[tensor]]\nname = \"{name}\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = {shape}\ninit = \"iota\"\n")
+}
+
+/// A tensor `name` of `dtype` in `space`, as scenario text (`init` a file, or zeros).
+fn tensor(name: &str, space: &str, dtype: &str, shape: &str, init: Option<&str>) -> String {
+    let init = init.map_or(String::new(), |f| format!("init = \"{f}\"\n"));
+    format!("[[tensor]]\nname = \"{name}\"\nspace = \"{space}\"\ndtype = \"{dtype}\"\nshape = {shape}\n{init}")
+}
+
+/// Runs `text` on every generation with auto, dge and reference, and asserts tensor
+/// `name` (f32) ends as `want` on each.
+fn check(text: &str, files: &[(&str, NpyArray)], name: &str, want: &[f32]) {
+    for g in Generation::ALL {
+        for m in [Mechanism::Auto, Mechanism::Dge, Mechanism::Reference] {
+            let over = Overrides {
+                generation: Some(g),
+                mechanism: Some(m),
+                queues: Some(4),
+            };
+            let p = prepared(text, files, over).unwrap();
+            let exec = p.execute().unwrap();
+            let out = p.outputs(&exec.fabric).unwrap();
+            let a = &out.iter().find(|(n, _)| n == name).unwrap().1;
+            let got: Vec<u32> = a
+                .data
+                .chunks(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            let want: Vec<u32> = want.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, want, "{g} {}", m.name());
+        }
+    }
+}
+
+/// `np.arange(n)` as f32.
+fn arange(n: usize) -> Vec<f32> {
+    (0..n).map(|i| i as f32).collect()
+}
+
+#[test]
+fn embedding_lookup_into_an_sbuf_tile_with_oob_skip() {
+    // tile[p, :] = table[idx[p], :] for in-bounds idx[p]; -1 and 10 are skipped
+    let idx = [3, -1, 0, 10, 3, 9, 2, 1];
+    let text = format!(
+        "{}{}{}[[op]]\nop = \"dma_copy\"\nsrc = {{ tensor = \"table\", ap = [[4, 8], [1, 4]], vector_offset = \"idx\", indirect_dim = 0 }}\ndst = \"tile\"\noob = \"skip\"\n",
+        iota("table", "[10, 4]"),
+        tensor("idx", "sbuf", "i32", "[8, 1]", Some("idx.npy")),
+        tensor("tile", "sbuf", "f32", "[8, 4]", None),
+    );
+    let table = arange(40);
+    let want: Vec<f32> = idx
+        .iter()
+        .flat_map(|&i| match i {
+            0..=9 => table[i as usize * 4..i as usize * 4 + 4].to_vec(),
+            _ => vec![0.0; 4],
+        })
+        .collect();
+    check(
+        &text,
+        &[("idx.npy", i32_array(&[8, 1], &idx))],
+        "tile",
+        &want,
+    );
+}
+
+#[test]
+fn scatter_add_from_an_sbuf_tile_with_duplicate_i32_indices() {
+    // np.add.at(table, idx, tile) with idx repeating rows 1 and 4
+    let idx = [1, 4, 1, 0, 4, 4];
+    let text = format!(
+        "{}{}{}[[op]]\nop = \"dma_scatter\"\nsrc = \"tile\"\nindex = \"idx\"\ndst = \"table\"\ncompute = \"add\"\nunique_indices = false\n",
+        iota("table", "[5, 3]"),
+        tensor("idx", "sbuf", "i32", "[6, 1]", Some("idx.npy")),
+        tensor("tile", "sbuf", "f32", "[6, 3]", Some("tile.npy")),
+    );
+    let tile: Vec<f32> = (0..18).map(|i| 0.5 + i as f32).collect();
+    let tile_npy = NpyArray {
+        descr: "<f4".into(),
+        shape: vec![6, 3],
+        data: tile.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    };
+    let mut want = arange(15);
+    for (k, &r) in idx.iter().enumerate() {
+        for c in 0..3 {
+            want[r as usize * 3 + c] += tile[k * 3 + c];
+        }
+    }
+    let files = [
+        ("idx.npy", i32_array(&[6, 1], &idx)),
+        ("tile.npy", tile_npy),
+    ];
+    check(&text, &files, "table", &want);
+}
+
+#[test]
+fn a_3d_copy_indexed_on_dim_1() {
+    // dst = src[:, idx, :] for src [3, 5, 4]
+    let idx = [4, 0, 2];
+    let text = format!(
+        "{}{}{}[[op]]\nop = \"dma_copy\"\nsrc = {{ tensor = \"src\", ap = [[20, 3], [4, 3], [1, 4]], vector_offset = \"idx\", indirect_dim = 1 }}\ndst = \"dst\"\n",
+        iota("src", "[3, 5, 4]"),
+        tensor("idx", "sbuf", "i32", "[1, 3]", Some("idx.npy")),
+        tensor("dst", "hbm", "f32", "[3, 3, 4]", None),
+    );
+    let mut want = Vec::new();
+    for a in 0..3 {
+        for &b in &idx {
+            want.extend((0..4).map(|c| (a * 20 + b * 4 + c) as f32));
+        }
+    }
+    check(
+        &text,
+        &[("idx.npy", i32_array(&[1, 3], &idx))],
+        "dst",
+        &want,
+    );
+}
+
+#[test]
+fn both_sides_indexed_in_one_copy() {
+    // dst[didx[k], :] = src[sidx[k], :]; the other dst rows keep their values
+    let (sidx, didx) = ([5, 0, 3], [1, 6, 2]);
+    let text = format!(
+        "{}{}{}{}[[op]]\nop = \"dma_copy\"\nsrc = {{ tensor = \"src\", ap = [[2, 3], [1, 2]], vector_offset = \"sidx\" }}\ndst = {{ tensor = \"dst\", ap = [[2, 3], [1, 2]], vector_offset = \"didx\" }}\n",
+        iota("src", "[6, 2]"),
+        tensor("sidx", "sbuf", "i32", "[3, 1]", Some("s.npy")),
+        tensor("didx", "sbuf", "u32", "[1, 3]", Some("d.npy")),
+        tensor("dst", "hbm", "f32", "[7, 2]", None),
+    );
+    let mut want = vec![0.0f32; 14];
+    for (s, d) in sidx.iter().zip(didx) {
+        want[d * 2] = (s * 2) as f32;
+        want[d * 2 + 1] = (s * 2 + 1) as f32;
+    }
+    let didx_npy = super::exec::tests::u32_array(&[1, 3], &didx.map(|d| d as u32));
+    let files = [("s.npy", i32_array(&[3, 1], &sidx)), ("d.npy", didx_npy)];
+    check(&text, &files, "dst", &want);
+}
+
+#[test]
+fn a_column_window_and_a_scalar_offset_row_block() {
+    // win = table[rows, 3:5] (offset 3); blk = table[row0:row0 + 2, :]
+    let rows = [6, 1, 4];
+    let text = format!(
+        "{}{}{}{}{}[[op]]\nop = \"dma_copy\"\nsrc = {{ tensor = \"table\", ap = [[8, 3], [1, 2]], offset = 3, vector_offset = \"rows\" }}\ndst = \"win\"\n\
+         [[op]]\nop = \"dma_copy\"\nsrc = {{ tensor = \"table\", ap = [[8, 2], [1, 8]], scalar_offset = \"row0\" }}\ndst = \"blk\"\n",
+        iota("table", "[7, 8]"),
+        tensor("rows", "sbuf", "i32", "[3, 1]", Some("rows.npy")),
+        tensor("row0", "sbuf", "i32", "[1, 1]", Some("row0.npy")),
+        tensor("win", "sbuf", "f32", "[3, 2]", None),
+        tensor("blk", "sbuf", "f32", "[2, 8]", None),
+    );
+    let files = [
+        ("rows.npy", i32_array(&[3, 1], &rows)),
+        ("row0.npy", i32_array(&[1, 1], &[5])),
+    ];
+    let win: Vec<f32> = rows
+        .iter()
+        .flat_map(|r| [(r * 8 + 3) as f32, (r * 8 + 4) as f32])
+        .collect();
+    check(&text, &files, "win", &win);
+    check(
+        &text,
+        &files,
+        "blk",
+        &(40..56).map(|i| i as f32).collect::<Vec<_>>(),
+    );
+}
+
+#[test]
+fn a_5d_strided_copy() {
+    // dst = np.transpose(src) for src [2, 3, 2, 2, 3]
+    let text = format!(
+        "{}{}[[op]]\nop = \"dma_copy\"\nsrc = {{ tensor = \"src\", ap = [[1, 3], [3, 2], [6, 2], [12, 3], [36, 2]] }}\ndst = \"dst\"\n",
+        iota("src", "[2, 3, 2, 2, 3]"),
+        tensor("dst", "hbm", "f32", "[3, 2, 2, 3, 2]", None),
+    );
+    let mut want = Vec::new();
+    for e in 0..3 {
+        for d in 0..2 {
+            for c in 0..2 {
+                for b in 0..3 {
+                    for a in 0..2 {
+                        want.push((a * 36 + b * 12 + c * 6 + d * 3 + e) as f32);
+                    }
+                }
+            }
+        }
+    }
+    check(&text, &[], "dst", &want);
+}
+
+#[test]
+fn embedding_update_with_partition_major_sbuf_data() {
+    // table[idx[i], :] += data[i, :] for idx < 4, data [S, C] over S partitions
+    let idx = [2, 7, 2, 0];
+    let text = format!(
+        "{}{}{}[[op]]\nop = \"embedding_update\"\ntable = \"table\"\nindex = \"idx\"\ndata = \"data\"\nreduce = \"add\"\n",
+        iota("table", "[4, 2]"),
+        tensor("idx", "sbuf", "u32", "[1, 4]", Some("idx.npy")),
+        "[[tensor]]\nname = \"data\"\nspace = \"sbuf\"\ndtype = \"f32\"\nshape = [4, 2]\ninit = \"iota\"\npartition = 3\n",
+    );
+    let mut want = arange(8);
+    for (i, &r) in idx.iter().enumerate() {
+        if r < 4 {
+            want[r * 2] += (i * 2) as f32;
+            want[r * 2 + 1] += (i * 2 + 1) as f32;
+        }
+    }
+    let files = [(
+        "idx.npy",
+        super::exec::tests::u32_array(&[1, 4], &idx.map(|i| i as u32)),
+    )];
+    check(&text, &files, "table", &want);
+}
