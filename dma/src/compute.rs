@@ -1,6 +1,8 @@
 //! Compute ops: the DGE_COMPUTE_OP and CCE_OP enums with the seed's codes, and their
-//! element-wise application to little-endian byte slices of any [`Dtype`], with numpy's
-//! ufunc semantics (`np.add`, `np.multiply`, `np.maximum`, `np.minimum` on the same dtype).
+//! element-wise application to little-endian byte slices of any [`Dtype`]. The DMA
+//! engines compute in float32 (NKI): both operands are converted to f32, the op runs in
+//! f32 with numpy's ufunc rules (`np.add`, `np.multiply`, `np.maximum`, `np.minimum`), and
+//! the result is converted back to the dtype.
 //!
 //! Every op reads the destination `B` and the source `A` and writes `B = op(B, A)`: the
 //! destination is numpy's first argument. [`apply`] checks the operands, dispatches on the
@@ -13,8 +15,17 @@
 //! # Exact semantics
 //!
 //! - **NONE**: `B = A`, a byte copy whatever the dtype.
-//! - **Integers** (u8 i8 u16 i16 u32 i32): ADD and MULTIPLY wrap modulo 2^bits; MAX and
-//!   MIN compare with the dtype's signedness.
+//! - **Integers** (u8 i8 u16 i16 u32 i32): `b = B as f32`, `a = A as f32` (exact up to 16
+//!   bits; 32-bit values round to nearest even, so i32 `2^25 + 1` is `2^25`), `r = b + a`,
+//!   `b * a`, `max(b, a)` or `min(b, a)` in f32 (rounded to nearest even), then `r` goes
+//!   back rounding to nearest even and saturating at the dtype's range (NaN would give 0;
+//!   integer operands never make one). So i32 `(2^25 + 1) + 1 = 33554432`, u32
+//!   `u32::MAX + 1 = u32::MAX`, i8 `-128 * -1 = 127`, and MAX/MIN return the chosen
+//!   operand's f32 value converted back (u32 `max(2^24 + 1, 0) = 2^24`). MAX/MIN keep `B`
+//!   on equal f32 values as the float rule does, which cannot be seen: the result is that
+//!   value either way. Up to 16 bits every operand and sum is exact in f32 and a product
+//!   is exact or past 2^24, out of range either way, so the rule is saturating integer
+//!   ADD/MULTIPLY and plain MAX/MIN, and those dtypes are computed so.
 //! - **f32 ADD / MULTIPLY**: IEEE-754 binary32, round to nearest even, no flush to zero. A
 //!   NaN result is made deterministic: if `B` is NaN the result is `B` quieted (quiet bit
 //!   `0x0040_0000` set, payload and sign kept), else if `A` is NaN it is `A` quieted, else
@@ -165,26 +176,38 @@ pub trait Element: Copy + PartialEq + std::fmt::Debug + Send + Sync + 'static {
     fn op_min(self, src: Self) -> Self;
 }
 
-macro_rules! int_element {
-    ($($t:ty => $d:ident),*) => {$(
+/// An integer dtype's [`Element`] encoding: its little-endian bytes, viewed in place.
+macro_rules! int_encoding {
+    ($t:ty, $d:ident) => {
+        const DTYPE: Dtype = Dtype::$d;
+        type Bytes = [u8; core::mem::size_of::<$t>()];
+        fn from_le(bytes: Self::Bytes) -> Self {
+            <$t>::from_le_bytes(bytes)
+        }
+        fn to_le(self) -> Self::Bytes {
+            self.to_le_bytes()
+        }
+        #[cfg(target_endian = "little")]
+        fn le_image(elems: &[Self]) -> Option<&[u8]> {
+            Some(elems.as_bytes())
+        }
+    };
+}
+
+/// u8 i8 u16 i16: the f32 rule computed exactly in integers (the module docs say why the
+/// results are the same), so the loops vectorise as plain integer code. `$wide` holds
+/// every product.
+macro_rules! narrow_int_element {
+    ($($t:ty => $d:ident, $wide:ty),*) => {$(
         impl Element for $t {
-            const DTYPE: Dtype = Dtype::$d;
-            type Bytes = [u8; core::mem::size_of::<$t>()];
-            fn from_le(bytes: Self::Bytes) -> Self {
-                <$t>::from_le_bytes(bytes)
-            }
-            fn to_le(self) -> Self::Bytes {
-                self.to_le_bytes()
-            }
-            #[cfg(target_endian = "little")]
-            fn le_image(elems: &[Self]) -> Option<&[u8]> {
-                Some(elems.as_bytes())
-            }
+            int_encoding!($t, $d);
             fn op_add(self, src: Self) -> Self {
-                self.wrapping_add(src)
+                self.saturating_add(src)
             }
             fn op_mul(self, src: Self) -> Self {
-                self.wrapping_mul(src)
+                let product = <$wide>::from(self) * <$wide>::from(src);
+                // clamped to the dtype's range, so the cast is exact
+                product.clamp(<$t>::MIN.into(), <$t>::MAX.into()) as $t
             }
             fn op_max(self, src: Self) -> Self {
                 Ord::max(self, src)
@@ -196,7 +219,66 @@ macro_rules! int_element {
     )*};
 }
 
-int_element!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32);
+narrow_int_element!(u8 => U8, u16, i8 => I8, i16, u16 => U16, u32, i16 => I16, i32);
+
+/// u32 i32: both operands to f32 (`as` rounds to nearest even), the op in f32, and
+/// [`FromF32::from_f32`] back. MAX/MIN keep `B` on equal f32 values.
+macro_rules! wide_int_element {
+    ($($t:ty => $d:ident),*) => {$(
+        impl Element for $t {
+            int_encoding!($t, $d);
+            fn op_add(self, src: Self) -> Self {
+                Self::from_f32(self as f32 + src as f32)
+            }
+            fn op_mul(self, src: Self) -> Self {
+                Self::from_f32(self as f32 * src as f32)
+            }
+            fn op_max(self, src: Self) -> Self {
+                let (b, a) = (self as f32, src as f32);
+                Self::from_f32(if b >= a { b } else { a })
+            }
+            fn op_min(self, src: Self) -> Self {
+                let (b, a) = (self as f32, src as f32);
+                Self::from_f32(if b <= a { b } else { a })
+            }
+        }
+        impl FromF32 for $t {
+            fn from_f32(r: f32) -> Self {
+                // in the dtype's range, so the cast is exact
+                nearest_in_range(r, <$t>::MIN.into(), <$t>::MAX.into()) as $t
+            }
+        }
+    )*};
+}
+
+/// The DMA's conversion of an f32 result back to a 32-bit integer dtype: round to nearest
+/// even, saturate at the dtype's range, NaN to 0.
+trait FromF32 {
+    fn from_f32(r: f32) -> Self;
+}
+
+wide_int_element!(u32 => U32, i32 => I32);
+
+/// `r` rounded to the nearest integer (ties to even) and clamped to `lo..=hi`, NaN to 0,
+/// where `lo` and `hi` are integers of magnitude below 2^51. No float-to-int cast (the
+/// saturating `as` is scalar code on x86-64), so the loops vectorise: the clamped value
+/// plus 1.5 * 2^52 lies in [2^52, 2^53), where f64's spacing is 1, so the add rounds it
+/// to an integer, ties to even (the constant is even), and that integer is the
+/// difference of the two encodings.
+fn nearest_in_range(r: f32, lo: f64, hi: f64) -> i64 {
+    const MAGIC: f64 = 6_755_399_441_055_744.0;
+    let x = f64::from(r);
+    let x = if x.is_nan() {
+        0.0
+    } else if x < lo {
+        lo
+    } else if x > hi {
+        hi
+    } else {
+        x
+    };
+    (x + MAGIC).to_bits().wrapping_sub(MAGIC.to_bits()) as i64
+}
 
 /// The deterministic NaN of an f32 ADD/MULTIPLY whose exact result `r` was computed from
 /// `dst` and `src` (see the module docs). Written as selects, not branches, so that the
@@ -552,15 +634,22 @@ mod tests {
     #[test]
     fn u8_and_i8() {
         let u = |op, a: u8, b: u8| one(op, Dtype::U8, &[a], &[b])[0];
-        assert_eq!(u(Add, 250, 10), 4);
-        assert_eq!(u(Multiply, 16, 17), 16); // 272 mod 256
+        assert_eq!(u(Add, 250, 4), 254);
+        assert_eq!(u(Add, 250, 10), 255); // 260 saturates
+        assert_eq!(u(Multiply, 16, 17), 255); // 272 saturates
+        assert_eq!(u(Multiply, 15, 17), 255);
+        assert_eq!(u(Multiply, 15, 16), 240);
         assert_eq!(u(Max, 3, 200), 200);
         assert_eq!(u(Min, 3, 200), 3);
         assert_eq!(u(Copy, 3, 200), 200);
         let i = |op, a: i8, b: i8| one(op, Dtype::I8, &[a as u8], &[b as u8])[0] as i8;
-        assert_eq!(i(Add, 127, 1), -128);
-        assert_eq!(i(Multiply, -128, -1), -128);
-        assert_eq!(i(Multiply, 16, 9), -112); // 144 - 256
+        assert_eq!(i(Add, 127, 1), 127);
+        assert_eq!(i(Add, -128, -1), -128);
+        assert_eq!(i(Add, -100, 27), -73);
+        assert_eq!(i(Multiply, -128, -1), 127); // 128 saturates
+        assert_eq!(i(Multiply, -128, 127), -128); // -16256 saturates
+        assert_eq!(i(Multiply, 16, 9), 127); // 144 saturates
+        assert_eq!(i(Multiply, -7, 9), -63);
         assert_eq!(i(Max, -5, 3), 3);
         assert_eq!(i(Min, -5, 3), -5);
         assert_eq!(i(Copy, -5, 3), 3);
@@ -568,32 +657,118 @@ mod tests {
 
     #[test]
     fn u16_and_i16() {
-        assert_eq!(u16s(Add, Dtype::U16, 65535, 2), 1);
-        assert_eq!(u16s(Multiply, Dtype::U16, 300, 300), 24464); // 90000 - 65536
+        assert_eq!(u16s(Add, Dtype::U16, 65535, 2), 65535);
+        assert_eq!(u16s(Add, Dtype::U16, 65533, 2), 65535);
+        assert_eq!(u16s(Multiply, Dtype::U16, 300, 300), 65535); // 90000 saturates
+        assert_eq!(u16s(Multiply, Dtype::U16, 255, 257), 65535);
         assert_eq!(u16s(Max, Dtype::U16, 0x8000, 0x7fff), 0x8000);
         assert_eq!(u16s(Min, Dtype::U16, 0x8000, 0x7fff), 0x7fff);
         assert_eq!(u16s(Copy, Dtype::U16, 1, 0xbeef), 0xbeef);
         let i = |op, a: i16, b: i16| u16s(op, Dtype::I16, a as u16, b as u16) as i16;
-        assert_eq!(i(Add, 32767, 1), -32768);
-        assert_eq!(i(Multiply, 200, 200), -25536); // 40000 - 65536
+        assert_eq!(i(Add, 32767, 1), 32767);
+        assert_eq!(i(Add, -32768, -1), -32768);
+        assert_eq!(i(Multiply, 200, 200), 32767); // 40000 saturates
+        assert_eq!(i(Multiply, -200, 200), -32768);
+        assert_eq!(i(Multiply, -32768, -1), 32767);
+        assert_eq!(i(Multiply, -181, 181), -32761);
         assert_eq!(i(Max, -32768, 32767), 32767);
         assert_eq!(i(Min, -32768, 32767), -32768);
     }
 
     #[test]
     fn u32_and_i32() {
-        assert_eq!(u32s(Add, Dtype::U32, u32::MAX, 1), 0);
-        assert_eq!(u32s(Multiply, Dtype::U32, 65536, 65536), 0);
-        assert_eq!(u32s(Multiply, Dtype::U32, 0x1_0001, 0x1_0001), 0x2_0001);
+        assert_eq!(u32s(Add, Dtype::U32, 3, 4), 7);
+        assert_eq!(u32s(Multiply, Dtype::U32, 65535, 256), 16_776_960);
+        assert_eq!(u32s(Multiply, Dtype::U32, 65536, 65536), u32::MAX); // 2^32 saturates
+        assert_eq!(u32s(Multiply, Dtype::U32, 0x1_0001, 0x1_0001), u32::MAX);
         assert_eq!(u32s(Max, Dtype::U32, 0x8000_0000, 7), 0x8000_0000);
         assert_eq!(u32s(Min, Dtype::U32, 0x8000_0000, 7), 7);
         let i = |op, a: i32, b: i32| u32s(op, Dtype::I32, a as u32, b as u32) as i32;
-        assert_eq!(i(Add, i32::MAX, 1), i32::MIN);
-        assert_eq!(i(Multiply, 46341, 46341), -2_147_479_015); // 2147488281 - 2^32
-        assert_eq!(i(Multiply, 65536, 65536), 0);
+        assert_eq!(i(Add, i32::MAX, 1), i32::MAX); // i32::MAX as f32 is 2^31
+        assert_eq!(i(Add, i32::MIN, -1), i32::MIN); // -2^31 - 1 rounds to -2^31
+        assert_eq!(i(Add, -5, 3), -2);
+        assert_eq!(i(Multiply, 46341, 46341), i32::MAX); // 2147488281 saturates
+        assert_eq!(i(Multiply, 65536, 65536), i32::MAX);
+        assert_eq!(i(Multiply, i32::MIN, -1), i32::MAX);
+        assert_eq!(i(Multiply, 65536, -32768), i32::MIN); // -2^31 exactly
+        assert_eq!(i(Multiply, 65536, -32769), i32::MIN);
         assert_eq!(i(Max, i32::MIN, -1), -1);
         assert_eq!(i(Min, i32::MIN, -1), i32::MIN);
         assert_eq!(i(Copy, 5, -9), -9);
+    }
+
+    /// NKI's example: 2^25 + 1 is not an f32 (the spacing there is 4), so it rounds to
+    /// 2^25 before the add, and the sum 2^25 + 1 rounds to 2^25 again.
+    #[test]
+    fn i32_add_rounds_operands_to_f32_first() {
+        let i = |op, a: i32, b: i32| u32s(op, Dtype::I32, a as u32, b as u32) as i32;
+        assert_eq!(i(Add, (1 << 25) + 1, 1), 33_554_432);
+        assert_eq!(i(Add, 1, (1 << 25) + 1), 33_554_432);
+        assert_eq!(i(Add, (1 << 25) + 3, 0), (1 << 25) + 4); // nearest f32
+        assert_eq!(i(Add, (1 << 24) - 1, 1), 1 << 24); // exact
+        assert_eq!(i(Add, 1 << 24, 1), 1 << 24); // 2^24 + 1: a tie, to even
+        assert_eq!(i(Add, -(1 << 24), -3), -(1 << 24) - 4); // -(2^24 + 3): a tie, to even
+        assert_eq!(i(Multiply, 4097, 4097), 16_785_408); // 16785409: a tie, to even
+    }
+
+    /// u32::MAX as f32 is 2^32: any op that returns it saturates back to u32::MAX, and
+    /// MAX/MIN return the rounded value of the chosen operand, not its bits.
+    #[test]
+    fn u32_rounds_and_saturates() {
+        let u = |op, a: u32, b: u32| u32s(op, Dtype::U32, a, b);
+        assert_eq!(u(Add, u32::MAX, 1), u32::MAX);
+        assert_eq!(u(Add, u32::MAX, 0), u32::MAX);
+        assert_eq!(u(Add, u32::MAX - 127, 0), u32::MAX); // 2^32 - 128: a tie, to 2^32
+        assert_eq!(u(Add, u32::MAX - 128, 0), u32::MAX - 255); // 2^32 - 256
+        assert_eq!(u(Add, (1 << 24) + 1, 0), 1 << 24);
+        assert_eq!(u(Max, (1 << 24) + 1, 0), 1 << 24);
+        assert_eq!(u(Min, (1 << 24) + 1, u32::MAX), 1 << 24);
+        assert_eq!(u(Max, (1 << 24) + 1, (1 << 24) + 3), (1 << 24) + 4);
+        assert_eq!(u(Min, u32::MAX, u32::MAX - 1), u32::MAX);
+        assert_eq!(u(Copy, 0, (1 << 24) + 1), (1 << 24) + 1); // a copy is bytes
+    }
+
+    /// u8 and i8 compute the f32 rule in integers: every operand pair agrees with the
+    /// f32 reference.
+    #[test]
+    fn eight_bit_ops_match_the_f32_reference_on_every_pair() {
+        let dst: Vec<u8> = (0..=255u8).flat_map(|a| [a; 256]).collect();
+        let src: Vec<u8> = (0..256).flat_map(|_| 0..=255u8).collect();
+        for (dtype, signed) in [(Dtype::U8, false), (Dtype::I8, true)] {
+            for op in [Add, Multiply, Max, Min] {
+                let got = one(op, dtype, &dst, &src);
+                for ((g, a), b) in got.iter().zip(&dst).zip(&src) {
+                    let want = ref_int(op, 8, signed, u64::from(*a), u64::from(*b));
+                    assert_eq!(u64::from(*g), want, "{op:?} {dtype:?} {a} {b}");
+                }
+            }
+        }
+    }
+
+    /// The conversion back on values an integer op never produces: halves round to even,
+    /// both ends saturate, NaN is 0.
+    #[test]
+    fn from_f32_rounds_to_even_saturates_and_zeroes_nan() {
+        let i = <i32 as FromF32>::from_f32;
+        let u = <u32 as FromF32>::from_f32;
+        assert_eq!(i(2.5), 2);
+        assert_eq!(i(3.5), 4);
+        assert_eq!(i(-2.5), -2);
+        assert_eq!(i(-3.5), -4);
+        assert_eq!(i(0.5), 0);
+        assert_eq!(i(-0.75), -1);
+        assert_eq!(i(8_388_607.5), 8_388_608);
+        assert_eq!(i(f32::NAN), 0);
+        assert_eq!(i(f32::INFINITY), i32::MAX);
+        assert_eq!(i(f32::NEG_INFINITY), i32::MIN);
+        assert_eq!(i(2_147_483_648.0), i32::MAX);
+        assert_eq!(i(-2_147_483_904.0), i32::MIN);
+        assert_eq!(u(254.5), 254);
+        assert_eq!(u(-0.5), 0);
+        assert_eq!(u(-1.0), 0);
+        assert_eq!(u(f32::NAN), 0);
+        assert_eq!(u(4_294_967_296.0), u32::MAX);
+        assert_eq!(u(4_294_967_040.0), u32::MAX - 255);
     }
 
     #[test]
@@ -689,7 +864,7 @@ mod tests {
         let d = [5u8, 200];
         assert_eq!(
             one(CceOp::Add.compute_op(), Dtype::U8, &d, &[3, 100]),
-            vec![8, 44]
+            vec![8, 255]
         );
         assert_eq!(
             one(CceOp::Max.compute_op(), Dtype::U8, &d, &[3, 250]),
@@ -723,7 +898,8 @@ mod tests {
 
     // ---- independent scalar reference ----------------------------------------------
 
-    /// numpy-rule reference for integer dtypes, computed in i128 and truncated.
+    /// Reference for integer dtypes: the operands as i128, converted to f32 (one rounding,
+    /// to nearest even), the op in f32, and [`ref_to_int`] back.
     fn ref_int(op: ComputeOp, bits: u32, signed: bool, a: u64, b: u64) -> u64 {
         let mask = (1u128 << bits) - 1;
         let widen = |v: u64| {
@@ -734,15 +910,40 @@ mod tests {
                 v as i128
             }
         };
-        let (x, y) = (widen(a), widen(b));
+        let (x, y) = (widen(a) as f32, widen(b) as f32);
         let r = match op {
-            Copy => y,
+            Copy => return b & mask as u64,
             Add => x + y,
             Multiply => x * y,
-            Max => x.max(y),
-            Min => x.min(y),
+            Max if x >= y => x,
+            Min if x <= y => x,
+            Max | Min => y,
         };
-        (r as u128 & mask) as u64
+        ref_to_int(r, bits, signed)
+    }
+
+    /// An f32 to a `bits`-wide integer's bit pattern: NaN is 0, out-of-range values clamp
+    /// to the range, the rest round half to even.
+    fn ref_to_int(r: f32, bits: u32, signed: bool) -> u64 {
+        let (lo, hi) = if signed {
+            (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+        } else {
+            (0, (1i128 << bits) - 1)
+        };
+        let r = f64::from(r);
+        let v = if r.is_nan() {
+            0
+        } else if r <= lo as f64 {
+            lo
+        } else if r >= hi as f64 {
+            hi
+        } else {
+            let floor = r.floor();
+            let frac = r - floor;
+            let up = frac > 0.5 || (frac == 0.5 && floor % 2.0 != 0.0);
+            floor as i128 + i128::from(up)
+        };
+        (v as u128 & ((1u128 << bits) - 1)) as u64
     }
 
     /// Float reference on raw bits: values widened to f64, rounded once to the target.
@@ -872,6 +1073,13 @@ mod tests {
                 0x80,
                 0x7fff,
                 0x8000,
+                0xff,
+                0xffff,
+                0x0100_0001,
+                0x0200_0001,
+                0x8000_0001,
+                0xffff_ff7f,
+                0xffff_ff80,
             ],
         };
         let mask = if dtype.size() == 4 {
@@ -879,7 +1087,10 @@ mod tests {
         } else {
             (1u64 << (8 * dtype.size())) - 1
         };
-        prop_oneof![any::<u64>(), proptest::sample::select(edges)].prop_map(move |v| v & mask)
+        // small magnitudes too, so that 32-bit products do not all saturate
+        let small = (-70_000i64..70_000).prop_map(|v| v as u64);
+        prop_oneof![any::<u64>(), proptest::sample::select(edges), small]
+            .prop_map(move |v| v & mask)
     }
 
     fn case() -> impl Strategy<Value = (ComputeOp, Dtype, Vec<(u64, u64)>)> {
@@ -968,6 +1179,18 @@ mod tests {
                 .collect();
             apply(op, Dtype::F32, &mut dst, &src).unwrap();
             prop_assert_eq!(dst, want);
+        }
+    }
+
+    proptest! {
+        /// The conversion back to u32 and i32, on any f32 (fractions, halves,
+        /// out-of-range values, infinities, NaNs), against [`ref_to_int`].
+        #[test]
+        fn from_f32_matches_reference(bits in any::<u32>(), small in -300.0f32..300.0) {
+            for r in [f32::from_bits(bits), small, small.round() + 0.5] {
+                prop_assert_eq!(u64::from(u32::from_f32(r)), ref_to_int(r, 32, false));
+                prop_assert_eq!(i32::from_f32(r) as u32 as u64, ref_to_int(r, 32, true));
+            }
         }
     }
 

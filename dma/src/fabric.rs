@@ -2229,7 +2229,7 @@ mod tests {
                         match (i + t) % 5 {
                             0 => locks.copy(at(0, a), at(3, a), 32),
                             1 => locks.copy(at(3, a), at(0, a), 32),
-                            2 => locks.reduce(at(2, a), at(1, a), 32, Dtype::U8, ComputeOp::Add),
+                            2 => locks.reduce(at(2, a), at(1, a), 32, Dtype::F32, ComputeOp::Add),
                             3 => locks.copy(at(0, a), at(1, b), 32),
                             _ => locks.copy(at(1, b), at(0, b), 32),
                         }
@@ -2238,14 +2238,22 @@ mod tests {
                 });
             }
         });
+        // 800 f32 adds of page 2's bytes to page 1's, in order: every add changes the sum,
+        // so a lost or doubled add shows (integer adds would saturate at the dtype's top)
+        let mut sum = f32::from_bits(0x0202_0202);
+        for _ in 0..800 {
+            sum += f32::from_bits(0x0303_0303);
+        }
+        let summed: Vec<u8> = std::iter::repeat_n(sum.to_le_bytes(), 8)
+            .flatten()
+            .collect();
         for t in 0..4u64 {
             let (a, b) = (t * 64, t * 64 + 32);
             // thread 1 starts with 3.A -> 0.A, so its copies carry page 3's 4 around;
             // every other thread first copies page 0's 1 over page 3
             let carried = if t == 1 { 4 } else { 1 };
             assert_eq!(bytes(&f, a, 64), vec![carried; 64], "page 0, thread {t}");
-            // 800 adds of 3 to 2, modulo 256
-            assert_eq!(bytes(&f, P + a, 32), vec![98; 32], "page 1 A");
+            assert_eq!(bytes(&f, P + a, 32), summed, "page 1 A");
             assert_eq!(bytes(&f, P + b, 32), vec![carried; 32], "page 1 B");
             assert_eq!(bytes(&f, 2 * P + a, 64), vec![3; 64], "page 2");
             assert_eq!(bytes(&f, 3 * P + a, 32), vec![carried; 32], "page 3 A");

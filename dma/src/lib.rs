@@ -6,7 +6,7 @@
 //! - [`addr`]: the unified 64-bit [`FabricAddr`] map (HBM, SBUF and PSUM windows) and the
 //!   32-bit on-core [`Addr4`] encoding, with the one range check every access uses;
 //! - [`dtype`]: element dtypes and their ISA codes;
-//! - [`compute`]: DGE_COMPUTE_OP / CCE_OP and their numpy-exact arithmetic;
+//! - [`compute`]: DGE_COMPUTE_OP / CCE_OP and their float32 arithmetic;
 //! - [`fabric`]: HBM (sparse), SBUF and PSUM storage behind one bounds-checked access path;
 //! - [`descriptor`], [`queue_file`]: the DMA descriptor and the queue file format;
 //! - [`engine`], [`timing`]: the async multi-queue engine and its timing model.

@@ -322,11 +322,12 @@ fn dma_gather_hard_oob_stops_at_the_failing_instruction() {
     }
 }
 
-/// np.add.at(dst, idx, src) on wrapping i32 rows.
+/// np.add.at(dst, idx, src) on i32 rows done in f32, as the DMA does: both operands
+/// rounded to f32, the f32 sum, back to i32 rounding to nearest even and saturating.
 fn np_add_at(dst: &mut [Vec<i32>], idx: &[u32], src: &[Vec<i32>]) {
     for (&i, row) in idx.iter().zip(src) {
         for (d, s) in dst[i as usize].iter_mut().zip(row) {
-            *d = d.wrapping_add(*s);
+            *d = (*d as f32 + *s as f32).round_ties_even() as i32;
         }
     }
 }

@@ -7,7 +7,8 @@
 //! notification); otherwise data row `i` (`embed_entry_num_elements` elements at
 //! `embed_data_addr + i * row bytes`) is reduced into table row `index` (at
 //! `embedding_table_base_addr + index * embed_entry_stride_bytes`) with the CCE_OP (ADD,
-//! MAX, MIN, numpy semantics). Duplicate indices accumulate in index order.
+//! MAX, MIN), computed in f32 by the DMA ([`dma::compute`]). Duplicate indices accumulate
+//! in index order.
 
 use dma::{Dtype, Fabric, FabricAddr};
 

@@ -502,7 +502,8 @@ pub fn scatter_add_policies(r: Route) {
                 .get_mut(d as usize)
                 .filter(|_| u64::from(d) < bound)
             {
-                Some(slot) => *slot = slot.wrapping_add(v),
+                // the DMA adds in f32 and saturates back to u32
+                Some(slot) => *slot = (*slot as f32 + v as f32).round_ties_even() as u32,
                 None => skipped.push(skip(IndexSide::Dst, k, d)),
             }
         }

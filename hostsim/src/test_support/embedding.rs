@@ -1,6 +1,6 @@
 //! EMBEDDING_UPDATE (PSEUDO_EMBEDDING_UPDATE 0xca) cases every route must pass with the
 //! same exact results: ADD / MAX / MIN over duplicates in order, indices past the table
-//! skipped and reported, integer wrap, bf16 rounding across many vectors, and invalid
+//! skipped and reported, integer saturation, bf16 rounding across many vectors, and invalid
 //! updates failing closed.
 
 use dma::{CceOp, Dtype, Fabric, FabricAddr};
@@ -83,7 +83,8 @@ pub fn min_reduces_in_order(r: Route) {
     check(r, CceOp::Min, [0.5, 1.0, -10.0], [-1.0, 0.5, -0.0]);
 }
 
-pub fn integer_rows_wrap(r: Route) {
+/// Row 0 = `[250, 1] + [5, 2] + [3, 4]` in f32: 258 saturates to u8's 255.
+pub fn integer_rows_saturate(r: Route) {
     let mut f = r.fabric();
     put::<u8>(&mut f, FabricAddr(TABLE), &[250, 1, 0, 0]);
     put::<u32>(&mut f, sbuf_at(0, 0), &[0, 0]);
@@ -91,7 +92,7 @@ pub fn integer_rows_wrap(r: Route) {
     let t = table(1, 2, 2);
     let e = PseudoEmbeddingUpdate::new(t, sbuf(0, 0), sbuf(0, DATA), 2, Dtype::U8, CceOp::Add);
     r.run(&mut f, &mut CoreState::new(), e);
-    assert_eq!(get::<u8>(&f, FabricAddr(TABLE), 4), [2, 7, 0, 0]);
+    assert_eq!(get::<u8>(&f, FabricAddr(TABLE), 4), [255, 7, 0, 0]);
 }
 
 /// 40 updates of 1.0 into row `i % 3`, 2 bf16 each; every fifth index is past the rows.
@@ -134,7 +135,7 @@ macro_rules! embedding_cases {
             add_accumulates_duplicates_and_skips,
             max_reduces_in_order,
             min_reduces_in_order,
-            integer_rows_wrap,
+            integer_rows_saturate,
             many_indices_across_vectors_in_bf16,
             invalid_updates_fail_closed,
         ]);
