@@ -73,6 +73,7 @@ fn run_writes_every_tensor_and_the_report() {
         [
             "bytes",
             "descriptors",
+            "dge",
             "estimated_ns",
             "instructions",
             "mechanism",
@@ -81,6 +82,8 @@ fn run_writes_every_tensor_and_the_report() {
         ]
     );
     assert_eq!(report["ops"][1]["op"], "dma_scatter");
+    // cayman's DMA_INDIRECT is indexed: the software DGE serves it
+    assert_eq!(report["ops"][1]["dge"], "software");
     assert_eq!(report["total"]["oob_skipped"], 192);
     assert_eq!(report["total"]["bytes"], 2_048_000);
     assert!(report["total"]["wall_seconds"].as_f64().unwrap() > 0.0);

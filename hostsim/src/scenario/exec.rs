@@ -156,6 +156,9 @@ pub struct OpReport {
     pub op: String,
     /// The mechanisms that ran its instructions, in order of first use, `+`-joined.
     pub mechanism: String,
+    /// The DGEs that generated its descriptors (`hardware`, `software`), in order of
+    /// first use, `+`-joined; `null` when no instruction took the DGE route.
+    pub dge: Option<String>,
     /// ISA instructions executed.
     pub instructions: u64,
     /// DMA descriptors executed.
@@ -246,15 +249,20 @@ impl Report {
 
 /// One op's report from its run.
 fn op_report(kind: &str, r: &RunReport) -> OpReport {
-    let mut mechanisms: Vec<&str> = Vec::new();
-    for s in &r.steps {
-        if !mechanisms.contains(&s.taken.name()) {
-            mechanisms.push(s.taken.name());
+    let distinct = |names: &mut dyn Iterator<Item = &'static str>| {
+        let mut seen: Vec<&str> = Vec::new();
+        for n in names {
+            if !seen.contains(&n) {
+                seen.push(n);
+            }
         }
-    }
+        seen.join("+")
+    };
+    let dge = distinct(&mut r.steps.iter().filter_map(|s| s.dge.map(|d| d.name())));
     OpReport {
         op: kind.to_string(),
-        mechanism: mechanisms.join("+"),
+        mechanism: distinct(&mut r.steps.iter().map(|s| s.taken.name())),
+        dge: (!dge.is_empty()).then_some(dge),
         instructions: r.totals.instructions as u64,
         descriptors: r.totals.descriptors,
         bytes: r.totals.bytes_written,
@@ -548,6 +556,7 @@ pub(crate) mod tests {
         let op = OpReport {
             op: "dma_copy".into(),
             mechanism: "dge".into(),
+            dge: Some("software".into()),
             instructions: 1,
             descriptors: 2,
             bytes: 3,
@@ -558,8 +567,8 @@ pub(crate) mod tests {
         let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
         let want = serde_json::json!({
             "ops": [
-                {"op": "dma_copy", "mechanism": "dge", "instructions": 1, "descriptors": 2, "bytes": 3, "oob_skipped": 4, "estimated_ns": 5},
-                {"op": "dma_copy", "mechanism": "dge", "instructions": 1, "descriptors": 2, "bytes": 3, "oob_skipped": 4, "estimated_ns": 5}
+                {"op": "dma_copy", "mechanism": "dge", "dge": "software", "instructions": 1, "descriptors": 2, "bytes": 3, "oob_skipped": 4, "estimated_ns": 5},
+                {"op": "dma_copy", "mechanism": "dge", "dge": "software", "instructions": 1, "descriptors": 2, "bytes": 3, "oob_skipped": 4, "estimated_ns": 5}
             ],
             "total": {"descriptors": 4, "bytes": 6, "oob_skipped": 8, "estimated_ns": 10, "wall_seconds": 0.5}
         });

@@ -256,6 +256,8 @@ impl Replayed {
         let op = OpReport {
             op: "replay".into(),
             mechanism: "dma".into(),
+            // A queue file holds descriptors: which DGE made them was decided at `gen`.
+            dge: None,
             instructions: 0,
             descriptors: s.descriptors,
             bytes: s.bytes,
