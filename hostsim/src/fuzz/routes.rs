@@ -152,6 +152,7 @@ impl Routes {
             .map(|&inst| Lowered {
                 instructions: vec![inst],
                 bounds: Vec::new(),
+                shapes: Vec::new(),
             })
             .collect();
         let mut got = case.fabric.clone();

@@ -170,6 +170,7 @@ pub fn dma_gather_transpose(
             reg: 0,
             bound: u64::from(src.shape[0]),
         }],
+        shapes: Vec::new(),
     }
     .validated(generation)
 }
@@ -261,6 +262,7 @@ impl RowRequest {
                 reg: o.bound_reg,
                 bound: u64::from(bound),
             }],
+            shapes: Vec::new(),
         }
         .validated(self.generation)
     }
@@ -349,6 +351,7 @@ pub fn dma_copy(
     Lowered {
         instructions,
         bounds: Vec::new(),
+        shapes: Vec::new(),
     }
     .validated(generation)
 }
@@ -418,6 +421,7 @@ pub fn embedding_update(
     Lowered {
         instructions,
         bounds: Vec::new(),
+        shapes: Vec::new(),
     }
     .validated(generation)
 }
@@ -528,7 +532,7 @@ mod tests {
         let l = dma_scatter(Generation::Sunda, &src, &idx, &dst, opts).unwrap();
         assert!(dma(&l, 0).flags().non_unique_dst_idx());
         let mut r = Runtime::new(Generation::Sunda, Mechanism::Reference).unwrap();
-        l.apply_bounds(r.registers_mut()).unwrap();
+        l.apply_registers(r.registers_mut()).unwrap();
         r.run(&mut f, &l.instructions).unwrap();
         let mut out = [0i32; 4];
         f.read_elems(FabricAddr(0x2000), &mut out).unwrap();

@@ -70,6 +70,7 @@ pub fn nc_n_gather(
     Lowered {
         instructions,
         bounds: Vec::new(),
+        shapes: Vec::new(),
     }
     .validated(generation)
 }
@@ -180,6 +181,7 @@ pub fn local_gather(
     Lowered {
         instructions: vec![ic.into()],
         bounds: Vec::new(),
+        shapes: Vec::new(),
     }
     .validated(generation)
 }

@@ -275,13 +275,13 @@ impl Runtime {
         Ok(report)
     }
 
-    /// Sets the bound registers `lowered` needs, then runs its instructions.
+    /// Sets the bound and shape registers `lowered` needs, then runs its instructions.
     pub fn run_lowered(
         &mut self,
         fabric: &mut Fabric,
         lowered: &crate::nki::Lowered,
     ) -> Result<RunReport, Error> {
-        lowered.apply_bounds(&mut self.state.regs)?;
+        lowered.apply_registers(&mut self.state.regs)?;
         self.run(fabric, &lowered.instructions)
     }
 
