@@ -771,21 +771,24 @@ pub fn shaped_duplicates_are_positions(r: Route) {
     assert_eq!(got, expect);
 }
 
-/// Elements move in walk order, each read when it moves: a gather along X of `[2][2]`
-/// into the tensor one element on. (w, z, y) outer, then the position, then nothing.
+/// Elements move in walk order, each read when it moves: a gather along X of the `[2][2]`
+/// tensor `t` into `t` two elements on. The walk is y, then the position: j0 = (y 0, k 0)
+/// reads t1, j1 = (0, 1) t0, j2 = (1, 0) t3, j3 = (1, 1) t2, and j writes t[2 + j], so
+/// j2 reads what j1 wrote (position-major order would read t3 before j1 writes it, and
+/// reading every source first would leave t4 = 8 and t5 = 7).
 pub fn shaped_walk_moves_in_order(r: Route) {
     let xyzw = [2, 2, 1, 1];
     let mut f = r.fabric();
-    put::<u32>(&mut f, FabricAddr(TABLE), &[5, 6, 7, 8, 9]);
+    put::<u32>(&mut f, FabricAddr(TABLE), &[5, 6, 7, 8, 9, 10]);
     put::<u32>(&mut f, sbuf_at(0, SIDX), &[1, 0]);
     let src = indirect(FabricAddr(TABLE), SIDX, 4, BoundCheckReg::DISABLED);
-    let dst = direct(FabricAddr(TABLE + 4), 4);
+    let dst = direct(FabricAddr(TABLE + 8), 4);
     let fl = shaped_flags(IndirectMode::Src, IndirectDim::X, true);
     let i = DmaIndirect1d::new(fl, src, dst, 2, Dtype::U32, ComputeOp::None)
         .with_shape_reg(ShapeReg::at(SHAPE_REG).unwrap());
     r.run(&mut f, &mut shaped_state(xyzw, 0), i);
-    // j0: t[1] = t[1]; j1: t[2] = t[0]; j2: t[3] = t[3]; j3: t[4] = t[2], already 5
-    assert_eq!(get::<u32>(&f, FabricAddr(TABLE), 5), [5, 6, 5, 8, 5]);
+    // j0: t2 = t1 = 6; j1: t3 = t0 = 5; j2: t4 = t3 = 5; j3: t5 = t2 = 6
+    assert_eq!(get::<u32>(&f, FabricAddr(TABLE), 6), [5, 6, 6, 5, 5, 6]);
 }
 
 /// The shape is checked against its registers before anything moves, on every route.
