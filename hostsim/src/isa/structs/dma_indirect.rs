@@ -24,6 +24,8 @@
 //! enabled) and the extent along its dim is out of bounds: its position moves nothing at
 //! any point of the walk (soft skip) or the instruction fails naming that bound (hard
 //! error). Duplicate destination indices are duplicate positions, as without a shape.
+//! This is NKI's `vector_offset` on dim `d` (an index steps `prod(shape[d+1:])` elements,
+//! and an index past the axis size is out of bounds), on the ISA's (X, Y, Z, W) shape.
 //!
 //! Refused by validation: a non-X dim on a side without indices, different dims with
 //! both sides indexed, a shape with GATHER_TRANSPOSE. Refused at run time on every route,
