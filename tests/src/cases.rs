@@ -4,7 +4,9 @@
 //! Inputs are chosen to hit the edges: random shapes and dtypes (random bytes, so NaNs
 //! and infinities appear in float data), indices in and out of bounds, at `bound - 1`
 //! and `bound`, the `u32::MAX` / `0xffff` / `0xff` sentinels, duplicates, every OOB
-//! policy and compute op, Pool_Buffers left loaded across fragments, gathers with no
+//! policy and compute op, DMA_INDIRECT shape registers along every dim (indices around
+//! the extent, which bounds them: shaped tensors need no padding), Pool_Buffers left
+//! loaded across fragments, gathers with no
 //! window, and now and then an instruction the generation must reject (over 4096
 //! indices, TILE before maverick, PSUM for GATHER on maverick, an empty eng_mask).
 //!
@@ -21,7 +23,8 @@ use hostsim::fuzz::oob::direct2d_steps;
 use hostsim::isa::{
     BoundCheckReg, BoundRegisters, Direct2dSide, DmaDirect2d, DmaIndirect1d, DmaIndirectFlags,
     DmaSide, EmbeddingTable, IndexMissBehavior, Indirect, IndirectDim, IndirectMode, InstFlags,
-    Instruction, PoolBufferLoad, PseudoEmbeddingUpdate, ReshapeKind, S4d4Gt, S4d4Ic, Tensor4d,
+    Instruction, PoolBufferLoad, PseudoEmbeddingUpdate, ReshapeKind, S4d4Gt, S4d4Ic, ShapeReg,
+    Tensor4d,
 };
 
 use crate::Rng;
@@ -362,6 +365,9 @@ impl Builder {
         if self.rng.chance(20) {
             return self.gather_transpose_fragment();
         }
+        if self.rng.chance(20) {
+            return self.shaped_fragment();
+        }
         let mode = self
             .rng
             .pick(&[IndirectMode::Src, IndirectMode::Dst, IndirectMode::SrcDst]);
@@ -449,6 +455,77 @@ impl Builder {
         let d = DmaIndirect1d::new(flags, src, out, n as u16, dtype, ComputeOp::None)
             .with_reshape_kind(ReshapeKind::GatherTranspose);
         self.push("gather_transpose", d);
+    }
+
+    /// A DMA_INDIRECT with a shape register (registers taken from the case's next free
+    /// ones): a `[W][Z][Y][X]` tensor of extents 1..=4 indexed along a random dim by 1..12
+    /// positions whose indices sit around the extent and the bound, and a direct run of
+    /// step 0..=2 (or both sides indexed along the dim).
+    fn shaped_fragment(&mut self) {
+        if self.next_reg > 54 {
+            return;
+        }
+        let reg = self.next_reg;
+        self.next_reg += 4;
+        let xyzw = [(); 4].map(|()| self.rng.range(1, 4));
+        self.regs.set_shape(reg, xyzw).expect("reg <= 54");
+        let dims = [
+            IndirectDim::X,
+            IndirectDim::Y,
+            IndirectDim::Z,
+            IndirectDim::W,
+        ];
+        let dim = self.rng.pick(&dims);
+        let extent = xyzw[usize::from(dim.code())];
+        let mode = self
+            .rng
+            .pick(&[IndirectMode::Src, IndirectMode::Dst, IndirectMode::SrcDst]);
+        let dtype = self.dtype();
+        let row = dtype.size() as u32 * self.rng.range(1, 3);
+        let n = self.rng.range(1, 12);
+        let tensor = u64::from(xyzw.iter().product::<u32>() * row);
+        let walked = u64::from(n * xyzw.iter().product::<u32>() / extent);
+        let side = |b: &mut Builder, indexed: bool| {
+            if !indexed {
+                let step = b.rng.pick(&[1u16, 1, 2, 0]);
+                let bytes = (walked - 1) * u64::from(step) * u64::from(row) + u64::from(row);
+                return DmaSide {
+                    start_addr: b.table(bytes),
+                    idx_start_addr: Addr4(0),
+                    elem_size: row,
+                    step_elem: step,
+                    bound: BoundCheckReg::DISABLED,
+                };
+            }
+            let start = b.table(tensor);
+            let (bound, limit) = b.bound(extent);
+            let idx_off = b.sbuf(n * 4);
+            let values: Vec<u32> = (0..n)
+                .map(|_| b.index(0, extent.min(limit), u32::MAX))
+                .collect();
+            b.write_values(Self::addr4(Space::Sbuf, 0, idx_off), &values, 4);
+            DmaSide {
+                start_addr: start,
+                idx_start_addr: Self::addr4(Space::Sbuf, 0, idx_off),
+                elem_size: row,
+                step_elem: 0,
+                bound,
+            }
+        };
+        let src = side(self, mode.gathers());
+        let dst = side(self, mode.scatters());
+        let on = |indexed| if indexed { dim } else { IndirectDim::X };
+        let flags = DmaIndirectFlags::new(
+            mode,
+            self.rng.chance(30),
+            self.rng.chance(50),
+            on(mode.gathers()),
+            on(mode.scatters()),
+        );
+        let op = self.rng.pick(&ComputeOp::ALL);
+        let d = DmaIndirect1d::new(flags, src, dst, n as u16, dtype, op)
+            .with_shape_reg(ShapeReg::at(reg).expect("reg < 64"));
+        self.push("dma_indirect_shaped", d);
     }
 
     /// One side of a DMA_INDIRECT of `n` rows of `row` bytes: an indexed table (with
@@ -671,6 +748,7 @@ mod tests {
         }
         let expected = [
             "dma_indirect",
+            "dma_indirect_shaped",
             "dma_memcpy",
             "embedding_update",
             "gather",

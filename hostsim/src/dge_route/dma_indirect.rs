@@ -10,6 +10,15 @@
 //! `eng_mask` carry over; rows are the units of the sequential element order, so rows
 //! move in order and each reads its source when it moves (the reference's reading).
 //!
+//! With a shape register (the walk `[outer][n][inner]` of `validate::dma_indirect_walk`,
+//! the struct module's semantics) an indexed side is the 4-D pattern
+//! `[(extent * inner * E, outer), (inner * E, n), (E, inner), (1, E)]` with the index
+//! dim second, indirection step `inner * elem_size` and bound the smaller of the
+//! register's and the extent; a direct side is
+//! `[(n * inner * S, outer), (inner * S, n), (S, inner), (1, E)]` with `S = step_elem * E`.
+//! The two share the DGE's element order, which is the walk's; the element stays the
+//! sequential unit. Without a shape register the `outer` and `inner` dims are left out.
+//!
 //! reshape_kind GATHER_TRANSPOSE is one `Kind::GatherTranspose` request: the source is
 //! the indexed `[n][C]` rows in HBM as above, the destination the `[C][n]` pattern
 //! `[(dst_step_elem, C), (1, n)]` (its outer step in elements on HBM and in partitions
@@ -24,7 +33,8 @@ use dma::{Addr4, AddressMap, FabricAddr, Location, Space};
 use super::{flat_pattern, Lowered, RowSide};
 use crate::error::Error;
 use crate::isa::rule::FieldPath;
-use crate::isa::{BoundCheckReg, BoundRegisters, DmaIndirect1d, ReshapeKind};
+use crate::isa::validate::dma_indirect_walk;
+use crate::isa::{BoundCheckReg, BoundRegisters, DmaIndirect1d, IndirectWalk, ReshapeKind};
 
 fn at(field: &'static str) -> FieldPath {
     FieldPath::new("DMA_INDIRECT1D", field)
@@ -48,14 +58,23 @@ pub(super) fn lower(
     let (dtype, op, flags) = (d.dtype()?, d.compute_op()?, d.flags());
     let mode = flags.indirect_mode()?;
     let size = d.src_elem_size();
+    let walk = dma_indirect_walk(map, regs, d)?;
     // Validation proved elem_size is a non-zero multiple of the dtype size.
     let row = size / dtype.size() as u32;
-    let step = i32::try_from(size).map_err(|_| Error::DgeRowStep {
-        field: at("src_elem_size"),
-        step: u64::from(size),
-    })?;
-    let shape = (u32::from(d.src_num_elem()), row, step, dtype);
-    let lower_side = |f: SideFields| side(map, regs, f, shape, flags.idx_bound_is_err());
+    let bytes = walk.inner.saturating_mul(u64::from(size));
+    let field = match walk.extent {
+        Some(_) => at("shape_reg.indirection_step"),
+        None => at("src_elem_size"),
+    };
+    let step = i32::try_from(bytes).map_err(|_| Error::DgeRowStep { field, step: bytes })?;
+    let shape = Shape {
+        n: u32::from(d.src_num_elem()),
+        row,
+        step,
+        dtype,
+        walk,
+    };
+    let lower_side = |f: SideFields| side(map, regs, f, &shape, flags.idx_bound_is_err());
     let (src, src_ind) = lower_side(SideFields {
         indirect: mode.gathers(),
         start: d.src_start_addr(),
@@ -141,19 +160,49 @@ fn column_requests(
         .collect()
 }
 
-/// One side's pattern and indirection; `(n, row, step, dtype)` is the instruction's shape.
+/// What both sides share: `n` positions of `row` dtype elements, the indirection step
+/// in bytes, and the walk.
+struct Shape {
+    n: u32,
+    row: u32,
+    step: i32,
+    dtype: dma::Dtype,
+    walk: IndirectWalk,
+}
+
+/// One side's pattern and indirection.
 fn side(
     map: &AddressMap,
     regs: &BoundRegisters,
     f: SideFields,
-    (n, row, step, dtype): (u32, u32, i32, dma::Dtype),
+    shape: &Shape,
     hard: bool,
 ) -> Result<(AccessPattern, Option<Indirection>), Error> {
-    let rows = match f.indirect {
-        true => i64::from(row),
-        false => i64::from(f.step) * i64::from(row),
+    let (walk, row) = (&shape.walk, i64::from(shape.row));
+    // The unit of a row step: an element on an indexed side, step_elem elements on a
+    // direct one; rows per outer point: the extent, or the n positions.
+    let (unit, rows) = match f.indirect {
+        true => (row, walk.extent.map_or(shape.n, |e| e)),
+        false => (i64::from(f.step) * row, shape.n),
     };
-    let (pattern, front) = flat_pattern(map, f.start, dtype, &[(rows, n), (1, row)]);
+    // dma_indirect_walk held outer and inner to 2^20 and the walk to the fabric.
+    let (outer, inner) = (walk.outer as u32, walk.inner as u32);
+    let position = i64::from(inner) * unit;
+    let dims = [
+        (i64::from(rows) * position, outer),
+        (position, shape.n),
+        (unit, inner),
+        (1, shape.row),
+    ];
+    // Without a shape the outer and inner dims (count 1) are left out: the 1-D pattern.
+    let kept: Vec<(i64, u32)> = dims
+        .iter()
+        .enumerate()
+        .filter(|&(k, &(_, count))| matches!(k, 1 | 3) || count > 1)
+        .map(|(_, &d)| d)
+        .collect();
+    let dim = usize::from(outer > 1);
+    let (pattern, front) = flat_pattern(map, f.start, shape.dtype, &kept);
     if !f.indirect {
         return Ok((pattern, None));
     }
@@ -163,10 +212,10 @@ fn side(
         (false, false) => OobPolicy::SoftSkip,
     };
     let ind = Indirection {
-        dim: front,
+        dim: front + dim,
         indices: f.index.to_fabric(map)?,
-        step,
-        bound: regs.bound(f.bound)?,
+        step: shape.step,
+        bound: walk.bound(regs.bound(f.bound)?),
         policy,
     };
     Ok((pattern, Some(ind)))
@@ -175,12 +224,14 @@ fn side(
 #[cfg(test)]
 mod tests {
     use super::super::test_support::dma_indirect::{
-        direct, flags, indirect, BUF, DIDX, SIDX, TABLE,
+        direct, flags, indirect, shaped_flags, shaped_state, BUF, DIDX, SHAPE_REG, SIDX, TABLE,
     };
     use super::super::test_support::*;
     use crate::core_state::{CoreState, IndexSide, SkippedIndex};
     use crate::error::Error;
-    use crate::isa::{BoundCheckReg, BoundRegisters, DmaIndirect1d, DmaSide, IndirectMode};
+    use crate::isa::{
+        BoundCheckReg, BoundRegisters, DmaIndirect1d, DmaSide, IndirectDim, IndirectMode, ShapeReg,
+    };
     use dma::{ComputeOp, Dtype, FabricAddr};
     use proptest::prelude::*;
 
@@ -337,6 +388,35 @@ mod tests {
             ),
             "{e}"
         );
+        assert_eq!(f.digest(), digest);
+    }
+
+    #[test]
+    fn shaped_steps_past_31_bits_are_refused() {
+        // 2^15 elements of 64 KiB inside the dim Y: a 2 GiB indirection step, which the
+        // other routes run (it fits the 32-bit MAC) and the DGE's signed step cannot hold
+        let mut f = fabric_with_table(TABLE, 64);
+        put::<u32>(&mut f, sbuf_at(0, SIDX), &[1]);
+        let size = 1 << 16;
+        let src = side(FabricAddr(0), Some(SIDX), size, BoundCheckReg::DISABLED);
+        let dst = side(FabricAddr(1 << 33), None, size, BoundCheckReg::DISABLED);
+        let fl = shaped_flags(IndirectMode::Src, IndirectDim::Y, true);
+        let i = DmaIndirect1d::new(fl, src, dst, 1, Dtype::U8, ComputeOp::None)
+            .with_shape_reg(ShapeReg::at(SHAPE_REG).unwrap());
+        let digest = f.digest();
+        let e = super::super::DgeRoute::new()
+            .execute(
+                &mut f,
+                &mut shaped_state([1 << 15, 2, 1, 1], 0),
+                &i.into(),
+                engine(),
+            )
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "DMA_INDIRECT1D.shape_reg.indirection_step = 2147483648: a row step above 2^31 - 1 bytes does not fit the DGE's signed 32-bit indirection step (mulusan_2x32)"
+        );
+        assert!(super::super::by_design(&e));
         assert_eq!(f.digest(), digest);
     }
 

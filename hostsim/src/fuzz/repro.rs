@@ -147,6 +147,7 @@ fn isa_op(bytes: &[u8], bounds: &[(u8, u64)]) -> OpSpec {
             .iter()
             .map(|&(reg, bound)| BoundSpec { reg, bound })
             .collect(),
+        shapes: Vec::new(),
     })
 }
 

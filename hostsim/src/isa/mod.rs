@@ -43,8 +43,8 @@ pub use opcode::{Opcode, OPCODE_TABLE};
 pub use registers::BoundRegisters;
 pub use rule::{FieldPath, Rule};
 pub use structs::{
-    Direct2dSide, DmaDirect2d, DmaIndirect1d, DmaSide, EmbeddingTable, PoolBufferLoad,
-    PseudoEmbeddingUpdate, S4d4Gt, S4d4Ic,
+    Direct2dSide, DmaDirect2d, DmaIndirect1d, DmaSide, EmbeddingTable, IndirectWalk,
+    PoolBufferLoad, PseudoEmbeddingUpdate, S4d4Gt, S4d4Ic,
 };
 pub use summary::summary;
 

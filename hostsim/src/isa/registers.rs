@@ -74,6 +74,12 @@ impl BoundRegisters {
         Ok(Some(u64::from(hi) << 32 | u64::from(lo)))
     }
 
+    /// Stores the shape `xyzw` (X, Y, Z, W) in `reg..=reg + 3`.
+    pub fn set_shape(&mut self, reg: u8, xyzw: [u32; 4]) -> Result<(), Error> {
+        ensure(reg <= 60, AT, reg, Rule::ShapeRegisterRange)?;
+        (reg..).zip(xyzw).try_for_each(|(r, v)| self.set(r, v))
+    }
+
     /// The (X, Y, Z, W) shape `shape` names, or `None` without a shape register.
     pub fn shape(&self, shape: ShapeReg) -> Result<Option<[u32; 4]>, Error> {
         if !shape.present() {
@@ -140,5 +146,17 @@ mod tests {
         assert_eq!(r.shape(ShapeReg::NONE).unwrap(), None);
         let e = r.shape(ShapeReg::at(61).unwrap()).unwrap_err();
         assert_eq!(e.rule(), Some(Rule::ShapeRegisterRange));
+        r.set_shape(8, [16, 4, 2, 1]).unwrap();
+        assert_eq!((r.get(8).unwrap(), r.get(11).unwrap()), (16, 1));
+        assert_eq!(
+            r.shape(ShapeReg::at(8).unwrap()).unwrap(),
+            Some([16, 4, 2, 1])
+        );
+        let e = r.set_shape(61, [1; 4]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "BOUND_REGISTERS.reg = 61: a shape register reads reg..reg+4, so reg must be <= 60"
+        );
+        assert_eq!(r.get(61).unwrap(), 3, "a refused shape sets nothing");
     }
 }

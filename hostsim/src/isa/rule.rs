@@ -109,6 +109,16 @@ pub enum Rule {
     IndirectDimWithoutShapeReg,
     /// A shape register reads `reg..reg + 4`, so `reg <= 60`.
     ShapeRegisterRange,
+    /// A side without indices has no indirect dim: its dim must be X.
+    UnusedIndirectDim,
+    /// With a shape register and both sides indexed, the two dims must be equal.
+    ShapeDimsDiffer,
+    /// A shape's extents are at least 1 (checked at run time, against the registers).
+    ShapeExtent,
+    /// The indirection step along a shaped dim fits 32 bits (run time).
+    ShapeIndirectionStep,
+    /// A shaped walk moves at most 2^20 elements (run time).
+    ShapeElementCount,
     /// Gather-transpose indexes the source only.
     TransposeMode,
     /// Gather-transpose copies: no compute op.
@@ -167,6 +177,11 @@ impl Rule {
             WideBoundRegister => "an enabled bound reads bc_reg and bc_reg + 1, so bc_reg must be <= 62",
             IndirectDimWithoutShapeReg => "without a shape register the indirect dim must be X (0)",
             ShapeRegisterRange => "a shape register reads reg..reg+4, so reg must be <= 60",
+            UnusedIndirectDim => "the indirect dim of a side without indices must be X (0)",
+            ShapeDimsDiffer => "with a shape register and both sides indexed, scatter_dim must equal gather_dim (one walk, one indexed dim)",
+            ShapeExtent => "a shape's extents X, Y, Z, W (registers reg..reg+3) must each be at least 1",
+            ShapeIndirectionStep => "the indirection step, elem_size times the shape's extents inside the indirect dim, must fit the 32-bit MAC step (<= 4294967295 bytes)",
+            ShapeElementCount => "a shaped DMA_INDIRECT moves at most 2^20 elements (num_elem times the extents other than the indirect dim)",
             TransposeMode => "reshape_kind GATHER_TRANSPOSE indexes the source only: indirect_mode must be SRC_INDIRECTION (0)",
             TransposeComputeOp => "reshape_kind GATHER_TRANSPOSE copies: compute_op must be NONE (0)",
             TransposeShapeReg => "reshape_kind GATHER_TRANSPOSE is 2-D ([n][C] -> [C][n]): no shape register",

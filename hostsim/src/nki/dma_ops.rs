@@ -532,7 +532,7 @@ mod tests {
         let l = dma_scatter(Generation::Sunda, &src, &idx, &dst, opts).unwrap();
         assert!(dma(&l, 0).flags().non_unique_dst_idx());
         let mut r = Runtime::new(Generation::Sunda, Mechanism::Reference).unwrap();
-        l.apply_bounds(r.registers_mut()).unwrap();
+        l.apply_registers(r.registers_mut()).unwrap();
         r.run(&mut f, &l.instructions).unwrap();
         let mut out = [0i32; 4];
         f.read_elems(FabricAddr(0x2000), &mut out).unwrap();

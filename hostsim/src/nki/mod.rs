@@ -105,7 +105,17 @@ pub struct BoundSetting {
     pub bound: u64,
 }
 
-/// A lowered op: its instructions, in order, and the bounds to set before they run.
+/// One shape a lowered stream needs: DMA_INDIRECT's shape register `reg`, whose
+/// registers `reg..=reg + 3` hold the extents (X, Y, Z, W).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShapeSetting {
+    /// The first register (at most 60).
+    pub reg: u8,
+    /// The extents, X innermost.
+    pub xyzw: [u32; 4],
+}
+
+/// A lowered op: its instructions, in order, and the registers to set before they run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Lowered {
     /// The ISA instructions, each valid for the target generation.
@@ -114,14 +124,23 @@ pub struct Lowered {
     pub bounds: Vec<BoundSetting>,
     /// Access-pattern DMAs for the software DGE, run after the instructions.
     pub ap_dmas: Vec<ApDma>,
+    /// Shape registers the instructions read.
+    pub shapes: Vec<ShapeSetting>,
 }
 
 impl Lowered {
-    /// Writes every bound into `regs`.
-    pub fn apply_bounds(&self, regs: &mut BoundRegisters) -> Result<(), Error> {
-        self.bounds
-            .iter()
-            .try_for_each(|b| regs.set_bound(b.reg, b.bound))
+    /// Writes every bound, then every shape, into `regs`: all of them, or on an error
+    /// none.
+    pub fn apply_registers(&self, regs: &mut BoundRegisters) -> Result<(), Error> {
+        let mut next = *regs;
+        for b in &self.bounds {
+            next.set_bound(b.reg, b.bound)?;
+        }
+        for s in &self.shapes {
+            next.set_shape(s.reg, s.xyzw)?;
+        }
+        *regs = next;
+        Ok(())
     }
 
     /// Validates every instruction for `generation`; the lowering's last step.
@@ -301,23 +320,43 @@ mod tests {
     }
 
     #[test]
-    fn bounds_apply_to_the_register_file() {
+    fn bounds_and_shapes_apply_to_the_register_file() {
         let l = Lowered {
             instructions: Vec::new(),
             bounds: vec![BoundSetting {
                 reg: 4,
                 bound: 1 << 33 | 7,
             }],
+            shapes: vec![ShapeSetting {
+                reg: 8,
+                xyzw: [16, 4, 2, 1],
+            }],
             ..Lowered::default()
         };
         let mut regs = BoundRegisters::new();
-        l.apply_bounds(&mut regs).unwrap();
+        l.apply_registers(&mut regs).unwrap();
         assert_eq!((regs.get(4).unwrap(), regs.get(5).unwrap()), (7, 2));
+        let shape = regs.shape(crate::isa::ShapeReg::at(8).unwrap()).unwrap();
+        assert_eq!(shape, Some([16, 4, 2, 1]));
         let bad = Lowered {
             instructions: Vec::new(),
             bounds: vec![BoundSetting { reg: 63, bound: 1 }],
             ..Lowered::default()
         };
-        assert!(bad.apply_bounds(&mut regs).is_err());
+        assert!(bad.apply_registers(&mut regs).is_err());
+        // a refused shape after a good bound: neither is set
+        let before = regs;
+        let bad = Lowered {
+            instructions: Vec::new(),
+            bounds: vec![BoundSetting { reg: 0, bound: 9 }],
+            shapes: vec![ShapeSetting {
+                reg: 61,
+                xyzw: [1; 4],
+            }],
+            ..Lowered::default()
+        };
+        let e = bad.apply_registers(&mut regs).unwrap_err();
+        assert_eq!(e.rule(), Some(crate::isa::Rule::ShapeRegisterRange));
+        assert_eq!(regs, before);
     }
 }

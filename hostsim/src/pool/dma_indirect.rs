@@ -37,10 +37,23 @@
 //! src before dst, with the notification unless the side's register sets
 //! `bc_disable_oob_error_notif`.
 //!
+//! # With a shape register
+//!
+//! The walk `[outer][n][inner]` (`validate::dma_indirect_walk`, the struct module's
+//! semantics) changes three things: the bound is the smaller of the register's and the
+//! extent along the dim; the MAC's step is the indirection step, `inner * elem_size`
+//! bytes, on both sides (a direct side's rows stay `position * step_elem`); and each
+//! moving position expands into its `outer * inner` elements, listed `o`, then position,
+//! then `i`, before they move (`outer * extent * inner` and `elem_size` bytes apart on an
+//! indexed side, `outer * n * inner` and `step_elem` elements on a direct one). Each lane
+//! checks its position's first element on the fabric.
+//!
 //! reshape_kind GATHER_TRANSPOSE (src indices only, a plain copy, by validation): the
 //! destination side walks column heads (one element per position) and each gathered row
 //! is written down its column, element `c` one destination row step (`dst_step_elem`
 //! elements on HBM, partitions on SBUF/PSUM) further per `c`.
+
+use std::borrow::Cow;
 
 use dma::{Dtype, Fabric, FabricAddr, Space};
 use ivp::{alu, AddrVec, Gr, LaneView, SuperGather, VBool, VecReg, Width};
@@ -52,7 +65,8 @@ use super::{addr4_fabric, lanes_of};
 use crate::core_state::{IndexSide, Outcome, SkippedIndex};
 use crate::error::Error;
 use crate::isa::rule::{dma_at, FieldPath};
-use crate::isa::{BoundRegisters, DmaIndirect1d, DmaSide, ReshapeKind};
+use crate::isa::validate::dma_indirect_walk;
+use crate::isa::{BoundRegisters, DmaIndirect1d, DmaSide, IndirectWalk, ReshapeKind};
 
 /// Bytes per index (UINT32).
 const INDEX_BYTES: u64 = 4;
@@ -72,10 +86,16 @@ struct SideWalk {
     /// The start field, named by a direct side's address errors.
     start_at: FieldPath,
     start: FabricAddr,
-    /// Bytes per row: `elem_size`, or one element for a transposed destination.
+    /// Bytes per row checked on the fabric: `elem_size`, or one element for a transposed
+    /// destination.
     unit: u32,
+    /// The MAC's step, bytes per row: `unit` times the walk's `inner`.
+    stride: u32,
     /// A direct side's rows per position.
     step: u32,
+    /// Bytes from one outer point of the walk to the next, and one inner point to the next.
+    outer_step: u64,
+    inner_step: u64,
     indices: Option<IndexTensor>,
 }
 
@@ -91,12 +111,13 @@ struct SideLanes {
 }
 
 impl SideWalk {
-    /// The side `which` of `d`, whose fields are `side` (`indirect`: it takes indices).
+    /// The side `which` of `d`, whose fields are `side` (`indirect`: it takes indices),
+    /// rows of `unit` bytes, on the walk `walk` of `n` positions.
     fn new(
         fabric: &Fabric,
         regs: &BoundRegisters,
         (which, side, indirect): (IndexSide, DmaSide, bool),
-        unit: u32,
+        (unit, walk, n): (u32, &IndirectWalk, u16),
     ) -> Result<SideWalk, Error> {
         let (start_field, index_field) = match which {
             IndexSide::Src => ("src_start_addr", "src_idx_start_addr"),
@@ -107,18 +128,36 @@ impl SideWalk {
             false => None,
             true => Some(IndexTensor {
                 base: addr4_fabric(fabric, at(index_field), side.idx_start_addr)?,
-                bound: regs.bound(side.bound)?,
+                bound: walk.bound(regs.bound(side.bound)?),
                 notify: !side.bound.bc_disable_oob_error_notif(),
             }),
+        };
+        // dma_indirect_walk held inner * elem_size to 32 bits; without a shape inner = 1.
+        let stride = u32::try_from(walk.inner.saturating_mul(unit.into())).unwrap_or(u32::MAX);
+        let (rows, inner_step) = match indirect {
+            true => (walk.extent.map_or(1, u64::from), u64::from(unit)),
+            false => (u64::from(n), u64::from(side.step_elem) * u64::from(unit)),
         };
         Ok(SideWalk {
             which,
             start_at: at(start_field),
             start: side.start_addr,
             unit,
+            stride,
             step: u32::from(side.step_elem),
+            outer_step: rows.saturating_mul(walk.inner).saturating_mul(inner_step),
+            inner_step,
             indices,
         })
+    }
+
+    /// The element at outer point `o` and inner point `i` of the position whose first
+    /// element is `first` (the walk is on the fabric: `dma_indirect_walk` checked it).
+    fn element(&self, first: FabricAddr, o: u64, i: u64) -> FabricAddr {
+        let off = o
+            .saturating_mul(self.outer_step)
+            .saturating_add(i.saturating_mul(self.inner_step));
+        FabricAddr(first.0.saturating_add(off))
     }
 
     /// Lanes `live` of positions `first ..= first + 15`.
@@ -145,7 +184,7 @@ impl SideWalk {
             }
             None => (VecReg::ZERO, strided_rows(&iota, self.step), vb),
         };
-        let (addrs, overflow) = row_addrs(self.start.0, &rows, self.unit);
+        let (addrs, overflow) = row_addrs(self.start.0, &rows, self.stride);
         let addrs = addrs.lanes();
         let admitted = mask(admitted);
         let off_fabric = (0..HALF).fold(0u16, |m, k| {
@@ -364,6 +403,7 @@ pub fn dma_memcopy_indirect(
 ) -> Result<(Outcome, PoolCost), Error> {
     let (dtype, op, kind) = (d.dtype()?, d.compute_op()?, d.reshape_kind()?);
     let (mode, size) = (d.flags().indirect_mode()?, d.src_elem_size());
+    let walk = dma_indirect_walk(fabric.map(), regs, d)?;
     let dst_unit = match kind {
         ReshapeKind::Rows => size,
         ReshapeKind::GatherTranspose => dtype.size() as u32,
@@ -373,35 +413,59 @@ pub fn dma_memcopy_indirect(
         // The destination walks column heads: one element per position.
         dst.step_elem = 1;
     }
+    let n = d.src_num_elem();
     let sides = [
         SideWalk::new(
             fabric,
             regs,
             (IndexSide::Src, d.src(), mode.gathers()),
-            size,
+            (size, &walk, n),
         )?,
         SideWalk::new(
             fabric,
             regs,
             (IndexSide::Dst, dst, mode.scatters()),
-            dst_unit,
+            (dst_unit, &walk, n),
         )?,
     ];
     let decided = decide(fabric, d, &sides)?;
     match kind {
-        ReshapeKind::Rows => move_rows(fabric, &decided.moves, size.into(), dtype, op)?,
+        ReshapeKind::Rows => {
+            let moves = walk_elements(&decided.moves, &sides, &walk);
+            move_rows(fabric, &moves, size.into(), dtype, op)?
+        }
         ReshapeKind::GatherTranspose => write_columns(fabric, &decided.moves, d, dtype)?,
     }
     let indirect = sides.iter().filter(|s| s.indices.is_some()).count() as u64;
-    let n = u64::from(d.src_num_elem());
-    let moved = decided.moves.len() as u64 * u64::from(size);
+    let elements = decided.moves.len() as u64 * walk.per_position();
+    let moved = elements * u64::from(size);
     let work = Work {
-        vectors: n.div_ceil(HALF as u64) * indirect.max(1),
+        vectors: u64::from(n).div_ceil(HALF as u64) * indirect.max(1),
         bytes: moved,
     };
     let mut outcome = decided.outcome;
     outcome.bytes_written = moved;
     Ok((outcome, PoolCost::estimate("dma_memcopy_indirect", 1, work)))
+}
+
+/// The elements of the moving positions `moves` (each position's first elements), in
+/// walk order: outer point `o`, then position, then inner point `i`.
+fn walk_elements<'m>(
+    moves: &'m [[FabricAddr; 2]],
+    [src, dst]: &[SideWalk; 2],
+    walk: &IndirectWalk,
+) -> Cow<'m, [[FabricAddr; 2]]> {
+    if walk.per_position() == 1 {
+        return Cow::Borrowed(moves);
+    }
+    // dma_indirect_walk held outer * n * inner to 2^20 elements.
+    let mut out = Vec::with_capacity(moves.len() * walk.per_position() as usize);
+    for o in 0..walk.outer {
+        for &[from, to] in moves {
+            out.extend((0..walk.inner).map(|i| [src.element(from, o, i), dst.element(to, o, i)]));
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// GATHER_TRANSPOSE: each gathered row written down its column, element `c` at the

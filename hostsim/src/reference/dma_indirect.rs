@@ -5,8 +5,15 @@
 //! source, else `src_start + k * src_step_elem * elem_size` (likewise the destination);
 //! `dst (op)= src` element-wise over `dtype` with the compute op (NONE copies).
 //!
+//! With a shape register (the walk `[outer][n][inner]` of `validate::dma_indirect_walk`,
+//! the struct module's semantics) the loops are `o`, then `k`, then `i`: the indexed
+//! element is `start + ((o * extent + idx[k]) * inner + i) * elem_size`, the direct one
+//! `start + ((o * n + k) * inner + i) * step_elem * elem_size`; without one
+//! `outer = inner = 1` and this is the row loop above.
+//!
 //! Bounds, per indirect side with its BOUND_CHECK_REG: an index at or past an enabled
-//! bound is out of bounds. With `idx_bound_is_err` the instruction fails naming the side,
+//! bound, or at or past the shape's extent along its dim, is out of bounds (the smaller
+//! is the bound reported). With `idx_bound_is_err` the instruction fails naming the side,
 //! position, value and bound; otherwise position `k` moves nothing and each OOB side is
 //! reported (src before dst), raising the notification unless that side's register sets
 //! `bc_disable_oob_error_notif`. An in-bounds (or unbounded) index whose row leaves the
@@ -29,7 +36,8 @@ use super::{addr4_at, row_addr};
 use crate::core_state::{IndexSide, Outcome, SkippedIndex};
 use crate::error::Error;
 use crate::isa::rule::{dma_at, FieldPath};
-use crate::isa::{BoundCheckReg, BoundRegisters, DmaIndirect1d, ReshapeKind};
+use crate::isa::validate::dma_indirect_walk;
+use crate::isa::{BoundCheckReg, BoundRegisters, DmaIndirect1d, IndirectWalk, ReshapeKind};
 
 /// Bytes per index (UINT32).
 const INDEX_BYTES: u64 = 4;
@@ -50,10 +58,16 @@ struct Side {
     which: IndexSide,
     start_at: FieldPath,
     start: FabricAddr,
-    /// A direct side's bytes from position `k` to `k + 1`.
+    /// Bytes from one row (an index value, or a direct position) to the next: the
+    /// walk's `inner` elements of `elem_size` on an indexed side, of `step_elem` elements
+    /// on a direct one.
     step: u64,
-    /// Bytes of a direct side's position checked on the fabric.
+    /// Bytes of a position's first element, checked on the fabric.
     len: u64,
+    /// Bytes from one outer point of the walk to the next, and from one inner point to
+    /// the next.
+    outer_step: u64,
+    inner_step: u64,
     indices: Option<Indices>,
 }
 
@@ -66,66 +80,92 @@ enum Row {
 }
 
 impl Side {
-    /// Reads the side's indices (when indirect) and its bound.
+    /// Reads the side's indices (when indirect) and their bound, the smaller of the
+    /// register's and the walk's extent.
     fn read(
         fabric: &Fabric,
         regs: &BoundRegisters,
-        which: IndexSide,
+        (which, walk): (IndexSide, &IndirectWalk),
         d: &DmaIndirect1d,
     ) -> Result<Side, Error> {
         let mode = d.flags().indirect_mode()?;
-        let (indirect, names, start, index, bc, step) = match which {
+        let (indirect, names, side) = match which {
             IndexSide::Src => (
                 mode.gathers(),
                 ("src_start_addr", "src_idx_start_addr"),
-                d.src_start_addr(),
-                d.src_idx_start_addr(),
-                d.src_idx_bound_reg(),
-                d.src_step_elem(),
+                d.src(),
             ),
             IndexSide::Dst => (
                 mode.scatters(),
                 ("dst_start_addr", "dst_idx_start_addr"),
-                d.dst_start_addr(),
-                d.dst_idx_start_addr(),
-                d.dst_idx_bound_reg(),
-                d.dst_step_elem(),
+                d.dst(),
             ),
         };
-        let indices = if indirect {
-            let n = usize::from(d.src_num_elem());
-            Some(read_indices(fabric, regs, (at(names.1), index), bc, n)?)
-        } else {
-            None
+        let n = u64::from(d.src_num_elem());
+        let indices = match indirect {
+            true => {
+                let index = (at(names.1), side.idx_start_addr);
+                let mut ix = read_indices(fabric, regs, index, side.bound, n as usize)?;
+                ix.bound = walk.bound(ix.bound);
+                Some(ix)
+            }
+            false => None,
         };
         let size = u64::from(d.src_elem_size());
         // A transposed destination's position `r` is column `r`: one element per step.
-        let (step, len) = match (d.reshape_kind()?, which) {
+        let (unit, len) = match (d.reshape_kind()?, which) {
             (ReshapeKind::GatherTranspose, IndexSide::Dst) => {
                 let dsize = d.dtype()?.size() as u64;
                 (dsize, dsize)
             }
-            _ => (u64::from(step) * size, size),
+            _ if indirect => (size, size),
+            _ => (u64::from(side.step_elem) * size, size),
         };
+        // Rows per outer point: the extent (indexed) or the n positions (direct).
+        let rows = match (indirect, walk.extent) {
+            (true, Some(extent)) => u64::from(extent),
+            _ => n,
+        };
+        // Validation and dma_indirect_walk put the walk on the fabric, so these products
+        // stay far below 2^64 (saturation only keeps a broken invariant from panicking).
+        let step = walk.inner.saturating_mul(unit);
         Ok(Side {
             which,
             start_at: at(names.0),
-            start,
+            start: side.start_addr,
             step,
             len,
+            outer_step: rows.saturating_mul(step),
+            inner_step: unit,
             indices,
         })
+    }
+
+    /// The element at outer point `o` and inner point `i` of the position whose first
+    /// element is `first` (on the fabric: `dma_indirect_walk` checked the whole walk).
+    fn element(&self, first: FabricAddr, o: u64, i: u64) -> Result<FabricAddr, Error> {
+        let outer = o.checked_mul(self.outer_step);
+        let inner = i.checked_mul(self.inner_step);
+        let off = outer.zip(inner).and_then(|(a, b)| a.checked_add(b));
+        let addr = off.and_then(|off| first.checked_add(off));
+        let overflow = dma::Error::AddressOverflow {
+            addr: first.0,
+            len: self.len,
+        };
+        Ok(addr.ok_or(overflow)?)
     }
 
     /// Position `k`'s row of `size` bytes: checked, skipped, or the error.
     fn row(&self, fabric: &Fabric, k: u32, size: u64, hard: bool) -> Result<Row, Error> {
         let Some(ix) = &self.indices else {
-            // k < 4096 and step < 2^48: the product fits easily.
+            // k < 4096 and k * step is inside the run validation put on the fabric.
             let overflow = dma::Error::AddressOverflow {
                 addr: self.start.0,
                 len: self.len,
             };
-            let addr = self.start.checked_add(u64::from(k) * self.step);
+            let addr = self
+                .start
+                .checked_add(u64::from(k).saturating_mul(self.step));
             let addr = addr.ok_or(overflow).map_err(dma_at(self.start_at))?;
             fabric
                 .check(addr, self.len)
@@ -148,7 +188,12 @@ impl Side {
                     value,
                     source,
                 };
-                let addr = row_addr(self.start, value.into(), size).map_err(wild)?;
+                let addr = row_addr(self.start, value.into(), self.step);
+                let overflow = dma::Error::AddressOverflow {
+                    addr: self.start.0,
+                    len: size,
+                };
+                let addr = addr.map_err(|_| overflow).map_err(wild)?;
                 fabric.check(addr, size).map_err(wild)?;
                 Ok(Row::At(addr))
             }
@@ -174,27 +219,26 @@ fn read_indices(
     })
 }
 
-/// The checked moves of the instruction and its report.
+/// The checked moves of the instruction (each position's first element, source and
+/// destination) and its report.
 struct Plan {
     moves: Vec<(FabricAddr, FabricAddr)>,
     outcome: Outcome,
 }
 
-/// DMA_INDIRECT: plans every position, then moves the rows in order.
+/// DMA_INDIRECT: checks the walk, plans every position, then moves the elements in walk
+/// order.
 pub(super) fn dma_indirect(
     fabric: &mut Fabric,
     regs: &BoundRegisters,
     d: &DmaIndirect1d,
 ) -> Result<Outcome, Error> {
-    let (dtype, op) = (d.dtype()?, d.compute_op()?);
+    let dtype = d.dtype()?;
     let size = u64::from(d.src_elem_size());
-    let mut plan = plan(fabric, regs, d)?;
+    let walk = dma_indirect_walk(fabric.map(), regs, d)?;
+    let (mut plan, sides) = plan(fabric, regs, d, &walk)?;
     match d.reshape_kind()? {
-        ReshapeKind::Rows => {
-            for &(src, dst) in &plan.moves {
-                fabric.reduce(src, dst, size, dtype, op)?;
-            }
-        }
+        ReshapeKind::Rows => move_elements(fabric, &plan.moves, &sides, &walk, d)?,
         ReshapeKind::GatherTranspose => {
             let step = u32::from(d.dst_step_elem());
             for &(src, column) in &plan.moves {
@@ -202,8 +246,31 @@ pub(super) fn dma_indirect(
             }
         }
     }
-    plan.outcome.bytes_written = plan.moves.len() as u64 * size;
+    let elements = plan.moves.len() as u64 * walk.per_position();
+    plan.outcome.bytes_written = elements * size;
     Ok(plan.outcome)
+}
+
+/// The walk's elements in order (`o`, then the moving positions, then `i`), each
+/// `dst (op)= src` over the dtype as it moves.
+fn move_elements(
+    fabric: &mut Fabric,
+    moves: &[(FabricAddr, FabricAddr)],
+    [src, dst]: &[Side; 2],
+    walk: &IndirectWalk,
+    d: &DmaIndirect1d,
+) -> Result<(), Error> {
+    let (dtype, op) = (d.dtype()?, d.compute_op()?);
+    let size = u64::from(d.src_elem_size());
+    for o in 0..walk.outer {
+        for &(from, to) in moves {
+            for i in 0..walk.inner {
+                let (from, to) = (src.element(from, o, i)?, dst.element(to, o, i)?);
+                fabric.reduce(from, to, size, dtype, op)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Gather-transpose: the `size`-byte row at `src` written down `column` (its element in
@@ -232,11 +299,16 @@ fn write_column(
 }
 
 /// Resolves both sides of every position, applying the OOB and duplicate rules.
-fn plan(fabric: &Fabric, regs: &BoundRegisters, d: &DmaIndirect1d) -> Result<Plan, Error> {
+fn plan(
+    fabric: &Fabric,
+    regs: &BoundRegisters,
+    d: &DmaIndirect1d,
+    walk: &IndirectWalk,
+) -> Result<(Plan, [Side; 2]), Error> {
     let flags = d.flags();
     let (hard, unique) = (flags.idx_bound_is_err(), !flags.non_unique_dst_idx());
-    let src = Side::read(fabric, regs, IndexSide::Src, d)?;
-    let dst = Side::read(fabric, regs, IndexSide::Dst, d)?;
+    let src = Side::read(fabric, regs, (IndexSide::Src, walk), d)?;
+    let dst = Side::read(fabric, regs, (IndexSide::Dst, walk), d)?;
     let size = u64::from(d.src_elem_size());
     let n = u32::from(d.src_num_elem());
     let mut plan = Plan {
@@ -269,7 +341,7 @@ fn plan(fabric: &Fabric, regs: &BoundRegisters, d: &DmaIndirect1d) -> Result<Pla
         }
         plan.moves.push((from, to));
     }
-    Ok(plan)
+    Ok((plan, [src, dst]))
 }
 
 /// Records the skipped sides of position `k` (src first) and the notification.

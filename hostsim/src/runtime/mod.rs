@@ -293,15 +293,15 @@ impl Runtime {
         Ok(report)
     }
 
-    /// Sets the bound registers `lowered` needs, then runs its instructions and its
-    /// access-pattern DMAs, stopping at the first failure as [`Runtime::run`] does (an
+    /// Sets the bound and shape registers `lowered` needs, then runs its instructions and
+    /// its access-pattern DMAs, stopping at the first failure as [`Runtime::run`] does (an
     /// access-pattern DMA is numbered after the instructions).
     pub fn run_lowered(
         &mut self,
         fabric: &mut Fabric,
         lowered: &crate::nki::Lowered,
     ) -> Result<RunReport, Error> {
-        lowered.apply_bounds(&mut self.state.regs)?;
+        lowered.apply_registers(&mut self.state.regs)?;
         let mut report = self.run(fabric, &lowered.instructions)?;
         for (k, dma) in lowered.ap_dmas.iter().enumerate() {
             let step = self

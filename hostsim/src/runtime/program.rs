@@ -44,7 +44,7 @@ use super::report::{RunReport, StepReport};
 pub enum Step<'a> {
     /// Host bytes written at an address, as [`Fabric::write`].
     Write { addr: FabricAddr, bytes: &'a [u8] },
-    /// A lowered NKI operation, as [`Runtime::run_lowered`]: its bound registers set,
+    /// A lowered NKI operation, as [`Runtime::run_lowered`]: its bound and shape registers set,
     /// then its instructions run.
     Run(&'a Lowered),
 }
@@ -56,7 +56,7 @@ enum Item<'a> {
         addr: FabricAddr,
         bytes: &'a [u8],
     },
-    Bounds(&'a Lowered),
+    Registers(&'a Lowered),
     Inst(&'a Lowered, usize),
     /// Access-pattern DMA `k` of the operation (run in order, never beside a replay).
     Ap(&'a Lowered, usize),
@@ -83,7 +83,7 @@ impl<'a, I: Iterator<Item = Step<'a>>> Work<'a, I> {
                 self.front.extend(insts);
                 let aps = (0..lowered.ap_dmas.len()).map(|k| (step, Item::Ap(lowered, k)));
                 self.front.extend(aps);
-                Some((step, Item::Bounds(lowered)))
+                Some((step, Item::Registers(lowered)))
             }
         }
     }
@@ -182,7 +182,7 @@ impl Preparer<'_> {
         while let Some((step, item)) = work.next() {
             let done = match item {
                 Item::Write { addr, bytes } => b.write(addr, bytes).unwrap_or(false),
-                Item::Bounds(lowered) => lowered.apply_bounds(&mut self.state.regs).is_ok(),
+                Item::Registers(lowered) => lowered.apply_registers(&mut self.state.regs).is_ok(),
                 Item::Inst(lowered, index) => {
                     let inst = &lowered.instructions[index];
                     match self.prepare(b.fabric(), inst) {
@@ -257,8 +257,8 @@ impl Runtime {
                 Item::Write { addr, bytes } => fabric
                     .write(addr, bytes)
                     .map_err(|e| at_step(step, e.into()))?,
-                Item::Bounds(lowered) => lowered
-                    .apply_bounds(&mut self.state.regs)
+                Item::Registers(lowered) => lowered
+                    .apply_registers(&mut self.state.regs)
                     .map_err(|e| at_step(step, e))?,
                 Item::Inst(lowered, index) => {
                     let inst = &lowered.instructions[index];

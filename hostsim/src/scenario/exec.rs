@@ -535,6 +535,77 @@ pub(crate) mod tests {
         check(&text, &[], "t", 4, &[0, 1, 2, 3, 4, 5]);
     }
 
+    /// A `[2][2][3][2]` u32 tensor (iota) gathered along Y by an `isa` DMA_INDIRECT whose
+    /// shape register 8 the op's `shapes` sets: rows y = 2 then y = 0 of each (w, z).
+    #[test]
+    fn isa_shapes_set_the_shape_registers() {
+        use crate::isa::{
+            BoundCheckReg, DmaIndirect1d, DmaIndirectFlags, DmaSide, IndirectDim, IndirectMode,
+            ShapeReg,
+        };
+        use dma::{Addr4, ComputeOp, Dtype, FabricAddr, Space};
+        let tensors = "[[tensor]]\nname = \"x\"\nspace = \"hbm\"\ndtype = \"u32\"\nshape = [2, 2, 3, 2]\ninit = \"iota\"\naddr = 4096\n\
+             [[tensor]]\nname = \"i\"\nspace = \"sbuf\"\ndtype = \"u32\"\nshape = [1, 2]\ninit = \"i.npy\"\naddr = 0\n\
+             [[tensor]]\nname = \"o\"\nspace = \"hbm\"\ndtype = \"u32\"\nshape = [4, 4]\naddr = 8192\n";
+        let files = [("i.npy", u32_array(&[1, 2], &[2, 0]))];
+        let flags = DmaIndirectFlags::new(
+            IndirectMode::Src,
+            true,
+            false,
+            IndirectDim::Y,
+            IndirectDim::X,
+        );
+        let src = DmaSide {
+            start_addr: FabricAddr(4096),
+            idx_start_addr: Addr4::encode(Space::Sbuf, 0, 0).unwrap(),
+            elem_size: 4,
+            step_elem: 0,
+            bound: BoundCheckReg::DISABLED,
+        };
+        let dst = DmaSide {
+            start_addr: FabricAddr(8192),
+            idx_start_addr: Addr4(0),
+            step_elem: 1,
+            ..src
+        };
+        let inst = DmaIndirect1d::new(flags, src, dst, 2, Dtype::U32, ComputeOp::None)
+            .with_shape_reg(ShapeReg::at(8).unwrap());
+        let fields = crate::isa::text::to_toml(&inst.into(), None);
+        let op =
+            |shapes: &str| format!("{tensors}[[op]]\nop = \"isa\"\n{shapes}[op.fields]\n{fields}");
+        let text = op("shapes = [{ reg = 8, xyzw = [2, 3, 2, 2] }]\n");
+        let want = [4, 5, 0, 1, 10, 11, 6, 7, 16, 17, 12, 13, 22, 23, 18, 19];
+        check(&text, &files, "o", 4, &want);
+        // without the shape the registers hold zeros: refused naming the extent, nothing
+        // is written
+        let p = prepared(&op(""), &files, Overrides::default()).unwrap();
+        let e = p.execute().unwrap_err().to_string();
+        assert!(
+            e.ends_with("DMA_INDIRECT1D.shape_reg.x = 0: a shape's extents X, Y, Z, W (registers reg..reg+3) must each be at least 1"),
+            "{e}"
+        );
+        // the registers a shape takes, an unknown key, a register set twice
+        let rejected = [
+            (
+                "shapes = [{ reg = 61, xyzw = [2, 3, 2, 2] }]\n",
+                "op 0 (isa): BOUND_REGISTERS.reg = 61: a shape register reads reg..reg+4, so reg must be <= 60",
+            ),
+            (
+                "shapes = [{ reg = 8, xyzw = [2, 3, 2, 2], w = 1 }]\n",
+                "unknown field `w`",
+            ),
+            (
+                "bounds = [{ reg = 10, bound = 3 }]\nshapes = [{ reg = 8, xyzw = [2, 3, 2, 2] }]\n",
+                "op 0 (isa): shapes[0] (registers 8..=11) sets a register bounds[0] (registers 10..=11) already sets",
+            ),
+        ];
+        for (shapes, want) in rejected {
+            let e = prepared(&op(shapes), &files, Overrides::default()).unwrap_err();
+            let e = e.to_string();
+            assert!(e.contains(want), "want {want}\n got {e}");
+        }
+    }
+
     #[test]
     fn a_hard_oob_index_stops_the_run_naming_op_position_value_and_bound() {
         let p = prepared(GATHER, &gather_files(), Overrides::default()).unwrap();

@@ -589,6 +589,10 @@ dst = "t"
                 hex: Some("b8".repeat(64)),
                 fields: None,
                 bounds: vec![model::BoundSpec { reg: 2, bound: 77 }],
+                shapes: vec![model::ShapeSpec {
+                    reg: 8,
+                    xyzw: [16, 4, 2, 1],
+                }],
             })),
         ]
     }

@@ -476,6 +476,15 @@ pub struct BoundSpec {
     pub bound: u64,
 }
 
+/// One shape register setting an `isa` op needs (DMA_INDIRECT's shape register `reg`:
+/// registers `reg..=reg + 3` hold X, Y, Z, W).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShapeSpec {
+    pub reg: u8,
+    pub xyzw: [u32; 4],
+}
+
 /// `isa`: one raw 64-byte instruction, as `hex` or as the struct's `fields` by name.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -489,4 +498,7 @@ pub struct IsaOp {
     /// Bound registers to set before the instruction runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bounds: Vec<BoundSpec>,
+    /// Shape registers to set before the instruction runs (after the bounds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shapes: Vec<ShapeSpec>,
 }

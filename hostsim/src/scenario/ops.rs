@@ -13,7 +13,9 @@ use super::model::{ApSpec, DmaCopy, IsaOp, OpSpec, RowDma};
 use super::place::Placed;
 use crate::error::Error;
 use crate::isa::{self, BoundRegisters};
-use crate::nki::{self, ApDim, ApOptions, ApSide, ApTensor, BoundSetting, DmaOptions, Lowered};
+use crate::nki::{
+    self, ApDim, ApOptions, ApSide, ApTensor, BoundSetting, DmaOptions, Lowered, ShapeSetting,
+};
 use crate::runtime::{self, Mechanism};
 
 /// An op ready to run: its lowered instruction stream.
@@ -25,7 +27,7 @@ pub struct PreparedOp {
     pub kind: &'static str,
     /// ` field=tensor` pairs (each after a space), for messages.
     pub operands: String,
-    /// The instructions and the bound registers they read.
+    /// The instructions and the bound and shape registers they read.
     pub lowered: Lowered,
 }
 
@@ -339,7 +341,7 @@ impl Cx<'_> {
     }
 
     /// An `isa` op: its 64 bytes (hex, or the fields by name through
-    /// [`isa::text`]) decoded and validated, its bounds to set.
+    /// [`isa::text`]) decoded and validated, its bounds and shapes to set.
     fn isa(&self, o: &IsaOp) -> Result<Lowered, Error> {
         let inst = match (&o.hex, &o.fields) {
             (Some(hex), None) => isa::decode(&isa::text::parse_hex(hex)?)?,
@@ -351,21 +353,53 @@ impl Cx<'_> {
             _ => return Err(self.error("give exactly one of hex or fields")),
         };
         inst.validate(self.map.generation())?;
-        // each bound is set on a scratch file now, so that a register it cannot be set in
-        // is refused before anything runs
-        let mut scratch = BoundRegisters::new();
-        let bounds = o.bounds.iter().map(|b| {
-            scratch.set_bound(b.reg, b.bound)?;
-            Ok(BoundSetting {
-                reg: b.reg,
-                bound: b.bound,
-            })
-        });
-        Ok(Lowered {
+        let lowered = Lowered {
             instructions: vec![inst],
-            bounds: bounds.collect::<Result<_, Error>>()?,
+            bounds: o
+                .bounds
+                .iter()
+                .map(|b| BoundSetting {
+                    reg: b.reg,
+                    bound: b.bound,
+                })
+                .collect(),
+            shapes: o
+                .shapes
+                .iter()
+                .map(|s| ShapeSetting {
+                    reg: s.reg,
+                    xyzw: s.xyzw,
+                })
+                .collect(),
             ..Lowered::default()
-        })
+        };
+        // every setting is made on a scratch file now, so that a register it cannot be
+        // set in is refused before anything runs
+        lowered.apply_registers(&mut BoundRegisters::new())?;
+        self.registers_set_once(o)?;
+        Ok(lowered)
+    }
+
+    /// No register is set twice by one `isa` op (a later setting would silently replace
+    /// an earlier one).
+    fn registers_set_once(&self, o: &IsaOp) -> Result<(), Error> {
+        let bounds = o.bounds.iter().enumerate();
+        let bounds = bounds.map(|(k, b)| (format!("bounds[{k}]"), b.reg, 2u8));
+        let shapes = o.shapes.iter().enumerate();
+        let shapes = shapes.map(|(k, s)| (format!("shapes[{k}]"), s.reg, 4u8));
+        let settings: Vec<(String, u8, u8)> = bounds.chain(shapes).collect();
+        for (later, (name, reg, len)) in settings.iter().enumerate() {
+            let earlier = settings.get(..later).unwrap_or(&[]);
+            let clash = earlier.iter().find(|e| e.1 < reg + len && *reg < e.1 + e.2);
+            if let Some((first, at, n)) = clash {
+                return Err(self.error(format!(
+                    "{name} (registers {reg}..={}) sets a register {first} (registers {at}..={}) already sets",
+                    reg + len - 1,
+                    at + n - 1
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

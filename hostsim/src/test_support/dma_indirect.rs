@@ -1,7 +1,9 @@
 //! DMA_INDIRECT 0xbb cases every route must pass with the same exact results: gathers,
 //! scatters, both sides indexed, every compute op, both OOB policies and their reports,
 //! the duplicate rule and the order of failures, rows off the fabric, overlapping rows,
-//! and reshape_kind GATHER_TRANSPOSE into HBM and into SBUF partitions.
+//! reshape_kind GATHER_TRANSPOSE into HBM and into SBUF partitions, and the shape
+//! register's 4-D walk along each dim (gathers, scatters, both sides, OOB along the dim,
+//! walk order, and the run-time refusals).
 
 use dma::{Addr4, ComputeOp, Dtype, Element, Fabric, FabricAddr};
 use proptest::prelude::*;
@@ -11,8 +13,8 @@ use super::{get, put, sbuf, sbuf_at, Route};
 use crate::core_state::{CoreState, IndexSide, SkippedIndex};
 use crate::error::Error;
 use crate::isa::{
-    BoundCheckReg, BoundRegisters, DmaIndirect1d, DmaIndirectFlags, DmaSide, IndirectMode,
-    ReshapeKind,
+    BoundCheckReg, BoundRegisters, DmaIndirect1d, DmaIndirectFlags, DmaSide, IndirectDim,
+    IndirectMode, ReshapeKind, Rule, ShapeReg,
 };
 
 /// HBM table of rows.
@@ -518,6 +520,309 @@ pub fn scatter_add_policies(r: Route) {
     }
 }
 
+// ---- the shape register's walk ------------------------------------------------------
+
+/// The shape registers of the shaped cases: 8..=11.
+pub const SHAPE_REG: u8 = 8;
+
+/// A core whose registers 8..=11 hold the shape `xyzw` and pair 0/1 the bound `bound`.
+pub fn shaped_state(xyzw: [u32; 4], bound: u64) -> CoreState {
+    let mut regs = BoundRegisters::new();
+    regs.set_shape(SHAPE_REG, xyzw).unwrap();
+    regs.set_bound(0, bound).unwrap();
+    CoreState::with_registers(regs)
+}
+
+/// The u32 value of element `(w, z, y, x)` of a coded tensor.
+fn code(w: u32, z: u32, y: u32, x: u32) -> u32 {
+    1000 * w + 100 * z + 10 * y + x
+}
+
+/// A fabric holding the coded `[W][Z][Y][X]` u32 tensor of `xyzw` at `at`.
+pub fn coded_tensor(r: Route, at: FabricAddr, [x, y, z, w]: [u32; 4]) -> Fabric {
+    let mut f = r.fabric();
+    let mut t = Vec::new();
+    for wi in 0..w {
+        for zi in 0..z {
+            for yi in 0..y {
+                t.extend((0..x).map(|xi| code(wi, zi, yi, xi)));
+            }
+        }
+    }
+    put(&mut f, at, &t);
+    f
+}
+
+/// Flags with `dim` on each indexed side (X on a side without indices).
+pub fn shaped_flags(mode: IndirectMode, dim: IndirectDim, hard: bool) -> DmaIndirectFlags {
+    let on = |indexed| if indexed { dim } else { IndirectDim::X };
+    DmaIndirectFlags::new(mode, hard, false, on(mode.gathers()), on(mode.scatters()))
+}
+
+/// A shaped gather of u32 elements along `dim` from TABLE into BUF, indices `sidx`.
+pub fn shaped_gather(
+    f: &mut Fabric,
+    sidx: &[u32],
+    (dim, hard): (IndirectDim, bool),
+    bound: BoundCheckReg,
+) -> DmaIndirect1d {
+    put(f, sbuf_at(0, SIDX), sidx);
+    let src = indirect(FabricAddr(TABLE), SIDX, 4, bound);
+    let dst = direct(sbuf_at(0, BUF), 4);
+    let fl = shaped_flags(IndirectMode::Src, dim, hard);
+    let n = sidx.len() as u16;
+    DmaIndirect1d::new(fl, src, dst, n, Dtype::U32, ComputeOp::None)
+        .with_shape_reg(ShapeReg::at(SHAPE_REG).unwrap())
+}
+
+/// The `[2][2][3][2]` coded tensor (X = 2, Y = 3, Z = 2, W = 2) the shaped cases use.
+const XYZW: [u32; 4] = [2, 3, 2, 2];
+
+/// Along Y: for each (w, z), the rows y = 2 then y = 0, X innermost.
+pub fn shaped_gather_along_y(r: Route) {
+    let mut f = coded_tensor(r, FabricAddr(TABLE), XYZW);
+    let g = shaped_gather(&mut f, &[2, 0], (IndirectDim::Y, true), bc(true));
+    let out = r.run(&mut f, &mut shaped_state(XYZW, 100), g);
+    let expect = [
+        20, 21, 0, 1, // w 0, z 0
+        120, 121, 100, 101, // w 0, z 1
+        1020, 1021, 1000, 1001, // w 1, z 0
+        1120, 1121, 1100, 1101, // w 1, z 1
+    ];
+    assert_eq!(get::<u32>(&f, sbuf_at(0, BUF), 16), expect);
+    assert_eq!(out.bytes_written, 64);
+    assert!(out.skipped.is_empty() && !out.oob_notification);
+}
+
+/// Along Z a position is a whole `[Y][X]` plane per w; along W a whole `[Z][Y][X]` block.
+pub fn shaped_gather_along_z_and_w(r: Route) {
+    let mut f = coded_tensor(r, FabricAddr(TABLE), XYZW);
+    let g = shaped_gather(
+        &mut f,
+        &[1, 0],
+        (IndirectDim::Z, true),
+        BoundCheckReg::DISABLED,
+    );
+    let out = r.run(&mut f, &mut shaped_state(XYZW, 0), g);
+    let expect = [
+        100, 101, 110, 111, 120, 121, 0, 1, 10, 11, 20, 21, // w 0: z 1, z 0
+        1100, 1101, 1110, 1111, 1120, 1121, 1000, 1001, 1010, 1011, 1020, 1021,
+    ];
+    assert_eq!(get::<u32>(&f, sbuf_at(0, BUF), 24), expect);
+    assert_eq!(out.bytes_written, 96);
+    let g = shaped_gather(
+        &mut f,
+        &[1],
+        (IndirectDim::W, true),
+        BoundCheckReg::DISABLED,
+    );
+    r.run(&mut f, &mut shaped_state(XYZW, 0), g);
+    let expect = [
+        1000, 1001, 1010, 1011, 1020, 1021, 1100, 1101, 1110, 1111, 1120, 1121,
+    ];
+    assert_eq!(get::<u32>(&f, sbuf_at(0, BUF), 12), expect);
+}
+
+/// Along X with a shape, the indices pick the same columns from every row of the tensor.
+pub fn shaped_gather_along_x_takes_every_row(r: Route) {
+    let xyzw = [4, 2, 1, 1];
+    let mut f = coded_tensor(r, FabricAddr(TABLE), xyzw);
+    let g = shaped_gather(&mut f, &[3, 0, 3], (IndirectDim::X, true), bc(true));
+    let out = r.run(&mut f, &mut shaped_state(xyzw, 4), g);
+    assert_eq!(get::<u32>(&f, sbuf_at(0, BUF), 6), [3, 0, 3, 13, 10, 13]);
+    assert_eq!(out.bytes_written, 24);
+}
+
+/// A scatter-add along Z: source elements 1..=12 land on the z = 1 plane of each w.
+pub fn shaped_scatter_add_along_z(r: Route) {
+    let mut f = coded_tensor(r, FabricAddr(TABLE), XYZW);
+    let src: Vec<u32> = (1..=12).collect();
+    put(&mut f, sbuf_at(0, BUF), &src);
+    put::<u32>(&mut f, sbuf_at(0, DIDX), &[1]);
+    let s = direct(sbuf_at(0, BUF), 4);
+    let d = indirect(FabricAddr(TABLE), DIDX, 4, bc(true));
+    let fl = shaped_flags(IndirectMode::Dst, IndirectDim::Z, true);
+    let i = DmaIndirect1d::new(fl, s, d, 1, Dtype::U32, ComputeOp::Add)
+        .with_shape_reg(ShapeReg::at(SHAPE_REG).unwrap());
+    let out = r.run(&mut f, &mut shaped_state(XYZW, 2), i);
+    let expect = [
+        0, 1, 10, 11, 20, 21, // w 0, z 0: unchanged
+        101, 103, 113, 115, 125, 127, // w 0, z 1: + 1..=6
+        1000, 1001, 1010, 1011, 1020, 1021, // w 1, z 0: unchanged
+        1107, 1109, 1119, 1121, 1131, 1133, // w 1, z 1: + 7..=12
+    ];
+    assert_eq!(get::<u32>(&f, FabricAddr(TABLE), 24), expect);
+    assert_eq!(out.bytes_written, 48);
+}
+
+/// Both sides indexed along Y: `dst[w][z][didx[k]][x] = src[w][z][sidx[k]][x]`, the
+/// destination tensor in SBUF partition 1; row y = 2 of the destination is not written.
+pub fn shaped_both_sides_along_y(r: Route) {
+    let mut f = coded_tensor(r, FabricAddr(TABLE), XYZW);
+    put::<u32>(&mut f, sbuf_at(1, 0), &[0xeeee; 24]);
+    put::<u32>(&mut f, sbuf_at(0, SIDX), &[2, 0]);
+    put::<u32>(&mut f, sbuf_at(0, DIDX), &[0, 1]);
+    let src = indirect(FabricAddr(TABLE), SIDX, 4, BoundCheckReg::DISABLED);
+    let dst = indirect(sbuf_at(1, 0), DIDX, 4, BoundCheckReg::DISABLED);
+    let fl = shaped_flags(IndirectMode::SrcDst, IndirectDim::Y, true);
+    let i = DmaIndirect1d::new(fl, src, dst, 2, Dtype::U32, ComputeOp::None)
+        .with_shape_reg(ShapeReg::at(SHAPE_REG).unwrap());
+    r.run(&mut f, &mut shaped_state(XYZW, 0), i);
+    let e = 0xeeee;
+    let expect = [
+        20, 21, 0, 1, e, e, // w 0, z 0
+        120, 121, 100, 101, e, e, // w 0, z 1
+        1020, 1021, 1000, 1001, e, e, // w 1, z 0
+        1120, 1121, 1100, 1101, e, e, // w 1, z 1
+    ];
+    assert_eq!(get::<u32>(&f, sbuf_at(1, 0), 24), expect);
+}
+
+/// An index at the extent along the dim is out of bounds with the bound register off (it
+/// would alias the next plane): the whole position is skipped at every (w, z) and
+/// reported; an enabled bound below the extent bounds first.
+pub fn shaped_soft_oob_skips_whole_positions(r: Route) {
+    let mut f = coded_tensor(r, FabricAddr(TABLE), XYZW);
+    put::<u32>(&mut f, sbuf_at(0, BUF), &[0xdead; 24]);
+    let g = shaped_gather(
+        &mut f,
+        &[1, 3, 0],
+        (IndirectDim::Y, false),
+        BoundCheckReg::DISABLED,
+    );
+    let out = r.run(&mut f, &mut shaped_state(XYZW, 0), g);
+    let d = 0xdead;
+    let expect = [
+        10, 11, d, d, 0, 1, // w 0, z 0
+        110, 111, d, d, 100, 101, // w 0, z 1
+        1010, 1011, d, d, 1000, 1001, // w 1, z 0
+        1110, 1111, d, d, 1100, 1101, // w 1, z 1
+    ];
+    assert_eq!(get::<u32>(&f, sbuf_at(0, BUF), 24), expect);
+    assert_eq!(out.skipped, [skip(IndexSide::Src, 1, 3)]);
+    assert!(out.oob_notification);
+    assert_eq!(out.bytes_written, 64);
+    // bound 1 (below the extent 3): index 1 is out too; silent register
+    let g = shaped_gather(&mut f, &[1, 3, 0], (IndirectDim::Y, false), bc(false));
+    let out = r.run(&mut f, &mut shaped_state(XYZW, 1), g);
+    let src = IndexSide::Src;
+    assert_eq!(out.skipped, [skip(src, 0, 1), skip(src, 1, 3)]);
+    assert!(!out.oob_notification);
+    assert_eq!(out.bytes_written, 32);
+}
+
+/// Under the hard policy an index past the extent fails naming the extent (the smaller
+/// bound), and nothing is written: a gather along W, a scatter along Z.
+pub fn shaped_hard_oob_fails_closed(r: Route) {
+    let mut f = coded_tensor(r, FabricAddr(TABLE), XYZW);
+    let g = shaped_gather(&mut f, &[0, 1, 2], (IndirectDim::W, true), bc(true));
+    let e = r.fails_closed(&mut f, &mut shaped_state(XYZW, 50), g);
+    assert_eq!(
+        e.to_string(),
+        "src index 2 at position 2 is out of bounds (2 rows)"
+    );
+    put::<u32>(&mut f, sbuf_at(0, DIDX), &[1, 2]);
+    let s = direct(sbuf_at(0, BUF), 4);
+    let d = indirect(FabricAddr(TABLE), DIDX, 4, BoundCheckReg::DISABLED);
+    let fl = shaped_flags(IndirectMode::Dst, IndirectDim::Z, true);
+    let i = DmaIndirect1d::new(fl, s, d, 2, Dtype::U32, ComputeOp::None)
+        .with_shape_reg(ShapeReg::at(SHAPE_REG).unwrap());
+    let e = r.fails_closed(&mut f, &mut shaped_state(XYZW, 0), i);
+    let expected = Error::IndexOutOfBounds {
+        side: IndexSide::Dst,
+        position: 1,
+        value: 2,
+        bound: 2,
+    };
+    assert_eq!(e.to_string(), expected.to_string());
+}
+
+/// A destination index repeated along Y is a repeated position (the rule without a
+/// shape); with non_unique_dst_idx every plane accumulates in position order.
+pub fn shaped_duplicates_are_positions(r: Route) {
+    let mut f = coded_tensor(r, FabricAddr(TABLE), XYZW);
+    put::<u32>(&mut f, sbuf_at(0, BUF), &[1; 16]);
+    put::<u32>(&mut f, sbuf_at(0, DIDX), &[2, 2]);
+    let s = direct(sbuf_at(0, BUF), 4);
+    let d = indirect(FabricAddr(TABLE), DIDX, 4, BoundCheckReg::DISABLED);
+    let fl = shaped_flags(IndirectMode::Dst, IndirectDim::Y, true);
+    let shape = ShapeReg::at(SHAPE_REG).unwrap();
+    let i = DmaIndirect1d::new(fl, s, d, 2, Dtype::U32, ComputeOp::Add).with_shape_reg(shape);
+    let e = r.fails_closed(&mut f, &mut shaped_state(XYZW, 0), i);
+    let dup = Error::DuplicateDestination {
+        value: 2,
+        first: 0,
+        second: 1,
+    };
+    assert_eq!(e.to_string(), dup.to_string());
+    let fl = DmaIndirectFlags::new(
+        IndirectMode::Dst,
+        true,
+        true,
+        IndirectDim::X,
+        IndirectDim::Y,
+    );
+    let i = DmaIndirect1d::new(fl, s, d, 2, Dtype::U32, ComputeOp::Add).with_shape_reg(shape);
+    r.run(&mut f, &mut shaped_state(XYZW, 0), i);
+    let got = get::<u32>(&f, FabricAddr(TABLE), 24);
+    let expect = [
+        0, 1, 10, 11, 22, 23, 100, 101, 110, 111, 122, 123, 1000, 1001, 1010, 1011, 1022, 1023,
+        1100, 1101, 1110, 1111, 1122, 1123,
+    ];
+    assert_eq!(got, expect);
+}
+
+/// Elements move in walk order, each read when it moves: a gather along X of the `[2][2]`
+/// tensor `t` into `t` two elements on. The walk is y, then the position: j0 = (y 0, k 0)
+/// reads t1, j1 = (0, 1) t0, j2 = (1, 0) t3, j3 = (1, 1) t2, and j writes t[2 + j], so
+/// j2 reads what j1 wrote (position-major order would read t3 before j1 writes it, and
+/// reading every source first would leave t4 = 8 and t5 = 7).
+pub fn shaped_walk_moves_in_order(r: Route) {
+    let xyzw = [2, 2, 1, 1];
+    let mut f = r.fabric();
+    put::<u32>(&mut f, FabricAddr(TABLE), &[5, 6, 7, 8, 9, 10]);
+    put::<u32>(&mut f, sbuf_at(0, SIDX), &[1, 0]);
+    let src = indirect(FabricAddr(TABLE), SIDX, 4, BoundCheckReg::DISABLED);
+    let dst = direct(FabricAddr(TABLE + 8), 4);
+    let fl = shaped_flags(IndirectMode::Src, IndirectDim::X, true);
+    let i = DmaIndirect1d::new(fl, src, dst, 2, Dtype::U32, ComputeOp::None)
+        .with_shape_reg(ShapeReg::at(SHAPE_REG).unwrap());
+    r.run(&mut f, &mut shaped_state(xyzw, 0), i);
+    // j0: t2 = t1 = 6; j1: t3 = t0 = 5; j2: t4 = t3 = 5; j3: t5 = t2 = 6
+    assert_eq!(get::<u32>(&f, FabricAddr(TABLE), 6), [5, 6, 6, 5, 5, 6]);
+}
+
+/// The shape is checked against its registers before anything moves, on every route.
+pub fn shaped_refusals_fail_closed(r: Route) {
+    let mut f = coded_tensor(r, FabricAddr(TABLE), XYZW);
+    let g = shaped_gather(
+        &mut f,
+        &[0],
+        (IndirectDim::Y, true),
+        BoundCheckReg::DISABLED,
+    );
+    let e = r.fails_closed(&mut f, &mut shaped_state([2, 3, 0, 2], 0), g);
+    assert_eq!(
+        e.to_string(),
+        "DMA_INDIRECT1D.shape_reg.z = 0: a shape's extents X, Y, Z, W (registers reg..reg+3) must each be at least 1"
+    );
+    let e = r.fails_closed(&mut f, &mut shaped_state([1 << 11, 1, 1 << 10, 1], 0), g);
+    assert_eq!(e.rule(), Some(Rule::ShapeElementCount), "{e}");
+    // 2^30 u32 along Y: a 4 GiB indirection step
+    let e = r.fails_closed(&mut f, &mut shaped_state([1 << 30, 2, 1, 1], 0), g);
+    assert_eq!(e.rule(), Some(Rule::ShapeIndirectionStep), "{e}");
+    // the 96-byte tensor 92 bytes before the end of HBM: its first element is on the
+    // fabric, the tensor is not
+    let end = f.generation().hbm_bytes();
+    put::<u32>(&mut f, sbuf_at(0, SIDX), &[0]);
+    let src = indirect(FabricAddr(end - 92), SIDX, 4, BoundCheckReg::DISABLED);
+    let i = DmaIndirect1d::new(g.flags(), src, g.dst(), 1, Dtype::U32, ComputeOp::None)
+        .with_shape_reg(g.shape_reg());
+    let e = r.fails_closed(&mut f, &mut shaped_state(XYZW, 0), i);
+    let named = matches!(&e, Error::Field { field, .. } if field.field == "src_start_addr");
+    assert!(named, "{e}");
+}
+
 /// Every case above, as `#[test]`s on `$route`.
 macro_rules! dma_indirect_cases {
     ($route:expr) => {
@@ -541,6 +846,16 @@ macro_rules! dma_indirect_cases {
             gather_transpose_into_partitions,
             gather_transpose_hard_oob_fails_closed,
             scatter_add_policies,
+            shaped_gather_along_y,
+            shaped_gather_along_z_and_w,
+            shaped_gather_along_x_takes_every_row,
+            shaped_scatter_add_along_z,
+            shaped_both_sides_along_y,
+            shaped_soft_oob_skips_whole_positions,
+            shaped_hard_oob_fails_closed,
+            shaped_duplicates_are_positions,
+            shaped_walk_moves_in_order,
+            shaped_refusals_fail_closed,
         ]);
     };
 }

@@ -6,6 +6,33 @@
 //! `dst_start_addr + d_k * dst_elem_size`, where `s_k` is `src_idx[k]` on an indirect
 //! source and `k * src_step_elem` otherwise (likewise for the destination).
 //!
+//! # With a shape register
+//!
+//! The project's semantics (the seed names the shape register and says only that without
+//! one the indirect dim must be X). Registers `reg..=reg + 3` hold the extents
+//! `(X, Y, Z, W)`, X innermost. An indexed side is the row-major tensor `[W][Z][Y][X]` of
+//! `elem_size`-byte elements from its start address, indexed along its dim (`gather_dim`
+//! on the source, `scatter_dim` on the destination; with both sides indexed the two must
+//! be equal, so both tensors have the shape and the dim). The instruction walks the shape
+//! with the dim's extent replaced by the `n = num_elem` positions, row-major, W
+//! outermost: `n * (product of the other three extents)` elements ([`IndirectWalk`]). At
+//! the walk's point `(.., k, ..)` (position `k` on the dim) the indexed side's element is
+//! the tensor element at that point with `k` replaced by `idx[k]`, and the direct side's
+//! is the walk's running count `j` at `start_addr + j * step_elem * elem_size`. Elements
+//! move in walk order, each read when it moves. Without a shape register the walk is the
+//! 1-D one above. An index at or past the smaller of its BOUND_CHECK_REG bound (when
+//! enabled) and the extent along its dim is out of bounds: its position moves nothing at
+//! any point of the walk (soft skip) or the instruction fails naming that bound (hard
+//! error). Duplicate destination indices are duplicate positions, as without a shape.
+//! This is NKI's `vector_offset` on dim `d` (an index steps `prod(shape[d+1:])` elements,
+//! and an index past the axis size is out of bounds), on the ISA's (X, Y, Z, W) shape.
+//!
+//! Refused by validation: a non-X dim on a side without indices, different dims with
+//! both sides indexed, a shape with GATHER_TRANSPOSE. Refused at run time on every route,
+//! before anything moves (`validate::dma_indirect_walk`): a zero extent, an indirection
+//! step (`elem_size` times the extents inside the dim) past 32 bits, a walk of more than
+//! 2^20 elements, an indexed tensor or a direct run off the fabric.
+//!
 //! `reshape_kind` (byte 52, the project's field: the seed leaves it reserved) selects
 //! [`ReshapeKind::GatherTranspose`] instead: with `C = elem_size / dtype size`, element
 //! `c` of gathered row `r` goes to element `r` of destination row `c`, i.e.
@@ -21,7 +48,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 use super::Operand;
 use crate::error::Error;
 use crate::isa::fields::{
-    BoundCheckReg, DmaIndirectFlags, InstFlags, InstHeader, ReshapeKind, ShapeReg,
+    BoundCheckReg, DmaIndirectFlags, IndirectDim, InstFlags, InstHeader, ReshapeKind, ShapeReg,
 };
 use crate::isa::opcode::Opcode;
 use crate::isa::rule;
@@ -255,6 +282,57 @@ impl DmaIndirect1d {
             self.reshape_kind,
             ReshapeKind::from_code,
         )
+    }
+}
+
+/// How a DMA_INDIRECT's `n` positions expand into elements (module docs): the walk is
+/// `[outer][n][inner]`, row-major, and without a shape register `outer = inner = 1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndirectWalk {
+    /// Points of the walk outside the indexed dim: the product of the extents outside it.
+    pub outer: u64,
+    /// Points inside it: the product of the extents inside it (consecutive elements of
+    /// an indexed tensor).
+    pub inner: u64,
+    /// The shape's extent along the indexed dim (`None` without a shape register).
+    pub extent: Option<u32>,
+}
+
+impl IndirectWalk {
+    /// The 1-D walk of an instruction without a shape register.
+    pub const ROWS: IndirectWalk = IndirectWalk {
+        outer: 1,
+        inner: 1,
+        extent: None,
+    };
+
+    /// The walk of the shape `xyzw` (X innermost) indexed along `dim`.
+    pub fn of_shape(xyzw: [u32; 4], dim: IndirectDim) -> IndirectWalk {
+        let d = usize::from(dim.code());
+        // Saturating: validation refuses a walk past 2^20 elements before it is used.
+        let product = |extents: &[u32]| {
+            let mul = |acc: u64, &e: &u32| acc.saturating_mul(u64::from(e));
+            extents.iter().fold(1, mul)
+        };
+        IndirectWalk {
+            outer: product(xyzw.get(d + 1..).unwrap_or(&[])),
+            inner: product(xyzw.get(..d).unwrap_or(&[])),
+            extent: xyzw.get(d).copied(),
+        }
+    }
+
+    /// Elements one position moves: `outer * inner` (saturating).
+    pub fn per_position(&self) -> u64 {
+        self.outer.saturating_mul(self.inner)
+    }
+
+    /// The bound an index is checked against: the smaller of the register's `bound`
+    /// (`None` when disabled) and the extent.
+    pub fn bound(&self, bound: Option<u64>) -> Option<u64> {
+        match (bound, self.extent) {
+            (Some(b), Some(e)) => Some(b.min(u64::from(e))),
+            (b, e) => b.or(e.map(u64::from)),
+        }
     }
 }
 

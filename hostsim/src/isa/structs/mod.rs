@@ -9,7 +9,7 @@ mod indirect_copy;
 mod pool_buffer_load;
 
 pub use direct2d::{Direct2dSide, DmaDirect2d};
-pub use dma_indirect::{DmaIndirect1d, DmaSide};
+pub use dma_indirect::{DmaIndirect1d, DmaSide, IndirectWalk};
 pub use embedding::{EmbeddingTable, PseudoEmbeddingUpdate};
 pub use gather::S4d4Gt;
 pub use indirect_copy::S4d4Ic;

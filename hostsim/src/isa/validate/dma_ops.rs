@@ -7,18 +7,24 @@ use super::pool_ops::MAX_INDICES;
 use super::{addr4_span, fabric_span, run_bytes};
 use crate::error::Error;
 use crate::isa::fields::{BoundCheckReg, IndirectDim, IndirectMode, ReshapeKind};
+use crate::isa::registers::BoundRegisters;
 use crate::isa::rule::{self, ensure, FieldPath, Rule};
-use crate::isa::structs::{DmaDirect2d, DmaIndirect1d, Operand, PseudoEmbeddingUpdate};
+use crate::isa::structs::{
+    DmaDirect2d, DmaIndirect1d, IndirectWalk, Operand, PseudoEmbeddingUpdate,
+};
 
 /// Bytes per DMA_INDIRECT / EMBEDDING_UPDATE index (u32).
 const INDEX_BYTES: u64 = 4;
 
 /// DMA_INDIRECT: equal counts of 1..=4096, equal element sizes that hold whole dtype
-/// elements, a queue, indirect dims X without a shape register, and per side either
+/// elements, a queue, indirect dims X without a shape register (with one: X on a side
+/// without indices, one dim for two indexed sides), and per side either
 /// indices (SBUF partition 0, a usable bound register, a mapped base) or a direct run on
 /// the fabric with no index address and no bound. With reshape_kind GATHER_TRANSPOSE,
 /// also `gather_transpose`'s rules, and the destination's transposed extent on the
-/// fabric.
+/// fabric. A shape register's extents are in registers: [`dma_indirect_walk`] checks
+/// them at run time. A direct side's first `n` elements are checked here, its whole run
+/// (longer with a shape register) there too.
 pub fn dma_indirect(generation: Generation, d: &DmaIndirect1d) -> Result<(), Error> {
     d.check_decode()?;
     let at = DmaIndirect1d::at;
@@ -142,27 +148,107 @@ fn elem_size_fits(at: FieldPath, size: u32, dtype: Dtype) -> Result<(), Error> {
     ensure(whole, at, size, Rule::ElemSizeDtype)
 }
 
-/// Without a shape register both indirect dims are X; with one, its four registers exist.
+/// Without a shape register both indirect dims are X. With one: its four registers
+/// exist, a side without indices keeps dim X, and two indexed sides share one dim.
 fn shape(d: &DmaIndirect1d) -> Result<(), Error> {
     let at = DmaIndirect1d::at;
     let shape = d.shape_reg();
-    if shape.present() {
-        return rule::at_most(at("shape_reg"), shape.reg(), 60, Rule::ShapeRegisterRange);
-    }
-    let flags = d.flags();
+    let (flags, mode) = (d.flags(), d.flags().indirect_mode()?);
     let dims = [
-        ("flags.gather_dim", flags.gather_dim()),
-        ("flags.scatter_dim", flags.scatter_dim()),
+        ("flags.gather_dim", flags.gather_dim(), mode.gathers()),
+        ("flags.scatter_dim", flags.scatter_dim(), mode.scatters()),
     ];
-    for (name, dim) in dims {
-        rule::equal(
-            at(name),
-            dim.code(),
-            IndirectDim::X.code(),
-            Rule::IndirectDimWithoutShapeReg,
+    let x = IndirectDim::X.code();
+    if !shape.present() {
+        for (name, dim, _) in dims {
+            rule::equal(at(name), dim.code(), x, Rule::IndirectDimWithoutShapeReg)?;
+        }
+        return Ok(());
+    }
+    rule::at_most(at("shape_reg"), shape.reg(), 60, Rule::ShapeRegisterRange)?;
+    for (name, dim, indexed) in dims {
+        if !indexed {
+            rule::equal(at(name), dim.code(), x, Rule::UnusedIndirectDim)?;
+        }
+    }
+    let (gather, scatter) = (flags.gather_dim(), flags.scatter_dim());
+    if mode == IndirectMode::SrcDst {
+        let same = gather == scatter;
+        ensure(
+            same,
+            at("flags.scatter_dim"),
+            scatter.code(),
+            Rule::ShapeDimsDiffer,
         )?;
     }
     Ok(())
+}
+
+/// The most elements a shaped DMA_INDIRECT walks (the project's limit: the reference and
+/// the POOL kernel list every element's move, and the DGE's sequential order cuts a run
+/// per element, so the walk is bounded like the index count).
+pub const MAX_WALK_ELEMENTS: u64 = 1 << 20;
+
+/// The element walk of a validated DMA_INDIRECT `d` with the registers `regs`
+/// ([`IndirectWalk::ROWS`] without a shape register), checked before any route moves
+/// anything: every extent at least 1, the indirection step (`elem_size` times the
+/// extents inside the dim) within 32 bits, at most [`MAX_WALK_ELEMENTS`] elements, each
+/// indexed side's whole tensor and each direct side's whole run on the fabric of `map`.
+pub fn dma_indirect_walk(
+    map: &AddressMap,
+    regs: &BoundRegisters,
+    d: &DmaIndirect1d,
+) -> Result<IndirectWalk, Error> {
+    let at = DmaIndirect1d::at;
+    let Some(xyzw) = regs.shape(d.shape_reg())? else {
+        return Ok(IndirectWalk::ROWS);
+    };
+    let names = ["shape_reg.x", "shape_reg.y", "shape_reg.z", "shape_reg.w"];
+    for (name, extent) in names.into_iter().zip(xyzw) {
+        ensure(extent >= 1, at(name), extent, Rule::ShapeExtent)?;
+    }
+    let mode = d.flags().indirect_mode()?;
+    let dim = match mode.gathers() {
+        true => d.flags().gather_dim(),
+        false => d.flags().scatter_dim(),
+    };
+    let walk = IndirectWalk::of_shape(xyzw, dim);
+    let size = u64::from(d.src_elem_size());
+    let step = walk.inner.saturating_mul(size);
+    let step_ok = step <= u64::from(u32::MAX);
+    ensure(
+        step_ok,
+        at("shape_reg.indirection_step"),
+        step,
+        Rule::ShapeIndirectionStep,
+    )?;
+    let n = u64::from(d.src_num_elem());
+    let elements = walk.per_position().saturating_mul(n);
+    rule::at_most(
+        at("shape_reg.elements"),
+        elements,
+        MAX_WALK_ELEMENTS,
+        Rule::ShapeElementCount,
+    )?;
+    let sides = [
+        ("src_start_addr", d.src(), mode.gathers()),
+        ("dst_start_addr", d.dst(), mode.scatters()),
+    ];
+    for (name, side, indexed) in sides {
+        // Every factor is below 2^32 and elements <= 2^20: u128 holds the products.
+        let bytes = match indexed {
+            true => {
+                let extent = u128::from(walk.extent.unwrap_or(1));
+                u128::from(walk.per_position()) * extent * u128::from(size)
+            }
+            false => {
+                let last = u128::from(elements.saturating_sub(1)) * u128::from(side.step_elem);
+                (last + 1) * u128::from(size)
+            }
+        };
+        fabric_span(map, at(name), side.start_addr, bytes)?;
+    }
+    Ok(walk)
 }
 
 /// One side of a DMA_INDIRECT, each field with its path.
@@ -294,7 +380,7 @@ pub fn dma_memcpy(generation: Generation, d: &DmaDirect2d) -> Result<(), Error> 
 mod tests {
     use super::*;
     use crate::isa::fields::{DmaIndirectFlags, ShapeReg};
-    use crate::isa::structs::{Direct2dSide, DmaSide, EmbeddingTable};
+    use crate::isa::structs::{Direct2dSide, DmaSide, EmbeddingTable, IndirectWalk};
     use crate::isa::validate::{assert_fabric, assert_rule};
     use dma::{CceOp, ComputeOp};
 
@@ -697,7 +783,7 @@ mod tests {
             3,
             Rule::IndirectDimWithoutShapeReg,
         );
-        let shaped = both(IndirectDim::Z, IndirectDim::W).with_shape_reg(ShapeReg::at(60).unwrap());
+        let shaped = both(IndirectDim::Z, IndirectDim::Z).with_shape_reg(ShapeReg::at(60).unwrap());
         dma_indirect(SUNDA, &shaped).unwrap();
         let shaped = shaped.with_shape_reg(ShapeReg::at(61).unwrap());
         assert_rule(
@@ -705,6 +791,193 @@ mod tests {
             "DMA_INDIRECT1D.shape_reg",
             61,
             Rule::ShapeRegisterRange,
+        );
+    }
+
+    #[test]
+    fn dma_indirect_shaped_dims() {
+        let reg = ShapeReg::at(8).unwrap();
+        let indexed = side(0, sbuf(0, 0), BoundCheckReg::DISABLED);
+        let direct = side(0x10_0000, Addr4(0), BoundCheckReg::DISABLED);
+        let inst = |mode, g, s| {
+            let (src, dst) = match mode {
+                IndirectMode::Src => (indexed, direct),
+                IndirectMode::Dst => (direct, indexed),
+                IndirectMode::SrcDst => (
+                    indexed,
+                    DmaSide {
+                        start_addr: FabricAddr(0x10_0000),
+                        idx_start_addr: sbuf(0, 0x4000),
+                        ..indexed
+                    },
+                ),
+            };
+            DmaIndirect1d::new(flags(mode, g, s), src, dst, 8, Dtype::U8, ComputeOp::None)
+                .with_shape_reg(reg)
+        };
+        let (x, y, w) = (IndirectDim::X, IndirectDim::Y, IndirectDim::W);
+        dma_indirect(SUNDA, &inst(IndirectMode::Src, w, x)).unwrap();
+        dma_indirect(SUNDA, &inst(IndirectMode::Dst, x, y)).unwrap();
+        dma_indirect(SUNDA, &inst(IndirectMode::SrcDst, y, y)).unwrap();
+        // the dim of the side without indices is not ignored: it must be X
+        assert_rule(
+            dma_indirect(SUNDA, &inst(IndirectMode::Src, w, y)),
+            "DMA_INDIRECT1D.flags.scatter_dim",
+            1,
+            Rule::UnusedIndirectDim,
+        );
+        assert_rule(
+            dma_indirect(SUNDA, &inst(IndirectMode::Dst, w, y)),
+            "DMA_INDIRECT1D.flags.gather_dim",
+            3,
+            Rule::UnusedIndirectDim,
+        );
+        // two indexed sides walk one shape along one dim
+        let e = dma_indirect(SUNDA, &inst(IndirectMode::SrcDst, y, w));
+        assert_eq!(
+            e.as_ref().unwrap_err().to_string(),
+            "DMA_INDIRECT1D.flags.scatter_dim = 3: with a shape register and both sides indexed, scatter_dim must equal gather_dim (one walk, one indexed dim)"
+        );
+        assert_rule(
+            e,
+            "DMA_INDIRECT1D.flags.scatter_dim",
+            3,
+            Rule::ShapeDimsDiffer,
+        );
+    }
+
+    /// A gather along `dim` of 4 indices from a `[2][3][5][4]`-shaped u16 tensor at
+    /// `start` (shape registers 8..=11) into a direct run at `out`.
+    fn shaped_gather(dim: IndirectDim, start: u64, out: u64) -> (DmaIndirect1d, BoundRegisters) {
+        let mut regs = BoundRegisters::new();
+        regs.set_shape(8, [4, 5, 3, 2]).unwrap();
+        let src = DmaSide {
+            elem_size: 2,
+            ..side(start, sbuf(0, 0), BoundCheckReg::DISABLED)
+        };
+        let dst = DmaSide {
+            elem_size: 2,
+            ..side(out, Addr4(0), BoundCheckReg::DISABLED)
+        };
+        let f = flags(IndirectMode::Src, dim, IndirectDim::X);
+        let d = DmaIndirect1d::new(f, src, dst, 4, Dtype::U16, ComputeOp::None)
+            .with_shape_reg(ShapeReg::at(8).unwrap());
+        (d, regs)
+    }
+
+    #[test]
+    fn shaped_walks() {
+        let map = AddressMap::new(SUNDA);
+        let walk = |dim| {
+            let (d, regs) = shaped_gather(dim, 0x1000, 0x10_0000);
+            dma_indirect(SUNDA, &d).unwrap();
+            dma_indirect_walk(&map, &regs, &d).unwrap()
+        };
+        let w = |outer, inner, extent| IndirectWalk {
+            outer,
+            inner,
+            extent: Some(extent),
+        };
+        assert_eq!(walk(IndirectDim::X), w(30, 1, 4));
+        assert_eq!(walk(IndirectDim::Y), w(6, 4, 5));
+        assert_eq!(walk(IndirectDim::Z), w(2, 20, 3));
+        assert_eq!(walk(IndirectDim::W), w(1, 60, 2));
+        assert_eq!(w(6, 4, 5).bound(Some(3)), Some(3));
+        assert_eq!(w(6, 4, 5).bound(Some(9)), Some(5));
+        assert_eq!(w(6, 4, 5).bound(None), Some(5));
+        assert_eq!(IndirectWalk::ROWS.bound(None), None);
+        // without a shape register the registers are not read: the 1-D walk
+        let (d, mut regs) = shaped_gather(IndirectDim::X, 0x1000, 0x10_0000);
+        regs.set_shape(8, [0; 4]).unwrap();
+        let plain = d.with_shape_reg(ShapeReg::NONE);
+        dma_indirect(SUNDA, &plain).unwrap();
+        assert_eq!(
+            dma_indirect_walk(&map, &regs, &plain).unwrap(),
+            IndirectWalk::ROWS
+        );
+    }
+
+    #[test]
+    fn shaped_walk_rules() {
+        let map = AddressMap::new(SUNDA);
+        let (d, mut regs) = shaped_gather(IndirectDim::Z, 0x1000, 0x10_0000);
+        let run = |regs: &BoundRegisters, d: &DmaIndirect1d| {
+            dma_indirect(SUNDA, d).and_then(|()| dma_indirect_walk(&map, regs, d).map(drop))
+        };
+        regs.set(10, 0).unwrap();
+        let e = run(&regs, &d);
+        assert_eq!(
+            e.as_ref().unwrap_err().to_string(),
+            "DMA_INDIRECT1D.shape_reg.z = 0: a shape's extents X, Y, Z, W (registers reg..reg+3) must each be at least 1"
+        );
+        assert_rule(e, "DMA_INDIRECT1D.shape_reg.z", 0, Rule::ShapeExtent);
+        // inner = X * Y = 2^16 elements of 2^16 bytes: an indirection step of 2^32
+        regs.set_shape(8, [1 << 8, 1 << 8, 2, 1]).unwrap();
+        let wide = DmaSide {
+            elem_size: 1 << 16,
+            ..d.src()
+        };
+        let big = DmaIndirect1d::new(
+            d.flags(),
+            wide,
+            DmaSide {
+                elem_size: 1 << 16,
+                ..d.dst()
+            },
+            1,
+            Dtype::U16,
+            ComputeOp::None,
+        )
+        .with_shape_reg(d.shape_reg());
+        assert_rule(
+            run(&regs, &big),
+            "DMA_INDIRECT1D.shape_reg.indirection_step",
+            1 << 32,
+            Rule::ShapeIndirectionStep,
+        );
+        // 4 positions of 2^18 elements (2^20) pass; 4 of 2^18 + 2^10 do not
+        regs.set_shape(8, [1 << 9, 1, 1, 1 << 9]).unwrap();
+        run(&regs, &d).unwrap();
+        regs.set_shape(8, [(1 << 8) + 1, 1 << 10, 1, 1]).unwrap();
+        assert_rule(
+            run(&regs, &d),
+            "DMA_INDIRECT1D.shape_reg.elements",
+            4 * ((1 << 18) + (1 << 10)),
+            Rule::ShapeElementCount,
+        );
+        // extents whose product passes 64 bits saturate and are refused, not wrapped
+        regs.set_shape(8, [u32::MAX; 4]).unwrap();
+        assert_rule(
+            run(&regs, &d),
+            "DMA_INDIRECT1D.shape_reg.indirection_step",
+            u64::MAX,
+            Rule::ShapeIndirectionStep,
+        );
+    }
+
+    #[test]
+    fn shaped_tensors_and_runs_lie_on_the_fabric() {
+        let map = AddressMap::new(SUNDA);
+        // the [2][3][5][4] u16 tensor is 240 bytes: it fits before the end of v2 HBM...
+        let end = 32 << 30;
+        let (d, regs) = shaped_gather(IndirectDim::Y, end - 240, 0x10_0000);
+        dma_indirect(SUNDA, &d).unwrap();
+        dma_indirect_walk(&map, &regs, &d).unwrap();
+        // ...and two bytes later it does not, though the first row of every index does
+        let (d, regs) = shaped_gather(IndirectDim::Y, end - 238, 0x10_0000);
+        dma_indirect(SUNDA, &d).unwrap();
+        assert_fabric(
+            dma_indirect_walk(&map, &regs, &d).map(drop),
+            "DMA_INDIRECT1D.src_start_addr",
+        );
+        // the direct run: 4 positions x 24 elements of 2 bytes = 192 bytes
+        let (d, regs) = shaped_gather(IndirectDim::Y, 0x1000, end - 192);
+        dma_indirect_walk(&map, &regs, &d).unwrap();
+        let (d, regs) = shaped_gather(IndirectDim::Y, 0x1000, end - 190);
+        dma_indirect(SUNDA, &d).unwrap();
+        assert_fabric(
+            dma_indirect_walk(&map, &regs, &d).map(drop),
+            "DMA_INDIRECT1D.dst_start_addr",
         );
     }
 

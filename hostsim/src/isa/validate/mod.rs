@@ -3,7 +3,8 @@
 //!
 //! What every generation shares (seed 000 sections 3 and 8, and the project's limits
 //! listed here): the index dtype sets, `num_elem_per_idx` set, at most 4096 indices,
-//! DMA_INDIRECT indices in SBUF partition 0, indirect dim X without a shape register,
+//! DMA_INDIRECT indices in SBUF partition 0, indirect dim X without a shape register (the
+//! shape a register holds is checked at run time, [`dma_indirect_walk`]),
 //! INDIRECT_COPY only in the Gather sub-mode, CCE_OP 1 rejected, and every address on the
 //! generation's fabric (sizes drift: SBUF 192/224/256/256 KiB per partition, HBM
 //! 32/96/144/144 GiB).
@@ -21,7 +22,9 @@
 mod dma_ops;
 mod pool_ops;
 
-pub use dma_ops::{dma_indirect, dma_memcpy, embedding_update};
+pub use dma_ops::{
+    dma_indirect, dma_indirect_walk, dma_memcpy, embedding_update, MAX_WALK_ELEMENTS,
+};
 pub use pool_ops::{
     gather, indirect_copy, pool_buffer_load, CORE_PARTITIONS, MAX_INDICES, NUM_ELEM_PER_IDX,
     POOL_BUFFER_MAX_ELEMENTS,
