@@ -542,6 +542,19 @@ fn dma_gather_transpose_is_src_take_transposed() {
     const C: u32 = 3;
     const M: u32 = 5000;
     for g in Generation::ALL {
+        let (idx_t, src_t) = (
+            Tensor::vector(sbuf(0, 0), M, Dtype::U32),
+            Tensor::new(FabricAddr(TABLE), [N, C], Dtype::U16),
+        );
+        let dst_t = Tensor::new(FabricAddr(OUT), [C, M], Dtype::U16);
+        if g == Generation::Sunda {
+            let e = nki::dma_gather_transpose(g, &src_t, &idx_t, &dst_t, OobMode::Error);
+            assert!(e
+                .unwrap_err()
+                .to_string()
+                .contains("needs trn2 (cayman) or later"));
+            continue;
+        }
         for m in mechanisms(g) {
             let table: Vec<u16> = noise(3, (N * C) as usize)
                 .into_iter()
@@ -563,6 +576,7 @@ fn dma_gather_transpose_is_src_take_transposed() {
                     &Tensor::new(FabricAddr(TABLE), [N, C], Dtype::U16),
                     &Tensor::vector(sbuf(0, 0), M, Dtype::U32),
                     &Tensor::new(dst, [C, M], Dtype::U16),
+                    OobMode::Error,
                 )
                 .unwrap();
                 assert_eq!(l.instructions.len(), 2, "4096 + 904 indices");
@@ -588,6 +602,7 @@ fn dma_gather_transpose_rejects_mismatched_shapes() {
         &Tensor::new(FabricAddr(TABLE), [8, 4], Dtype::Bf16),
         &Tensor::vector(sbuf(0, 0), 2, Dtype::U32),
         &Tensor::new(sbuf(1, 0), [2, 4], Dtype::Bf16),
+        OobMode::Error,
     )
     .unwrap_err();
     assert!(

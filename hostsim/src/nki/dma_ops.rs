@@ -94,15 +94,24 @@ pub fn dma_scatter(
 /// `src` is `[N, C]` in HBM, `indices` `[1, M]` u32 in SBUF partition 0, `dst` `[C, M]`
 /// of `src`'s dtype: on SBUF/PSUM row `c` is partition `P + c`, on HBM rows are `M`
 /// elements apart (so `M <= 65535`, the 16-bit row step). An index `>= N` fails the
-/// instruction (bound register 0). Lowered to DMA_INDIRECT with reshape_kind
-/// GATHER_TRANSPOSE, one per 4096 indices, each writing its columns of `dst`.
+/// instruction under `OobMode::Error` and moves nothing of its column under `Skip`
+/// (bound register 0). Lowered to DMA_INDIRECT with reshape_kind GATHER_TRANSPOSE, one per
+/// 4096 indices, each writing its columns of `dst`. NKI's indirect `dma_transpose` needs
+/// trn2 or later: sunda refuses it.
 pub fn dma_gather_transpose(
     generation: Generation,
     src: &Tensor,
     indices: &Tensor,
     dst: &Tensor,
+    oob: OobMode,
 ) -> Result<Lowered, Error> {
     let op = "dma_gather_transpose";
+    if generation == Generation::Sunda {
+        return Err(Error::NkiUnsupported {
+            op,
+            reason: "an indirect dma_transpose needs trn2 (cayman) or later; NeuronCore-v2 (sunda) has none",
+        });
+    }
     nonempty(op, ["src.shape[0]", "src.shape[1]"], src)?;
     let cast = "must equal src.dtype (elements move without a cast)";
     same_dtype(op, "dst.dtype", dst.dtype, src.dtype, cast)?;
@@ -132,7 +141,7 @@ pub fn dma_gather_transpose(
     let row_bytes = u32::try_from(src.row_bytes())
         .map_err(|_| arg_error(op, "src.shape[1]", src.shape[1].into(), wide))?;
     let bc = BoundCheckReg::enabled(0, false)?;
-    let flags = DmaIndirectFlags::rows(IndirectMode::Src, true, false);
+    let flags = DmaIndirectFlags::rows(IndirectMode::Src, oob == OobMode::Error, false);
     let esize = src.dtype.size() as u64;
     let mut instructions = Vec::new();
     for first in (0..count).step_by(CHUNK as usize) {
@@ -609,6 +618,7 @@ mod tests {
             &rows(0, [4, 2]),
             &idx,
             &rows(0x100, [3, 4]),
+            OobMode::Error,
         )
         .unwrap_err();
         assert!(matches!(

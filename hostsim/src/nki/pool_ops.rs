@@ -1,7 +1,7 @@
 //! The POOL-side NKI gathers: `nc_n_gather` (GATHER 0x68 against the Pool_Buffer) and
 //! `local_gather` (INDIRECT_COPY 0xe7, 8 cores x 16 partitions).
 
-use dma::{Addr4, AddressMap, Dtype, Generation};
+use dma::{Addr4, AddressMap, Dtype, Generation, Space};
 
 use super::{addr4_plus, ensure_arg, equal, nonempty, on_core, same_dtype, Lowered, Tensor};
 use crate::core_state::POOL_BUFFER_ELEMENTS;
@@ -10,6 +10,22 @@ use crate::isa::validate::{CORE_PARTITIONS, MAX_INDICES, NUM_ELEM_PER_IDX};
 use crate::isa::{
     IndexMissBehavior, Indirect, Instruction, PoolBufferLoad, S4d4Gt, S4d4Ic, Tensor4d,
 };
+
+/// The SBUF start of a GpSimd operand: NKI's `nc_n_gather` and `local_gather` take SBUF
+/// tensors only ("GpSimd cannot access PSUM"); raw GATHER / INDIRECT_COPY instructions
+/// keep their headers' per-generation PSUM rules.
+fn in_sbuf(
+    map: &AddressMap,
+    op: &'static str,
+    arg: &'static str,
+    t: &Tensor,
+) -> Result<Addr4, Error> {
+    let a = on_core(map, op, arg, t)?;
+    let sbuf = matches!(a.decode(), Ok((Space::Sbuf, _, _)));
+    let rule = "must be in SBUF (GpSimd cannot access PSUM)";
+    ensure_arg(sbuf, op, arg, a.0, rule)?;
+    Ok(a)
+}
 
 /// Partitions a POOL instruction can span.
 const MAX_PARTITIONS: u32 = dma::generation::PARTITIONS;
@@ -37,9 +53,9 @@ pub fn nc_n_gather(
     const OP: &str = "nc_n_gather";
     let (p, m) = check_gather(data, indices, dst)?;
     let map = AddressMap::new(generation);
-    let data_a = on_core(&map, OP, "data", data)?;
-    let index_a = on_core(&map, OP, "indices", indices)?;
-    let dst_a = on_core(&map, OP, "dst", dst)?;
+    let data_a = in_sbuf(&map, OP, "data", data)?;
+    let index_a = in_sbuf(&map, OP, "indices", indices)?;
+    let dst_a = in_sbuf(&map, OP, "dst", dst)?;
     same_partition(data_a, index_a)?;
     let f = data.shape[1];
     let size = data.dtype.size() as u64;
@@ -167,9 +183,9 @@ pub fn local_gather(
     let total16 = u16::try_from(total)
         .map_err(|_| super::arg_error(OP, "dst.shape[1]", total.into(), field))?;
     let map = AddressMap::new(generation);
-    let src_a = on_core(&map, OP, "src", src)?;
-    let index_a = on_core(&map, OP, "index", index)?;
-    let dst_a = on_core(&map, OP, "dst", dst)?;
+    let src_a = in_sbuf(&map, OP, "src", src)?;
+    let index_a = in_sbuf(&map, OP, "index", index)?;
+    let dst_a = in_sbuf(&map, OP, "dst", dst)?;
     let ic = S4d4Ic::gather(
         Indirect::new(index_a, src_a, total16),
         contiguous(dst_a, total),
@@ -234,7 +250,6 @@ fn contiguous(a: Addr4, n: u32) -> Tensor4d {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ErrorKind;
     use crate::runtime::{Mechanism, Runtime};
     use dma::{Fabric, Space};
 
@@ -368,11 +383,22 @@ mod tests {
                 ..
             }
         ));
-        // maverick: the ISA rejects a PSUM destination
-        let (data, idx, mut dst) = gather_tensors(16, 4);
-        dst.addr = Addr4::encode(Space::Psum, 0, 0).unwrap().into();
-        let e = nc_n_gather(Generation::Maverick, &data, &idx, &dst).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Rule(crate::isa::Rule::GatherPsum));
+        // NKI: GpSimd cannot access PSUM, on every generation (the ISA allows it before
+        // maverick; raw GATHER instructions keep that rule)
+        for g in Generation::ALL {
+            let (data, idx, mut dst) = gather_tensors(16, 4);
+            dst.addr = Addr4::encode(Space::Psum, 0, 0).unwrap().into();
+            let e = nc_n_gather(g, &data, &idx, &dst).unwrap_err();
+            assert!(
+                e.to_string()
+                    .ends_with("must be in SBUF (GpSimd cannot access PSUM)"),
+                "{e}"
+            );
+            let (mut src, idx, dst) = copy_tensors(40, 1);
+            src.addr = Addr4::encode(Space::Psum, 16, 0).unwrap().into();
+            let e = local_gather(g, &src, &idx, 1, Some(40), &dst).unwrap_err();
+            assert!(e.to_string().starts_with("local_gather: src = "), "{e}");
+        }
     }
 
     fn copy_tensors(n: u32, per: u32) -> (Tensor, Tensor, Tensor) {

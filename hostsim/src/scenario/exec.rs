@@ -395,7 +395,26 @@ pub(crate) mod tests {
     /// Runs `text` with every mechanism that serves it on `generations` and checks that
     /// tensor `name` ends as `want` (words of `size` bytes) on each.
     fn check(text: &str, files: &[(&str, NpyArray)], name: &str, size: usize, want: &[u64]) {
-        for g in [dma::Generation::Sunda, dma::Generation::Cayman] {
+        check_on(
+            &[dma::Generation::Sunda, dma::Generation::Cayman],
+            text,
+            files,
+            name,
+            size,
+            want,
+        )
+    }
+
+    /// [`check`] on `generations`.
+    fn check_on(
+        generations: &[dma::Generation],
+        text: &str,
+        files: &[(&str, NpyArray)],
+        name: &str,
+        size: usize,
+        want: &[u64],
+    ) {
+        for &g in generations {
             for m in [Mechanism::Auto, Mechanism::Reference] {
                 let over = Overrides {
                     generation: Some(g),
@@ -468,7 +487,29 @@ pub(crate) mod tests {
              [[tensor]]\nname = \"d\"\nspace = \"sbuf\"\ndtype = \"u16\"\nshape = [3, 2]\npartition = 4\n\
              [[op]]\nop = \"dma_gather_transpose\"\nsrc = \"s\"\nindex = \"i\"\ndst = \"d\"\n";
         let files = [("i.npy", u32_array(&[1, 2], &[3, 1]))];
-        check(text, &files, "d", 2, &[9, 3, 10, 4, 11, 5]);
+        let trn2_on = [dma::Generation::Cayman, dma::Generation::Maverick];
+        check_on(&trn2_on, text, &files, "d", 2, &[9, 3, 10, 4, 11, 5]);
+        // NKI's indirect dma_transpose is trn2 and later
+        let sunda = Overrides {
+            generation: Some(dma::Generation::Sunda),
+            ..Overrides::default()
+        };
+        let e = prepared(text, &files, sunda).unwrap_err();
+        assert!(
+            e.to_string().contains("needs trn2 (cayman) or later"),
+            "{e}"
+        );
+        // oob = "skip": index 7 moves nothing of its column, which keeps its zeros
+        let skip = format!("{text}oob = \"skip\"\n");
+        let files = [("i.npy", u32_array(&[1, 2], &[7, 1]))];
+        check_on(&trn2_on, &skip, &files, "d", 2, &[0, 3, 0, 4, 0, 5]);
+        let axes = format!("{text}axes = [0, 1]\n");
+        let e = prepared(&axes, &files, Overrides::default()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("axes = [0, 1]: the DGE's GATHER TRANSPOSE kind swaps the two axes"),
+            "{e}"
+        );
     }
 
     #[test]

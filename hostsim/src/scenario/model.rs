@@ -335,6 +335,12 @@ pub struct DmaGatherTranspose {
     pub src: String,
     pub index: String,
     pub dst: String,
+    #[serde(default)]
+    pub oob: Oob,
+    /// NKI `dma_transpose`'s permutation of the gathered `[rows, cols]` (only `[1, 0]`:
+    /// the DGE's GATHER TRANSPOSE kind is 2-D).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub axes: Option<Vec<u32>>,
 }
 
 /// One side of a `dma_copy`: a tensor's name (all of it, row by row) or an NKI `.ap()`

@@ -216,11 +216,16 @@ impl Cx<'_> {
             OpSpec::DmaGather(o) => self.row_dma(o, false),
             OpSpec::DmaScatter(o) => self.row_dma(o, true),
             OpSpec::DmaGatherTranspose(o) => {
+                if let Some(axes) = o.axes.as_ref().filter(|a| **a != [1, 0]) {
+                    return Err(self.error(format!(
+                        "axes = {axes:?}: the DGE's GATHER TRANSPOSE kind swaps the two axes of the gathered [rows, cols] (axes = [1, 0]); other permutations are not a DGE transpose"
+                    )));
+                }
                 // dst rows are partitions on core (the transpose's layout).
                 let s = self.rows("src", &o.src)?;
                 let d = self.nki(self.tensor("dst", &o.dst)?)?;
                 let i = self.nki(self.tensor("index", &o.index)?)?;
-                nki::dma_gather_transpose(g, &s, &i, &d)
+                nki::dma_gather_transpose(g, &s, &i, &d, o.oob.into())
             }
             OpSpec::DmaCopy(o) => self.dma_copy(o),
             OpSpec::NcNGather(o) => {
