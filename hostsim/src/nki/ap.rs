@@ -271,6 +271,57 @@ impl ApSide {
     }
 }
 
+impl ApSide {
+    /// The index tile's values in position order, an i32 read as u32 (`None` without a
+    /// vector offset).
+    pub fn index_values(&self, fabric: &Fabric) -> Result<Option<Vec<u32>>, Error> {
+        if self.vector_offset.is_none() {
+            return Ok(None);
+        }
+        let n = self.dims.get(self.indirect_dim).map_or(0, |d| d.num);
+        let mut values = Vec::with_capacity(n as usize);
+        for k in 0..n {
+            let mut v = [0u32];
+            if let Some(at) = self.index_addr(k) {
+                fabric.read_elems(at, &mut v)?;
+            }
+            values.push(v[0]);
+        }
+        Ok(Some(values))
+    }
+}
+
+/// Two positions of one index tile naming one destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Collision {
+    /// The earlier position.
+    pub first: u32,
+    /// The later position.
+    pub second: u32,
+    /// The index both hold.
+    pub value: u32,
+}
+
+/// Every position of `values` that repeats an earlier one, among the positions that
+/// `moves`, in position order, each paired with the first position holding its value.
+pub fn collisions(values: &[u32], moves: impl Fn(usize) -> bool) -> Vec<Collision> {
+    let mut seen = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for (pos, &value) in values.iter().enumerate().filter(|(p, _)| moves(*p)) {
+        match seen.get(&value) {
+            Some(&first) => out.push(Collision {
+                first,
+                second: pos as u32,
+                value,
+            }),
+            None => {
+                seen.insert(value, pos as u32);
+            }
+        }
+    }
+    out
+}
+
 /// NKI `dma_copy` / `dma_compute` over access patterns, run by the software DGE.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApDma {
@@ -293,9 +344,38 @@ impl ApDma {
         self.src.vector_offset.is_some() || self.dst.vector_offset.is_some()
     }
 
-    /// Both sides with their names (`src`, `dst`).
-    pub fn sides(&self) -> [(&'static str, &ApSide); 2] {
-        [("src", &self.src), ("dst", &self.dst)]
+    /// Whether both sides are indexed one index per position: equal index counts and
+    /// equal elements per index (then a position moves only if both its indices do).
+    pub fn coupled(&self) -> bool {
+        let per_index = |s: &ApSide| {
+            s.vector_offset.as_ref()?;
+            let inner: u64 = s.dims[s.indirect_dim + 1..]
+                .iter()
+                .map(|d| u64::from(d.num))
+                .product();
+            Some((s.dims[s.indirect_dim].num, inner))
+        };
+        per_index(&self.src).is_some() && per_index(&self.src) == per_index(&self.dst)
+    }
+
+    /// The destination positions a plain copy under `unique_indices` lands last-index-wins
+    /// (empty for any other copy): in-bounds repeats, as the run will see them.
+    pub fn plain_copy_collisions(&self, fabric: &Fabric) -> Result<Vec<Collision>, Error> {
+        if self.op != ComputeOp::None || !self.unique_indices {
+            return Ok(Vec::new());
+        }
+        let Some(dst) = self.dst.index_values(fabric)? else {
+            return Ok(Vec::new());
+        };
+        let src = match self.coupled() {
+            true => self.src.index_values(fabric)?,
+            false => None,
+        };
+        let (db, sb) = (self.dst.index_bound(), self.src.index_bound());
+        let ok = |v: Option<&u32>, bound: u64| v.is_some_and(|&v| u64::from(v) < bound);
+        Ok(collisions(&dst, |p| {
+            ok(dst.get(p), db) && src.as_ref().is_none_or(|s| ok(s.get(p), sb))
+        }))
     }
 }
 

@@ -17,14 +17,13 @@ use dma::{ComputeOp, Fabric};
 
 use crate::core_state::{IndexSide, Outcome, SkippedIndex};
 use crate::error::Error;
+use crate::nki::ap::collisions;
 use crate::nki::{ApDma, ApSide, OobMode};
 
 /// One side's indices and their fate, or none for a side without a vector offset.
 struct Indices {
     values: Vec<u32>,
     valid: Vec<bool>,
-    /// Elements of the walk per index position (`prod(num[d+1:])`).
-    inner: u64,
 }
 
 /// Runs `c`; on error nothing is written.
@@ -59,38 +58,17 @@ pub fn ap_dma(fabric: &mut Fabric, c: &ApDma) -> Result<Outcome, Error> {
 
 /// A side's index values and which are in bounds.
 fn indices(fabric: &Fabric, s: &ApSide) -> Result<Option<Indices>, Error> {
-    if s.vector_offset.is_none() {
+    let Some(values) = s.index_values(fabric)? else {
         return Ok(None);
-    }
-    let n = s.dims[s.indirect_dim].num;
-    let mut values = Vec::with_capacity(n as usize);
-    for k in 0..n {
-        let mut v = [0u32];
-        // lowering proved the tile holds n indices
-        if let Some(at) = s.index_addr(k) {
-            fabric.read_elems(at, &mut v)?;
-        }
-        values.push(v[0]);
-    }
+    };
     let bound = s.index_bound();
     let valid = values.iter().map(|&v| u64::from(v) < bound).collect();
-    let inner = s.dims[s.indirect_dim + 1..]
-        .iter()
-        .map(|d| u64::from(d.num))
-        .product();
-    Ok(Some(Indices {
-        values,
-        valid,
-        inner,
-    }))
+    Ok(Some(Indices { values, valid }))
 }
 
 /// The error the copy stops with, if any (module docs).
 fn first_failure(c: &ApDma, src: Option<&Indices>, dst: Option<&Indices>) -> Option<Error> {
-    let coupled = match (src, dst) {
-        (Some(s), Some(d)) => s.values.len() == d.values.len() && s.inner == d.inner,
-        _ => false,
-    };
+    let coupled = c.coupled();
     let hard = c.oob == OobMode::Error;
     let oob = |side: IndexSide, ix: Option<&Indices>, bound: u64| {
         let ix = ix.filter(|_| hard)?;
@@ -129,18 +107,9 @@ fn first_failure(c: &ApDma, src: Option<&Indices>, dst: Option<&Indices>) -> Opt
 /// The first destination position repeating an earlier moving one: `(first, second,
 /// value)`. A position moves when its index is in bounds and, coupled, its source's is.
 fn duplicate(d: &Indices, src: Option<&Indices>) -> Option<(u32, u32, u32)> {
-    let mut seen = std::collections::HashMap::new();
-    for (pos, &value) in d.values.iter().enumerate() {
-        let moves = d.valid[pos] && src.is_none_or(|s| s.valid[pos]);
-        if !moves {
-            continue;
-        }
-        if let Some(&first) = seen.get(&value) {
-            return Some((first, pos as u32, value));
-        }
-        seen.insert(value, pos as u32);
-    }
-    None
+    let moves = |pos: usize| d.valid[pos] && src.is_none_or(|s| s.valid[pos]);
+    let c = collisions(&d.values, moves).into_iter().next()?;
+    Some((c.first, c.second, c.value))
 }
 
 /// The skipped positions, in position order, the source's first at one position.

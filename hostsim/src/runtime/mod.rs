@@ -60,6 +60,7 @@ use crate::core_state::{CoreState, Outcome};
 use crate::dge_route::{DgeOutcome, DgeRoute, RecordedReplays};
 use crate::error::Error;
 use crate::isa::{self, BoundRegisters, Instruction, Opcode, PseudoEmbeddingUpdate, Route};
+use crate::nki::ap::Collision;
 use crate::nki::ApDma;
 use crate::{pool, reference};
 
@@ -167,6 +168,31 @@ fn expanded(e: &PseudoEmbeddingUpdate, mut step: StepReport) -> StepReport {
     step.opcode = Opcode::PseudoEmbeddingUpdate;
     step.micro_ops = vec![load, update, store];
     step
+}
+
+/// The warning for a plain copy's colliding destination indices, naming up to eight
+/// pairs of positions.
+fn collision_warning(c: &[Collision]) -> Option<String> {
+    let first = c.first()?;
+    let named: Vec<String> = c
+        .iter()
+        .take(8)
+        .map(|c| format!("{} at positions {} and {}", c.value, c.first, c.second))
+        .collect();
+    let more = match c.len() > 8 {
+        true => format!(" and {} more", c.len() - 8),
+        false => String::new(),
+    };
+    tracing::warn!(
+        value = first.value,
+        first = first.first,
+        second = first.second,
+        "duplicate destination indices"
+    );
+    Some(format!(
+        "dst indices repeat ({}{more}) under unique_indices = true: this plain copy lands the last index's row; on hardware the winner depends on queue timing",
+        named.join(", ")
+    ))
 }
 
 /// The opcode whose datapath an access-pattern DMA is.
@@ -321,6 +347,7 @@ impl Runtime {
         self.check_fabric(fabric)?;
         let opcode = ap_dma_opcode(dma);
         let _span = tracing::debug_span!("ap_dma", opcode = opcode.code()).entered();
+        let collisions = dma.plain_copy_collisions(fabric)?;
         let (outcome, cost) = match self.mechanism {
             Mechanism::Pool => return Err(pool::kernel_missing_ap()),
             Mechanism::Reference => (reference::ap_dma(fabric, dma)?, Cost::Unmodelled),
@@ -343,6 +370,7 @@ impl Runtime {
         let indexed =
             dma.indexed() || dma.src.scalar_offset.is_some() || dma.dst.scalar_offset.is_some();
         step.dge = (step.taken == RouteTaken::Dge).then(|| DgeServed::of(self.generation, indexed));
+        step.warnings.extend(collision_warning(&collisions));
         Ok(step)
     }
 
@@ -417,6 +445,7 @@ impl Runtime {
             cost,
             micro_ops: Vec::new(),
             dge: (taken == RouteTaken::Dge).then(|| DgeServed::of(self.generation, indexed)),
+            warnings: Vec::new(),
         }
     }
 

@@ -92,6 +92,9 @@ pub struct StepReport {
     pub micro_ops: Vec<MicroOp>,
     /// Which DGE generated its descriptors (`None` off the DGE route).
     pub dge: Option<DgeServed>,
+    /// What the run did that hardware may do otherwise (a plain copy's colliding
+    /// destination indices), one line each.
+    pub warnings: Vec<String>,
 }
 
 /// The DGE that served a DGE-routed instruction.
@@ -220,6 +223,7 @@ mod tests {
             cost,
             micro_ops: Vec::new(),
             dge: None,
+            warnings: Vec::new(),
         }
     }
 

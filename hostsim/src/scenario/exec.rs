@@ -169,6 +169,9 @@ pub struct OpReport {
     pub oob_skipped: u64,
     /// The timing model's estimate, ns.
     pub estimated_ns: u64,
+    /// The run's warnings (what hardware may do otherwise), left out when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// `report.json`'s `total`.
@@ -239,6 +242,11 @@ impl Report {
                 o.estimated_ns
             );
         }
+        for (i, o) in self.ops.iter().enumerate() {
+            for w in &o.warnings {
+                out += &format!("warning: op {i} ({}): {w}\n", o.op);
+            }
+        }
         let t = &self.total;
         out + &format!(
             "{:<4} {:<22} {:<16} {:>6} {:>11} {:>13} {:>8} {:>14}\nexecution took {:.6} s (wall clock)\n",
@@ -263,6 +271,7 @@ fn op_report(kind: &str, r: &RunReport) -> OpReport {
         op: kind.to_string(),
         mechanism: distinct(&mut r.steps.iter().map(|s| s.taken.name())),
         dge: (!dge.is_empty()).then_some(dge),
+        warnings: r.steps.iter().flat_map(|s| s.warnings.clone()).collect(),
         instructions: r.totals.instructions as u64,
         descriptors: r.totals.descriptors,
         bytes: r.totals.bytes_written,
@@ -674,6 +683,7 @@ pub(crate) mod tests {
             bytes: 3,
             oob_skipped: 4,
             estimated_ns: 5,
+            warnings: Vec::new(),
         };
         let r = Report::with_total(vec![op.clone(), op], 0.5);
         let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();

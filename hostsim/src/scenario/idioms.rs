@@ -235,3 +235,46 @@ fn embedding_update_with_partition_major_sbuf_data() {
     )];
     check(&text, &files, "table", &want);
 }
+
+#[test]
+fn repeated_destinations_last_wins_for_a_copy_and_fail_for_a_compute_op() {
+    // a plain scatter under unique_indices: row 2 gets src row 3 (the last), with a warning
+    let idx = [2, 0, 5, 2];
+    let op = |compute: &str| {
+        format!(
+            "{}{}{}[[op]]\nop = \"dma_scatter\"\nsrc = \"src\"\nindex = \"idx\"\ndst = \"dst\"\ncompute = \"{compute}\"\n",
+            iota("src", "[4, 2]"),
+            tensor("idx", "sbuf", "i32", "[4, 1]", Some("idx.npy")),
+            tensor("dst", "hbm", "f32", "[6, 2]", None),
+        )
+    };
+    let files = [("idx.npy", i32_array(&[4, 1], &idx))];
+    let want = [2., 3., 0., 0., 6., 7., 0., 0., 0., 0., 4., 5.];
+    check(&op("none"), &files, "dst", &want);
+    for m in [Mechanism::Dge, Mechanism::Reference] {
+        let over = Overrides {
+            mechanism: Some(m),
+            ..Overrides::default()
+        };
+        let p = prepared(&op("none"), &files, over).unwrap();
+        let exec = p.execute().unwrap();
+        let report = super::exec::Report::of_run(&p, &exec);
+        assert_eq!(
+            report.ops[0].warnings,
+            ["dst indices repeat (2 at positions 0 and 3) under unique_indices = true: this plain copy lands the last index's row; on hardware the winner depends on queue timing"],
+            "{}",
+            m.name()
+        );
+        assert!(report
+            .table()
+            .contains("warning: op 0 (dma_scatter): dst indices repeat"));
+        // with a compute op the same indices fail, naming both positions
+        let p = prepared(&op("add"), &files, over).unwrap();
+        let e = p.execute().unwrap_err();
+        assert!(
+            e.to_string().ends_with("dst index 2 repeats at positions 0 and 3; duplicate destinations need non_unique_dst_idx (in a scenario, unique_indices = false)"),
+            "{}: {e}",
+            m.name()
+        );
+    }
+}

@@ -9,7 +9,7 @@ use dma::{AddressMap, Dtype, Generation, Space};
 
 use smallvec::SmallVec;
 
-use super::model::{ApSpec, DmaCopy, IsaOp, OpSpec, RowDma};
+use super::model::{ApSpec, Compute, DmaCopy, IsaOp, OpSpec, RowDma};
 use super::place::Placed;
 use crate::error::Error;
 use crate::isa::{self, BoundRegisters};
@@ -143,7 +143,11 @@ impl Cx<'_> {
             )));
         }
         let unique = o.unique_indices.unwrap_or(true);
-        if !self.isa_rows(&[("src", &o.src), ("dst", &o.dst)], &o.index)? {
+        // A plain scatter under unique_indices lands last-index-wins with a warning, which
+        // the access-pattern DMA gives (DMA_INDIRECT without non_unique_dst_idx refuses
+        // duplicates).
+        let plain_unique = scatter && unique && o.compute == Compute::None;
+        if plain_unique || !self.isa_rows(&[("src", &o.src), ("dst", &o.dst)], &o.index)? {
             let opts = ApOptions {
                 op: o.compute.into(),
                 oob: o.oob.into(),

@@ -264,6 +264,7 @@ impl Replayed {
             // A queue file holds descriptors, not indices: skips happened at `gen`.
             oob_skipped: 0,
             estimated_ns: s.makespan_ps.div_ceil(1000),
+            warnings: Vec::new(),
         };
         Report::with_total(vec![op], self.wall_seconds)
     }
