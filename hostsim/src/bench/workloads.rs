@@ -89,7 +89,7 @@ pub struct Workload {
 }
 
 /// Every workload, in the order `hostsim bench` runs them.
-pub static WORKLOADS: [Workload; 8] = [
+pub static WORKLOADS: [Workload; 9] = [
     Workload {
         name: "copy_contiguous",
         target: Target::Ratio(0.8),
@@ -101,6 +101,12 @@ pub static WORKLOADS: [Workload; 8] = [
         target: Target::Ratio(0.5),
         about: "dma_gather of 1048576 random rows (256 B) of a 100000 x 64 f32 table to HBM",
         measure: row_gather,
+    },
+    Workload {
+        name: "row_gather_tile",
+        target: Target::Ratio(0.5),
+        about: "row_gather as NKI writes it: 128 rows per dma_copy into a [128, 64] SBUF tile by a (128, 1) i32 index tile, each tile stored to HBM",
+        measure: row_gather_tile,
     },
     Workload {
         name: "row_scatter_add",
@@ -343,6 +349,91 @@ fn row_gather(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
     })
 }
 
+/// Partitions of the NKI-idiom tile.
+const TILE_ROWS: usize = 128;
+
+fn row_gather_tile(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
+    let bytes = INDICES as u64 * ROW_BYTES;
+    measure(w, repeat, (bytes, row_tensor_bytes()), || {
+        let (mut fabric, indices) = row_table(Generation::Cayman)?;
+        let lowered = tile_gathers(&mut fabric, &indices)?;
+        let mut rt = runtime(Generation::Cayman)?;
+        Ok(Box::new(move || {
+            run_steps(&mut rt, &mut fabric, lowered.iter().map(Step::Run))
+        }))
+    })
+}
+
+/// The tile workload's ops, its indices staged: index tile `k` is column `k` of a
+/// `[128, INDICES / 128]` i32 SBUF tensor (partition `p` holding index `128k + p`); each
+/// `k` gathers its 128 rows into the `[128, 64]` f32 tile after it in SBUF, then stores the
+/// tile to rows `128k..` at OUT.
+fn tile_gathers(fabric: &mut Fabric, indices: &[u32]) -> Result<Vec<nki::Lowered>, Error> {
+    let tiles = indices.len() / TILE_ROWS;
+    for p in 0..TILE_ROWS {
+        let column: Vec<u32> = (0..tiles).map(|k| indices[k * TILE_ROWS + p]).collect();
+        fabric.write_elems(FabricAddr(SBUF_BASE + p as u64 * SBUF_STRIDE), &column)?;
+    }
+    let sbuf = |name: &str, offset: u64, shape: Vec<u64>, dtype| nki::ApTensor {
+        name: name.into(),
+        start: FabricAddr(SBUF_BASE + offset),
+        space: dma::Space::Sbuf,
+        shape,
+        dtype,
+    };
+    let tile = sbuf(
+        "tile",
+        tiles as u64 * 4,
+        vec![TILE_ROWS as u64, u64::from(COLS)],
+        Dtype::F32,
+    );
+    let table = nki::ApTensor {
+        name: "table".into(),
+        start: FabricAddr(TABLE),
+        space: dma::Space::Hbm,
+        shape: vec![u64::from(ROWS), u64::from(COLS)],
+        dtype: Dtype::F32,
+    };
+    let rows = [(i64::from(COLS), TILE_ROWS as u32), (1, COLS)];
+    let side = |t: nki::ApTensor, index: Option<nki::ApTensor>| nki::ApSide {
+        tensor: t,
+        offset: 0,
+        dims: rows
+            .iter()
+            .map(|&(step, num)| nki::ApDim { step, num })
+            .collect(),
+        indirect_dim: 0,
+        vector_offset: index,
+        scalar_offset: None,
+    };
+    let opts = nki::ApOptions {
+        op: ComputeOp::None,
+        oob: nki::OobMode::Error,
+        unique_indices: true,
+    };
+    let mut ops = Vec::with_capacity(2 * tiles);
+    for k in 0..tiles {
+        let idx = sbuf("idx", k as u64 * 4, vec![TILE_ROWS as u64, 1], Dtype::I32);
+        let gather = side(table.clone(), Some(idx));
+        ops.push(nki::dma_copy_ap(
+            "dma_copy",
+            gather,
+            side(tile.clone(), None),
+            opts,
+        )?);
+        let mut out = table.clone();
+        out.start = FabricAddr(OUT + (k * TILE_ROWS) as u64 * ROW_BYTES);
+        out.shape[0] = TILE_ROWS as u64;
+        ops.push(nki::dma_copy_ap(
+            "dma_copy",
+            side(tile.clone(), None),
+            side(out, None),
+            opts,
+        )?);
+    }
+    Ok(ops)
+}
+
 fn pool_route(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
     let bytes = INDICES as u64 * ROW_BYTES;
     measure(w, repeat, (bytes, row_tensor_bytes()), || {
@@ -570,6 +661,7 @@ mod tests {
             [
                 "copy_contiguous",
                 "row_gather",
+                "row_gather_tile",
                 "row_scatter_add",
                 "embedding_update",
                 "elem_gather",
