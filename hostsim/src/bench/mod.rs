@@ -305,7 +305,7 @@ mod tests {
             .iter()
             .map(|w| w.name)
             .collect();
-        assert_eq!(names, ["row_gather", "elem_gather"]);
+        assert_eq!(names, ["row_gather", "row_gather_tile", "elem_gather"]);
         let e = selected(&opts("nope")).unwrap_err().to_string();
         assert!(
             e.starts_with("no bench workload matches --filter nope"),
