@@ -130,17 +130,18 @@ mod tests {
     use dma::{ComputeOp, Dtype, Fabric, FabricAddr, Generation, Space};
     use proptest::prelude::*;
 
-    /// An HBM `[8, 8]` tensor at `0x1000 + at` or an SBUF one from partition 2.
-    fn tensor(name: &str, on_core: bool, at: u64, dtype: Dtype) -> ApTensor {
+    /// An HBM tensor of `shape` (64 elements) at `0x1000 + at` or an SBUF one from
+    /// partition 2.
+    fn tensor(shape: &[u64], on_core: bool, at: u64, dtype: Dtype) -> ApTensor {
         let (start, space) = match on_core {
             true => (SBUF_BASE + 2 * SBUF_STRIDE + 64 + at, Space::Sbuf),
             false => (0x1000 + at, Space::Hbm),
         };
         ApTensor {
-            name: name.into(),
+            name: "t".into(),
             start: FabricAddr(start),
             space,
-            shape: vec![8, 8],
+            shape: shape.to_vec(),
             dtype,
         }
     }
@@ -211,10 +212,12 @@ mod tests {
         let expect = reference::ap_dma(&mut rf, c);
         let digest = f.digest();
         let got = DgeRoute::new().execute_ap_dma(f, c, engine());
+        let fewest = minimal_descriptors(f, c);
         match (expect, got) {
             (Ok(e), Ok(g)) => {
                 assert_eq!(f.first_difference(&rf), None, "fabric differs for {c:?}");
                 assert_eq!(g.outcome, e, "outcome differs");
+                assert_eq!(g.descriptors(), fewest, "not the fewest descriptors: {c:?}");
             }
             (Err(e), Err(g)) => {
                 assert_eq!(g.kind(), e.kind(), "reference: {e}; dge: {g}");
@@ -230,36 +233,89 @@ mod tests {
         }
     }
 
+    /// The fewest descriptors `c` needs, counted independently of the DGE: the moved
+    /// elements in walk order, cut wherever the next is not contiguous with the last on
+    /// both sides or the run would pass 64 KiB.
+    fn minimal_descriptors(f: &Fabric, c: &ApDma) -> u64 {
+        let size = c.src.tensor.dtype.size() as u64;
+        let (sv, dv) = (
+            c.src.index_values(f).unwrap(),
+            c.dst.index_values(f).unwrap(),
+        );
+        let addr = |s: &ApSide, v: &Option<Vec<u32>>, pos: &[u32]| {
+            let index = match v {
+                Some(v) => u64::from(v[pos[s.indirect_dim] as usize]),
+                None => 0,
+            };
+            match v.is_some() && index >= s.index_bound() {
+                true => None,
+                false => Some(s.tensor.addr(s.element(pos, index, 0) as u64).0),
+            }
+        };
+        let (mut sp, mut dp) = (vec![0u32; c.src.dims.len()], vec![0u32; c.dst.dims.len()]);
+        let (mut count, mut run) = (0, None::<(u64, u64, u64)>);
+        for _ in 0..c.src.elements() {
+            if let (Some(a), Some(b)) = (addr(&c.src, &sv, &sp), addr(&c.dst, &dv, &dp)) {
+                run = match run {
+                    Some((na, nb, len)) if na == a && nb == b && len + size <= 65536 => {
+                        Some((a + size, b + size, len + size))
+                    }
+                    _ => {
+                        count += 1;
+                        Some((a + size, b + size, size))
+                    }
+                };
+            }
+            odometer(&c.src, &mut sp);
+            odometer(&c.dst, &mut dp);
+        }
+        count
+    }
+
+    /// The next multi-index of `s`'s walk, row-major.
+    fn odometer(s: &ApSide, pos: &mut [u32]) {
+        for (k, d) in s.dims.iter().enumerate().rev() {
+            pos[k] += 1;
+            if pos[k] < d.num {
+                return;
+            }
+            pos[k] = 0;
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 2048 }))]
-        /// Random access-pattern copies (1-3 pairs with any steps and offsets, HBM or
-        /// partition-major SBUF, an i32 index tile as a vector or a column on either
-        /// side or both, on dim 0 or 1, out-of-bounds, negative and repeated indices,
-        /// every compute op and OOB policy): the DGE route and the reference agree.
+        /// Random access-pattern copies (1-5 pairs with any steps and offsets, HBM or
+        /// partition-major SBUF tensors of rank 2 or 5, an i32 index tile as a vector or
+        /// a column on either side or both, on any dim, out-of-bounds, negative and
+        /// repeated indices, every compute op and OOB policy): the DGE route and the
+        /// reference agree, and the DGE emits the fewest descriptors.
         #[test]
         fn the_dge_route_agrees_with_the_reference(
-            counts in prop::collection::vec(1u32..4, 1..4),
-            mut steps in prop::collection::vec(0i64..9, 6),
-            (src_core, dst_core) in (any::<bool>(), any::<bool>()),
+            counts in prop::collection::vec(1u32..4, 1..6),
+            mut steps in prop::collection::vec(0i64..9, 10),
+            (src_core, dst_core, deep) in (any::<bool>(), any::<bool>(), any::<bool>()),
             (src_off, dst_off) in (0u64..12, 0u64..12),
-            src_index in proptest::option::of((0usize..2, any::<bool>())),
-            dst_index in proptest::option::of((0usize..2, any::<bool>())),
+            src_index in proptest::option::of((0usize..5, any::<bool>())),
+            dst_index in proptest::option::of((0usize..5, any::<bool>())),
             values in prop::collection::vec(-2i32..10, 6),
             op in prop::sample::select(ComputeOp::ALL.to_vec()),
             (skip, unique) in (any::<bool>(), any::<bool>()),
             dtype in prop::sample::select(vec![Dtype::F32, Dtype::I32, Dtype::U16]),
         ) {
-            // on SBUF the first pair steps whole rows of 8
-            if src_core { steps[0] *= 8; }
-            if dst_core { steps[3] *= 8; }
+            let shape: &[u64] = if deep { &[2, 2, 2, 2, 4] } else { &[8, 8] };
+            let row = (64 / shape[0]) as i64;
+            // on SBUF the first pair steps whole partition rows
+            if src_core { steps[0] *= row; }
+            if dst_core { steps[5] *= row; }
             let n = counts.len();
             let make = |core, at, steps: &[i64], off, ix: Option<(usize, bool)>, tile_at| {
-                let ix = ix.filter(|&(d, _)| d < n);
+                let ix = ix.filter(|&(d, _)| d < n && d < shape.len());
                 let ix = ix.map(|(d, col)| (d, tile(col, counts[d], tile_at)));
-                side(tensor("t", core, at, dtype), (&counts, steps), off, ix)
+                side(tensor(shape, core, at, dtype), (&counts, steps), off, ix)
             };
             let src = make(src_core, 0, &steps[..n], src_off, src_index, 0);
-            let dst = make(dst_core, 0x400, &steps[3..3 + n], dst_off, dst_index, 256);
+            let dst = make(dst_core, 0x400, &steps[5..5 + n], dst_off, dst_index, 256);
             let opts = ApOptions {
                 op,
                 oob: if skip { OobMode::Skip } else { OobMode::Error },
@@ -271,8 +327,11 @@ mod tests {
             let c = &lowered.ap_dmas[0];
             let mut f = Fabric::new(Generation::Cayman);
             for t in [&c.src.tensor, &c.dst.tensor] {
-                for p in 0..8 {
-                    fill_random(&mut f, t.addr(p * 8), 8 * dtype.size() as u64, t.start.0 + p);
+                let rows = t.shape[0];
+                let row = 64 / rows;
+                for p in 0..rows {
+                    let bytes = row * dtype.size() as u64;
+                    fill_random(&mut f, t.addr(p * row), bytes, t.start.0 + p);
                 }
             }
             write_tile(&mut f, &c.src, &values);
