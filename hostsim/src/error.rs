@@ -194,6 +194,18 @@ pub enum Error {
         side: &'static str,
         rule: String,
     },
+    /// A hard OOB error of an access-pattern DMA, in the op's terms: the index tile, its
+    /// value as its dtype reads (a negative i32 shown negative) and the tensor dim.
+    #[error("{side} index {value} at position {position} of {tile} is out of bounds for dim {dim} of {tensor} (size {bound})")]
+    ApIndexOutOfBounds {
+        side: crate::core_state::IndexSide,
+        position: u32,
+        value: i64,
+        tile: String,
+        dim: usize,
+        tensor: String,
+        bound: u64,
+    },
     /// A `scalar_offset` whose value, read when the op runs, takes its side's pattern out
     /// of its tensor.
     #[error("{side}: scalar_offset {value} {rule}")]
@@ -319,7 +331,9 @@ impl Error {
             | Error::TextFieldValue { .. } => ErrorKind::Decode,
             Error::InvalidField { rule, .. } => ErrorKind::Rule(*rule),
             Error::Field { .. } => ErrorKind::Field,
-            Error::IndexOutOfBounds { side, .. } => ErrorKind::IndexOutOfBounds(*side),
+            Error::IndexOutOfBounds { side, .. } | Error::ApIndexOutOfBounds { side, .. } => {
+                ErrorKind::IndexOutOfBounds(*side)
+            }
             Error::IndexAddress { side, .. } => ErrorKind::IndexAddress(*side),
             Error::DuplicateDestination { .. } => ErrorKind::DuplicateDestination,
             Error::PoolChannel { .. }

@@ -151,9 +151,48 @@ fn a_fault_exits_1_naming_the_index_and_leaves_out_untouched() {
 }
 
 #[test]
+fn an_ap_copy_s_oob_index_exits_1_and_a_bad_pattern_exits_2_writing_nothing() {
+    let dir = scratch("ap-fault");
+    let src = format!("{}/../examples/embedding_tile", env!("CARGO_MANIFEST_DIR"));
+    std::fs::copy(format!("{src}/idx.npy"), dir.join("idx.npy")).unwrap();
+    let text = std::fs::read_to_string(format!("{src}/scenario.toml")).unwrap();
+    let hard = text.replacen("oob = \"skip\"", "oob = \"error\"", 1);
+    assert_ne!(hard, text);
+    std::fs::write(dir.join("hard.toml"), hard).unwrap();
+    let out = dir.join("out");
+    let o = hostsim(&["run", s(&dir.join("hard.toml")), "--out", s(&out)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    // position 5 of the (128, 1) i32 tile holds -1
+    assert!(
+        e.contains(
+            "src index -1 at position 5 of idx is out of bounds for dim 0 of table (size 1000)"
+        ),
+        "{e}"
+    );
+    assert!(!out.exists());
+    let bad = text.replacen("ap = [[64, 128], [1, 64]]", "ap = [[64, 128], [1, 65]]", 1);
+    std::fs::write(dir.join("bad.toml"), bad).unwrap();
+    let o = hostsim(&["run", s(&dir.join("bad.toml")), "--out", s(&out)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("op 0 (dma_copy src=table dst=tile src.vector_offset=idx): dma_copy: src: ap[1] = [1, 65] takes position [index 999, 64] to element 64000, outside the 64000 elements of table"), "{e}");
+    assert!(!out.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn gen_then_replay_gives_the_run_s_tensors() {
     let dir = scratch("gen");
-    for name in ["embedding", "copy_update", "pool_gathers"] {
+    let examples = [
+        "embedding",
+        "copy_update",
+        "pool_gathers",
+        "embedding_tile",
+        "column_window",
+        "copy_5d",
+    ];
+    for name in examples {
         let scenario = example(name);
         let queues = dir.join(format!("{name}.dmaq"));
         let o = hostsim(&["gen", &scenario, "-o", s(&queues), "--queues", "4"]);

@@ -37,6 +37,7 @@ use dma::{ComputeOp, Dtype, Fabric, FabricAddr, Space};
 use smallvec::SmallVec;
 
 use super::{Lowered, OobMode};
+use crate::core_state::IndexSide;
 use crate::error::Error;
 
 /// The most `[step, num]` pairs a pattern has.
@@ -202,18 +203,54 @@ impl ApSide {
     /// pattern is a partition step over in-row walks) with the scalar offset `scalar`:
     /// the rule broken, if any.
     fn extent_error(&self, scalar: i64) -> Option<String> {
-        let r = self.reach();
         let base =
             i128::from(self.offset) + i128::from(scalar) * i128::from(self.indirect_stride());
+        self.outside_error(base)
+            .or_else(|| self.partition_error(base))
+    }
+
+    /// The first pair (outermost first) whose reach takes a position out of the tensor,
+    /// with that position's corner and element, if any.
+    fn outside_error(&self, base: i128) -> Option<String> {
         let elements = i128::from(self.tensor.elements());
-        if base + r.lo < 0 || base + r.hi >= elements {
-            let (lo, hi) = (base + r.lo, base + r.hi);
+        let (mut lo, mut hi) = (base, base);
+        let (mut lo_at, mut hi_at) = (Vec::new(), Vec::new());
+        for (k, d) in self.dims.iter().enumerate() {
+            let (span, last) = match self.indexed_dim(k) {
+                true => {
+                    let last = self.index_bound().saturating_sub(1);
+                    (
+                        i128::from(last) * i128::from(self.indirect_stride()),
+                        format!("index {last}"),
+                    )
+                }
+                false => (
+                    i128::from(d.step) * i128::from(d.num - 1),
+                    (d.num - 1).to_string(),
+                ),
+            };
+            let (at_lo, at_hi) = match span < 0 {
+                true => (last, "0".to_string()),
+                false => ("0".to_string(), last),
+            };
+            (lo, hi) = (lo + span.min(0), hi + span.max(0));
+            lo_at.push(at_lo);
+            hi_at.push(at_hi);
+            let (corner, e) = match (lo < 0, hi >= elements) {
+                (true, _) => (&lo_at, lo),
+                (_, true) => (&hi_at, hi),
+                _ => continue,
+            };
             return Some(format!(
-                "reaches elements {lo}..={hi}, outside the {elements} elements of {} (shape {:?})",
-                self.tensor.name, self.tensor.shape
+                "ap[{k}] = [{}, {}] takes position [{}] to element {e}, outside the {elements} elements of {} (shape {:?})",
+                d.step,
+                d.num,
+                corner.join(", "),
+                self.tensor.name,
+                self.tensor.shape
             ));
         }
-        self.partition_error(base)
+        None
     }
 
     /// The SBUF/PSUM rule: the first pair steps whole partitions, the rest stay in a row.
@@ -342,6 +379,40 @@ impl ApDma {
     /// Whether either side is indexed.
     pub fn indexed(&self) -> bool {
         self.src.vector_offset.is_some() || self.dst.vector_offset.is_some()
+    }
+
+    /// `e` in this op's terms: a hard OOB error names the index tile, the value as its
+    /// dtype reads it and the tensor dim; other errors pass through.
+    pub fn in_terms(&self, e: Error) -> Error {
+        let Error::IndexOutOfBounds {
+            side,
+            position,
+            value,
+            bound,
+        } = e
+        else {
+            return e;
+        };
+        let s = match side {
+            IndexSide::Src => &self.src,
+            IndexSide::Dst => &self.dst,
+        };
+        let Some(tile) = &s.vector_offset else {
+            return e;
+        };
+        let value = match tile.dtype {
+            Dtype::I32 => i64::from(value as i32),
+            _ => i64::from(value),
+        };
+        Error::ApIndexOutOfBounds {
+            side,
+            position,
+            value,
+            tile: tile.name.clone(),
+            dim: s.indirect_dim,
+            tensor: s.tensor.name.clone(),
+            bound,
+        }
     }
 
     /// Whether both sides are indexed one index per position: equal index counts and
@@ -594,7 +665,7 @@ mod tests {
         let e = dma_copy_ap("dma_copy", src, dst, OPTS).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "dma_copy: src: reaches elements 1..=32, outside the 32 elements of t (shape [4, 8])"
+            "dma_copy: src: ap[1] = [1, 8] takes position [3, 7] to element 32, outside the 32 elements of t (shape [4, 8])"
         );
     }
 

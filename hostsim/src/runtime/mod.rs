@@ -344,6 +344,12 @@ impl Runtime {
     /// datapath it is (DMA_INDIRECT when indexed, else DMA_MEMCPY). On error nothing is
     /// written.
     pub fn run_ap_dma(&mut self, fabric: &mut Fabric, dma: &ApDma) -> Result<StepReport, Error> {
+        self.execute_ap_dma(fabric, dma)
+            .map_err(|e| dma.in_terms(e))
+    }
+
+    /// [`Runtime::run_ap_dma`] with the routes' own errors.
+    fn execute_ap_dma(&mut self, fabric: &mut Fabric, dma: &ApDma) -> Result<StepReport, Error> {
         self.check_fabric(fabric)?;
         let opcode = ap_dma_opcode(dma);
         let _span = tracing::debug_span!("ap_dma", opcode = opcode.code()).entered();

@@ -503,7 +503,7 @@ mod tests {
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", offset = 30, ap = [[1, 8]] }\ndst = { tensor = \"out\", ap = [[1, 8]] }",
-                "op 0 (dma_copy src=tab dst=out): dma_copy: src: reaches elements 30..=37, outside the 32 elements of tab (shape [8, 4])",
+                "op 0 (dma_copy src=tab dst=out): dma_copy: src: ap[0] = [1, 8] takes position [7] to element 37, outside the 32 elements of tab (shape [8, 4])",
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[1, 1], [1, 1], [1, 1], [1, 1], [1, 1], [1, 1]] }\ndst = \"out\"",
