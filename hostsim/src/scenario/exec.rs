@@ -408,8 +408,7 @@ pub(crate) mod tests {
             &[dma::Generation::Sunda, dma::Generation::Cayman],
             text,
             files,
-            name,
-            size,
+            (name, size),
             want,
         )
     }
@@ -419,12 +418,25 @@ pub(crate) mod tests {
         generations: &[dma::Generation],
         text: &str,
         files: &[(&str, NpyArray)],
-        name: &str,
-        size: usize,
+        (name, size): (&str, usize),
+        want: &[u64],
+    ) {
+        let mechanisms = [Mechanism::Auto, Mechanism::Reference];
+        check_with(generations, &mechanisms, text, files, (name, size), want)
+    }
+
+    /// Runs `text` on `generations` with `mechanisms` (3 queues) and checks that tensor
+    /// `name` ends as `want` (words of `size` bytes) on each.
+    pub(crate) fn check_with(
+        generations: &[dma::Generation],
+        mechanisms: &[Mechanism],
+        text: &str,
+        files: &[(&str, NpyArray)],
+        (name, size): (&str, usize),
         want: &[u64],
     ) {
         for &g in generations {
-            for m in [Mechanism::Auto, Mechanism::Reference] {
+            for &m in mechanisms {
                 let over = Overrides {
                     generation: Some(g),
                     mechanism: Some(m),
@@ -497,7 +509,7 @@ pub(crate) mod tests {
              [[op]]\nop = \"dma_gather_transpose\"\nsrc = \"s\"\nindex = \"i\"\ndst = \"d\"\n";
         let files = [("i.npy", u32_array(&[1, 2], &[3, 1]))];
         let trn2_on = [dma::Generation::Cayman, dma::Generation::Maverick];
-        check_on(&trn2_on, text, &files, "d", 2, &[9, 3, 10, 4, 11, 5]);
+        check_on(&trn2_on, text, &files, ("d", 2), &[9, 3, 10, 4, 11, 5]);
         // NKI's indirect dma_transpose is trn2 and later
         let sunda = Overrides {
             generation: Some(dma::Generation::Sunda),
@@ -511,7 +523,7 @@ pub(crate) mod tests {
         // oob = "skip": index 7 moves nothing of its column, which keeps its zeros
         let skip = format!("{text}oob = \"skip\"\n");
         let files = [("i.npy", u32_array(&[1, 2], &[7, 1]))];
-        check_on(&trn2_on, &skip, &files, "d", 2, &[0, 3, 0, 4, 0, 5]);
+        check_on(&trn2_on, &skip, &files, ("d", 2), &[0, 3, 0, 4, 0, 5]);
         let axes = format!("{text}axes = [0, 1]\n");
         let e = prepared(&axes, &files, Overrides::default()).unwrap_err();
         assert!(

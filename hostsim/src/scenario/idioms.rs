@@ -4,7 +4,7 @@
 
 use dma::Generation;
 
-use super::exec::tests::prepared;
+use super::exec::tests::{check_with, prepared};
 use super::Overrides;
 use crate::npy::NpyArray;
 use crate::runtime::Mechanism;
@@ -32,26 +32,9 @@ fn tensor(name: &str, space: &str, dtype: &str, shape: &str, init: Option<&str>)
 /// Runs `text` on every generation with auto, dge and reference, and asserts tensor
 /// `name` (f32) ends as `want` on each.
 fn check(text: &str, files: &[(&str, NpyArray)], name: &str, want: &[f32]) {
-    for g in Generation::ALL {
-        for m in [Mechanism::Auto, Mechanism::Dge, Mechanism::Reference] {
-            let over = Overrides {
-                generation: Some(g),
-                mechanism: Some(m),
-                queues: Some(4),
-            };
-            let p = prepared(text, files, over).unwrap();
-            let exec = p.execute().unwrap();
-            let out = p.outputs(&exec.fabric).unwrap();
-            let a = &out.iter().find(|(n, _)| n == name).unwrap().1;
-            let got: Vec<u32> = a
-                .data
-                .chunks(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            let want: Vec<u32> = want.iter().map(|x| x.to_bits()).collect();
-            assert_eq!(got, want, "{g} {}", m.name());
-        }
-    }
+    let mechanisms = [Mechanism::Auto, Mechanism::Dge, Mechanism::Reference];
+    let want: Vec<u64> = want.iter().map(|x| u64::from(x.to_bits())).collect();
+    check_with(&Generation::ALL, &mechanisms, text, files, (name, 4), &want);
 }
 
 /// `np.arange(n)` as f32.
