@@ -144,7 +144,7 @@ impl CceOp {
 
 /// The NaN an invalid f32 operation (`inf - inf`, `0 * inf`) produces: x86's default NaN.
 pub const F32_DEFAULT_NAN: u32 = 0xffc0_0000;
-const F32_QUIET_BIT: u32 = 0x0040_0000;
+pub(crate) const F32_QUIET_BIT: u32 = 0x0040_0000;
 
 /// One element type of the fabric: its little-endian encoding and the four reductions of
 /// DGE_COMPUTE_OP (with the semantics in the module docs). Implemented for `u8`, `i8`,
@@ -242,6 +242,17 @@ macro_rules! wide_int_element {
                 Self::from_f32(if b <= a { b } else { a })
             }
         }
+    )*};
+}
+
+/// The DMA's conversion of an f32 value to an integer dtype: round to nearest even,
+/// saturate at the dtype's range, NaN to 0 (the compute ops' results, and casts).
+pub(crate) trait FromF32 {
+    fn from_f32(r: f32) -> Self;
+}
+
+macro_rules! from_f32_int {
+    ($($t:ty),*) => {$(
         impl FromF32 for $t {
             fn from_f32(r: f32) -> Self {
                 // in the dtype's range, so the cast is exact
@@ -251,12 +262,7 @@ macro_rules! wide_int_element {
     )*};
 }
 
-/// The DMA's conversion of an f32 result back to a 32-bit integer dtype: round to nearest
-/// even, saturate at the dtype's range, NaN to 0.
-trait FromF32 {
-    fn from_f32(r: f32) -> Self;
-}
-
+from_f32_int!(u8, i8, u16, i16, u32, i32);
 wide_int_element!(u32 => U32, i32 => I32);
 
 /// `r` rounded to the nearest integer (ties to even) and clamped to `lo..=hi`, NaN to 0,
@@ -496,7 +502,7 @@ pub fn images_mut<E: Element>(bytes: &mut [u8]) -> Result<&mut [E::Bytes], Error
 }
 
 /// A 16-bit float dtype computed through f32, a block of raw bits at a time.
-trait Widened {
+pub(crate) trait Widened {
     /// The bits of +inf: a value is NaN when `bits & 0x7fff > INF_BITS`.
     const INF_BITS: u16;
     /// Exact conversion of a block to f32 (`out.len() == bits.len()`).

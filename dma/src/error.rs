@@ -57,6 +57,13 @@ pub enum Error {
     UnknownCceOp { code: u8 },
     #[error("compute op on {dst} destination bytes and {src} source bytes: both operands must have the same length")]
     OperandLengthMismatch { dst: usize, src: usize },
+    #[error("cast of {src} {src_dtype} source elements into {dst} {dst_dtype} destination elements: the two sides must have as many elements")]
+    CastElementMismatch {
+        src: usize,
+        src_dtype: &'static str,
+        dst: usize,
+        dst_dtype: &'static str,
+    },
     #[error("{len} bytes is not a whole number of {dtype} elements ({size} bytes each)")]
     PartialElement {
         len: u64,

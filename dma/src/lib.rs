@@ -7,6 +7,7 @@
 //!   32-bit on-core [`Addr4`] encoding, with the one range check every access uses;
 //! - [`dtype`]: element dtypes and their ISA codes;
 //! - [`compute`]: DGE_COMPUTE_OP / CCE_OP and their float32 arithmetic;
+//! - [`cast`]: casts between dtypes through float32, with or without a compute op;
 //! - [`fabric`]: HBM (sparse), SBUF and PSUM storage behind one bounds-checked access path;
 //! - [`descriptor`], [`queue_file`]: the DMA descriptor and the queue file format;
 //! - [`engine`], [`timing`]: the async multi-queue engine and its timing model.
@@ -15,6 +16,7 @@
 //! the same way; nothing in this crate knows about the IVP core or the ISA.
 
 pub mod addr;
+pub mod cast;
 pub mod compute;
 pub mod descriptor;
 pub mod dtype;
