@@ -1,7 +1,8 @@
-//! The DMA descriptor: one contiguous run of at most 64 KiB moved (or reduced, or filled)
-//! from a source to a destination fabric address, in its 32-byte little-endian wire form
-//! [`RawDescriptor`] and its validated typed form [`Descriptor`]; and the semaphores that
-//! order descriptors across queues ([`SemId`], [`SemWait`], [`SemaphoreLedger`]).
+//! The DMA descriptor: one contiguous run of at most 64 KiB moved (or reduced, cast, or
+//! filled) from a source to a destination fabric address, in its 32-byte little-endian
+//! wire form [`RawDescriptor`] and its validated typed form [`Descriptor`]; and the
+//! semaphores that order descriptors across queues ([`SemId`], [`SemWait`],
+//! [`SemaphoreLedger`]).
 //!
 //! # Wire layout (the project's own; the seeds give no descriptor layout)
 //!
@@ -15,7 +16,8 @@
 //! | 22..24 | `flags`      | bit 0 END_OF_INSTRUCTION, bit 1 NOTIFY, bit 2 SEM_WAIT, bit 3 SEM_SIGNAL; bits 4..16 reserved |
 //! | 24     | `wait_sem`   | semaphore waited on (`0..16`), 0 unless SEM_WAIT           |
 //! | 25     | `signal_sem` | semaphore signalled (`0..16`), 0 unless SEM_SIGNAL         |
-//! | 26..28 | reserved     | zero                                                       |
+//! | 26     | `src_dtype`  | 0, or for a cast the source's dtype code (not `dtype`'s)    |
+//! | 27     | reserved     | zero                                                       |
 //! | 28..32 | `wait_count` | signals to wait for (`>= 1`), 0 unless SEM_WAIT            |
 //!
 //! # Semantics
@@ -23,6 +25,13 @@
 //! - COPY writes `dst[i] = src[i]`; ADD/MULTIPLY/MAX/MIN (the DGE_COMPUTE_OP reductions)
 //!   write `dst[i] = op(dst[i], src[i])` element-wise in `dtype`, so their length must be a
 //!   whole number of elements. COPY may move any byte count.
+//! - A **cast** (`src_dtype` non-zero) reads `src_dtype` elements and writes as many `dtype`
+//!   elements: `len` is the destination's bytes (whole `dtype` elements), and the source
+//!   run is `len / size(dtype) * size(src_dtype)` bytes; neither is over 64 KiB. COPY
+//!   converts each source element through f32 to `dtype`; ADD/MULTIPLY/MAX/MIN convert
+//!   both operands to f32, compute and convert the result to `dtype` ([`crate::cast`]).
+//!   FILL reads no source and never casts. Reserved byte 27 stays zero either way, and a
+//!   descriptor that does not cast has byte 26 zero, as before casts existed.
 //! - FILL reads no source: the `src` field holds one element, little-endian in its low
 //!   `dtype.size()` bytes (the bytes above must be zero), and the destination is filled with
 //!   that element repeated `len / dtype.size()` times (the length is whole elements).
@@ -72,7 +81,8 @@ pub struct RawDescriptor {
     flags: U16,
     wait_sem: u8,
     signal_sem: u8,
-    reserved: U16,
+    src_dtype: u8,
+    reserved: u8,
     wait_count: U32,
 }
 
@@ -247,8 +257,8 @@ pub struct SemWait {
 }
 
 /// A validated descriptor: every field obeys the decode rules, so the engine may rely on
-/// `1 <= len <= 64 KiB`, whole elements for reductions and FILL, and a FILL element that
-/// fits its dtype. (Whether the addresses lie on the fabric is the engine's check.)
+/// `1 <= len <= 64 KiB`, whole elements for reductions, FILL and casts, a cast's source
+/// run of at most 64 KiB, and a FILL element that fits its dtype. (Whether the addresses lie on the fabric is the engine's check.)
 ///
 /// 32 bytes, two to a cache line: the semaphores are kept as plain numbers (a WAIT count
 /// of 0 and a SIGNAL of 0xff mean none) rather than as `Option`s, which would pad it to
@@ -262,6 +272,8 @@ pub struct Descriptor {
     /// WAIT's count, 0 without a WAIT.
     wait_count: u32,
     dtype: Dtype,
+    /// The source's element dtype: `dtype` unless the descriptor casts.
+    src_dtype: Dtype,
     op: DescOp,
     flags: DescFlags,
     /// WAIT's semaphore, 0 without a WAIT.
@@ -282,6 +294,7 @@ impl std::fmt::Debug for Descriptor {
             .field("dst", &self.dst)
             .field("len", &self.len)
             .field("dtype", &self.dtype)
+            .field("src_dtype", &self.src_dtype)
             .field("op", &self.op)
             .field("flags", &self.flags)
             .field("wait", &self.wait())
@@ -308,8 +321,23 @@ impl Descriptor {
         len: u32,
         dtype: Dtype,
     ) -> Result<Descriptor, Error> {
-        Descriptor::checked(op, src, dst, len, dtype)
-            .ok_or_else(|| Descriptor::refusal(op, src, len, dtype))
+        Descriptor::cast(op, src, dtype, dst, len, dtype)
+    }
+
+    /// A descriptor reading `src_dtype` elements at `src` and writing `dtype` elements at
+    /// `dst`, `len` bytes of them: a cast where the dtypes differ (module docs), else
+    /// [`Descriptor::new`].
+    #[inline]
+    pub fn cast(
+        op: DescOp,
+        src: FabricAddr,
+        src_dtype: Dtype,
+        dst: FabricAddr,
+        len: u32,
+        dtype: Dtype,
+    ) -> Result<Descriptor, Error> {
+        Descriptor::checked_cast(op, src, src_dtype, dst, len, dtype)
+            .ok_or_else(|| Descriptor::cast_refusal(op, src, src_dtype, len, dtype))
     }
 
     /// [`Descriptor::new`] without the reason: `None` where `new` fails. The DGE builds
@@ -324,11 +352,28 @@ impl Descriptor {
         len: u32,
         dtype: Dtype,
     ) -> Option<Descriptor> {
+        Descriptor::checked_cast(op, src, dtype, dst, len, dtype)
+    }
+
+    /// [`Descriptor::cast`] without the reason (as [`Descriptor::checked`]).
+    #[inline]
+    pub fn checked_cast(
+        op: DescOp,
+        src: FabricAddr,
+        src_dtype: Dtype,
+        dst: FabricAddr,
+        len: u32,
+        dtype: Dtype,
+    ) -> Option<Descriptor> {
         let size = dtype.size() as u32;
+        let casts = src_dtype != dtype;
         let bad_len = len == 0 || len > MAX_DESCRIPTOR_LEN;
-        let partial = op.needs_whole_elements() && !len.is_multiple_of(size);
+        let partial = (casts || op.needs_whole_elements()) && !len.is_multiple_of(size);
         let wide_fill = op == DescOp::Fill && src.0 >> (8 * size) != 0;
-        if bad_len || partial || wide_fill {
+        let bad_cast = casts
+            && (op == DescOp::Fill
+                || cast_source_len(len, src_dtype, dtype) > u64::from(MAX_DESCRIPTOR_LEN));
+        if bad_len || partial || wide_fill || bad_cast {
             return None;
         }
         Some(Descriptor {
@@ -336,6 +381,7 @@ impl Descriptor {
             dst,
             len,
             dtype,
+            src_dtype,
             op,
             flags: DescFlags::NONE,
             wait_count: 0,
@@ -349,12 +395,40 @@ impl Descriptor {
     #[cold]
     #[inline(never)]
     pub fn refusal(op: DescOp, src: FabricAddr, len: u32, dtype: Dtype) -> Error {
+        Descriptor::cast_refusal(op, src, dtype, len, dtype)
+    }
+
+    /// The rule that arguments [`Descriptor::checked_cast`] refused break: the error
+    /// [`Descriptor::cast`] returns for them.
+    #[cold]
+    #[inline(never)]
+    pub fn cast_refusal(
+        op: DescOp,
+        src: FabricAddr,
+        src_dtype: Dtype,
+        len: u32,
+        dtype: Dtype,
+    ) -> Error {
         let size = dtype.size();
+        let casts = src_dtype != dtype;
         if len == 0 || len > MAX_DESCRIPTOR_LEN {
             return bad("len", len, "length must be 1..=65536 bytes");
         }
-        if op.needs_whole_elements() && !len.is_multiple_of(size as u32) {
-            let rule = format!("{op} needs whole {dtype} elements ({size} bytes each)");
+        if (casts || op.needs_whole_elements()) && !len.is_multiple_of(size as u32) {
+            let what = if casts { "a cast" } else { op.name() };
+            let rule = format!("{what} needs whole {dtype} elements ({size} bytes each)");
+            return bad("len", len, rule);
+        }
+        if casts && op == DescOp::Fill {
+            let rule = "FILL reads no source, so it does not cast (src_dtype must be 0)";
+            return bad("src_dtype", src_dtype.code(), rule);
+        }
+        if casts {
+            let source = cast_source_len(len, src_dtype, dtype);
+            let rule = format!(
+                "a cast's source run of {source} bytes ({} {src_dtype} elements) is over 65536 bytes",
+                len as usize / size
+            );
             return bad("len", len, rule);
         }
         let rule = format!("the fill element must fit one {dtype} ({size} bytes)");
@@ -409,9 +483,28 @@ impl Descriptor {
         self.len
     }
 
-    /// Element dtype.
+    /// Element dtype (of the destination, for a cast).
     pub fn dtype(&self) -> Dtype {
         self.dtype
+    }
+
+    /// The source's element dtype: [`Descriptor::dtype`] unless the descriptor casts.
+    pub fn src_dtype(&self) -> Dtype {
+        self.src_dtype
+    }
+
+    /// Whether the descriptor casts (its source and destination dtypes differ).
+    #[inline(always)]
+    pub fn is_cast(&self) -> bool {
+        self.src_dtype != self.dtype
+    }
+
+    /// The bytes of the longer side, source or destination: `len` unless the descriptor
+    /// casts to a narrower dtype. What the timing model charges.
+    pub fn moved_len(&self) -> u32 {
+        let (_, source) = self.source_range().unwrap_or((self.src, 0));
+        // a source run is at most 64 KiB (checked_cast), so the cast is lossless
+        self.len.max(source as u32)
     }
 
     /// The op.
@@ -444,11 +537,14 @@ impl Descriptor {
         self.wait_count != 0 || self.signal != NO_SIGNAL
     }
 
-    /// The source range `(src, len)` the descriptor reads, or `None` for FILL.
+    /// The source range `(src, bytes)` the descriptor reads (`len` bytes, or a cast's
+    /// source run), or `None` for FILL.
     pub fn source_range(&self) -> Option<(FabricAddr, u64)> {
-        self.op
-            .reads_source()
-            .then_some((self.src, u64::from(self.len)))
+        let len = match self.is_cast() {
+            true => cast_source_len(self.len, self.src_dtype, self.dtype),
+            false => u64::from(self.len),
+        };
+        self.op.reads_source().then_some((self.src, len))
     }
 
     /// The destination range `(dst, len)` the descriptor writes.
@@ -491,7 +587,12 @@ impl Descriptor {
             flags: U16::new(flags),
             wait_sem: wait.map_or(0, |w| w.sem.get()),
             signal_sem: signal.map_or(0, SemId::get),
-            reserved: U16::new(0),
+            src_dtype: if self.is_cast() {
+                self.src_dtype.code()
+            } else {
+                0
+            },
+            reserved: 0,
             wait_count: U32::new(wait.map_or(0, |w| w.count.get())),
         }
     }
@@ -505,16 +606,13 @@ impl Descriptor {
         if flags & !FLAGS_KNOWN != 0 {
             return Err(bad("flags", flags, "reserved flag bits 4..16 must be zero"));
         }
-        if raw.reserved.get() != 0 {
-            return Err(bad(
-                "reserved",
-                raw.reserved.get(),
-                "bytes 26..28 must be zero",
-            ));
+        if raw.reserved != 0 {
+            return Err(bad("reserved", raw.reserved, "byte 27 must be zero"));
         }
-        let d = Descriptor::new(
+        let d = Descriptor::cast(
             op,
             FabricAddr(raw.src.get()),
+            decode_src_dtype(raw.src_dtype, dtype)?,
             FabricAddr(raw.dst.get()),
             raw.len.get(),
             dtype,
@@ -541,6 +639,26 @@ impl Descriptor {
         })?;
         Descriptor::decode(raw)
     }
+}
+
+/// A cast's source bytes for `len` destination bytes (whole `dtype` elements).
+fn cast_source_len(len: u32, src_dtype: Dtype, dtype: Dtype) -> u64 {
+    crate::cast::source_len(u64::from(len), src_dtype, dtype)
+}
+
+/// The `src_dtype` byte: 0 is `dtype` (no cast); any other must be a dtype code that
+/// differs from `dtype` (one encoding per descriptor).
+fn decode_src_dtype(code: u8, dtype: Dtype) -> Result<Dtype, Error> {
+    if code == 0 {
+        return Ok(dtype);
+    }
+    Dtype::from_code(code)
+        .ok()
+        .filter(|&s| s != dtype)
+        .ok_or_else(|| {
+            let rule = "0 (no cast) or the code of a dtype other than `dtype` (see DTYPE_TABLE)";
+            bad("src_dtype", code, rule)
+        })
 }
 
 fn decode_wait(raw: &RawDescriptor, flagged: bool) -> Result<Option<SemWait>, Error> {
@@ -770,14 +888,114 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn rejects_reserved_bytes() {
-        for i in [26usize, 27] {
-            let mut b = valid_bytes();
-            b[i] = 0x40;
-            let (field, value, _) = reject(&b);
-            assert_eq!(field, "reserved");
-            assert_eq!(value, if i == 26 { 0x40 } else { 0x4000 });
+    fn rejects_reserved_byte() {
+        let mut b = valid_bytes();
+        b[27] = 0x40;
+        let (field, value, rule) = reject(&b);
+        assert_eq!((field, value), ("reserved", 0x40));
+        assert!(rule.contains("byte 27"), "{rule}");
+    }
+
+    /// An f32 -> bf16 cast ADD of 64 destination bytes (32 elements, 128 source bytes).
+    fn cast_add() -> Descriptor {
+        let (src, dst) = (FabricAddr(0x1000), FabricAddr(0x8000));
+        Descriptor::cast(DescOp::Add, src, Dtype::F32, dst, 64, Dtype::Bf16).unwrap()
+    }
+
+    #[test]
+    fn a_cast_carries_its_source_dtype_in_byte_26() {
+        let d = cast_add();
+        let raw = d.encode();
+        let b = raw.as_bytes();
+        assert_eq!((b[20], b[21], b[26], b[27]), (0x6, 1, 0xa, 0));
+        assert_eq!(Descriptor::from_bytes(b).unwrap(), d);
+        assert!(d.is_cast());
+        assert_eq!((d.dtype(), d.src_dtype()), (Dtype::Bf16, Dtype::F32));
+        assert_eq!(d.source_range(), Some((FabricAddr(0x1000), 128)));
+        assert_eq!(d.dest_range(), (FabricAddr(0x8000), 64));
+        assert_eq!(d.moved_len(), 128);
+        // widening: the source is the shorter side
+        let w = Descriptor::cast(
+            DescOp::Copy,
+            FabricAddr(0),
+            Dtype::U8,
+            FabricAddr(64),
+            64,
+            Dtype::F32,
+        )
+        .unwrap();
+        assert_eq!(
+            (w.source_range(), w.moved_len()),
+            (Some((FabricAddr(0), 16)), 64)
+        );
+        // equal dtypes: no cast, byte 26 zero
+        let plain = Descriptor::cast(
+            DescOp::Copy,
+            FabricAddr(0),
+            Dtype::F32,
+            FabricAddr(64),
+            7,
+            Dtype::F32,
+        )
+        .unwrap();
+        assert!(!plain.is_cast());
+        assert_eq!(plain.encode().as_bytes()[26], 0);
+        assert_eq!(
+            (plain.source_range(), plain.moved_len()),
+            (Some((FabricAddr(0), 7)), 7)
+        );
+    }
+
+    #[test]
+    fn cast_rules() {
+        let cast = |op, src_dtype, len, dtype| {
+            Descriptor::cast(op, FabricAddr(0), src_dtype, FabricAddr(0), len, dtype)
+        };
+        let rule = |e: Error| match e {
+            Error::BadDescriptor { field, value, rule } => (field, value, rule),
+            e => panic!("{e}"),
+        };
+        // whole destination elements, even for COPY
+        let (field, value, r) = rule(cast(DescOp::Copy, Dtype::U8, 6, Dtype::F32).unwrap_err());
+        assert_eq!((field, value), ("len", 6));
+        assert!(r.contains("a cast needs whole f32 elements"), "{r}");
+        // the source run is at most 64 KiB too
+        let (field, value, r) =
+            rule(cast(DescOp::Copy, Dtype::F32, 32770, Dtype::U16).unwrap_err());
+        assert_eq!((field, value), ("len", 32770));
+        assert_eq!(
+            r,
+            "a cast's source run of 65540 bytes (16385 f32 elements) is over 65536 bytes"
+        );
+        assert!(cast(DescOp::Copy, Dtype::F32, 32768, Dtype::U16).is_ok());
+        assert!(cast(DescOp::Copy, Dtype::F32, 32768, Dtype::U8).is_err());
+        assert!(cast(DescOp::Copy, Dtype::F32, 16384, Dtype::U8).is_ok());
+        assert!(cast(DescOp::Max, Dtype::U8, 65536, Dtype::F32).is_ok());
+        // FILL never casts
+        let (field, value, _) = rule(cast(DescOp::Fill, Dtype::F32, 4, Dtype::U16).unwrap_err());
+        assert_eq!((field, value), ("src_dtype", 0xa));
+    }
+
+    #[test]
+    fn rejects_bad_source_dtype_bytes() {
+        for code in [0xbu8, 1, 0xff] {
+            let mut b = [0u8; 32];
+            b.copy_from_slice(cast_add().encode().as_bytes());
+            b[26] = code;
+            let (field, value, rule) = reject(&b);
+            assert_eq!((field, value), ("src_dtype", u64::from(code)));
+            assert!(rule.contains("0 (no cast)"), "{rule}");
         }
+        // the destination's own code is not a second way to say "no cast"
+        let mut b = valid_bytes();
+        b[26] = 0xa;
+        assert_eq!(reject(&b).0, "src_dtype");
+        // a FILL with a source dtype
+        let mut b = [0u8; 32];
+        let fill = Descriptor::fill(FabricAddr(0x100), 8, Dtype::U16, 7).unwrap();
+        b.copy_from_slice(fill.encode().as_bytes());
+        b[26] = 0xa;
+        assert_eq!(reject(&b).0, "src_dtype");
     }
 
     #[test]
@@ -969,22 +1187,30 @@ pub(crate) mod tests {
             0u16..4,
             proptest::option::of((0u8..16, 1u32..1000)),
             proptest::option::of(0u8..16),
+            proptest::option::of(0usize..9),
         );
-        (base, extra).prop_map(|((op, dt, len, src, dst), (flags, w, s))| {
+        (base, extra).prop_map(|((op, dt, len, src, dst), (flags, w, s, cast))| {
             let op = DescOp::ALL[op];
             let dtype = Dtype::ALL[dt];
+            // a cast from another dtype, for ops that read a source
+            let src_dtype = match cast {
+                Some(c) if op != DescOp::Fill && Dtype::ALL[c] != dtype => Dtype::ALL[c],
+                _ => dtype,
+            };
             let size = dtype.size() as u32;
-            let len = if op == DescOp::Copy {
+            let wider = src_dtype.size().max(dtype.size()) as u32;
+            let len = if op == DescOp::Copy && src_dtype == dtype {
                 len
             } else {
-                (len / size).max(1) * size
+                (len / wider).max(1) * size
             };
             let src = if op == DescOp::Fill {
                 src >> (64 - 8 * size)
             } else {
                 src
             };
-            let mut d = Descriptor::new(op, FabricAddr(src), FabricAddr(dst), len, dtype).unwrap();
+            let (src, dst) = (FabricAddr(src), FabricAddr(dst));
+            let mut d = Descriptor::cast(op, src, src_dtype, dst, len, dtype).unwrap();
             d = d.with_flags(DescFlags(flags));
             if let Some((id, count)) = w {
                 d = d.with_wait(wait(id, count));
@@ -1023,12 +1249,17 @@ pub(crate) mod tests {
         #[test]
         fn checked_and_refusal_agree_with_new(
             op in 0usize..6, dt in 0usize..9, len in 0u32..70_000, src in any::<u64>(),
+            sdt in 0usize..9,
         ) {
-            let (op, dtype) = (DescOp::ALL[op], Dtype::ALL[dt]);
+            let (op, dtype, src_dtype) = (DescOp::ALL[op], Dtype::ALL[dt], Dtype::ALL[sdt]);
             let src = FabricAddr(src >> (src % 64));
             let new = Descriptor::new(op, src, FabricAddr(8), len, dtype);
             let checked = Descriptor::checked(op, src, FabricAddr(8), len, dtype);
             prop_assert_eq!(checked.ok_or_else(|| Descriptor::refusal(op, src, len, dtype)), new);
+            let cast = Descriptor::cast(op, src, src_dtype, FabricAddr(8), len, dtype);
+            let checked = Descriptor::checked_cast(op, src, src_dtype, FabricAddr(8), len, dtype);
+            let refusal = || Descriptor::cast_refusal(op, src, src_dtype, len, dtype);
+            prop_assert_eq!(checked.ok_or_else(refusal), cast);
         }
 
         #[test]

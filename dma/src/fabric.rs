@@ -933,6 +933,15 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         }
     }
 
+    /// Reads `buf.len()` bytes at `addr` as the operations here read their sources (a
+    /// page open in this epoch under its read lock), holding no page meanwhile: for an
+    /// operation made of a read and a write (a cast).
+    pub fn read(&mut self, addr: FabricAddr, buf: &mut [u8]) -> Result<(), Error> {
+        // Fabric::read locks on its own: hold nothing meanwhile (RwLock is not reentrant).
+        self.release();
+        self.fabric.read_through(Fabric::engine_view, addr, buf)
+    }
+
     /// [`Fabric::write_reserved`].
     pub fn write(&mut self, addr: FabricAddr, buf: &[u8]) -> Result<(), Error> {
         let len = buf.len() as u64;

@@ -2,12 +2,12 @@
 //! streams ([`QueueFileWriter`], [`QueueFileReader`]), checked whole before anything runs
 //! ([`verify`], [`VerifiedQueueFile`]).
 //!
-//! # Byte layout (version 1, little-endian)
+//! # Byte layout (versions 1 and 2, little-endian)
 //!
 //! | bytes     | field              | rule                                              |
 //! |-----------|--------------------|---------------------------------------------------|
 //! | 0..8      | magic              | `b"DMAQUEUE"`                                     |
-//! | 8..10     | version            | 1                                                 |
+//! | 8..10     | version            | 1 or 2 (below)                                    |
 //! | 10        | generation         | NeuronCore version 2..=5 (sunda..maverick)        |
 //! | 11        | queue count `Q`    | 1..=16                                            |
 //! | 12..16    | descriptor size    | 32                                                |
@@ -20,6 +20,15 @@
 //! prime `0x100000001b3`) over the payload followed by the header without its checksum
 //! field (bytes `0..16` then `24..152`), so a change to any byte is caught, header included.
 //! Payload first lets the writer hash descriptors as they stream out and the header last.
+//!
+//! # Versions
+//!
+//! The two versions differ only in what a descriptor may say: version 2 added casts
+//! ([`crate::descriptor`], byte 26 `src_dtype`), which version 1 reserved as zero. Both are
+//! read; a version 1 file whose descriptor casts is refused, naming the descriptor and the
+//! rule. The writer writes the lowest version that holds its descriptors: version 1 when
+//! none casts (such a file is byte for byte what it was before casts existed, and older
+//! readers take it), version 2 otherwise (older readers refuse it by its version).
 //!
 //! # Writing
 //!
@@ -55,8 +64,10 @@ use crate::timing::{QueueTimeline, TimelineReport, TimingModel};
 
 /// The file magic.
 pub const MAGIC: [u8; 8] = *b"DMAQUEUE";
-/// The only format version.
-pub const VERSION: u16 = 1;
+/// The newest format version: 2, whose descriptors may cast.
+pub const VERSION: u16 = 2;
+/// The version of a file in which no descriptor casts (module docs, "Versions").
+pub const VERSION_WITHOUT_CASTS: u16 = 1;
 /// Queues in a file at most (the 16 DMA rings).
 pub const MAX_QUEUES: usize = 16;
 /// Header bytes (the payload starts here).
@@ -127,6 +138,7 @@ fn header_error(field: &'static str, offset: u64, value: u64, rule: &'static str
 /// The decoded, checked header of a queue file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueFileHeader {
+    version: u16,
     generation: Generation,
     queues: usize,
     counts: [u64; MAX_QUEUES],
@@ -134,6 +146,16 @@ pub struct QueueFileHeader {
 }
 
 impl QueueFileHeader {
+    /// The format version, 1 or 2.
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+
+    /// Whether the file's descriptors may cast (version 2).
+    fn casts_allowed(&self) -> bool {
+        self.version > VERSION_WITHOUT_CASTS
+    }
+
     /// The generation the queues were made for.
     pub fn generation(&self) -> Generation {
         self.generation
@@ -182,6 +204,7 @@ impl QueueFileHeader {
             return Err(header_error("queue_count", 11, queues as u64, rule));
         }
         Ok(QueueFileHeader {
+            version: raw.version.get(),
             generation,
             queues,
             counts: parse_counts(raw, queues)?,
@@ -197,8 +220,8 @@ fn check_format(raw: &RawHeader) -> Result<(), Error> {
         return Err(header_error("magic", 0, value, "must be \"DMAQUEUE\""));
     }
     let version = raw.version.get();
-    if version != VERSION {
-        let rule = "only version 1 is known";
+    if !(VERSION_WITHOUT_CASTS..=VERSION).contains(&version) {
+        let rule = "versions 1 and 2 are known";
         return Err(header_error("version", 8, version.into(), rule));
     }
     let size = raw.descriptor_bytes.get();
@@ -284,6 +307,32 @@ struct BatchAt {
 struct BatchBuffer {
     raw: Vec<u8>,
     max_buffered: usize,
+    /// Whether a descriptor may cast (the file's version, [`QueueFileHeader`]).
+    casts_allowed: bool,
+}
+
+impl BatchBuffer {
+    /// A buffer for a file with `header`.
+    fn new(header: &QueueFileHeader) -> BatchBuffer {
+        BatchBuffer {
+            casts_allowed: header.casts_allowed(),
+            ..BatchBuffer::default()
+        }
+    }
+}
+
+/// Decodes one descriptor of a file: every rule of [`Descriptor::decode`], and no cast in
+/// a version 1 file.
+fn decode_descriptor(chunk: &[u8], casts_allowed: bool) -> Result<Descriptor, Error> {
+    let d = Descriptor::from_bytes(chunk)?;
+    if d.is_cast() && !casts_allowed {
+        return Err(Error::BadDescriptor {
+            field: "src_dtype",
+            value: d.src_dtype().code().into(),
+            rule: "a version 1 queue file has no casts (byte 26 is reserved there; casts need version 2)".into(),
+        });
+    }
+    Ok(d)
 }
 
 impl BatchBuffer {
@@ -332,11 +381,13 @@ impl BatchBuffer {
             .get(skip * DESCRIPTOR_BYTES..(skip + n) * DESCRIPTOR_BYTES)
             .unwrap_or_default();
         for (i, chunk) in raw.chunks_exact(DESCRIPTOR_BYTES).enumerate() {
-            let d = Descriptor::from_bytes(chunk).map_err(|e| Error::QueueFileDescriptor {
-                queue: at.queue,
-                index: at.index + i as u64,
-                offset: at.offset + i as u64 * DESC,
-                source: Box::new(e),
+            let d = decode_descriptor(chunk, self.casts_allowed).map_err(|e| {
+                Error::QueueFileDescriptor {
+                    queue: at.queue,
+                    index: at.index + i as u64,
+                    offset: at.offset + i as u64 * DESC,
+                    source: Box::new(e),
+                }
             })?;
             out.push(d);
         }
@@ -465,6 +516,7 @@ impl<R: Read> QueueFileReader<R> {
         let (header, raw_header) = read_header(&mut r)?;
         Ok(QueueFileReader {
             r,
+            buffer: BatchBuffer::new(&header),
             header,
             raw_header,
             at: BatchAt {
@@ -474,7 +526,6 @@ impl<R: Read> QueueFileReader<R> {
             },
             hasher: Fnv1a64::new(),
             ledger: SemaphoreLedger::new(),
-            buffer: BatchBuffer::default(),
             stats: ReaderStats::default(),
             bytes: 0,
             done: false,
@@ -646,10 +697,10 @@ impl<R: Read + Seek> VerifiedQueueFile<R> {
         Ok(VerifiedQueueFile {
             r,
             start,
+            buffer: BatchBuffer::new(&summary.header),
             summary,
             digests,
             cursors: [0; MAX_QUEUES],
-            buffer: BatchBuffer::default(),
         })
     }
 
@@ -780,6 +831,8 @@ pub struct QueueFileWriter<W: Write + Seek> {
     ledger: SemaphoreLedger,
     buf: Vec<u8>,
     flushed: u64,
+    /// Whether some descriptor casts (the file is then version 2).
+    casts: bool,
 }
 
 impl<W: Write + Seek> QueueFileWriter<W> {
@@ -809,6 +862,7 @@ impl<W: Write + Seek> QueueFileWriter<W> {
             ledger: SemaphoreLedger::new(),
             buf: Vec::with_capacity(WRITE_CHUNK),
             flushed: 0,
+            casts: false,
         })
     }
 
@@ -830,6 +884,7 @@ impl<W: Write + Seek> QueueFileWriter<W> {
         self.ledger.record(queue, *count, d)?;
         *count += 1;
         self.current = queue;
+        self.casts |= d.is_cast();
         self.buf.extend_from_slice(d.encode().as_bytes());
         if self.buf.len() >= WRITE_CHUNK {
             self.flush_buf()?;
@@ -853,9 +908,13 @@ impl<W: Write + Seek> QueueFileWriter<W> {
     pub fn finish(mut self) -> Result<W, Error> {
         self.flush_buf()?;
         self.ledger.check_complete()?;
+        let version = match self.casts {
+            true => VERSION,
+            false => VERSION_WITHOUT_CASTS,
+        };
         let mut header = RawHeader {
             magic: MAGIC,
-            version: U16::new(VERSION),
+            version: U16::new(version),
             generation: self.generation.version(),
             queue_count: self.queues as u8,
             descriptor_bytes: U32::new(DESCRIPTOR_BYTES as u32),
@@ -953,9 +1012,20 @@ mod tests {
 
     /// A file from its parts, with a correct checksum (to reach the checks behind it).
     fn assemble(generation: u8, queues: u8, counts: &[u64], payload: &[u8]) -> Vec<u8> {
+        assemble_version(VERSION, generation, queues, counts, payload)
+    }
+
+    /// [`assemble`] with a given format version.
+    fn assemble_version(
+        version: u16,
+        generation: u8,
+        queues: u8,
+        counts: &[u64],
+        payload: &[u8],
+    ) -> Vec<u8> {
         let mut header = RawHeader {
             magic: MAGIC,
-            version: U16::new(VERSION),
+            version: U16::new(version),
             generation,
             queue_count: queues,
             descriptor_bytes: U32::new(32),
@@ -1047,9 +1117,67 @@ mod tests {
 
     #[test]
     fn rejects_wrong_version() {
-        let mut bytes = write_file(Generation::Sunda, &small_queues());
-        bytes[8] = 2;
-        assert_eq!(header_err(&bytes), ("version", 8, 2));
+        for version in [0u8, 3, 0xff] {
+            let mut bytes = write_file(Generation::Sunda, &small_queues());
+            bytes[8] = version;
+            assert_eq!(header_err(&bytes), ("version", 8, u64::from(version)));
+        }
+    }
+
+    /// An f32 -> bf16 cast copy of 64 destination bytes.
+    fn cast_copy() -> Descriptor {
+        let (src, dst) = (FabricAddr(0x400), FabricAddr(0x800));
+        Descriptor::cast(DescOp::Copy, src, Dtype::F32, dst, 64, Dtype::Bf16).unwrap()
+    }
+
+    #[test]
+    fn a_file_with_a_cast_is_version_2_and_one_without_stays_version_1() {
+        let mut queues = small_queues();
+        queues[1].push(cast_copy());
+        let bytes = write_file(Generation::Cayman, &queues);
+        assert_eq!(&bytes[8..10], &[2, 0]);
+        let (header, back) = read_all(&bytes).unwrap();
+        assert_eq!((header.version(), back), (2, queues));
+        let summary = VerifiedQueueFile::open(Cursor::new(&bytes)).unwrap();
+        assert_eq!(summary.header().version(), 2);
+        // no cast: version 1, readable as before
+        let plain = write_file(Generation::Cayman, &small_queues());
+        assert_eq!(read_all(&plain).unwrap().0.version(), 1);
+        // a version 2 header over descriptors without casts reads the same
+        let payload = encoded(&small_queues().concat());
+        let v2 = assemble_version(2, 3, 3, &[2, 0, 1], &payload);
+        assert_eq!(read_all(&v2).unwrap().1, small_queues());
+    }
+
+    #[test]
+    fn a_cast_in_a_version_1_file_is_refused_naming_the_rule() {
+        let payload = encoded(&[copy(0, 0, 4), cast_copy()]);
+        let bytes = assemble_version(1, 3, 1, &[2], &payload);
+        let e = read_all(&bytes).unwrap_err();
+        let Error::QueueFileDescriptor {
+            queue: 0,
+            index: 1,
+            offset: 184,
+            source,
+        } = &e
+        else {
+            panic!("unexpected {e}")
+        };
+        let Error::BadDescriptor { field, value, rule } = &**source else {
+            panic!("unexpected {source}")
+        };
+        assert_eq!((*field, *value), ("src_dtype", 0xa));
+        assert!(
+            rule.contains("a version 1 queue file has no casts"),
+            "{rule}"
+        );
+        assert!(VerifiedQueueFile::open(Cursor::new(&bytes)).is_err());
+        // the same descriptors under version 2 read
+        let bytes = assemble_version(2, 3, 1, &[2], &payload);
+        assert_eq!(
+            read_all(&bytes).unwrap().1,
+            vec![vec![copy(0, 0, 4), cast_copy()]]
+        );
     }
 
     #[test]

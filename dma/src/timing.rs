@@ -8,7 +8,11 @@
 //!
 //! `cost(len) = fixed + ceil(len * 1000 * k / bw)` ps, with `bw` the per-engine bandwidth
 //! in bytes per ns and `k = 2` for read-modify-write reductions (ADD, MULTIPLY, MAX, MIN)
-//! before v4 ("half throughput through the compute path"), `k = 1` otherwise.
+//! before v4 ("half throughput through the compute path"), `k = 1` otherwise. `len` is
+//! the bytes of the descriptor's longer side ([`Descriptor::moved_len`]): its length,
+//! except for a cast, whose source run may be longer (f32 read, bf16 written: twice
+//! the destination's bytes). The engine streams both sides, so the longer one bounds the
+//! transfer. (Bytes counted in reports stay the destination's, the `len` field.)
 //!
 //! The fixed per-descriptor cost is derived, not measured: the public guidance says
 //! transfers under about 2 KiB are overhead-bound and 4 KiB and more approach full
@@ -136,7 +140,7 @@ impl TimingModel {
 
     /// The cost of one descriptor, ps.
     pub fn descriptor_ps(&self, d: &Descriptor) -> u64 {
-        self.transfer_ps(d.len(), d.op())
+        self.transfer_ps(d.moved_len(), d.op())
     }
 
     /// Semaphore-to-start latency, ps.
@@ -202,9 +206,10 @@ impl QueueTiming {
     }
 }
 
-/// What a descriptor's cost depends on: its length and whether it reads what it writes.
+/// What a descriptor's cost depends on: the bytes it moves and whether it reads what it
+/// writes.
 fn cost_key(d: &Descriptor) -> (u32, bool) {
-    (d.len(), d.op().is_reduction())
+    (d.moved_len(), d.op().is_reduction())
 }
 
 /// The last descriptor cost computed: runs of one length and op cost one division.
@@ -401,10 +406,12 @@ impl QueueTimeline {
             return 0;
         }
         // The queue's part of `times_at_once` holds for the rest once it holds for one;
-        // the same length and op is the same cost.
-        let (len, op) = (first.len(), first.op());
+        // the same length, op and bytes moved is the same cost and the same bytes.
+        let (len, op, moved) = (first.len(), first.op(), first.moved_len());
         ds.iter()
-            .take_while(|d| d.len() == len && d.op() == op && !d.synchronises())
+            .take_while(|d| {
+                d.len() == len && d.op() == op && d.moved_len() == moved && !d.synchronises()
+            })
             .count()
     }
 
@@ -668,6 +675,23 @@ mod tests {
         // a fill writes at copy speed
         let fill = Descriptor::fill(FabricAddr(0), 4096, Dtype::F32, 0).unwrap();
         assert_eq!(v2.descriptor_ps(&fill), 361_413);
+        // a cast is charged its longer side: 2 KiB of bf16 written from 4 KiB of f32
+        // read costs a 4 KiB copy, and so does 4 KiB of f32 written from 1 KiB of u8
+        let cast = |op, from, len, to| {
+            Descriptor::cast(op, FabricAddr(0), from, FabricAddr(1 << 20), len, to).unwrap()
+        };
+        assert_eq!(
+            v2.descriptor_ps(&cast(DescOp::Copy, Dtype::F32, 2048, Dtype::Bf16)),
+            361_413
+        );
+        assert_eq!(
+            v2.descriptor_ps(&cast(DescOp::Copy, Dtype::U8, 4096, Dtype::F32)),
+            361_413
+        );
+        assert_eq!(
+            v2.descriptor_ps(&cast(DescOp::Add, Dtype::F32, 2048, Dtype::Bf16)),
+            602_354
+        );
     }
 
     #[test]
@@ -908,14 +932,14 @@ mod tests {
     }
 
     /// [`arb_queues`] with lengths from `len` and a wait on a descriptor with probability
-    /// `waits`.
+    /// `waits`: copies, adds and f32 -> bf16 casts (which move twice their length).
     fn arb_queues_of(
         len: impl Strategy<Value = u32>,
         waits: f64,
     ) -> impl Strategy<Value = Vec<Vec<Descriptor>>> {
         let desc = (
             len,
-            any::<bool>(),
+            0u8..3,
             proptest::option::weighted(waits, (0u8..4, 1u32..4)),
             any::<bool>(),
         );
@@ -924,11 +948,20 @@ mod tests {
                 .enumerate()
                 .map(|(q, ds)| {
                     ds.into_iter()
-                        .map(|(len, is_add, w, s)| {
-                            let mut d = if is_add {
-                                add((len / 4).max(1) * 4)
-                            } else {
-                                copy(len)
+                        .map(|(len, kind, w, s)| {
+                            let elems = (len / 4).max(1);
+                            let mut d = match kind {
+                                0 => copy(len),
+                                1 => add(elems * 4),
+                                _ => Descriptor::cast(
+                                    DescOp::Copy,
+                                    FabricAddr(0),
+                                    Dtype::F32,
+                                    FabricAddr(1 << 20),
+                                    elems * 2,
+                                    Dtype::Bf16,
+                                )
+                                .unwrap(),
                             };
                             if let Some((id, n)) = w {
                                 d = d.with_wait(wait(id, n));

@@ -30,6 +30,7 @@ use crate::error::Error;
 use crate::fabric::{Fabric, PageLocks, PAGE_BYTES};
 use crate::FabricAddr;
 
+use super::cast::execute_cast;
 use super::crew::{beside_then_job, Crew};
 use super::lock;
 use super::report::ExecutionStats;
@@ -56,6 +57,7 @@ pub(crate) fn execute_descriptor<const R: usize>(
 ) -> Result<(), Error> {
     let len = u64::from(d.len());
     match d.op().compute_op() {
+        _ if d.is_cast() => execute_cast(locks, d),
         None => with_fill_pattern(d, |p| locks.fill(d.dst(), len, p)),
         Some(ComputeOp::None) => locks.copy(d.src(), d.dst(), len),
         Some(op) => locks.reduce(d.src(), d.dst(), len, d.dtype(), op),

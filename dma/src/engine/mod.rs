@@ -95,6 +95,7 @@
 //! transitively after whatever those were ordered after (vector clocks over the segments
 //! between semaphore operations; see the `race` module).
 
+mod cast;
 mod crew;
 mod exec;
 mod race;
@@ -848,6 +849,8 @@ mod tests {
         group: u64,
         op: DescOp,
         dtype: Dtype,
+        /// The source's dtype: a cast where it differs (and the op reads a source).
+        src_dtype: Dtype,
         dst_off: u64,
         shared_src: bool,
         src_off: u64,
@@ -858,10 +861,16 @@ mod tests {
     impl Spec {
         fn descriptor(&self) -> Descriptor {
             let size = self.dtype.size() as u64;
-            let len = if self.op == DescOp::Copy {
+            let src_dtype = match self.op {
+                DescOp::Fill => self.dtype,
+                _ => self.src_dtype,
+            };
+            // whole elements of the wider side, so that neither run passes MAX_LEN
+            let wider = size.max(src_dtype.size() as u64);
+            let len = if self.op == DescOp::Copy && src_dtype == self.dtype {
                 self.len
             } else {
-                (self.len - self.len % size).max(size)
+                (self.len / wider).max(1) * size
             };
             let base = GROUP_BASE + self.group * GROUP;
             let src = if self.shared_src {
@@ -875,29 +884,33 @@ mod tests {
             } else {
                 src
             };
-            Descriptor::new(
-                self.op,
-                FabricAddr(src),
-                FabricAddr(dst),
-                len as u32,
-                self.dtype,
-            )
-            .unwrap()
+            let (src, dst) = (FabricAddr(src), FabricAddr(dst));
+            Descriptor::cast(self.op, src, src_dtype, dst, len as u32, self.dtype).unwrap()
         }
     }
 
     fn arb_spec() -> impl Strategy<Value = Spec> {
         (
             (0..GROUPS, proptest::sample::select(DescOp::ALL.to_vec())),
-            proptest::sample::select(Dtype::ALL.to_vec()),
+            (
+                proptest::sample::select(Dtype::ALL.to_vec()),
+                proptest::sample::select(Dtype::ALL.to_vec()),
+                any::<bool>(),
+            ),
             (any::<u64>(), any::<bool>(), any::<u64>()),
             (1..=MAX_LEN, any::<u64>()),
         )
             .prop_map(
-                |((group, op), dtype, (dst_off, shared_src, src_off), (len, element))| Spec {
+                |(
+                    (group, op),
+                    (dtype, from, casts),
+                    (dst_off, shared_src, src_off),
+                    (len, element),
+                )| Spec {
                     group,
                     op,
                     dtype,
+                    src_dtype: if casts { from } else { dtype },
                     dst_off,
                     shared_src,
                     src_off,
@@ -917,20 +930,27 @@ mod tests {
     }
 
     /// The independent reference: the window as a flat Vec, queue after queue, each
-    /// descriptor with snapshot (memmove) semantics.
+    /// descriptor with snapshot (memmove) semantics, a cast element by element.
     fn reference(queues: &[Vec<Descriptor>]) -> Vec<u8> {
         let mut m = image();
         for d in queues.iter().flatten() {
             let (dst, len) = (d.dst().0 as usize, d.len() as usize);
-            let snapshot = match d.op() {
-                DescOp::Fill => {
+            let snapshot = match d.source_range() {
+                None => {
                     let e = d.src().0.to_le_bytes();
                     (0..len).map(|i| e[i % d.dtype().size()]).collect()
                 }
-                _ => m[d.src().0 as usize..][..len].to_vec(),
+                Some((src, n)) => m[src.0 as usize..][..n as usize].to_vec(),
             };
             let out = &mut m[dst..dst + len];
+            let (from, to) = (d.src_dtype(), d.dtype());
             match d.op().compute_op() {
+                Some(op) if d.is_cast() => {
+                    let pairs = snapshot.chunks(from.size()).zip(out.chunks_mut(to.size()));
+                    for (s, o) in pairs {
+                        crate::cast::cast(op, from, s, to, o).unwrap();
+                    }
+                }
                 Some(op) if op != compute::ComputeOp::None => {
                     compute::apply(op, d.dtype(), out, &snapshot).unwrap()
                 }
@@ -1290,7 +1310,8 @@ mod tests {
             let mut d = spec.descriptor();
             if let Some(k) = *mailbox {
                 let at = FabricAddr(k * MAILBOX);
-                d = Descriptor::new(d.op(), d.src(), at, d.len(), d.dtype()).unwrap();
+                d = Descriptor::cast(d.op(), d.src(), d.src_dtype(), at, d.len(), d.dtype())
+                    .unwrap();
                 if let Some(p) = last_writer[k as usize].filter(|&p| p != q) {
                     let last = out[p].last_mut().unwrap();
                     if last.signal().is_none() {
@@ -1379,6 +1400,9 @@ mod tests {
                     group: r % GROUPS,
                     op: DescOp::ALL[(r >> 8) as usize % 6],
                     dtype: Dtype::ALL[(r >> 16) as usize % 9],
+                    // one in four casts (from a dtype that may be the same)
+                    src_dtype: Dtype::ALL
+                        [(r >> if r >> 40 & 3 == 0 { 32 } else { 16 }) as usize % 9],
                     dst_off: next(),
                     shared_src: r >> 24 & 1 == 1,
                     src_off: next(),
@@ -1399,7 +1423,8 @@ mod tests {
                     } else {
                         FabricAddr(at + d.src().0 % 8192)
                     };
-                    d = Descriptor::new(d.op(), src, FabricAddr(at + off), d.len(), d.dtype())
+                    let dst = FabricAddr(at + off);
+                    d = Descriptor::cast(d.op(), src, d.src_dtype(), dst, d.len(), d.dtype())
                         .unwrap();
                 }
                 (spec.group, d)

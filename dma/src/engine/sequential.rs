@@ -8,6 +8,7 @@ use crate::descriptor::{Descriptor, SEMAPHORES};
 use crate::error::Error;
 use crate::fabric::Fabric;
 
+use super::cast::execute_cast;
 use super::exec::with_fill_pattern;
 use super::validate::{check_ranges, replay_error};
 
@@ -40,6 +41,7 @@ pub fn execute_sequential(fabric: &mut Fabric, queues: &[Vec<Descriptor>]) -> Re
 fn apply(fabric: &mut Fabric, d: &Descriptor) -> Result<(), Error> {
     let len = u64::from(d.len());
     match d.op().compute_op() {
+        _ if d.is_cast() => execute_cast(fabric, d),
         None => with_fill_pattern(d, |p| fabric.fill(d.dst(), len, p)),
         Some(ComputeOp::None) => fabric.copy(d.src(), d.dst(), len),
         Some(op) => fabric.reduce(d.src(), d.dst(), len, d.dtype(), op),
