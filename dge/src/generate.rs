@@ -80,7 +80,12 @@ pub struct Request {
     /// Indices applied to the destination (scatter).
     pub dst_indirection: Option<Indirection>,
     pub op: ComputeOp,
+    /// The element dtype (the destination's, when the request casts).
     pub dtype: Dtype,
+    /// The source's element dtype where it differs from `dtype`: each element is cast
+    /// through f32 ([`dma::cast`]), a run of `n` elements being `n` elements on each side
+    /// (module docs of [`crate::runs`]). `None`: the source is `dtype` too.
+    pub src_dtype: Option<Dtype>,
     /// Allow several indices to name one destination (`non_unique_dst_idx`).
     pub non_unique_dst_idx: bool,
     /// The DMA queues to spray over (bit `q` selects queue `q`).
@@ -104,12 +109,18 @@ impl Request {
             dst_indirection: None,
             op: ComputeOp::None,
             dtype,
+            src_dtype: None,
             non_unique_dst_idx: false,
             eng_mask: 0xffff,
             src_index: IndexLayout::default(),
             dst_index: IndexLayout::default(),
             order: ElementOrder::Any,
         }
+    }
+
+    /// The source's element dtype: [`Request::src_dtype`], else `dtype`.
+    pub fn source_dtype(&self) -> Dtype {
+        self.src_dtype.unwrap_or(self.dtype)
     }
 }
 
@@ -201,9 +212,9 @@ pub fn generate_into(fabric: &Fabric, req: &Request, out: &mut Generated) -> Res
         queues: buffers,
         ..Generated::default()
     };
-    let (s, d, queues, elem) = prepare(fabric, req)?;
+    let (s, d, queues) = prepare(fabric, req)?;
     let mut emitter = Emitter::new(req, std::mem::take(&mut out.queues));
-    spray_runs(req, &s, &d, elem, &queues, &mut emitter)?;
+    spray_runs(req, &s, &d, &queues, &mut emitter)?;
     *out = emitter.finish()?;
     out.skipped = [s.indexed, d.indexed]
         .into_iter()
@@ -216,7 +227,7 @@ pub fn generate_into(fabric: &Fabric, req: &Request, out: &mut Generated) -> Res
 
 /// Stages 1 to 6: validation, the spray summary, both sides reshaped and indexed, and the
 /// first failure (module docs). Nothing is emitted before all of it has passed.
-fn prepare(fabric: &Fabric, req: &Request) -> Result<(Side, Side, QueueIds, u64), Error> {
+fn prepare(fabric: &Fabric, req: &Request) -> Result<(Side, Side, QueueIds), Error> {
     let map = fabric.map();
     let dst_pattern = transposed_destination(req)?;
     let validate = |p: &AccessPattern, side, ind: Option<Indirection>| match ind {
@@ -239,7 +250,7 @@ fn prepare(fabric: &Fabric, req: &Request) -> Result<(Side, Side, QueueIds, u64)
     log_masks(req, &s, &d);
     match first_failure(req, &s, &d) {
         Some(e) => Err(e),
-        None => Ok((s, d, queues, u64::from(src.elem_size))),
+        None => Ok((s, d, queues)),
     }
 }
 
@@ -257,7 +268,6 @@ fn spray_runs(
     req: &Request,
     s: &Side,
     d: &Side,
-    elem: u64,
     queues: &[u8],
     emitter: &mut Emitter,
 ) -> Result<(), Error> {
@@ -275,9 +285,7 @@ fn spray_runs(
             }
             None => {
                 let (mut src, mut dst) = (Walker::new(&s.shape, sb), Walker::new(&d.shape, db));
-                for_each_run_batch(&mut src, &mut dst, elem, |runs| {
-                    emitter.push_all(runs, &mut next)
-                });
+                for_each_run_batch(&mut src, &mut dst, |runs| emitter.push_all(runs, &mut next));
             }
         }
         if !emitter.hulls_meet() {
@@ -286,7 +294,7 @@ fn spray_runs(
         emitter.clear();
     }
     let mut runs = Vec::new();
-    let span = walk(s, d, elem, |r| runs.push(r));
+    let span = walk(s, d, |r| runs.push(r));
     match (spray::check_no_overlap(&runs, span.hulls), req.order) {
         (Ok(()), _) => {
             push_grouped(&runs, queues, emitter);
@@ -294,7 +302,7 @@ fn spray_runs(
             Ok(())
         }
         (Err(_), ElementOrder::Sequential { unit_elems }) => {
-            sequential(s, d, (elem, unit_elems), queues, emitter)
+            sequential(s, d, unit_elems, queues, emitter)
         }
         (Err(e), ElementOrder::Any) => Err(e),
     }
@@ -362,7 +370,7 @@ fn push_grouped(runs: &[Run], queues: &[u8], emitter: &mut Emitter) {
 fn sequential(
     s: &Side,
     d: &Side,
-    (elem, unit): (u64, u64),
+    unit: u64,
     queues: &[u8],
     emitter: &mut Emitter,
 ) -> Result<(), Error> {
@@ -371,7 +379,7 @@ fn sequential(
         Walker::new(&d.shape, bases(d)),
     );
     let mut units = Vec::new();
-    for_each_unit_run(&mut src, &mut dst, (elem, unit), |u, r| units.push((u, r)));
+    for_each_unit_run(&mut src, &mut dst, unit, |u, r| units.push((u, r)));
     let phases = order::phases(&units)?;
     trace!(
         units = units.len(),
@@ -414,7 +422,7 @@ impl Span {
 /// The descriptor loop over both sides, in element order (through the row-move fast path
 /// where the shape is one), and its [`Span`]: a row move knows its hulls without a pass
 /// over the runs.
-fn walk(s: &Side, d: &Side, elem: u64, mut emit: impl FnMut(Run)) -> Span {
+fn walk(s: &Side, d: &Side, mut emit: impl FnMut(Run)) -> Span {
     let (sb, db) = (bases(s), bases(d));
     if let Some(rows) = RowMove::of((&s.shape, sb), (&d.shape, db)) {
         let bytes = rows.for_each_run(&mut emit);
@@ -423,7 +431,7 @@ fn walk(s: &Side, d: &Side, elem: u64, mut emit: impl FnMut(Run)) -> Span {
     }
     let (mut src, mut dst) = (Walker::new(&s.shape, sb), Walker::new(&d.shape, db));
     let mut span = Span::EMPTY;
-    for_each_run(&mut src, &mut dst, elem, |r| {
+    for_each_run(&mut src, &mut dst, |r| {
         span.add(r);
         emit(r);
     });
@@ -456,13 +464,16 @@ fn transposed_destination(req: &Request) -> Result<AccessPattern, Error> {
 }
 
 fn check_request(req: &Request, src: &BytePattern, dst: &BytePattern) -> Result<(), Error> {
-    let size = req.dtype.size() as u32;
-    for (side, p) in [("source", src), ("destination", dst)] {
-        if p.elem_size != size {
+    let sides = [
+        ("source", src, req.source_dtype()),
+        ("destination", dst, req.dtype),
+    ];
+    for (side, p, dtype) in sides {
+        if p.elem_size != dtype.size() as u32 {
             return Err(Error::ElemSizeDtype {
                 side,
                 size: p.elem_size,
-                dtype: req.dtype,
+                dtype,
             });
         }
     }
@@ -770,6 +781,8 @@ fn notifying(req: &Request, skipped: &[SkippedIndex]) -> bool {
 struct Emitter {
     op: DescOp,
     dtype: Dtype,
+    /// The source's dtype (`dtype` unless the request casts).
+    src_dtype: Dtype,
     queues: Vec<Vec<Descriptor>>,
     /// Finished phases before `queues` (sequential requests only).
     earlier: Vec<Vec<Vec<Descriptor>>>,
@@ -787,6 +800,7 @@ impl Emitter {
         Emitter {
             op: DescOp::from(req.op),
             dtype: req.dtype,
+            src_dtype: req.source_dtype(),
             queues,
             earlier: Vec::new(),
             bytes: 0,
@@ -820,6 +834,7 @@ impl Emitter {
     /// taking every `n`-th run (the same lists, in the same order, as run by run).
     fn push_all(&mut self, runs: &[Run], next: &mut RoundRobin) {
         let n = next.queues.len().max(1);
+        let (op, dtypes) = (self.op, self.dtypes());
         let mut refused = None;
         for j in 0..n.min(runs.len()) {
             let queue = usize::from(next.pick());
@@ -828,7 +843,7 @@ impl Emitter {
             };
             list.reserve(runs.len().div_ceil(n));
             for &r in runs.iter().skip(j).step_by(n) {
-                match describe(self.op, self.dtype, r) {
+                match describe(op, dtypes, r) {
                     Some(d) => list.push(d),
                     None => refused = refused.or(Some(r)),
                 }
@@ -836,7 +851,7 @@ impl Emitter {
         }
         next.skip(runs.len().saturating_sub(n));
         if let Some(r) = refused {
-            self.keep(Some(refusal(self.op, self.dtype, r)));
+            self.keep(Some(refusal(op, dtypes, r)));
         }
         self.account(runs);
     }
@@ -845,13 +860,19 @@ impl Emitter {
     #[inline(always)]
     fn put(&mut self, r: Run, queue: u8) {
         match (
-            describe(self.op, self.dtype, r),
+            describe(self.op, self.dtypes(), r),
             self.queues.get_mut(usize::from(queue)),
         ) {
             (Some(d), Some(list)) => list.push(d),
             (Some(_), None) => {}
-            (None, _) => self.keep(Some(refusal(self.op, self.dtype, r))),
+            (None, _) => self.keep(Some(refusal(self.op, self.dtypes(), r))),
         }
+    }
+
+    /// The source's and the destination's dtypes.
+    #[inline(always)]
+    fn dtypes(&self) -> (Dtype, Dtype) {
+        (self.src_dtype, self.dtype)
     }
 
     /// Adds `runs` to the payload bytes and to the hulls of the bytes read and written.
@@ -890,36 +911,39 @@ impl Emitter {
     }
 }
 
-/// The descriptor of run `r` under `op` and `dtype`. Runs are at most MAX_RUN_BYTES
-/// (64 KiB) and whole elements of the dtype (the patterns' element size equals the
-/// dtype's; a fill value was checked to fit it), so this does not fail; a refusal is
-/// still kept ([`refusal`]) and returned rather than dropped.
+/// The descriptor of run `r` under `op` and `(src_dtype, dtype)` (a cast where they
+/// differ; a fill run never casts). Runs are at most 64 KiB on each side and whole
+/// elements of each side's dtype (the patterns' element sizes equal the dtypes'; a fill
+/// value was checked to fit), so this does not fail; a refusal is still kept
+/// ([`refusal`]) and returned rather than dropped.
 #[inline(always)]
-fn describe(op: DescOp, dtype: Dtype, r: Run) -> Option<Descriptor> {
-    let op = run_op(op, r);
-    // `checked` rather than `new` on the hot path: see `Descriptor::checked`.
-    Descriptor::checked(
+fn describe(op: DescOp, dtypes: (Dtype, Dtype), r: Run) -> Option<Descriptor> {
+    let (op, src_dtype, dtype) = run_op(op, dtypes, r);
+    // `checked_cast` rather than `cast` on the hot path: see `Descriptor::checked`.
+    Descriptor::checked_cast(
         op,
         FabricAddr(r.src),
+        src_dtype,
         FabricAddr(r.dst),
         r.len as u32,
         dtype,
     )
 }
 
-/// Why [`describe`] refused `r`: the error `Descriptor::new` gives.
+/// Why [`describe`] refused `r`: the error `Descriptor::cast` gives.
 #[cold]
-fn refusal(op: DescOp, dtype: Dtype, r: Run) -> dma::Error {
-    Descriptor::refusal(run_op(op, r), FabricAddr(r.src), r.len as u32, dtype)
+fn refusal(op: DescOp, dtypes: (Dtype, Dtype), r: Run) -> dma::Error {
+    let (op, src_dtype, dtype) = run_op(op, dtypes, r);
+    Descriptor::cast_refusal(op, FabricAddr(r.src), src_dtype, r.len as u32, dtype)
 }
 
-/// The op of run `r`'s descriptor: FILL for a fill run, else the request's.
+/// The op and the source and destination dtypes of run `r`'s descriptor: FILL of the
+/// destination's dtype for a fill run, else the request's.
 #[inline(always)]
-fn run_op(op: DescOp, r: Run) -> DescOp {
-    if r.fill {
-        DescOp::Fill
-    } else {
-        op
+fn run_op(op: DescOp, (src_dtype, dtype): (Dtype, Dtype), r: Run) -> (DescOp, Dtype, Dtype) {
+    match r.fill {
+        true => (DescOp::Fill, dtype, dtype),
+        false => (op, src_dtype, dtype),
     }
 }
 
@@ -937,7 +961,6 @@ mod tests {
     use super::*;
     use crate::index::IndexDtype;
     use dma::addr::{SBUF_BASE, SBUF_STRIDE};
-    use dma::compute;
     use dma::engine::{execute_sequential, Engine, EngineConfig, RaceCheck};
     use dma::Generation;
     use proptest::prelude::*;
@@ -1048,7 +1071,8 @@ mod tests {
     }
 
     /// The closed-form reference: units (one element, or the sequential order's
-    /// `unit_elems`) applied in element order, each reading its sources before writing.
+    /// `unit_elems`) applied in element order, each reading its sources before writing,
+    /// an element of the source's dtype cast to the destination's where they differ.
     /// Returns the moves `(src or None for a fill, dst)` so the test can count the runs.
     fn reference(f: &mut Fabric, req: &Request) -> Vec<(Option<u64>, u64)> {
         let src = element_addrs(f, &req.src, req.src_indirection, &req.src_index);
@@ -1075,30 +1099,35 @@ mod tests {
             ElementOrder::Sequential { unit_elems } => unit_elems as usize,
             ElementOrder::Any => 1,
         };
-        let es = req.dtype.size();
+        let (from, to) = (req.source_dtype(), req.dtype);
         let pairs: Vec<(Elem, Elem)> = src.into_iter().zip(dst).collect();
         let mut moves = Vec::new();
         for chunk in pairs.chunks(unit) {
             let mut values = Vec::new();
             for &(s, d) in chunk {
-                let mut a = vec![0u8; es];
-                match (s, d) {
-                    (Elem::At(s), Elem::At(_)) => f.read(FabricAddr(s), &mut a).unwrap(),
-                    (Elem::Fill, Elem::At(_)) => a.copy_from_slice(&fill[..es]),
+                let (mut a, dtype) = match (s, d) {
+                    (Elem::At(s), Elem::At(_)) => {
+                        let mut a = vec![0u8; from.size()];
+                        f.read(FabricAddr(s), &mut a).unwrap();
+                        (a, from)
+                    }
+                    // a fill is an element of the destination's dtype
+                    (Elem::Fill, Elem::At(_)) => (fill[..to.size()].to_vec(), to),
                     _ => continue,
-                }
-                values.push((s, d, a));
+                };
+                a.truncate(dtype.size());
+                values.push((s, d, a, dtype));
             }
-            for (s, d, a) in values {
+            for (s, d, a, dtype) in values {
                 let Elem::At(d) = d else { continue };
-                let mut b = vec![0u8; es];
+                let mut b = vec![0u8; to.size()];
                 f.read(FabricAddr(d), &mut b).unwrap();
                 let op = if s == Elem::Fill {
                     ComputeOp::None
                 } else {
                     req.op
                 };
-                compute::apply(op, req.dtype, &mut b, &a).unwrap();
+                dma::cast::cast(op, dtype, &a, to, &mut b).unwrap();
                 f.write(FabricAddr(d), &b).unwrap();
                 moves.push((if let Elem::At(s) = s { Some(s) } else { None }, d));
             }
@@ -1112,28 +1141,30 @@ mod tests {
         map.region_of(FabricAddr(a)).ok().map(|r| r.base)
     }
 
-    /// The fewest runs `moves` make: consecutive moves join when both are fills or both
-    /// continue the source, and the destination continues, inside one region.
-    fn minimal_count(moves: &[(Option<u64>, u64)], es: u64) -> usize {
-        let mut count = 0;
-        let mut run = 0u64;
+    /// The fewest runs `moves` make (source elements of `ses` bytes, destination ones of
+    /// `des`): consecutive moves join when both are fills or both continue the source,
+    /// and the destination continues, inside one region; a run holds at most 64 KiB on
+    /// each side it touches.
+    fn minimal_count(moves: &[(Option<u64>, u64)], (ses, des): (u64, u64)) -> usize {
+        let (mut count, mut run, mut cap) = (0, 0u64, 1);
         for (k, &(s, d)) in moves.iter().enumerate() {
             let joined = k > 0 && {
                 let (ps, pd) = moves[k - 1];
                 let src = match (ps, s) {
-                    (Some(ps), Some(s)) => ps + es == s && region(ps) == region(s),
+                    (Some(ps), Some(s)) => ps + ses == s && region(ps) == region(s),
                     (None, None) => true,
                     _ => false,
                 };
-                src && pd + es == d && region(pd) == region(d)
+                src && pd + des == d && region(pd) == region(d)
             };
             if !joined {
-                count += run.div_ceil(65536) as usize;
+                count += run.div_ceil(cap) as usize;
                 run = 0;
+                cap = 65536 / if s.is_some() { ses.max(des) } else { des };
             }
-            run += es;
+            run += 1;
         }
-        count + run.div_ceil(65536) as usize
+        count + run.div_ceil(cap) as usize
     }
 
     /// Replays every phase of `g` in order on the DMA engine with its race check on (so
@@ -1158,9 +1189,10 @@ mod tests {
         let mut expect = f.clone();
         let moves = reference(&mut expect, req);
         if g.later_phases.is_empty() {
+            let sizes = (req.source_dtype().size(), req.dtype.size());
             assert_eq!(
                 g.descriptor_count(),
-                minimal_count(&moves, req.dtype.size() as u64)
+                minimal_count(&moves, (sizes.0 as u64, sizes.1 as u64))
             );
         }
         let mut reversed = f.clone();
@@ -1893,5 +1925,125 @@ mod tests {
             r.order = ElementOrder::Sequential { unit_elems: u64::from(per) };
             check(&f, &r);
         }
+    }
+
+    /// A request casting `from` to `to` (`mode` 0: a contiguous copy of `count` elements,
+    /// 1: a row gather, 2: a row scatter, both by `idx` under `policy`, 3: a copy inside
+    /// one buffer shifted by `shift` elements of the source, in sequential order).
+    fn cast_request(
+        (from, to): (Dtype, Dtype),
+        (mode, count, cols): (u8, u32, u32),
+        (n, policy, shift): (u32, OobPolicy, i64),
+    ) -> Request {
+        let (ss, ds) = (from.size() as u32, to.size() as u32);
+        let rows = [(i64::from(cols), n), (1, cols)];
+        let ind = |step: u32| Indirection {
+            dim: 0,
+            indices: FabricAddr(IDX),
+            step: (cols * step) as i32,
+            bound: Some(10),
+            policy,
+        };
+        let mut r = match mode {
+            0 => {
+                let src = AccessPattern::new(FabricAddr(0), ss, &[(1, count)]);
+                let dst = AccessPattern::new(FabricAddr(1 << 20), ds, &[(1, count)]);
+                Request::new(Kind::Direct2d, src, dst, to)
+            }
+            1 | 2 => {
+                let src = AccessPattern::new(FabricAddr(0), ss, &rows);
+                let dst = AccessPattern::new(FabricAddr(1 << 20), ds, &rows);
+                let mut r = Request::new(Kind::Indirect, src, dst, to);
+                match mode {
+                    1 => r.src_indirection = Some(ind(ss)),
+                    _ => r.dst_indirection = Some(ind(ds)),
+                }
+                r.non_unique_dst_idx = true;
+                r
+            }
+            _ => {
+                let src = AccessPattern::new(FabricAddr(512), ss, &rows);
+                let at = 512 + shift * i64::from(ss);
+                let dst = AccessPattern::new(FabricAddr(at as u64), ds, &rows);
+                let mut r = Request::new(Kind::Direct2d, src, dst, to);
+                r.order = ElementOrder::Sequential {
+                    unit_elems: u64::from(cols),
+                };
+                r
+            }
+        };
+        r.src_dtype = Some(from).filter(|&d| d != to);
+        r
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// Casts between any two dtypes (contiguous copies longer than 64 KiB on one side
+        /// or both, row gathers and scatters under every policy, overlapping copies in
+        /// sequential order) under every op: replay equals the element-by-element cast
+        /// reference, and without phases the count is minimal (runs maximal on both sides,
+        /// split at 64 KiB on the longer).
+        #[test]
+        fn casts_match_the_reference(
+            (from, to) in (0usize..9, 0usize..9),
+            (mode, long) in (0u8..4, any::<bool>()),
+            op in 0u8..5,
+            raw in proptest::collection::vec(0u32..12, 1..24),
+            cols in 1u32..6,
+            (policy, shift) in (0u8..3, -6i64..7),
+        ) {
+            let (from, to) = (Dtype::ALL[from], Dtype::ALL[to]);
+            let n = raw.len() as u32;
+            // data under every source element, however long the copy, not periodic
+            let mut f = fabric_with(&raw, (0, 1));
+            let data: Vec<u8> = (0..81_920u64).map(|i| (i.wrapping_mul(0x9e37_79b9) >> 13) as u8).collect();
+            f.write(FabricAddr(0), &data).unwrap();
+            let policy = match (policy, mode) {
+                (0, _) => OobPolicy::HardError,
+                (2, 1) => OobPolicy::Fill { value: 0x3c },
+                _ => OobPolicy::SoftSkip,
+            };
+            let count = if long { 20_000 } else { n * cols };
+            let mut r = cast_request((from, to), (mode, count, cols), (n, policy, shift));
+            r.op = ComputeOp::from_code(op).unwrap();
+            let oob = matches!(mode, 1 | 2) && raw.iter().any(|&i| i >= 10);
+            match generate(&f, &r) {
+                Err(Error::IndexOutOfBounds { .. }) => prop_assert!(policy == OobPolicy::HardError && oob),
+                Err(e) => prop_assert!(false, "unexpected {e}"),
+                Ok(g) => {
+                    let casts = g.phases().flatten().flatten().all(|d| d.op() == DescOp::Fill || d.is_cast() == (from != to));
+                    prop_assert!(casts);
+                    check(&f, &r);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_cast_request_checks_each_side_against_its_own_dtype() {
+        let f = fabric_with(&[], (0, 64));
+        let mut r = cast_request(
+            (Dtype::F32, Dtype::Bf16),
+            (0, 8, 1),
+            (0, OobPolicy::HardError, 0),
+        );
+        let g = check(&f, &r);
+        assert_eq!(g.descriptor_count(), 1);
+        let d = g.queues.iter().flatten().next().unwrap();
+        assert_eq!(
+            (d.src_dtype(), d.dtype(), d.len()),
+            (Dtype::F32, Dtype::Bf16, 16)
+        );
+        assert_eq!(d.source_range(), Some((FabricAddr(0), 32)));
+        // the source pattern's element size must be the source dtype's
+        r.src_dtype = Some(Dtype::U8);
+        assert_eq!(
+            generate(&f, &r).unwrap_err(),
+            Error::ElemSizeDtype {
+                side: "source",
+                size: 4,
+                dtype: Dtype::U8
+            }
+        );
     }
 }

@@ -4,7 +4,8 @@
 //! (seed 000 section 6). A [`generate::Request`] — a source and a destination
 //! [`AccessPattern`], optional indirection on either side (an index tensor on the fabric,
 //! its dimension, step, bound and OOB policy, and its [`IndexLayout`]: dtype, access
-//! pattern, bias), a compute op, a dtype, `non_unique_dst_idx`, an `eng_mask` and an
+//! pattern, bias), a compute op, a dtype (and the source's, for a cast through f32),
+//! `non_unique_dst_idx`, an `eng_mask` and an
 //! [`ElementOrder`] — goes through [`generate::generate`] and comes out as
 //! [`generate::Generated`]: one [`dma::descriptor::Descriptor`] list per DMA queue (and,
 //! for a sequential request that reads what it writes, further phases), the skipped
@@ -18,7 +19,8 @@
 //!   the IVP SuperGather core) and `do_indirection` (bias, bounds, the `mulusan_2x32` MAC,
 //!   the OOB policies including the fill);
 //! - [`runs`]: the lockstep walk into maximal runs contiguous on both sides, split at
-//!   64 KiB (FILL runs where the fill policy applies);
+//!   64 KiB (FILL runs where the fill policy applies; a cast's two sides in their own
+//!   element sizes);
 //! - [`rows`]: the same runs for whole rows moved by index, without the general walk;
 //! - [`order`]: the sequential element order, phases for requests that read what they
 //!   write;

@@ -15,10 +15,11 @@
 //! DMA engine reads a descriptor's source before writing, as `memmove`). A longer one is
 //! split into descriptors of one phase each, in the order that keeps `memmove` semantics
 //! (from the end when the destination lies above the source). A unit made of several runs
-//! that overlap each other has no such order and is rejected.
+//! that overlap each other has no such order and is rejected, and so is a longer cast
+//! (its sides move at different rates, so neither end is safe to start from in general).
 
 use crate::error::Error;
-use crate::runs::{extend_or_flush, split, Run, MAX_RUN_BYTES};
+use crate::runs::{extend_or_flush, split, Run, Scale};
 use std::collections::BTreeMap;
 
 /// How a request orders its reads against its own writes (module docs).
@@ -137,8 +138,8 @@ fn self_overlap(runs: &[Run]) -> Result<Option<Vec<Run>>, Error> {
         return Ok(None);
     };
     match runs {
-        [r] if r.len <= MAX_RUN_BYTES || r.src == r.dst => Ok(None),
-        [r] => {
+        [r] if r.len <= r.scale.max_len() || (r.src == r.dst && r.scale == Scale::SAME) => Ok(None),
+        [r] if r.scale == Scale::SAME => {
             let mut pieces = Vec::new();
             split(*r, &mut |p| pieces.push(p));
             if r.dst > r.src {
@@ -153,6 +154,7 @@ fn self_overlap(runs: &[Run]) -> Result<Option<Vec<Run>>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runs::MAX_RUN_BYTES;
 
     fn unit(u: u64, src: u64, dst: u64, len: u64) -> (u64, Run) {
         (u, Run::copy(src, dst, len))
@@ -201,5 +203,24 @@ mod tests {
         assert_eq!(dsts, vec![0, m, 2 * m]);
         let e = phases(&[unit(0, 0, 4, 8), unit(0, 100, 0, 4)]).unwrap_err();
         assert!(matches!(e, Error::SourceOverlapsDestination { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_cast_reads_its_source_run_not_its_length() {
+        // f32 -> bf16: unit 0 reads [0, 16) and writes 8 bytes at 100; unit 1 writes
+        // [12, 14), inside what unit 0 read but past its destination length
+        let narrow = Scale::of(4, 2);
+        let units = [
+            (0, Run::cast(0, 100, 8, narrow)),
+            (1, Run::cast(200, 12, 2, narrow)),
+        ];
+        assert_eq!(phases(&units).unwrap().len(), 2);
+        // a long self-overlapping cast has no safe order; one that fits a descriptor runs
+        // as one (the engine reads its whole source first)
+        let long = Run::cast(0, 8, 2 * MAX_RUN_BYTES, Scale::of(1, 2));
+        let e = phases(&[(0, long)]).unwrap_err();
+        assert!(matches!(e, Error::SourceOverlapsDestination { .. }), "{e}");
+        let short = Run::cast(0, 8, MAX_RUN_BYTES / 2, narrow);
+        assert_eq!(phases(&[(0, short)]).unwrap(), vec![vec![short]]);
     }
 }

@@ -236,8 +236,7 @@ mod tests {
         (d, db): (&Reshaped, Option<&IndexedBases>),
     ) -> Vec<Run> {
         let mut v = Vec::new();
-        let es = u64::from(s.elem_size);
-        for_each_run(&mut Walker::new(s, sb), &mut Walker::new(d, db), es, |r| {
+        for_each_run(&mut Walker::new(s, sb), &mut Walker::new(d, db), |r| {
             v.push(r)
         });
         v

@@ -2,6 +2,11 @@
 //! (element order), cut them into joint pieces, and merge consecutive pieces into maximal
 //! runs that are contiguous in both, never across a fabric region, split at 64 KiB.
 //!
+//! The walk counts elements, and each side turns its element counts into bytes by its own
+//! element size: where the two differ (a cast) a run of `n` elements is `n * src_size`
+//! source bytes and `n * dst_size` destination bytes ([`Scale`]), and the 64 KiB split
+//! holds for the longer side.
+//!
 //! Each side is a [`Walker`]: an odometer over the reshaped dimensions that yields
 //! pieces — a whole innermost row when the innermost dimension is contiguous, else one
 //! element. Along an indirection dimension a piece's base comes from the per-index
@@ -20,25 +25,66 @@ use dma::descriptor::MAX_DESCRIPTOR_LEN;
 /// Most bytes one descriptor moves.
 pub const MAX_RUN_BYTES: u64 = MAX_DESCRIPTOR_LEN as u64;
 
-/// One contiguous move of `len` bytes from `src` to `dst`, or, with `fill`, a FILL of
-/// `len` bytes at `dst` with the element `src`.
+/// How a run's source bytes follow from its destination bytes: the sides' element sizes
+/// (1, 2 or 4 bytes) as `log2(src size) - log2(dst size)`, 0 (the same bytes) unless the
+/// request casts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Scale(i8);
+
+impl Scale {
+    /// Both sides move the same bytes.
+    pub const SAME: Scale = Scale(0);
+
+    /// The scale between a source of `src` and a destination of `dst` bytes per element
+    /// (powers of two).
+    pub fn of(src: u64, dst: u64) -> Scale {
+        Scale(src.trailing_zeros() as i8 - dst.trailing_zeros() as i8)
+    }
+
+    /// The source bytes of `len` destination bytes (whole destination elements).
+    #[inline(always)]
+    pub fn source(self, len: u64) -> u64 {
+        match self.0 >= 0 {
+            true => len << self.0,
+            false => len >> -self.0,
+        }
+    }
+
+    /// The most destination bytes of one run: neither side over [`MAX_RUN_BYTES`].
+    #[inline(always)]
+    pub fn max_len(self) -> u64 {
+        MAX_RUN_BYTES >> self.0.max(0)
+    }
+}
+
+/// One contiguous move of `len` destination bytes from `src` to `dst` (the source's bytes
+/// by `scale`), or, with `fill`, a FILL of `len` bytes at `dst` with the element `src`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Run {
     pub src: u64,
     pub dst: u64,
     pub len: u64,
     pub fill: bool,
+    /// The source's bytes per destination byte ([`Scale::SAME`] for a fill).
+    pub scale: Scale,
 }
 
 impl Run {
     /// A move of `len` bytes.
     #[inline(always)]
     pub fn copy(src: u64, dst: u64, len: u64) -> Run {
+        Run::cast(src, dst, len, Scale::SAME)
+    }
+
+    /// A move of `len` destination bytes whose source bytes follow by `scale`.
+    #[inline(always)]
+    pub fn cast(src: u64, dst: u64, len: u64, scale: Scale) -> Run {
         Run {
             src,
             dst,
             len,
             fill: false,
+            scale,
         }
     }
 
@@ -50,23 +96,38 @@ impl Run {
             dst,
             len,
             fill: true,
+            scale: Scale::SAME,
         }
     }
 
-    /// The run without its first `n` bytes (`n <= len`; a fill keeps its element).
+    /// The source bytes the run reads (0 for a fill).
+    #[inline(always)]
+    pub fn src_len(&self) -> u64 {
+        match self.fill {
+            true => 0,
+            false => self.scale.source(self.len),
+        }
+    }
+
+    /// The run without its first `n` destination bytes (`n <= len`, whole elements; a
+    /// fill keeps its element).
     #[inline(always)]
     pub fn advance(self, n: u64) -> Run {
         Run {
-            src: if self.fill { self.src } else { self.src + n },
+            src: if self.fill {
+                self.src
+            } else {
+                self.src + self.scale.source(n)
+            },
             dst: self.dst + n,
             len: self.len - n,
-            fill: self.fill,
+            ..self
         }
     }
 
     /// The byte range the run reads (`None` for a fill).
     pub fn read_range(&self) -> Option<(u64, u64)> {
-        (!self.fill).then_some((self.src, self.src + self.len))
+        (!self.fill).then_some((self.src, self.src + self.src_len()))
     }
 
     /// The hulls of the bytes the run reads (empty for a fill) and writes. A run ends
@@ -75,7 +136,7 @@ impl Run {
     pub fn hulls(&self) -> (Hull, Hull) {
         let read = match self.fill {
             true => Hull::EMPTY,
-            false => Hull::new(self.src, self.src.wrapping_add(self.len)),
+            false => Hull::new(self.src, self.src.wrapping_add(self.src_len())),
         };
         (read, Hull::new(self.dst, self.dst.wrapping_add(self.len)))
     }
@@ -221,6 +282,8 @@ enum Bases<'a> {
 /// wrap), so a piece costs a few adds whatever the rank.
 pub struct Walker<'a> {
     start: u64,
+    /// Bytes per element of this side.
+    elem: u64,
     bases: Bases<'a>,
     /// The fill element of a filled side (0 otherwise).
     fill: u32,
@@ -300,6 +363,7 @@ impl<'a> Walker<'a> {
         };
         Walker {
             start: p.start,
+            elem: u64::from(p.elem_size),
             bases,
             fill,
             steps,
@@ -373,23 +437,21 @@ trait PieceSink {
 }
 
 /// Walks both sides in lockstep, cutting at every `unit` elements, and hands `sink` the
-/// element index and the run of every joint piece that moves or fills. The two sides
-/// must have equal element counts (validated upstream); `fill` is the fill element.
+/// element index and the run of every joint piece that moves or fills (its lengths by
+/// each side's element size). The two sides must have equal element counts (validated
+/// upstream); the fill element is the source's.
 #[inline(always)]
-fn joint_pieces(
-    src: &mut Walker,
-    dst: &mut Walker,
-    (elem, unit, fill): (u64, u64, u32),
-    sink: &mut impl PieceSink,
-) {
+fn joint_pieces(src: &mut Walker, dst: &mut Walker, unit: u64, sink: &mut impl PieceSink) {
     let (Some(mut sp), Some(mut dp)) = (src.next_piece(), dst.next_piece()) else {
         return;
     };
+    let (fill, se, de) = (src.fill, src.elem, dst.elem);
+    let scale = Scale::of(se, de);
     // `left`: elements to the next unit boundary (counted down, no division per piece).
     let (mut e, mut left) = (0u64, unit);
     loop {
         let uncut = unit == u64::MAX;
-        if uncut && !pieces_inside(src, (&mut sp, &mut dp), (elem, fill), &mut e, sink) {
+        if uncut && !pieces_inside(src, (&mut sp, &mut dp), (de, scale, fill), &mut e, sink) {
             return;
         }
         if dp.elems > 0 {
@@ -400,13 +462,13 @@ fn joint_pieces(
                 l => l,
             };
             match (sk, dk) {
-                (Seg::Move, Seg::Move) => sink.piece(e, Run::copy(sp.addr, dp.addr, n * elem)),
-                (Seg::Fill, Seg::Move) => sink.piece(e, Run::fill(fill, dp.addr, n * elem)),
+                (Seg::Move, Seg::Move) => sink.piece(e, Run::cast(sp.addr, dp.addr, n * de, scale)),
+                (Seg::Fill, Seg::Move) => sink.piece(e, Run::fill(fill, dp.addr, n * de)),
                 _ => {}
             }
             e += n;
-            sp.consume(n, elem);
-            dp.consume(n, elem);
+            sp.consume(n, se);
+            dp.consume(n, de);
         }
         if sp.elems == 0 {
             match src.next_piece() {
@@ -426,12 +488,12 @@ fn joint_pieces(
 /// [`joint_pieces`]'s fast path without unit cuts (a gather into a contiguous buffer):
 /// while the source piece is one segment that lies whole inside the destination piece,
 /// which moves whole, it is the joint piece, and only the source walker turns. Returns
-/// false once the source is done.
+/// false once the source is done. `de` is the destination's element size.
 #[inline(always)]
 fn pieces_inside(
     src: &mut Walker,
     (sp, dp): (&mut Piece, &mut Piece),
-    (elem, fill): (u64, u32),
+    (de, scale, fill): (u64, Scale, u32),
     e: &mut u64,
     sink: &mut impl PieceSink,
 ) -> bool {
@@ -439,13 +501,13 @@ fn pieces_inside(
         let n = sp.elems;
         match (sp.moved, sp.fill) {
             (0, false) => {}
-            (0, true) => sink.piece(*e, Run::fill(fill, dp.addr, n * elem)),
-            (m, _) if m >= n => sink.piece(*e, Run::copy(sp.addr, dp.addr, n * elem)),
+            (0, true) => sink.piece(*e, Run::fill(fill, dp.addr, n * de)),
+            (m, _) if m >= n => sink.piece(*e, Run::cast(sp.addr, dp.addr, n * de, scale)),
             // a moving head and a filled tail: the general step cuts it
             _ => return true,
         }
         *e += n;
-        dp.consume(n, elem);
+        dp.consume(n, de);
         match src.next_piece() {
             Some(p) => *sp = p,
             None => return false,
@@ -458,7 +520,7 @@ fn pieces_inside(
 pub const RUN_BATCH: usize = 64;
 
 /// [`for_each_run_batch`]'s sink: merges pieces into maximal runs split at
-/// [`MAX_RUN_BYTES`] (a run that reaches the limit is closed and the rest of the piece
+/// [`Scale::max_len`] (a run that reaches the limit is closed and the rest of the piece
 /// opens the next one, which is where splitting the maximal run would cut it). The last
 /// run in the buffer is the open one; the closed ones go on `RUN_BATCH - 1` at a time.
 struct Merger<F: FnMut(&[Run])> {
@@ -468,7 +530,7 @@ struct Merger<F: FnMut(&[Run])> {
 }
 
 impl<F: FnMut(&[Run])> Merger<F> {
-    /// Closes the open run and opens `r` (at most [`MAX_RUN_BYTES`]).
+    /// Closes the open run and opens `r` (at most [`Scale::max_len`]).
     #[inline(always)]
     fn open(&mut self, r: Run) {
         if self.len == RUN_BATCH {
@@ -486,12 +548,10 @@ impl<F: FnMut(&[Run])> Merger<F> {
     /// Opens the runs of a piece longer than one descriptor.
     #[cold]
     fn open_long(&mut self, mut r: Run) {
-        while r.len > MAX_RUN_BYTES {
-            self.open(Run {
-                len: MAX_RUN_BYTES,
-                ..r
-            });
-            r = r.advance(MAX_RUN_BYTES);
+        let max = r.scale.max_len();
+        while r.len > max {
+            self.open(Run { len: max, ..r });
+            r = r.advance(max);
         }
         self.open(r);
     }
@@ -509,17 +569,18 @@ impl<F: FnMut(&[Run])> PieceSink for Merger<F> {
         let last = self.len.checked_sub(1);
         if let Some(run) = last.and_then(|i| self.runs.get_mut(i)) {
             if joins(run, &r) {
-                // an open run holds at most MAX_RUN_BYTES
-                let room = MAX_RUN_BYTES - run.len;
+                // an open run holds at most its max_len (the same for the run and `r`)
+                let max = run.scale.max_len();
+                let room = max - run.len;
                 if r.len <= room {
                     run.len += r.len;
                     return;
                 }
-                run.len = MAX_RUN_BYTES;
+                run.len = max;
                 r = r.advance(room);
             }
         }
-        match r.len <= MAX_RUN_BYTES {
+        match r.len <= r.scale.max_len() {
             true => self.open(r),
             false => self.open_long(r),
         }
@@ -527,21 +588,21 @@ impl<F: FnMut(&[Run])> PieceSink for Merger<F> {
 }
 
 /// Walks both sides in lockstep and calls `emit` for every maximal run, split at
-/// [`MAX_RUN_BYTES`]. The two sides must have equal element counts (validated upstream).
-pub fn for_each_run(src: &mut Walker, dst: &mut Walker, elem: u64, mut emit: impl FnMut(Run)) {
-    for_each_run_batch(src, dst, elem, |runs| runs.iter().for_each(|&r| emit(r)));
+/// [`MAX_RUN_BYTES`] on its longer side. The two sides must have equal element counts
+/// (validated upstream).
+pub fn for_each_run(src: &mut Walker, dst: &mut Walker, mut emit: impl FnMut(Run)) {
+    for_each_run_batch(src, dst, |runs| runs.iter().for_each(|&r| emit(r)));
 }
 
 /// As [`for_each_run`], handing the runs on in order in batches of up to [`RUN_BATCH`]
 /// (the walk stays one tight loop; the consumer's per-call cost is paid once a batch).
-pub fn for_each_run_batch(src: &mut Walker, dst: &mut Walker, elem: u64, emit: impl FnMut(&[Run])) {
+pub fn for_each_run_batch(src: &mut Walker, dst: &mut Walker, emit: impl FnMut(&[Run])) {
     let mut merger = Merger {
         runs: [Run::default(); RUN_BATCH],
         len: 0,
         emit,
     };
-    let fill = src.fill;
-    joint_pieces(src, dst, (elem, u64::MAX, fill), &mut merger);
+    joint_pieces(src, dst, u64::MAX, &mut merger);
     merger.finish();
 }
 
@@ -571,16 +632,15 @@ impl<F: FnMut(u64, Run)> PieceSink for UnitMerger<F> {
 pub fn for_each_unit_run(
     src: &mut Walker,
     dst: &mut Walker,
-    (elem, unit): (u64, u64),
+    unit: u64,
     emit: impl FnMut(u64, Run),
 ) {
-    let fill = src.fill;
     let mut merger = UnitMerger {
         cur: None,
         unit: unit.max(1),
         emit,
     };
-    joint_pieces(src, dst, (elem, unit, fill), &mut merger);
+    joint_pieces(src, dst, unit.max(1), &mut merger);
     if let Some((u, run)) = merger.cur {
         (merger.emit)(u, run);
     }
@@ -593,7 +653,9 @@ pub fn joins(run: &Run, next: &Run) -> bool {
     // Addresses first: the region slots are only worked out for runs that continue.
     let dst = run.dst.wrapping_add(run.len) == next.dst;
     let src = match (run.fill, next.fill) {
-        (false, false) => run.src.wrapping_add(run.len) == next.src,
+        (false, false) => {
+            run.src.wrapping_add(run.src_len()) == next.src && run.scale == next.scale
+        }
         (true, true) => run.src == next.src,
         _ => false,
     };
@@ -629,10 +691,10 @@ pub fn extend_or_flush(cur: &mut Option<Run>, next: Run, emit: &mut impl FnMut(R
     *cur = Some(next);
 }
 
-/// Emits `run` in pieces of at most [`MAX_RUN_BYTES`] (a fill keeps its element).
+/// Emits `run` in pieces of at most [`Scale::max_len`] (a fill keeps its element).
 #[inline(always)]
 pub fn split(run: Run, emit: &mut impl FnMut(Run)) {
-    if (1..=MAX_RUN_BYTES).contains(&run.len) {
+    if (1..=run.scale.max_len()).contains(&run.len) {
         return emit(run);
     }
     split_long(run, emit);
@@ -643,7 +705,7 @@ pub fn split(run: Run, emit: &mut impl FnMut(Run)) {
 fn split_long(run: Run, emit: &mut impl FnMut(Run)) {
     let mut rest = run;
     while rest.len > 0 {
-        let len = rest.len.min(MAX_RUN_BYTES);
+        let len = rest.len.min(rest.scale.max_len());
         emit(Run { len, ..rest });
         rest = rest.advance(len);
     }
@@ -669,9 +731,9 @@ pub(crate) mod tests {
         }
     }
 
-    fn runs(src: &mut Walker, dst: &mut Walker, es: u64) -> Vec<Run> {
+    fn runs(src: &mut Walker, dst: &mut Walker) -> Vec<Run> {
         let mut v = Vec::new();
-        for_each_run(src, dst, es, |r| v.push(r));
+        for_each_run(src, dst, |r| v.push(r));
         v
     }
 
@@ -679,7 +741,7 @@ pub(crate) mod tests {
     fn contiguous_copy_splits_at_64k() {
         let s = shape(0, 4, &[(4, 40000)], None);
         let d = shape(1 << 20, 4, &[(4, 40000)], None);
-        let r = runs(&mut Walker::new(&s, None), &mut Walker::new(&d, None), 4);
+        let r = runs(&mut Walker::new(&s, None), &mut Walker::new(&d, None));
         assert_eq!(r.len(), 3);
         assert_eq!(r[0], Run::copy(0, 1 << 20, 65536));
         assert_eq!(r[2].len, 160000 - 2 * 65536);
@@ -696,7 +758,6 @@ pub(crate) mod tests {
         let r = runs(
             &mut Walker::new(&s, Some(&bases)),
             &mut Walker::new(&d, None),
-            4,
         );
         assert_eq!(
             r,
@@ -712,10 +773,61 @@ pub(crate) mod tests {
         // src rows of 3 elements, dst rows of 2 elements: cuts at 2,3,4,6 -> runs 2,1,1,2
         let s = shape(0, 1, &[(100, 2), (1, 3)], None);
         let d = shape(1000, 1, &[(10, 3), (1, 2)], None);
-        let r = runs(&mut Walker::new(&s, None), &mut Walker::new(&d, None), 1);
+        let r = runs(&mut Walker::new(&s, None), &mut Walker::new(&d, None));
         let lens: Vec<u64> = r.iter().map(|r| r.len).collect();
         assert_eq!(lens, vec![2, 1, 1, 2]);
         assert_eq!(r[1], Run::copy(2, 1010, 1));
+    }
+
+    #[test]
+    fn a_cast_counts_elements_and_splits_at_64k_on_its_longer_side() {
+        // f32 -> u8: 40000 elements, 160000 source bytes, 40000 destination bytes
+        let s = shape(0, 4, &[(4, 40000)], None);
+        let d = shape(1 << 20, 1, &[(1, 40000)], None);
+        let r = runs(&mut Walker::new(&s, None), &mut Walker::new(&d, None));
+        let narrow = Scale::of(4, 1);
+        assert_eq!(
+            r,
+            vec![
+                Run::cast(0, 1 << 20, 16384, narrow),
+                Run::cast(65536, (1 << 20) + 16384, 16384, narrow),
+                Run::cast(131072, (1 << 20) + 32768, 7232, narrow),
+            ]
+        );
+        assert_eq!(
+            (r[2].src_len(), r[2].read_range()),
+            (28928, Some((131072, 160000)))
+        );
+        // u8 -> f32: the destination is the longer side
+        let (s, d) = (
+            shape(0, 1, &[(1, 40000)], None),
+            shape(1 << 20, 4, &[(4, 40000)], None),
+        );
+        let r = runs(&mut Walker::new(&s, None), &mut Walker::new(&d, None));
+        let wide = Scale::of(1, 4);
+        assert_eq!(r.len(), 3);
+        assert_eq!(r[1], Run::cast(16384, (1 << 20) + 65536, 65536, wide));
+        assert_eq!(r[2].len, 160000 - 2 * 65536);
+        assert_eq!(r[2].src_len(), 40000 - 2 * 16384);
+    }
+
+    #[test]
+    fn a_cast_merges_rows_contiguous_on_both_sides() {
+        // bf16 rows of 3 at a stride of 3 (contiguous) into f32 rows of 3 at a stride of 4:
+        // the source is one run, the destination breaks every row
+        let s = shape(0, 2, &[(6, 4), (2, 3)], None);
+        let d = shape(4096, 4, &[(16, 4), (4, 3)], None);
+        let r = runs(&mut Walker::new(&s, None), &mut Walker::new(&d, None));
+        let scale = Scale::of(2, 4);
+        let want: Vec<Run> = (0..4u64)
+            .map(|i| Run::cast(i * 6, 4096 + i * 16, 12, scale))
+            .collect();
+        assert_eq!(r, want);
+        // both contiguous: one run of 12 elements
+        let d = shape(4096, 4, &[(12, 4), (4, 3)], None);
+        let r = runs(&mut Walker::new(&s, None), &mut Walker::new(&d, None));
+        assert_eq!(r, vec![Run::cast(0, 4096, 48, scale)]);
+        assert_eq!(r[0].hulls().0, Hull::new(0, 24));
     }
 
     #[test]
@@ -723,7 +835,7 @@ pub(crate) mod tests {
         // two SBUF partitions laid back to back (v4: 256 KiB == stride)
         let s = shape(SBUF_BASE, 4, &[(SBUF_STRIDE as i64, 2), (4, 65536)], None);
         let d = shape(0, 4, &[(4, 131072)], None);
-        let r = runs(&mut Walker::new(&s, None), &mut Walker::new(&d, None), 4);
+        let r = runs(&mut Walker::new(&s, None), &mut Walker::new(&d, None));
         assert_eq!(r.len(), 8);
         assert!(r
             .iter()
