@@ -11,7 +11,9 @@
 //! Addresses are shown located on the file's generation: `hbm:0x1000`, `sbuf:3:0x40`
 //! (space, partition, offset, the notation of ADDR4 fields in `isa decode`), or raw hex
 //! for an address in no region. A FILL's source field holds its element, shown as
-//! `fill=0x...`.
+//! `fill=0x...`. A cast's dtype reads `src->dst` (`f32->bf16`; its bytes are the
+//! destination's), and its JSON line names the source's dtype in `src_dtype` (`null` for
+//! a descriptor that does not cast).
 
 use std::io::{Read, Seek, Write};
 
@@ -163,6 +165,14 @@ pub fn flags_text(d: &Descriptor) -> String {
     }
 }
 
+/// The dtype column: the dtype, or `src->dst` for a cast.
+fn dtype_text(d: &Descriptor) -> String {
+    match d.is_cast() {
+        true => format!("{}->{}", d.src_dtype(), d.dtype()),
+        false => d.dtype().name().to_string(),
+    }
+}
+
 /// One table row (columns as [`TABLE_HEADER`]).
 pub fn table_line(map: &AddressMap, queue: usize, position: u64, d: &Descriptor) -> String {
     format!(
@@ -171,7 +181,7 @@ pub fn table_line(map: &AddressMap, queue: usize, position: u64, d: &Descriptor)
         located(map, d.dst()),
         d.len(),
         d.op().name(),
-        d.dtype().name(),
+        dtype_text(d),
         flags_text(d)
     )
 }
@@ -204,6 +214,10 @@ pub fn json_line(map: &AddressMap, queue: usize, position: u64, d: &Descriptor) 
         ("bytes", d.len().into()),
         ("op", d.op().name().into()),
         ("dtype", d.dtype().name().into()),
+        (
+            "src_dtype",
+            d.is_cast().then(|| d.src_dtype().name()).into(),
+        ),
         (
             "end_of_instruction",
             d.flags().contains(DescFlags::END_OF_INSTRUCTION).into(),
@@ -314,7 +328,7 @@ mod tests {
             lines[1],
             json!({"record": "descriptor", "queue": 0, "position": 0, "src": 0x1000,
                    "src_at": "hbm:0x1000", "dst": sbuf(&map, 3, 0x40).0, "dst_at": "sbuf:3:0x40",
-                   "bytes": 256, "op": "copy", "dtype": "f32", "end_of_instruction": true,
+                   "bytes": 256, "op": "copy", "dtype": "f32", "src_dtype": null, "end_of_instruction": true,
                    "notify": true, "wait": null, "signal": 2})
         );
         assert!(text.lines().nth(1).unwrap().starts_with(
@@ -323,6 +337,51 @@ mod tests {
         assert_eq!(lines[2]["src_at"], Value::Null);
         assert_eq!(lines[2]["src"], json!(0xdead));
         assert_eq!(lines[3]["wait"], json!({"sem": 2, "count": 1}));
+    }
+
+    #[test]
+    fn a_cast_lists_both_dtypes() {
+        let cast = Descriptor::cast(
+            DescOp::Add,
+            FabricAddr(0x1000),
+            Dtype::F32,
+            FabricAddr(0x8000),
+            64,
+            Dtype::Bf16,
+        )
+        .unwrap();
+        let map = AddressMap::new(Generation::Cayman);
+        assert_eq!(
+            table_line(&map, 2, 7, &cast),
+            "    2          7  hbm:0x1000             hbm:0x8000                64  add       f32->bf16  -"
+        );
+        let line: Value = serde_json::from_str(&json_line(&map, 2, 7, &cast)).unwrap();
+        assert_eq!(
+            (&line["dtype"], &line["src_dtype"]),
+            (&json!("bf16"), &json!("f32"))
+        );
+        assert_eq!(line["bytes"], json!(64));
+        // a file with it is version 2 and lists it so
+        let mut w = QueueFileWriter::new(Cursor::new(Vec::new()), Generation::Cayman, 1).unwrap();
+        w.push(0, &cast).unwrap();
+        let mut file =
+            VerifiedQueueFile::open(Cursor::new(w.finish().unwrap().into_inner())).unwrap();
+        assert_eq!(file.header().version(), 2);
+        let mut out = Vec::new();
+        let mut progress = Progress::hidden(0, "inspect");
+        write_listing(
+            &mut file,
+            ListingFormat::Table,
+            &mut out,
+            &mut progress,
+            false,
+        )
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.lines().last().unwrap().contains("add       f32->bf16"),
+            "{text}"
+        );
     }
 
     #[test]
