@@ -11,6 +11,9 @@
 //! tile read as u32 (an i32 below 0 is at least 2^31, out of bounds) contiguously for a
 //! `[1, N]` vector or one partition apart for an `(N, 1)` tile.
 //!
+//! Each side's pattern is in its own tensor's element size; where the dtypes differ the
+//! request casts (its `src_dtype`), and the DGE emits cast descriptors.
+//!
 //! Elements are the units of the sequential order, so a copy that reads what it writes
 //! has the reference's element-by-element result. A plain copy under `unique_indices`
 //! sets `non_unique_dst_idx` (last index wins); a compute op keeps the duplicate check.
@@ -36,7 +39,9 @@ pub(super) fn lower(fabric: &Fabric, c: &ApDma) -> Result<Lowered, Error> {
         true => Kind::Indirect,
         false => Kind::Direct2d,
     };
-    let mut req = Request::new(kind, src, dst, c.src.tensor.dtype);
+    let (from, to) = (c.src.tensor.dtype, c.dst.tensor.dtype);
+    let mut req = Request::new(kind, src, dst, to);
+    req.src_dtype = Some(from).filter(|&d| d != to);
     req.src_indirection = src_ind;
     req.dst_indirection = dst_ind;
     req.src_index = src_index;
@@ -235,9 +240,13 @@ mod tests {
 
     /// The fewest descriptors `c` needs, counted independently of the DGE: the moved
     /// elements in walk order, cut wherever the next is not contiguous with the last on
-    /// both sides or the run would pass 64 KiB.
+    /// both sides (each in its own element size) or the run would pass 64 KiB on either.
     fn minimal_descriptors(f: &Fabric, c: &ApDma) -> u64 {
-        let size = c.src.tensor.dtype.size() as u64;
+        let (ss, ds) = (
+            c.src.tensor.dtype.size() as u64,
+            c.dst.tensor.dtype.size() as u64,
+        );
+        let most = 65536 / ss.max(ds);
         let (sv, dv) = (
             c.src.index_values(f).unwrap(),
             c.dst.index_values(f).unwrap(),
@@ -257,12 +266,12 @@ mod tests {
         for _ in 0..c.src.elements() {
             if let (Some(a), Some(b)) = (addr(&c.src, &sv, &sp), addr(&c.dst, &dv, &dp)) {
                 run = match run {
-                    Some((na, nb, len)) if na == a && nb == b && len + size <= 65536 => {
-                        Some((a + size, b + size, len + size))
+                    Some((na, nb, n)) if na == a && nb == b && n < most => {
+                        Some((a + ss, b + ds, n + 1))
                     }
                     _ => {
                         count += 1;
-                        Some((a + size, b + size, size))
+                        Some((a + ss, b + ds, 1))
                     }
                 };
             }
@@ -288,8 +297,9 @@ mod tests {
         /// Random access-pattern copies (1-5 pairs with any steps and offsets, HBM or
         /// partition-major SBUF tensors of rank 2 or 5, an i32 index tile as a vector or
         /// a column on either side or both, on any dim, out-of-bounds, negative and
-        /// repeated indices, every compute op and OOB policy): the DGE route and the
-        /// reference agree, and the DGE emits the fewest descriptors.
+        /// repeated indices, every compute op and OOB policy, one dtype or a cast between
+        /// two): the DGE route and the reference agree, and the DGE emits the fewest
+        /// descriptors.
         #[test]
         fn the_dge_route_agrees_with_the_reference(
             counts in prop::collection::vec(1u32..4, 1..6),
@@ -302,6 +312,7 @@ mod tests {
             op in prop::sample::select(ComputeOp::ALL.to_vec()),
             (skip, unique) in (any::<bool>(), any::<bool>()),
             dtype in prop::sample::select(vec![Dtype::F32, Dtype::I32, Dtype::U16]),
+            dst_dtype in prop::sample::select(vec![None, Some(Dtype::Bf16), Some(Dtype::U8), Some(Dtype::F32), Some(Dtype::I32)]),
         ) {
             let shape: &[u64] = if deep { &[2, 2, 2, 2, 4] } else { &[8, 8] };
             let row = (64 / shape[0]) as i64;
@@ -309,13 +320,15 @@ mod tests {
             if src_core { steps[0] *= row; }
             if dst_core { steps[5] *= row; }
             let n = counts.len();
-            let make = |core, at, steps: &[i64], off, ix: Option<(usize, bool)>, tile_at| {
+            // most copies cast: to bf16, u8, f32 or i32 (the source's own dtype at times)
+            let dst_dtype = dst_dtype.unwrap_or(dtype);
+            let make = |core, at, steps: &[i64], off, ix: Option<(usize, bool)>, tile_at, dtype| {
                 let ix = ix.filter(|&(d, _)| d < n && d < shape.len());
                 let ix = ix.map(|(d, col)| (d, tile(col, counts[d], tile_at)));
                 side(tensor(shape, core, at, dtype), (&counts, steps), off, ix)
             };
-            let src = make(src_core, 0, &steps[..n], src_off, src_index, 0);
-            let dst = make(dst_core, 0x400, &steps[5..5 + n], dst_off, dst_index, 256);
+            let src = make(src_core, 0, &steps[..n], src_off, src_index, 0, dtype);
+            let dst = make(dst_core, 0x400, &steps[5..5 + n], dst_off, dst_index, 256, dst_dtype);
             let opts = ApOptions {
                 op,
                 oob: if skip { OobMode::Skip } else { OobMode::Error },
@@ -330,7 +343,7 @@ mod tests {
                 let rows = t.shape[0];
                 let row = 64 / rows;
                 for p in 0..rows {
-                    let bytes = row * dtype.size() as u64;
+                    let bytes = row * t.dtype.size() as u64;
                     fill_random(&mut f, t.addr(p * row), bytes, t.start.0 + p);
                 }
             }

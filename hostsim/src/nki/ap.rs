@@ -18,7 +18,10 @@
 //!
 //! # Rules (checked when the op is lowered, each error naming the side and the rule)
 //!
-//! - both sides visit the same number of elements;
+//! - both sides visit the same number of elements; their dtypes may differ, and then
+//!   each element is cast through float32 (NKI: "dma_copy between dtypes casts src ->
+//!   float32 -> dst"; with a compute op both operands go to f32 and the result to the
+//!   destination's dtype), as [`dma::cast`] defines;
 //! - every position lies inside its tensor, for every in-bounds index (`0 <= index <
 //!   shape[d]`) and a scalar offset of 0 (the scalar's value is checked when the op runs,
 //!   [`ApSide::check_scalar`]);
@@ -488,16 +491,6 @@ pub fn dma_copy_ap(
             ),
         ));
     }
-    if src.tensor.dtype != dst.tensor.dtype {
-        return Err(side_error(
-            op,
-            "dst",
-            format!(
-                "dtype {} differs from src dtype {}: casts through float32 are not modelled yet",
-                dst.tensor.dtype, src.tensor.dtype
-            ),
-        ));
-    }
     Ok(Lowered {
         ap_dmas: vec![ApDma {
             src,
@@ -720,7 +713,19 @@ mod tests {
     }
 
     #[test]
-    fn counts_must_match_and_dtypes_agree() {
+    fn dtypes_may_differ_and_then_the_copy_casts() {
+        let src = side(hbm(&[4, 8]), 0, &[(8, 4), (1, 8)]);
+        let dst = side(sbuf(&[4, 8], Dtype::Bf16), 0, &[(8, 4), (1, 8)]);
+        let l = dma_copy_ap("dma_copy", src, dst, OPTS).unwrap();
+        let c = &l.ap_dmas[0];
+        assert_eq!(
+            (c.src.tensor.dtype, c.dst.tensor.dtype),
+            (Dtype::F32, Dtype::Bf16)
+        );
+    }
+
+    #[test]
+    fn counts_must_match() {
         let src = side(hbm(&[4, 8]), 0, &[(8, 4), (1, 8)]);
         let dst = side(hbm(&[32]), 0, &[(1, 31)]);
         let e = dma_copy_ap("dma_copy", src.clone(), dst, OPTS).unwrap_err();

@@ -1,7 +1,9 @@
 //! The software-DGE access-pattern copy ([`ApDma`], NKI `dma_copy` / `dma_compute`
 //! over `.ap()` sides) in closed form: the scalar offsets and index tiles are read and
 //! checked first, then element `k` of the source's walk reduces into element `k` of the
-//! destination's, in walk order, each reading its source when it moves.
+//! destination's, in walk order, each reading its source when it moves, through
+//! [`dma::cast::cast`] (a cast through f32 where the dtypes differ, else the compute op of
+//! the one dtype).
 //!
 //! An index position is out of bounds when its value (i32 read as u32) is at least the
 //! tensor's size along the indirect dim. Under `oob = error` the first failure is the
@@ -13,7 +15,7 @@
 //! destinations are an error only with a compute op under `unique_indices`; a plain copy
 //! lands last-index-wins.
 
-use dma::{ComputeOp, Fabric};
+use dma::{ComputeOp, Fabric, FabricAddr};
 
 use crate::core_state::{IndexSide, Outcome, SkippedIndex};
 use crate::error::Error;
@@ -38,15 +40,13 @@ pub fn ap_dma(fabric: &mut Fabric, c: &ApDma) -> Result<Outcome, Error> {
         return Err(e);
     }
     let mut out = Outcome::default();
-    let size = c.src.tensor.dtype.size() as u64;
     let (mut sp, mut dp) = (Walk::new(&c.src), Walk::new(&c.dst));
     for _ in 0..c.src.elements() {
         let from = sp.position(src.as_ref(), scalars[0]);
         let to = dp.position(dst.as_ref(), scalars[1]);
         if let (Some(from), Some(to)) = (from, to) {
             let (a, b) = (c.src.tensor.addr(from), c.dst.tensor.addr(to));
-            fabric.reduce(a, b, size, c.src.tensor.dtype, c.op)?;
-            out.bytes_written += size;
+            out.bytes_written += element(fabric, c, a, b)?;
         }
         sp.advance();
         dp.advance();
@@ -54,6 +54,19 @@ pub fn ap_dma(fabric: &mut Fabric, c: &ApDma) -> Result<Outcome, Error> {
     out.skipped = skipped(src.as_ref(), dst.as_ref());
     out.oob_notification = !out.skipped.is_empty();
     Ok(out)
+}
+
+/// `dst (op)= src` for the source element at `a` and the destination element at `b`;
+/// the bytes written.
+fn element(fabric: &mut Fabric, c: &ApDma, a: FabricAddr, b: FabricAddr) -> Result<u64, Error> {
+    let (from, to) = (c.src.tensor.dtype, c.dst.tensor.dtype);
+    let (mut value, mut image) = ([0u8; 4], [0u8; 4]);
+    let (value, image) = (&mut value[..from.size()], &mut image[..to.size()]);
+    fabric.read(a, value)?;
+    fabric.read(b, image)?;
+    dma::cast::cast(c.op, from, value, to, image)?;
+    fabric.write(b, image)?;
+    Ok(to.size() as u64)
 }
 
 /// A side's index values and which are in bounds.

@@ -261,3 +261,63 @@ fn repeated_destinations_last_wins_for_a_copy_and_fail_for_a_compute_op() {
         );
     }
 }
+
+#[test]
+fn a_cast_from_f32_to_bf16_rounds_to_nearest_even() {
+    // tile = x.astype(bfloat16): ties go to the even neighbour, NaNs stay NaN (quiet,
+    // with their sign and top payload bits), values past bf16's range become inf
+    let x: Vec<f32> = [
+        0x3f80_8000u32, // 1 + 2^-8: a tie, down to 1
+        0x3f81_8000,    // 1 + 3 * 2^-8: a tie, up to 1 + 2^-6
+        0xbf80_8000,    // -(1 + 2^-8): a tie, to -1
+        0x3f80_8001,    // just past a tie: up
+        0x3f80_7fff,    // just below a tie: down
+        0x4049_0fdb,    // pi
+        0x7fc0_0000,    // NaN
+        0xff81_2345,    // a negative signalling NaN with a payload
+        0x7f80_0000,    // inf
+        0xff80_0000,    // -inf
+        0x8000_0000,    // -0.0
+        0x7f7f_ffff,    // f32 max: rounds to inf
+        0x0000_0001,    // the smallest denormal
+        0x477f_e000,    // 65504
+        0x3eaa_aaab,    // 1/3
+        0x4f00_0000,    // 2^31
+    ]
+    .iter()
+    .map(|&b| f32::from_bits(b))
+    .chain((0..16).map(|i| i as f32 * 0.3 - 2.0))
+    .collect();
+    let x_npy = NpyArray {
+        descr: "<f4".into(),
+        shape: vec![4, 8],
+        data: x.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    };
+    let text = format!(
+        "{}{}[[op]]\nop = \"dma_copy\"\nsrc = \"x\"\ndst = \"tile\"\n",
+        tensor("x", "hbm", "f32", "[4, 8]", Some("x.npy")),
+        tensor("tile", "sbuf", "bf16", "[4, 8]", None),
+    );
+    let want: Vec<u64> = x
+        .iter()
+        .map(|&v| u64::from(half::bf16::from_f32(v).to_bits()))
+        .collect();
+    // the rules above, spelled out for the named values
+    let named = [
+        0x3f80, 0x3f82, 0xbf80, 0x3f81, 0x3f80, 0x4049, 0x7fc0, 0xffc1, 0x7f80, 0xff80, 0x8000,
+        0x7f80, 0x0000,
+    ];
+    for (k, &b) in named.iter().enumerate() {
+        assert_eq!(want[k], b, "value {k}");
+    }
+    let mechanisms = [Mechanism::Auto, Mechanism::Dge, Mechanism::Reference];
+    let files = [("x.npy", x_npy)];
+    check_with(
+        &Generation::ALL,
+        &mechanisms,
+        &text,
+        &files,
+        ("tile", 2),
+        &want,
+    );
+}

@@ -204,6 +204,13 @@ impl Cx<'_> {
                 direct.tensor.name, index
             )));
         }
+        if s.tensor.dtype != d.tensor.dtype {
+            // as on the ISA route (DMA_INDIRECT has one dtype): only dma_copy casts
+            return Err(self.error(format!(
+                "{} has dtype {} but {} has {}: {} moves rows without a cast (dma_copy casts through float32)",
+                d.tensor.name, d.tensor.dtype, s.tensor.name, s.tensor.dtype, self.kind
+            )));
+        }
         let width = |a: &ApSide| a.dims.last().map_or(0, |d| d.num);
         if width(&s) != width(&d) {
             return Err(self.error(format!(
@@ -493,9 +500,14 @@ mod tests {
                 "op = \"dma_gather\"\nsrc = \"tab\"\nindex = \"nope\"\ndst = \"out\"",
                 "op 0 (dma_gather): index = \"nope\": no tensor has that name",
             ),
+            // the row ops move one dtype on either route (only dma_copy casts)
             (
-                "op = \"dma_copy\"\nsrc = \"out\"\ndst = \"ints\"",
-                "op 0 (dma_copy src=out dst=ints): dma_copy: dst: dtype i32 differs from src dtype f32",
+                "op = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx1\"\ndst = \"ints\"",
+                "op 0 (dma_gather): ints has dtype i32 but tab has f32: dma_gather moves rows without a cast (dma_copy casts through float32)",
+            ),
+            (
+                "op = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx\"\ndst = \"ints\"",
+                "op 0 (dma_gather src=tab index=idx dst=ints): dma_gather: dst.dtype = i32: must equal src.dtype (rows move without a cast)",
             ),
             (
                 "op = \"dma_copy\"\nsrc = \"tab\"\ndst = \"out\"",
