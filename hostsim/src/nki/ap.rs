@@ -175,8 +175,14 @@ impl ApSide {
 
     /// The element offsets the pattern reaches from `offset` (see [`Reach`]).
     fn reach(&self) -> Reach {
+        self.reach_from(0)
+    }
+
+    /// The element offsets the pairs from `first` on reach (see [`Reach`]); the indexed
+    /// pair, if among them, spans its tensor dim's in-bounds indices.
+    fn reach_from(&self, first: usize) -> Reach {
         let mut r = Reach { lo: 0, hi: 0 };
-        for (k, d) in self.dims.iter().enumerate() {
+        for (k, d) in self.dims.iter().enumerate().skip(first) {
             let span = match self.indexed_dim(k) {
                 true => {
                     i128::from(self.index_bound().saturating_sub(1))
@@ -271,13 +277,8 @@ impl ApSide {
                 self.tensor.name
             ));
         }
-        let inner = ApSide {
-            dims: self.dims.iter().skip(1).copied().collect(),
-            indirect_dim: self.indirect_dim.wrapping_sub(1),
-            vector_offset: self.vector_offset.clone().filter(|_| self.indirect_dim > 0),
-            ..self.clone()
-        };
-        let r = inner.reach();
+        // The indexed pair keeps its own tensor dim's bound and stride.
+        let r = self.reach_from(1);
         let col = base.rem_euclid(f);
         match col + r.lo >= 0 && col + r.hi < f {
             true => None,
@@ -676,6 +677,26 @@ mod tests {
         let flat = side(t, 0, &[(1, 32)]);
         let e = check_side("dma_copy", "dst", &flat).unwrap_err();
         assert!(e.to_string().contains("must be a multiple of the 8"), "{e}");
+    }
+
+    /// Found by `hostsim fuzz --target oob`: an index on dim 2 of a `[6, 1, 3]` PSUM
+    /// tensor spans its own dim (3 elements), not dim 1's; from column 1 of a row it
+    /// leaves the row, which the reference and the DGE route read differently.
+    #[test]
+    fn regression_an_inner_indexed_pair_spans_its_own_dim() {
+        let mut t = sbuf(&[6, 1, 3], Dtype::F32);
+        t.space = Space::Psum;
+        let mut s = side(t, 4, &[(3, 3), (3, 1), (1, 31)]);
+        s.indirect_dim = 2;
+        s.vector_offset = Some(sbuf(&[31, 1], Dtype::U32));
+        let e = check_side("dma_copy", "src", &s).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("from element 1 of the row they reach 1..=3"),
+            "{e}"
+        );
+        s.offset = 3;
+        assert!(check_side("dma_copy", "src", &s).is_ok());
     }
 
     #[test]
