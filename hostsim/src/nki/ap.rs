@@ -28,8 +28,9 @@
 //! - on SBUF/PSUM the first pair steps partitions (NKI's convention): its step is a
 //!   multiple of `F` (or its count 1), and the other pairs stay inside one partition row;
 //! - an index tile is a `[1, N]` vector or a `(N, 1)` tile (one index per partition) of
-//!   u32 or i32 in SBUF, `N` the indirect dim's count; a negative i32 is out of bounds
-//!   (read as u32 it is at least 2^31, above any tensor dim);
+//!   u32 or i32 in SBUF, `N` the indirect dim's count, at most 4096 (the copy is one DGE
+//!   request, and the DGE takes at most 4096 indices per indexed side); a negative i32
+//!   is out of bounds (read as u32 it is at least 2^31, above any tensor dim);
 //! - a scalar offset is a 1x1 i32 tensor in SBUF.
 //!
 //! The copy runs on the software DGE (the GpSimd core generating descriptors from the
@@ -562,6 +563,13 @@ fn check_index_tile(s: &ApSide, t: &ApTensor) -> Result<(), String> {
             t.space.name()
         ));
     }
+    let limit = u64::from(dge::indirection::MAX_INDICES);
+    if n > limit {
+        return Err(format!(
+            "vector_offset {} holds {n} indices (ap[{}] num {n}); the copy is one DGE request, which takes at most {limit} indices per indexed side",
+            t.name, s.indirect_dim
+        ));
+    }
     match t.shape.as_slice() {
         [1, m] | [m, 1] if *m == n => Ok(()),
         shape => Err(format!(
@@ -721,6 +729,24 @@ mod tests {
             e.to_string().contains("indirect_dim 2 is out of range"),
             "{e}"
         );
+    }
+
+    /// Found by `hostsim fuzz --target oob`: 4097 indices ran on the reference while the
+    /// DGE route refused them (TooManyIndices) when the copy ran; they are refused when
+    /// it is lowered.
+    #[test]
+    fn regression_more_than_4096_indices_are_refused_when_lowered() {
+        for (n, ok) in [(4096, true), (4097, false)] {
+            let mut s = side(hbm(&[10, 1]), 0, &[(1, n)]);
+            s.vector_offset = Some(sbuf(&[1, u64::from(n)], Dtype::I32));
+            match check_side("dma_copy", "src", &s) {
+                Ok(()) => assert!(ok, "{n} accepted"),
+                Err(e) => assert!(
+                    !ok && e.to_string().contains("holds 4097 indices (ap[0] num 4097); the copy is one DGE request, which takes at most 4096"),
+                    "{e}"
+                ),
+            }
+        }
     }
 
     #[test]
