@@ -174,11 +174,6 @@ impl ApSide {
         self.vector_offset.is_some() && dim == self.indirect_dim
     }
 
-    /// The element offsets the pattern reaches from `offset` (see [`Reach`]).
-    fn reach(&self) -> Reach {
-        self.reach_from(0)
-    }
-
     /// The element offsets the pairs from `first` on reach (see [`Reach`]); the indexed
     /// pair, if among them, spans its tensor dim's in-bounds indices.
     fn reach_from(&self, first: usize) -> Reach {
