@@ -1,17 +1,54 @@
 //! A stream case: a generation, the fabric holding its inputs, a bound-register file and
-//! a short instruction stream — what the `oob` target generates and every route runs.
+//! a short stream of ops (raw ISA instructions and NKI access-pattern DMAs) — what the
+//! `oob` target generates and every route runs.
 //!
 //! [`Builder`] hands out fresh, disjoint allocations (so no POOL instruction reads bytes
 //! it writes, which only the reference and the POOL kernels define), from the bottom of
 //! each space for ordinary tensors and from the top for tensors that must end on the last
 //! byte of their region, and records every byte range it writes so a reproducer can dump
-//! exactly the inputs ([`Case::regions`]). Every allocation is fallible: a fragment that
-//! does not fit is simply not generated.
+//! exactly the inputs ([`Case::regions`]); the typed tensors an access-pattern DMA walks
+//! are recorded whole instead ([`Case::tensors`]), so a reproducer can name them. Every
+//! allocation is fallible: a fragment that does not fit is simply not generated.
 
 use dma::{Addr4, Fabric, FabricAddr, Generation, Space};
 
 use crate::fuzz::rng::Rng;
 use crate::isa::{BoundCheckReg, BoundRegisters, Instruction, Tensor4d};
+use crate::nki::{ApDma, ApTensor, Lowered};
+
+/// One op of a stream case.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// A raw ISA instruction, run by [`crate::runtime::Runtime::step`].
+    Inst(Instruction),
+    /// An NKI `dma_copy` over `.ap()` sides, as [`crate::nki::dma_copy_ap`] lowered it,
+    /// run by [`crate::runtime::Runtime::run_ap_dma`] (boxed: it holds its tensors).
+    Ap(Box<ApDma>),
+}
+
+impl Op {
+    /// The op as a lowered NKI operation (what [`crate::runtime::Step::Run`] takes).
+    pub fn lowered(&self) -> Lowered {
+        match self {
+            Op::Inst(inst) => Lowered {
+                instructions: vec![*inst],
+                ..Lowered::default()
+            },
+            Op::Ap(dma) => Lowered {
+                ap_dmas: vec![(**dma).clone()],
+                ..Lowered::default()
+            },
+        }
+    }
+
+    /// The op in messages: the opcode (`0xbb`) or `dma_copy .ap()`.
+    pub fn name(&self) -> String {
+        match self {
+            Op::Inst(inst) => format!("{:#04x}", inst.opcode().code()),
+            Op::Ap(_) => "dma_copy .ap()".to_string(),
+        }
+    }
+}
 
 /// One generated stream case.
 #[derive(Clone, Debug)]
@@ -24,9 +61,12 @@ pub struct Case {
     pub regions: Vec<(FabricAddr, u64)>,
     /// The bound registers DMA_INDIRECT reads: `(register, bound)` pairs.
     pub bounds: Vec<(u8, u64)>,
-    /// The instructions, in order.
-    pub stream: Vec<Instruction>,
-    /// The datapath of each instruction (`gather`, `dma_indirect`, ...).
+    /// The typed tensors the access-pattern DMAs walk (data, index tiles, scalar
+    /// offsets), each once, with their initial contents on `fabric` (not in `regions`).
+    pub tensors: Vec<ApTensor>,
+    /// The ops, in order.
+    pub stream: Vec<Op>,
+    /// The datapath of each op (`gather`, `dma_indirect`, `dma_copy_ap`, ...).
     pub labels: Vec<&'static str>,
 }
 
@@ -39,6 +79,14 @@ impl Case {
             let _ = regs.set_bound(reg, bound);
         }
         regs
+    }
+
+    /// The raw ISA instructions of the stream, in order.
+    pub fn instructions(&self) -> impl Iterator<Item = &Instruction> {
+        self.stream.iter().filter_map(|op| match op {
+            Op::Inst(inst) => Some(inst),
+            Op::Ap(_) => None,
+        })
     }
 }
 
@@ -53,7 +101,8 @@ pub struct Builder {
     pub(crate) fabric: Fabric,
     regions: Vec<(FabricAddr, u64)>,
     bounds: Vec<(u8, u64)>,
-    stream: Vec<Instruction>,
+    tensors: Vec<ApTensor>,
+    stream: Vec<Op>,
     labels: Vec<&'static str>,
     sbuf_lo: u32,
     sbuf_hi: u32,
@@ -72,6 +121,7 @@ impl Builder {
             fabric: Fabric::new(generation),
             regions: Vec::new(),
             bounds: Vec::new(),
+            tensors: Vec::new(),
             stream: Vec::new(),
             labels: Vec::new(),
             sbuf_lo: 0,
@@ -95,6 +145,7 @@ impl Builder {
             fabric: self.fabric,
             regions: self.regions,
             bounds: self.bounds,
+            tensors: self.tensors,
             stream: self.stream,
             labels: self.labels,
         }
@@ -102,8 +153,30 @@ impl Builder {
 
     /// Appends an instruction with its datapath label.
     pub fn push(&mut self, label: &'static str, inst: impl Into<Instruction>) {
-        self.stream.push(inst.into());
+        self.stream.push(Op::Inst(inst.into()));
         self.labels.push(label);
+    }
+
+    /// Appends an access-pattern DMA with its label.
+    pub fn push_ap(&mut self, label: &'static str, dma: ApDma) {
+        self.stream.push(Op::Ap(Box::new(dma)));
+        self.labels.push(label);
+    }
+
+    /// How many typed tensors are recorded (the next one's number, for its name).
+    pub fn tensor_count(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Records `t` as a typed tensor of the case (its bytes are written with
+    /// [`Builder::write_tensor`], outside [`Case::regions`]).
+    pub fn record_tensor(&mut self, t: ApTensor) {
+        self.tensors.push(t);
+    }
+
+    /// Writes `bytes` at `addr` for a typed tensor (not recorded as a region).
+    pub fn write_tensor(&mut self, addr: FabricAddr, bytes: &[u8]) -> Option<()> {
+        self.fabric.write(addr, bytes).ok()
     }
 
     /// `bytes` at one offset of every SBUF partition, from the bottom (64-byte aligned).

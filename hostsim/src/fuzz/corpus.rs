@@ -21,7 +21,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let mut out = Vec::new();
     for seed in 0..8u64 {
         let case = oob::case(Rng::new(seed), None);
-        for (i, inst) in case.stream.iter().enumerate() {
+        for (i, inst) in case.instructions().enumerate() {
             out.push((
                 "isa_decode",
                 format!("oob-{seed}-{i}"),

@@ -9,9 +9,10 @@
 //!   descriptor outside the fabric, the minimal count, the OOB policy honoured;
 //! - [`Target::Dma`] ([`mod@dma`]): descriptor queues replayed by the async engine against
 //!   [`::dma::execute_sequential`];
-//! - [`Target::Oob`] ([`oob`], [`routes`]): instruction streams aimed at every OOB policy
-//!   of every datapath, run by the reference, the POOL kernels and the DGE + DMA engine,
-//!   comparing fabric bytes and error kinds;
+//! - [`Target::Oob`] ([`oob`], [`mod@ap`], [`routes`]): streams of instructions and
+//!   access-pattern DMAs aimed at every OOB policy of every datapath, run by the
+//!   reference, the POOL kernels and the DGE + DMA engine, comparing fabric bytes,
+//!   outcomes and error kinds;
 //! - [`Target::Isa`] ([`isa`]): random 64-byte structs: decode and validate never
 //!   panic, valid ones re-encode identically.
 //!
@@ -21,6 +22,7 @@
 //! [`Finding`] carries the whole input so [`repro`] can write a self-contained
 //! reproducer.
 
+pub mod ap;
 pub mod case;
 pub mod command;
 pub mod corpus;

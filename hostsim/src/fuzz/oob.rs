@@ -12,7 +12,9 @@
 //!   end stays zero), the 0xffff sentinel, every run width;
 //! - PSEUDO_EMBEDDING_UPDATE 0xca: indices at and past `num_entries`, duplicates,
 //!   NaN and signed-zero data under add / max / min;
-//! - DMA_MEMCPY 0xb8: overlapping destinations, tables at the end of HBM, eng_mask 0.
+//! - DMA_MEMCPY 0xb8: overlapping destinations, tables at the end of HBM, eng_mask 0;
+//! - access-pattern DMAs (NKI `dma_copy` over `.ap()` sides, run by the software DGE):
+//!   see [`super::ap`].
 //!
 //! Every fragment draws its data through [`Rng::edge_data`], so NaNs and signed zeros
 //! meet every reduction; its counts through [`Rng::edge_count`] (none, one, 4096 and
@@ -38,12 +40,13 @@ pub fn case(mut rng: Rng, generation: Option<Generation>) -> Case {
     let mut b = Builder::new(rng, generation);
     for _ in 0..b.rng.range(1, 3) {
         // A fragment that does not fit what is left is skipped (None).
-        let _ = match b.rng.below(5) {
+        let _ = match b.rng.below(6) {
             0 => gather_fragment(&mut b),
             1 => dma_indirect_fragment(&mut b),
             2 => indirect_copy_fragment(&mut b),
             3 => embedding_fragment(&mut b),
-            _ => memcpy_fragment(&mut b),
+            4 => memcpy_fragment(&mut b),
+            _ => super::ap::fragment(&mut b),
         };
     }
     b.finish()
@@ -408,6 +411,7 @@ mod tests {
             seen.extend(case(Rng::new(seed), None).labels);
         }
         let expected = [
+            "dma_copy_ap",
             "dma_indirect",
             "dma_memcpy",
             "embedding_update",

@@ -2,9 +2,14 @@
 //! case without the fuzzer.
 //!
 //! - `oob` and `isa` cases: `scenario.toml` with one `[[tensor]]` per input byte range
-//!   (u8, at its exact address, `init` = its `.npy` file beside it) and one `isa` op per
-//!   instruction (`hex`, with the bound registers the stream reads); replayed with
-//!   `hostsim run DIR/case-N/scenario.toml --mechanism M` for each route.
+//!   (u8, at its exact address, `init` = its `.npy` file beside it), one typed
+//!   `[[tensor]]` per tensor an access-pattern DMA walks (its name, space, dtype, NKI
+//!   shape, address and first partition), and one op per op of the stream: an `isa` op
+//!   per instruction (`hex`, with the bound registers the stream reads), a `dma_copy`
+//!   with `.ap()` tables per access-pattern DMA; replayed with
+//!   `hostsim run DIR/case-N/scenario.toml --mechanism M` for each route (not `pool`
+//!   when the stream holds an access-pattern DMA, which no POOL kernel serves: a POOL
+//!   finding then replays with `auto`, the kernel table's routes).
 //! - `dma` cases: the same tensors and a queue file `queues.dmaq`, replayed with
 //!   `hostsim replay`.
 //! - every case: `finding.txt` (target, case seed, what differed) and the command that
@@ -17,16 +22,18 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use dma::{Fabric, FabricAddr, Generation, QueueFileWriter, Space};
+use dma::{ComputeOp, Fabric, FabricAddr, Generation, QueueFileWriter, Space};
 
 use crate::error::Error;
-use crate::fuzz::{case::Case, isa::hex, Finding, Input, Target};
+use crate::fuzz::case::{Case, Op};
+use crate::fuzz::{isa::hex, Finding, Input, Target};
+use crate::nki::{ApDma, ApSide, ApTensor, OobMode};
 use crate::npy::{self, NpyArray};
 use crate::runtime::Mechanism;
 use crate::scenario::exec::write_atomic;
 use crate::scenario::model::{
-    BoundSpec, DtypeName, GenerationName, Init, IsaOp, MechanismName, OpSpec, Scenario, SpaceName,
-    TensorSpec,
+    ApPattern, ApSpec, BoundSpec, Compute, DmaCopy, DtypeName, GenerationName, Init, IsaOp,
+    MechanismName, Oob, OpSpec, Scenario, SpaceName, TensorSpec,
 };
 
 /// Writes the reproducer of `finding` (case `index`) under `dir` and returns the
@@ -71,16 +78,19 @@ fn fill(at: &Path, folder: &Path, finding: &Finding) -> Result<String, Error> {
     let scenario = folder.join("scenario.toml");
     match &finding.input {
         Input::Oob(c) => {
-            let ops = stream_ops(c);
-            write_scenario(
-                at,
-                c.generation,
-                &c.fabric,
-                &c.regions,
-                ops,
-                finding.mechanism,
-            )?;
-            for m in routes_to_show(finding.mechanism) {
+            let has_ap = c.stream.iter().any(|op| matches!(op, Op::Ap(_)));
+            let mechanism = match (finding.mechanism, has_ap) {
+                (Some(Mechanism::Pool), true) => Some(Mechanism::Auto),
+                (m, _) => m,
+            };
+            let inputs = Inputs {
+                generation: c.generation,
+                fabric: &c.fabric,
+                regions: &c.regions,
+                tensors: &c.tensors,
+            };
+            write_scenario(at, inputs, stream_ops(c), mechanism)?;
+            for m in routes_to_show(mechanism, has_ap) {
                 let path = scenario.display();
                 commands.push_str(&format!("hostsim run {path} --mechanism {}\n", m.name()));
             }
@@ -88,18 +98,23 @@ fn fill(at: &Path, folder: &Path, finding: &Finding) -> Result<String, Error> {
         Input::Isa(bytes) => {
             let ops = vec![isa_op(bytes, &[])];
             let empty = Fabric::new(Generation::Cayman);
-            write_scenario(at, Generation::Cayman, &empty, &[], ops, None)?;
+            let inputs = Inputs {
+                generation: Generation::Cayman,
+                fabric: &empty,
+                regions: &[],
+                tensors: &[],
+            };
+            write_scenario(at, inputs, ops, None)?;
             commands.push_str(&format!("hostsim run {}\n", scenario.display()));
         }
         Input::Dma(c) => {
-            write_scenario(
-                at,
-                c.fabric.generation(),
-                &c.fabric,
-                &c.regions,
-                Vec::new(),
-                None,
-            )?;
+            let inputs = Inputs {
+                generation: c.fabric.generation(),
+                fabric: &c.fabric,
+                regions: &c.regions,
+                tensors: &[],
+            };
+            write_scenario(at, inputs, Vec::new(), None)?;
             write_queues(&at.join("queues.dmaq"), c.fabric.generation(), &c.queues)?;
             let q = folder.join("queues.dmaq");
             commands.push_str(&format!(
@@ -121,22 +136,69 @@ fn fill(at: &Path, folder: &Path, finding: &Finding) -> Result<String, Error> {
     Ok(commands)
 }
 
-/// The reference and the route that disagreed (every route if unknown).
-fn routes_to_show(m: Option<Mechanism>) -> Vec<Mechanism> {
-    match m {
-        Some(Mechanism::Reference) | None => {
+/// The reference and the route that disagreed (every route if unknown; no `pool` for a
+/// stream with an access-pattern DMA, `has_ap`).
+fn routes_to_show(m: Option<Mechanism>, has_ap: bool) -> Vec<Mechanism> {
+    match (m, has_ap) {
+        (Some(Mechanism::Reference) | None, false) => {
             vec![Mechanism::Reference, Mechanism::Pool, Mechanism::Dge]
         }
-        Some(m) => vec![Mechanism::Reference, m],
+        (Some(Mechanism::Reference) | None, true) => vec![Mechanism::Reference, Mechanism::Dge],
+        (Some(m), _) => vec![Mechanism::Reference, m],
     }
 }
 
-/// One `isa` op per instruction of the stream, each with the case's bound registers.
+/// One op per op of the stream: an `isa` op per instruction, each with the case's bound
+/// registers; a `dma_copy` per access-pattern DMA.
 fn stream_ops(c: &Case) -> Vec<OpSpec> {
     c.stream
         .iter()
-        .map(|i| isa_op(&i.encode(), &c.bounds))
+        .map(|op| match op {
+            Op::Inst(i) => isa_op(&i.encode(), &c.bounds),
+            Op::Ap(dma) => ap_op(dma),
+        })
         .collect()
+}
+
+/// The `dma_copy` op of an access-pattern DMA: both sides as `.ap()` tables over the
+/// case's typed tensors; `oob` only with an indexed side and `unique_indices` only with
+/// an indexed destination (where the scenario accepts them).
+pub fn ap_op(dma: &ApDma) -> OpSpec {
+    let compute = match dma.op {
+        ComputeOp::None => Compute::None,
+        ComputeOp::Add => Compute::Add,
+        ComputeOp::Multiply => Compute::Multiply,
+        ComputeOp::Max => Compute::Max,
+        ComputeOp::Min => Compute::Min,
+    };
+    let oob = match dma.oob {
+        OobMode::Error => Oob::Error,
+        OobMode::Skip => Oob::Skip,
+    };
+    OpSpec::DmaCopy(DmaCopy {
+        src: ap_spec(&dma.src),
+        dst: ap_spec(&dma.dst),
+        compute,
+        oob: dma.indexed().then_some(oob),
+        unique_indices: dma
+            .dst
+            .vector_offset
+            .is_some()
+            .then_some(dma.unique_indices),
+    })
+}
+
+/// One side as an `.ap()` table.
+fn ap_spec(s: &ApSide) -> ApSpec {
+    let offsets = s.vector_offset.is_some() || s.scalar_offset.is_some();
+    ApSpec::Pattern(ApPattern {
+        tensor: s.tensor.name.clone(),
+        ap: Some(s.dims.iter().map(|d| [d.step, i64::from(d.num)]).collect()),
+        offset: s.offset,
+        vector_offset: s.vector_offset.as_ref().map(|t| t.name.clone()),
+        indirect_dim: offsets.then_some(s.indirect_dim as u32),
+        scalar_offset: s.scalar_offset.as_ref().map(|t| t.name.clone()),
+    })
 }
 
 fn isa_op(bytes: &[u8], bounds: &[(u8, u64)]) -> OpSpec {
@@ -151,41 +213,54 @@ fn isa_op(bytes: &[u8], bounds: &[(u8, u64)]) -> OpSpec {
     })
 }
 
-/// `scenario.toml` and one `.npy` per region.
+/// What a reproducer's tensors hold: the generation, the fabric with the inputs, the
+/// byte ranges of the raw inputs and the typed tensors.
+#[derive(Clone, Copy)]
+struct Inputs<'a> {
+    generation: Generation,
+    fabric: &'a Fabric,
+    regions: &'a [(FabricAddr, u64)],
+    tensors: &'a [ApTensor],
+}
+
+/// `scenario.toml` and one `.npy` per region and typed tensor.
 fn write_scenario(
     at: &Path,
-    generation: Generation,
-    fabric: &Fabric,
-    regions: &[(FabricAddr, u64)],
+    inputs: Inputs<'_>,
     ops: Vec<OpSpec>,
     mechanism: Option<Mechanism>,
 ) -> Result<(), Error> {
-    let (scenario, arrays) = scenario_of(generation, fabric, regions, ops, mechanism)?;
+    let (scenario, arrays) = scenario_of(inputs, ops, mechanism)?;
     for (name, array) in &arrays {
         npy::write(&at.join(format!("{name}.npy")), array)?;
     }
     write_atomic(&at.join("scenario.toml"), scenario.to_toml()?.as_bytes())
 }
 
-/// The scenario of a case (one u8 tensor per region, named `in<i>`, `init` its `.npy`)
-/// and the arrays of those files.
+/// The scenario of a case (one u8 tensor per region, named `in<i>`, then the typed
+/// tensors under their own names, `init` each one's `.npy`) and the arrays of those
+/// files.
 fn scenario_of(
-    generation: Generation,
-    fabric: &Fabric,
-    regions: &[(FabricAddr, u64)],
+    inputs: Inputs<'_>,
     ops: Vec<OpSpec>,
     mechanism: Option<Mechanism>,
 ) -> Result<(Scenario, Vec<(String, NpyArray)>), Error> {
-    let mut tensors = Vec::with_capacity(regions.len());
-    let mut arrays = Vec::with_capacity(regions.len());
-    for (i, &(addr, len)) in regions.iter().enumerate() {
+    let n = inputs.regions.len() + inputs.tensors.len();
+    let mut tensors = Vec::with_capacity(n);
+    let mut arrays = Vec::with_capacity(n);
+    for (i, &(addr, len)) in inputs.regions.iter().enumerate() {
         let name = format!("in{i}");
-        let (spec, array) = region_tensor(fabric, &name, addr, len)?;
+        let (spec, array) = region_tensor(inputs.fabric, &name, addr, len)?;
         tensors.push(spec);
         arrays.push((name, array));
     }
+    for t in inputs.tensors {
+        let (spec, array) = typed_tensor(inputs.fabric, t)?;
+        tensors.push(spec);
+        arrays.push((t.name.clone(), array));
+    }
     let scenario = Scenario {
-        generation: GenerationName(generation),
+        generation: GenerationName(inputs.generation),
         mechanism: MechanismName(mechanism.unwrap_or(Mechanism::Auto)),
         tensors,
         ops,
@@ -195,9 +270,40 @@ fn scenario_of(
 
 /// The `scenario.toml` text an `oob` case's reproducer holds.
 pub fn oob_scenario_text(c: &Case) -> Result<String, Error> {
-    scenario_of(c.generation, &c.fabric, &c.regions, stream_ops(c), None)?
-        .0
-        .to_toml()
+    let inputs = Inputs {
+        generation: c.generation,
+        fabric: &c.fabric,
+        regions: &c.regions,
+        tensors: &c.tensors,
+    };
+    scenario_of(inputs, stream_ops(c), None)?.0.to_toml()
+}
+
+/// The typed tensor `t` as the scenario declares it (at its address and first
+/// partition) with its contents on `fabric`, element by element in NKI order.
+fn typed_tensor(fabric: &Fabric, t: &ApTensor) -> Result<(TensorSpec, NpyArray), Error> {
+    let loc = fabric.map().locate(t.start)?;
+    let size = t.dtype.size();
+    let row = t.row_elements().max(1);
+    let mut data = vec![0u8; usize::try_from(t.elements()).unwrap_or(0) * size];
+    for (q, chunk) in data.chunks_mut(row as usize * size).enumerate() {
+        fabric.read(t.addr(q as u64 * row), chunk)?;
+    }
+    let spec = TensorSpec {
+        name: t.name.clone(),
+        space: SpaceName(loc.space),
+        dtype: DtypeName(t.dtype),
+        shape: t.shape.clone(),
+        init: Init::Npy(PathBuf::from(format!("{}.npy", t.name))),
+        addr: Some(loc.offset),
+        partition: (loc.space != Space::Hbm).then_some(loc.partition),
+    };
+    let array = NpyArray {
+        descr: npy::storage_descr(t.dtype).to_string(),
+        shape: t.shape.clone(),
+        data,
+    };
+    Ok((spec, array))
 }
 
 /// The u8 tensor holding `len` bytes at `addr` (one partition row on core).
@@ -255,7 +361,9 @@ pub fn has_scenario(target: Target) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fuzz::{plan_case, Budget, Plan};
+    use crate::error::ErrorKind;
+    use crate::fuzz::{plan_case, Budget, Plan, Rng};
+    use crate::runtime::Runtime;
 
     /// The first case of a run of `target` seeded with `seed`, as a finding of `route`.
     fn finding_of(target: Target, seed: u64, route: Option<Mechanism>) -> (u64, Finding) {
@@ -335,6 +443,98 @@ mod tests {
             ran += usize::from(results[0].is_ok());
         }
         assert!(ran > 0, "no reproducer ran to the end");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The case run op by op on `mechanism` up to its first failure: the fabric then
+    /// and the failure's kind.
+    fn run_case(c: &Case, mechanism: Mechanism) -> (Fabric, Option<ErrorKind>) {
+        let mut fabric = c.fabric.clone();
+        let mut r = Runtime::new(c.generation, mechanism).unwrap();
+        r.reset(c.registers());
+        for op in &c.stream {
+            let ran = match op {
+                Op::Inst(inst) => r.step(&mut fabric, inst).map(|_| ()),
+                Op::Ap(dma) => r.run_ap_dma(&mut fabric, dma).map(|_| ()),
+            };
+            if let Err(e) = ran {
+                return (fabric, Some(e.kind()));
+            }
+        }
+        (fabric, None)
+    }
+
+    /// Cases with access-pattern DMAs: `ap` cases, and mixed `oob` ones whose
+    /// instructions are all valid (a scenario with an invalid one is refused whole).
+    fn ap_cases() -> Vec<Case> {
+        let alone = (0..8).map(|s| crate::fuzz::ap::case(Rng::new(s), None));
+        let mixed = (0..200)
+            .map(|s| crate::fuzz::oob::case(Rng::new(s), None))
+            .filter(|c| c.stream.iter().any(|op| matches!(op, Op::Ap(_))))
+            .filter(|c| c.stream.iter().any(|op| matches!(op, Op::Inst(_))))
+            .filter(|c| c.instructions().all(|i| i.validate(c.generation).is_ok()))
+            .take(6);
+        alone.chain(mixed).collect()
+    }
+
+    /// A reproducer of a case with access-pattern DMAs loads back to the very same ops
+    /// (each `isa` op to its instruction, each `dma_copy` to the case's `ApDma`, tensors
+    /// and starts included) and
+    /// re-runs through `hostsim run`, on the reference and the DGE route, to the case's
+    /// own result: every tensor's `.npy` equals its bytes on the fabric the case leaves,
+    /// or the run fails with the case's error kind and writes nothing.
+    #[test]
+    fn an_ap_reproducer_reruns_to_the_case_result() {
+        use crate::scenario::commands::{run, Settings};
+        let dir = temp_dir("ap");
+        let (mut ran, mut failed) = (0, 0);
+        for (index, c) in ap_cases().into_iter().enumerate() {
+            let index = index as u64;
+            let f = Finding {
+                case_seed: None,
+                generation: None,
+                input: Input::Oob(Box::new(c.clone())),
+                mechanism: Some(Mechanism::Pool),
+                what: "a test finding".into(),
+            };
+            let commands = write(&dir, index, &f).unwrap();
+            assert!(!commands.contains("pool"), "{commands}");
+            let folder = dir.join(format!("case-{index}"));
+            let scenario = folder.join("scenario.toml");
+            let loaded = crate::scenario::load(&scenario).unwrap();
+            let prepared = crate::scenario::prepare(&loaded, Default::default()).unwrap();
+            assert_eq!(prepared.ops.len(), c.stream.len());
+            for (got, op) in prepared.ops.iter().zip(&c.stream) {
+                let (got, want) = (&got.lowered, op.lowered());
+                assert_eq!(got.instructions, want.instructions, "case {index}");
+                assert_eq!(got.ap_dmas, want.ap_dmas, "case {index}");
+            }
+            assert_eq!(prepared.mechanism, Mechanism::Auto);
+            for m in [Mechanism::Reference, Mechanism::Dge] {
+                let (fabric, error) = run_case(&c, m);
+                let out = folder.join(format!("out-{}", m.name()));
+                let settings = Settings {
+                    mechanism: Some(m.name().to_string()),
+                    ..Settings::default()
+                };
+                match (run(&scenario, Some(&out), &settings), error) {
+                    (Ok(_), None) => {
+                        for (name, want) in prepared.outputs(&fabric).unwrap() {
+                            let got = npy::read(&out.join(format!("{name}.npy"))).unwrap();
+                            assert_eq!(got, want, "case {index} {name} on {}", m.name());
+                        }
+                        ran += 1;
+                    }
+                    (Err(e), Some(kind)) => {
+                        assert_eq!(e.kind(), kind, "case {index}: {e}");
+                        assert!(!out.exists());
+                        failed += 1;
+                    }
+                    (got, want) => panic!("case {index}: run gave {got:?}, the case {want:?}"),
+                }
+            }
+        }
+        assert!(ran >= 4 && failed >= 2, "{ran} ran, {failed} failed");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

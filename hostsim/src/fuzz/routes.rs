@@ -2,20 +2,22 @@
 //! reference, the POOL kernels and the DGE + DMA engine, each a [`Runtime`] forced to its
 //! mechanism on its own clone of the case's fabric.
 //!
-//! Per instruction every route must report the reference's [`Outcome`], or fail with the
-//! reference's [`ErrorKind`] (never the message text). A route that answers
-//! [`ErrorKind::NoMechanism`] does not serve that instruction (DMA_MEMCPY has no POOL
-//! kernel, the DGE's row-step and window limits): when the reference leaves the core
-//! state as it was, the reference's effect is applied to that route's fabric and the
-//! stream goes on; otherwise the route drops out of the case. A failing instruction ends
-//! the stream, and every route must have left its fabric exactly as it was (fail
-//! closed). At the end each remaining route's fabric and core state must equal the
-//! reference's. A panic anywhere is caught and is a mismatch.
+//! Per op (an instruction, run by [`Runtime::step`], or an access-pattern DMA, run by
+//! [`Runtime::run_ap_dma`]) every route must report the reference's [`Outcome`] (bytes
+//! written, skipped indices), or fail with the reference's [`ErrorKind`] (never the
+//! message text). A route that answers [`ErrorKind::NoMechanism`] does not serve that op
+//! (DMA_MEMCPY and the access-pattern DMAs have no POOL kernel, the DGE's row-step and
+//! window limits): when the reference leaves the core state as it was, the reference's
+//! effect is applied to that route's fabric and the stream goes on; otherwise the route
+//! drops out of the case. A failing op ends the stream, and every route must have left
+//! its fabric exactly as it was (fail closed). At the end each remaining route's fabric
+//! and core state must equal the reference's. A panic anywhere is caught and is a
+//! mismatch.
 //!
 //! The DGE route runs the stream a second time, as one program
 //! ([`Runtime::run_program`], which prepares each instruction while the replay before it
 //! runs): unless the DGE lane needed the reference to stand in, the program must leave
-//! the DGE lane's fabric and core state and fail at the same instruction.
+//! the DGE lane's fabric and core state and fail at the same op.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -24,8 +26,7 @@ use dma::{EngineConfig, Fabric, Generation};
 use crate::core_state::{CoreState, Outcome};
 use crate::error::Error;
 use crate::error::ErrorKind;
-use crate::fuzz::case::Case;
-use crate::isa::Instruction;
+use crate::fuzz::case::{Case, Op};
 use crate::nki::Lowered;
 use crate::reference;
 use crate::runtime::{Mechanism, Runtime, Step};
@@ -33,7 +34,7 @@ use crate::runtime::{Mechanism, Runtime, Step};
 /// The compared mechanisms, the reference first.
 pub const MECHANISMS: [Mechanism; 3] = [Mechanism::Reference, Mechanism::Pool, Mechanism::Dge];
 
-/// What one instruction did on one route.
+/// What one op did on one route.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepResult {
     /// It ran and reported this outcome.
@@ -42,6 +43,50 @@ pub enum StepResult {
     Failed(ErrorKind),
     /// It panicked with this message.
     Panicked(String),
+}
+
+impl StepResult {
+    /// The result in a message: an outcome by its bytes, its notification and its first
+    /// skipped indices (a skip list runs to thousands), an error by its kind.
+    pub fn describe(&self) -> String {
+        match self {
+            StepResult::Done(o) => {
+                let first: Vec<String> = o
+                    .skipped
+                    .iter()
+                    .take(4)
+                    .map(|s| format!("{:?} {} = {}", s.side, s.position, s.value))
+                    .collect();
+                let more = match o.skipped.len() > 4 {
+                    true => ", ...",
+                    false => "",
+                };
+                format!(
+                    "done: {} bytes, notification {}, {} skipped [{}{more}]",
+                    o.bytes_written,
+                    o.oob_notification,
+                    o.skipped.len(),
+                    first.join(", ")
+                )
+            }
+            StepResult::Failed(kind) => format!("failed: {kind:?}"),
+            StepResult::Panicked(msg) => format!("panicked: {msg}"),
+        }
+    }
+}
+
+/// Where two skip lists first differ: `(entry, one, other)`.
+fn first_skip_difference(a: &StepResult, b: &StepResult) -> Option<String> {
+    let (StepResult::Done(a), StepResult::Done(b)) = (a, b) else {
+        return None;
+    };
+    let at = (0..a.skipped.len().max(b.skipped.len()))
+        .find(|&k| a.skipped.get(k) != b.skipped.get(k))?;
+    Some(format!(
+        "; the skips first differ at entry {at}: {:?} and {:?}",
+        a.skipped.get(at),
+        b.skipped.get(at)
+    ))
 }
 
 /// A disagreement between routes, or a panic.
@@ -90,7 +135,7 @@ impl Routes {
         Routes::default()
     }
 
-    /// Runs `case` on every route. `Ok(n)`: they agreed on `n` instructions.
+    /// Runs `case` on every route. `Ok(n)`: they agreed on `n` ops.
     pub fn compare(&mut self, case: &Case) -> Result<u64, Disagreement> {
         let result = self.compare_inner(case);
         if result.is_err() {
@@ -110,10 +155,10 @@ impl Routes {
             lane.stood_in = false;
         }
         let mut agreed = 0;
-        for (i, inst) in case.stream.iter().enumerate() {
+        for (i, op) in case.stream.iter().enumerate() {
             let before: Vec<u64> = lanes.iter().map(|l| l.fabric.digest()).collect();
-            let results: Vec<StepResult> = lanes.iter_mut().map(|l| l.step(inst)).collect();
-            let failed = judge(lanes, inst, &results, i)?;
+            let results: Vec<StepResult> = lanes.iter_mut().map(|l| l.step(op)).collect();
+            let failed = judge(lanes, op, &results, i)?;
             agreed += 1;
             if failed {
                 fail_closed(lanes, &before, i)?;
@@ -126,7 +171,7 @@ impl Routes {
     }
 
     /// The stream run as one program on the DGE route leaves the DGE lane's fabric and
-    /// core state, and fails at instruction `failed` if the lanes did (skipped where the
+    /// core state, and fails at op `failed` if the lanes did (skipped where the
     /// DGE lane dropped out or needed the reference to stand in).
     fn program_agrees(&mut self, case: &Case, failed: Option<usize>) -> Result<(), Disagreement> {
         let generation = case.generation;
@@ -146,15 +191,7 @@ impl Routes {
             return Ok(());
         };
         runtime.reset(case.registers());
-        let ops: Vec<Lowered> = case
-            .stream
-            .iter()
-            .map(|&inst| Lowered {
-                instructions: vec![inst],
-                bounds: Vec::new(),
-                ..Lowered::default()
-            })
-            .collect();
+        let ops: Vec<Lowered> = case.stream.iter().map(Op::lowered).collect();
         let mut got = case.fabric.clone();
         let ran = catch_unwind(AssertUnwindSafe(|| {
             runtime.run_program(&mut got, ops.iter().map(Step::Run))
@@ -233,13 +270,17 @@ impl Lane {
         })
     }
 
-    /// Runs `inst` on this lane, catching a panic.
-    fn step(&mut self, inst: &Instruction) -> StepResult {
+    /// Runs `op` on this lane, catching a panic.
+    fn step(&mut self, op: &Op) -> StepResult {
         if !self.active {
             return StepResult::Failed(ErrorKind::NoMechanism);
         }
         let (runtime, fabric) = (&mut self.runtime, &mut self.fabric);
-        match catch_unwind(AssertUnwindSafe(|| runtime.step(fabric, inst))) {
+        let run = || match op {
+            Op::Inst(inst) => runtime.step(fabric, inst),
+            Op::Ap(dma) => runtime.run_ap_dma(fabric, dma),
+        };
+        match catch_unwind(AssertUnwindSafe(run)) {
             Ok(Ok(step)) => StepResult::Done(step.outcome),
             Ok(Err(e)) => StepResult::Failed(e.kind()),
             Err(payload) => StepResult::Panicked(panic_message(payload.as_ref())),
@@ -248,11 +289,14 @@ impl Lane {
 
     /// After this lane answered NoMechanism: the reference's effect applied to its own
     /// fabric when that leaves the core state as it is, else the lane drops out.
-    fn stand_in(&mut self, inst: &Instruction) {
+    fn stand_in(&mut self, op: &Op) {
         let mut state: CoreState = self.runtime.state().clone();
         let mut fabric = self.fabric.clone();
         self.stood_in = true;
-        let ok = reference::execute(&mut fabric, &mut state, inst).is_ok();
+        let ok = match op {
+            Op::Inst(inst) => reference::execute(&mut fabric, &mut state, inst).is_ok(),
+            Op::Ap(dma) => reference::ap_dma(&mut fabric, dma).is_ok(),
+        };
         match ok && state == *self.runtime.state() {
             true => self.fabric = fabric,
             false => self.active = false,
@@ -260,39 +304,42 @@ impl Lane {
     }
 }
 
-/// Compares every lane's result at instruction `i` with the reference's (lane 0).
+/// Compares every lane's result at op `i` with the reference's (lane 0).
 /// `Ok(true)`: the reference failed (and the others failed alike).
 fn judge(
     lanes: &mut [Lane],
-    inst: &Instruction,
+    op: &Op,
     results: &[StepResult],
     i: usize,
 ) -> Result<bool, Disagreement> {
     let Some((reference, rest)) = results.split_first() else {
         return Ok(false);
     };
-    let opcode = inst.opcode().code();
+    let opcode = op.name();
     if let StepResult::Panicked(msg) = reference {
-        return Err(panicked(Mechanism::Reference, i, opcode, msg));
+        return Err(panicked(Mechanism::Reference, i, &opcode, msg));
     }
     for (lane, got) in lanes.iter_mut().skip(1).zip(rest) {
         if !lane.active {
             continue;
         }
         match got {
-            StepResult::Panicked(msg) => return Err(panicked(lane.mechanism, i, opcode, msg)),
+            StepResult::Panicked(msg) => return Err(panicked(lane.mechanism, i, &opcode, msg)),
             StepResult::Failed(ErrorKind::NoMechanism)
                 if *reference != StepResult::Failed(ErrorKind::NoMechanism) =>
             {
-                lane.stand_in(inst);
+                lane.stand_in(op);
             }
             _ if got != reference => {
                 return Err(Disagreement {
                     mechanism: lane.mechanism,
                     what: format!(
-                    "instruction {i} ({opcode:#04x}): {} gave {got:?}, the reference {reference:?}",
-                    lane.mechanism.name()
-                ),
+                        "op {i} ({opcode}): {} gave {}, the reference {}{}",
+                        lane.mechanism.name(),
+                        got.describe(),
+                        reference.describe(),
+                        first_skip_difference(got, reference).unwrap_or_default()
+                    ),
                 })
             }
             _ => {}
@@ -301,24 +348,21 @@ fn judge(
     Ok(matches!(reference, StepResult::Failed(_)))
 }
 
-fn panicked(mechanism: Mechanism, i: usize, opcode: u8, msg: &str) -> Disagreement {
+fn panicked(mechanism: Mechanism, i: usize, opcode: &str, msg: &str) -> Disagreement {
     Disagreement {
         mechanism,
-        what: format!(
-            "instruction {i} ({opcode:#04x}): {} panicked: {msg}",
-            mechanism.name()
-        ),
+        what: format!("op {i} ({opcode}): {} panicked: {msg}", mechanism.name()),
     }
 }
 
-/// After a rejected instruction `i`: every lane's fabric is as it was before it.
+/// After a rejected op `i`: every lane's fabric is as it was before it.
 fn fail_closed(lanes: &[Lane], before: &[u64], i: usize) -> Result<(), Disagreement> {
     for (lane, digest) in lanes.iter().zip(before) {
         if lane.active && lane.fabric.digest() != *digest {
             return Err(Disagreement {
                 mechanism: lane.mechanism,
                 what: format!(
-                    "instruction {i} was rejected but {} changed the fabric",
+                    "op {i} was rejected but {} changed the fabric",
                     lane.mechanism.name()
                 ),
             });
@@ -359,6 +403,7 @@ fn final_state_agrees(lanes: &[Lane]) -> Result<(), Disagreement> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core_state::{IndexSide, SkippedIndex};
     use crate::fuzz::case::Builder;
     use crate::fuzz::rng::Rng;
     use crate::isa::{Direct2dSide, DmaDirect2d};
@@ -397,14 +442,14 @@ mod tests {
             Lane::new(Generation::Cayman, Mechanism::Reference).unwrap(),
             Lane::new(Generation::Cayman, Mechanism::Dge).unwrap(),
         ];
-        let inst: Instruction = memcpy(0, 0).into();
+        let inst = Op::Inst(memcpy(0, 0).into());
         let results = [
             StepResult::Failed(ErrorKind::Fabric),
             StepResult::Panicked("boom".into()),
         ];
         let e = judge(&mut lanes, &inst, &results, 3).unwrap_err();
         assert_eq!(e.mechanism, Mechanism::Dge);
-        assert_eq!(e.what, "instruction 3 (0xb8): dge panicked: boom");
+        assert_eq!(e.what, "op 3 (0xb8): dge panicked: boom");
         let results = [
             StepResult::Failed(ErrorKind::Fabric),
             StepResult::Failed(ErrorKind::Decode),
@@ -412,13 +457,35 @@ mod tests {
         let e = judge(&mut lanes, &inst, &results, 0).unwrap_err();
         assert_eq!(
             e.what,
-            "instruction 0 (0xb8): dge gave Failed(Decode), the reference Failed(Fabric)"
+            "op 0 (0xb8): dge gave failed: Decode, the reference failed: Fabric"
         );
         let same = [
             StepResult::Failed(ErrorKind::Fabric),
             StepResult::Failed(ErrorKind::Fabric),
         ];
         assert_eq!(judge(&mut lanes, &inst, &same, 0), Ok(true));
+        let skip = |position, value| SkippedIndex {
+            side: IndexSide::Dst,
+            position,
+            value,
+        };
+        let done = |skipped: Vec<SkippedIndex>| {
+            StepResult::Done(Outcome {
+                skipped,
+                oob_notification: true,
+                bytes_written: 8,
+            })
+        };
+        let many = (0..6).map(|p| skip(p, 9)).collect();
+        let results = [done(many), done(vec![skip(0, 9), skip(7, 9)])];
+        let e = judge(&mut lanes, &inst, &results, 1).unwrap_err();
+        assert_eq!(
+            e.what,
+            "op 1 (0xb8): dge gave done: 8 bytes, notification true, 2 skipped [Dst 0 = 9, Dst 7 = 9], \
+             the reference done: 8 bytes, notification true, 6 skipped [Dst 0 = 9, Dst 1 = 9, Dst 2 = 9, Dst 3 = 9, ...]; \
+             the skips first differ at entry 1: Some(SkippedIndex { side: Dst, position: 7, value: 9 }) \
+             and Some(SkippedIndex { side: Dst, position: 1, value: 9 })"
+        );
         assert_eq!(panic_message(&"x"), "x");
     }
 }
