@@ -110,7 +110,10 @@ pub fn report(out: &Path, index: u64, finding: &Finding, emit: &mut dyn FnMut(&s
 }
 
 /// Runs `plan` with a progress bar, handing each finding to `on_finding` at once (the
-/// bar is ended first and drawn again after it, so lines do not run into it).
+/// bar is ended first and drawn again after it, so lines do not run into it). The cases
+/// run without the tracing subscriber on this thread: their warnings (a plain copy's
+/// repeated destination indices) are expected by the thousand and would bury the
+/// findings; `--case SEED` replays one case with them.
 fn many_cases(
     plan: &Plan,
     stop: &AtomicBool,
@@ -122,15 +125,18 @@ fn many_cases(
     };
     let label = format!("fuzz {}", plan.target.name());
     let mut progress = Progress::new(total, &label);
-    let summary = run(plan, stop, |index, finding| {
-        progress.inc(1);
-        if let Some(f) = finding {
-            progress.finish();
-            on_finding(index, f);
-            let done = progress.done();
-            progress = Progress::new(total, &label);
-            progress.inc(done);
-        }
+    let quiet = tracing::subscriber::NoSubscriber::default();
+    let summary = tracing::subscriber::with_default(quiet, || {
+        run(plan, stop, |index, finding| {
+            progress.inc(1);
+            if let Some(f) = finding {
+                progress.finish();
+                on_finding(index, f);
+                let done = progress.done();
+                progress = Progress::new(total, &label);
+                progress.inc(done);
+            }
+        })
     });
     progress.finish();
     summary
