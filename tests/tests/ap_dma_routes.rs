@@ -1,0 +1,78 @@
+//! The access-pattern DMAs (NKI `dma_copy` over `.ap()` sides) across the routes: the
+//! cases of `hostsim fuzz --target oob`'s access-pattern fragment (`hostsim::fuzz::ap`)
+//! on a fixed corpus of seeds, compared by the fuzzer's own comparison
+//! (`hostsim::fuzz::routes::Routes`: per op the reference's outcome or error kind on the
+//! DGE route, a failing op leaving every fabric as it was, the final fabrics equal, and
+//! the stream again as one program). The corpus is checked to reach every outcome.
+//!
+//! Run with `-- --nocapture` to see the outcome counts.
+
+use std::collections::BTreeMap;
+
+use hostsim::error::ErrorKind;
+use hostsim::fuzz::case::Op;
+use hostsim::fuzz::routes::Routes;
+use hostsim::fuzz::{ap, Rng};
+use hostsim::reference;
+
+/// What the reference made of each access-pattern DMA of the corpus, op by op up to the
+/// first failure of each case (as the routes run it).
+#[derive(Default, Debug)]
+struct Outcomes {
+    ops: u64,
+    by_kind: BTreeMap<String, u64>,
+}
+
+impl Outcomes {
+    fn add(&mut self, kind: String) {
+        self.ops += 1;
+        *self.by_kind.entry(kind).or_default() += 1;
+    }
+
+    fn count(&self, kind: &str) -> u64 {
+        self.by_kind.get(kind).copied().unwrap_or(0)
+    }
+}
+
+/// Seeds 0..300: every case agrees across the routes, and the corpus reaches plain
+/// copies, soft skips, hard OOB errors on either side, duplicate destinations and scalar
+/// offsets out of range.
+#[test]
+fn access_pattern_dmas_agree_across_routes_on_the_fixed_corpus() {
+    let mut routes = Routes::new();
+    let mut seen = Outcomes::default();
+    for seed in 0..300 {
+        let case = ap::case(Rng::new(seed), None);
+        if let Err(d) = routes.compare(&case) {
+            panic!("seed {seed}: {} {}", d.mechanism.name(), d.what);
+        }
+        let mut fabric = case.fabric.clone();
+        for op in &case.stream {
+            let Op::Ap(dma) = op else { continue };
+            match reference::ap_dma(&mut fabric, dma) {
+                Ok(o) if o.skipped.is_empty() => seen.add("done".into()),
+                Ok(_) => seen.add("skips".into()),
+                Err(e) => {
+                    seen.add(format!("{:?}", e.kind()));
+                    break;
+                }
+            }
+        }
+    }
+    println!("access-pattern DMAs: {seen:?}");
+    assert!(seen.ops >= 450, "{seen:?}");
+    for kind in [
+        "done",
+        "skips",
+        "IndexOutOfBounds(Src)",
+        "IndexOutOfBounds(Dst)",
+        "DuplicateDestination",
+    ] {
+        assert!(seen.count(kind) >= 10, "{kind}: {seen:?}");
+    }
+    // a scalar offset out of range
+    assert!(
+        seen.count(&format!("{:?}", ErrorKind::Runtime)) >= 10,
+        "{seen:?}"
+    );
+}
