@@ -246,6 +246,7 @@ mod tests {
             generation: plan.generation,
             input,
             mechanism: Some(Mechanism::Pool),
+            op: None,
             what: "in0 differs at byte 3".into(),
         };
         let dir = std::env::temp_dir().join(format!("hostsim-report-{}", std::process::id()));

@@ -164,8 +164,29 @@ pub struct Finding {
     pub input: Input,
     /// The route that disagreed, for `oob` cases.
     pub mechanism: Option<Mechanism>,
+    /// The op of an `oob` stream where the routes disagreed (`None`: at the end, or
+    /// unknown); the reproducer's scenario stops after it.
+    pub op: Option<usize>,
     /// What differed.
     pub what: String,
+}
+
+/// Why an input failed its check: the route and the op (for `oob` cases), what differed.
+struct Failure {
+    mechanism: Option<Mechanism>,
+    op: Option<usize>,
+    what: String,
+}
+
+impl Failure {
+    /// A failure without a route or an op.
+    fn plain(what: String) -> Failure {
+        Failure {
+            mechanism: None,
+            op: None,
+            what,
+        }
+    }
 }
 
 /// What checks an input: the routes and engines, built on first use and reused.
@@ -184,14 +205,17 @@ impl Checker {
     /// Checks `input`; `Err` is the disagreeing route (if any) and what differed.
     /// Panics are caught.
     pub fn check(&mut self, input: &Input) -> Result<(), (Option<Mechanism>, String)> {
+        self.failure(input).map_err(|f| (f.mechanism, f.what))
+    }
+
+    /// [`Checker::check`], with the op an `oob` stream failed at.
+    fn failure(&mut self, input: &Input) -> Result<(), Failure> {
         let outcome = catch_unwind(AssertUnwindSafe(|| self.check_inner(input)));
         outcome.unwrap_or_else(|p| {
             self.engines = None;
             self.routes = routes::Routes::new();
-            Err((
-                None,
-                format!("panicked: {}", routes::panic_message(p.as_ref())),
-            ))
+            let what = format!("panicked: {}", routes::panic_message(p.as_ref()));
+            Err(Failure::plain(what))
         })
     }
 
@@ -203,36 +227,37 @@ impl Checker {
         generation: Option<Generation>,
         input: Input,
     ) -> Option<Finding> {
-        let (mechanism, what) = self.check(&input).err()?;
+        let f = self.failure(&input).err()?;
         Some(Finding {
             case_seed: Some(seed),
             generation,
             input,
-            mechanism,
-            what,
+            mechanism: f.mechanism,
+            op: f.op,
+            what: f.what,
         })
     }
 
-    fn check_inner(&mut self, input: &Input) -> Result<(), (Option<Mechanism>, String)> {
-        let plain = |r: Result<(), String>| r.map_err(|e| (None, e));
+    fn check_inner(&mut self, input: &Input) -> Result<(), Failure> {
+        let plain = |r: Result<(), String>| r.map_err(Failure::plain);
         match input {
             Input::Ivp(c) => plain(ivp::check(c)),
             Input::Dge(c) => plain(dge::check(c)),
             Input::Isa(bytes) => plain(isa::check(bytes).map(|_| ())),
             Input::Dma(c) => {
                 if self.engines.is_none() {
-                    self.engines = Some(dma::Engines::new().map_err(|e| (None, e))?);
+                    self.engines = Some(dma::Engines::new().map_err(Failure::plain)?);
                 }
                 match &self.engines {
                     Some(engines) => plain(engines.check(c)),
-                    None => Err((None, "no DMA engine".to_string())),
+                    None => Err(Failure::plain("no DMA engine".to_string())),
                 }
             }
-            Input::Oob(c) => self
-                .routes
-                .compare(c)
-                .map(|_| ())
-                .map_err(|d| (Some(d.mechanism), d.what)),
+            Input::Oob(c) => self.routes.compare(c).map(|_| ()).map_err(|d| Failure {
+                mechanism: Some(d.mechanism),
+                op: d.op,
+                what: d.what,
+            }),
         }
     }
 }

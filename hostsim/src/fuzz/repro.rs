@@ -9,7 +9,9 @@
 //!   with `.ap()` tables per access-pattern DMA; replayed with
 //!   `hostsim run DIR/case-N/scenario.toml --mechanism M` for each route (not `pool`
 //!   when the stream holds an access-pattern DMA, which no POOL kernel serves: a POOL
-//!   finding then replays with `auto`, the kernel table's routes).
+//!   finding then replays with `auto`, the kernel table's routes). When the routes
+//!   disagreed at one op, the scenario stops after it (a later op that fails would keep
+//!   `hostsim run` from writing the tensors that show the difference).
 //! - `dma` cases: the same tensors and a queue file `queues.dmaq`, replayed with
 //!   `hostsim replay`.
 //! - every case: `finding.txt` (target, case seed, what differed) and the command that
@@ -89,7 +91,9 @@ fn fill(at: &Path, folder: &Path, finding: &Finding) -> Result<String, Error> {
                 regions: &c.regions,
                 tensors: &c.tensors,
             };
-            write_scenario(at, inputs, stream_ops(c), mechanism)?;
+            let mut ops = stream_ops(c);
+            ops.truncate(finding.op.map_or(ops.len(), |op| op + 1));
+            write_scenario(at, inputs, ops, mechanism)?;
             for m in routes_to_show(mechanism, has_ap) {
                 let path = scenario.display();
                 commands.push_str(&format!("hostsim run {path} --mechanism {}\n", m.name()));
@@ -125,8 +129,12 @@ fn fill(at: &Path, folder: &Path, finding: &Finding) -> Result<String, Error> {
         }
         Input::Ivp(_) | Input::Dge(_) => {}
     }
+    let scenario_ops = match (&finding.input, finding.op) {
+        (Input::Oob(_), Some(op)) => format!("scenario: ops 0..={op} of the stream\n"),
+        _ => String::new(),
+    };
     let text = format!(
-        "target: {}\ncase seed: {}\nroute: {}\nwhat: {}\n\nreplay:\n{commands}",
+        "target: {}\ncase seed: {}\nroute: {}\nwhat: {}\n{scenario_ops}\nreplay:\n{commands}",
         target.name(),
         finding.case_seed.map_or("-".to_string(), |s| s.to_string()),
         finding.mechanism.map_or("-", Mechanism::name),
@@ -379,6 +387,7 @@ mod tests {
             generation: None,
             input,
             mechanism: route,
+            op: None,
             what: "a test finding".into(),
         };
         (case_seed, f)
@@ -412,6 +421,33 @@ mod tests {
         assert!(!dir.join("case-7.partial").exists());
         let text = std::fs::read_to_string(folder.join("finding.txt")).unwrap();
         assert!(text.starts_with("target: oob\n"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A finding at one op of a longer stream: the scenario stops after that op.
+    #[test]
+    fn a_finding_at_one_op_keeps_the_stream_up_to_it() {
+        let dir = temp_dir("at-op");
+        let c = (0..)
+            .map(|s| crate::fuzz::oob::case(Rng::new(s), None))
+            .find(|c| c.stream.len() >= 2)
+            .unwrap();
+        let f = Finding {
+            case_seed: None,
+            generation: None,
+            input: Input::Oob(Box::new(c)),
+            mechanism: Some(Mechanism::Dge),
+            op: Some(0),
+            what: "a test finding".into(),
+        };
+        write(&dir, 0, &f).unwrap();
+        let loaded = crate::scenario::load(&dir.join("case-0/scenario.toml")).unwrap();
+        assert_eq!(loaded.scenario.ops.len(), 1);
+        let text = std::fs::read_to_string(dir.join("case-0/finding.txt")).unwrap();
+        assert!(
+            text.contains("\nscenario: ops 0..=0 of the stream\n"),
+            "{text}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -495,6 +531,7 @@ mod tests {
                 generation: None,
                 input: Input::Oob(Box::new(c.clone())),
                 mechanism: Some(Mechanism::Pool),
+                op: None,
                 what: "a test finding".into(),
             };
             let commands = write(&dir, index, &f).unwrap();

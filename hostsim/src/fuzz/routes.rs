@@ -94,6 +94,8 @@ fn first_skip_difference(a: &StepResult, b: &StepResult) -> Option<String> {
 pub struct Disagreement {
     /// The mechanism that disagreed with the reference (or panicked).
     pub mechanism: Mechanism,
+    /// The op where they disagreed (`None`: the final state, or the stream as a whole).
+    pub op: Option<usize>,
     /// What differed, in words.
     pub what: String,
 }
@@ -198,6 +200,7 @@ impl Routes {
         }));
         let differ = |what: String| Disagreement {
             mechanism: Mechanism::Dge,
+            op: None,
             what: format!("the stream as a program {what}"),
         };
         let at = match ran {
@@ -248,6 +251,7 @@ impl Routes {
 fn setup_error(mechanism: Mechanism, what: String) -> Disagreement {
     Disagreement {
         mechanism,
+        op: None,
         what: format!("cannot build the route: {what}"),
     }
 }
@@ -333,6 +337,7 @@ fn judge(
             _ if got != reference => {
                 return Err(Disagreement {
                     mechanism: lane.mechanism,
+                    op: Some(i),
                     what: format!(
                         "op {i} ({opcode}): {} gave {}, the reference {}{}",
                         lane.mechanism.name(),
@@ -351,6 +356,7 @@ fn judge(
 fn panicked(mechanism: Mechanism, i: usize, opcode: &str, msg: &str) -> Disagreement {
     Disagreement {
         mechanism,
+        op: Some(i),
         what: format!("op {i} ({opcode}): {} panicked: {msg}", mechanism.name()),
     }
 }
@@ -361,6 +367,7 @@ fn fail_closed(lanes: &[Lane], before: &[u64], i: usize) -> Result<(), Disagreem
         if lane.active && lane.fabric.digest() != *digest {
             return Err(Disagreement {
                 mechanism: lane.mechanism,
+                op: Some(i),
                 what: format!(
                     "op {i} was rejected but {} changed the fabric",
                     lane.mechanism.name()
@@ -380,6 +387,7 @@ fn final_state_agrees(lanes: &[Lane]) -> Result<(), Disagreement> {
         if let Some(at) = lane.fabric.first_difference(&reference.fabric) {
             return Err(Disagreement {
                 mechanism: lane.mechanism,
+                op: None,
                 what: format!(
                     "{} leaves a fabric that differs from the reference's at {:#x}",
                     lane.mechanism.name(),
@@ -390,6 +398,7 @@ fn final_state_agrees(lanes: &[Lane]) -> Result<(), Disagreement> {
         if lane.runtime.state() != reference.runtime.state() {
             return Err(Disagreement {
                 mechanism: lane.mechanism,
+                op: None,
                 what: format!(
                     "{} leaves a core state (Pool_Buffers, registers) unlike the reference's",
                     lane.mechanism.name()
