@@ -77,9 +77,10 @@ use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes};
 use crate::addr::{AddressMap, FabricAddr, Region, RegionCache};
 use crate::compute::{self, ComputeOp, Element};
 use crate::dtype::Dtype;
-use crate::error::Error;
+use crate::error::{AccessKind, Error};
 use crate::generation::Generation;
 use crate::page_table::PageTable;
+use crate::watch::{Event, Log};
 
 /// Bytes in one storage page (64 KiB of fabric address space).
 pub const PAGE_BYTES: u64 = 1 << PAGE_SHIFT;
@@ -310,6 +311,8 @@ pub struct Fabric {
     open_reads: AtomicU64,
     /// The pages open in the current epoch, known without reading the pages.
     open: OpenKeys,
+    /// The access log while watched ([`Fabric::watch`]); a clone is not watched.
+    watch: Option<Box<Log>>,
 }
 
 /// The pages open in a fabric's current epoch, kept apart from the pages: the engine's
@@ -379,6 +382,7 @@ impl Fabric {
             epoch: 1,
             open_reads: AtomicU64::new(0),
             open: OpenKeys::default(),
+            watch: None,
         }
     }
 
@@ -543,10 +547,44 @@ impl Fabric {
         Ok((addr.0 >> PAGE_SHIFT)..((addr.0 + (len - 1)) >> PAGE_SHIFT) + 1)
     }
 
+    // ---- the access log ------------------------------------------------------------
+
+    /// Starts (or restarts, empty) the access log: from now on every public read and
+    /// write form records the range it touches ([`crate::watch`]).
+    pub fn watch(&mut self) {
+        self.watch = Some(Box::default());
+    }
+
+    /// Stops watching and returns the log since [`Fabric::watch`] (empty if unwatched).
+    pub fn take_events(&mut self) -> Vec<Event> {
+        self.watch
+            .take()
+            .map(|l| l.into_events())
+            .unwrap_or_default()
+    }
+
+    /// Adds a note to the log (nothing when unwatched): the accesses after it serve
+    /// index position `position`, whose source and destination index values are
+    /// `values`.
+    pub fn note(&self, position: u64, values: [Option<i64>; 2]) {
+        if let Some(log) = &self.watch {
+            log.push(Event::Note { position, values });
+        }
+    }
+
+    /// Records an access when watched.
+    #[inline]
+    fn log(&self, addr: FabricAddr, len: u64, kind: AccessKind) {
+        if let Some(log) = &self.watch {
+            log.push(Event::Access { addr, len, kind });
+        }
+    }
+
     // ---- reads -------------------------------------------------------------------
 
     /// Reads `buf.len()` bytes at `addr`; bytes never written read as 0.
     pub fn read(&self, addr: FabricAddr, buf: &mut [u8]) -> Result<(), Error> {
+        self.log(addr, buf.len() as u64, AccessKind::Read);
         self.read_through(Fabric::view, addr, buf)
     }
 
@@ -685,6 +723,7 @@ impl Fabric {
 
     /// Writes `buf` at `addr`, allocating pages as needed.
     pub fn write(&mut self, addr: FabricAddr, buf: &[u8]) -> Result<(), Error> {
+        self.log(addr, buf.len() as u64, AccessKind::Write);
         self.reserve(addr, buf.len() as u64)?;
         self.write_reserved(addr, buf)
     }
@@ -704,7 +743,9 @@ impl Fabric {
             return self.write(addr, bytes);
         }
         let size = core::mem::size_of::<E::Bytes>();
-        self.reserve(addr, elems_bytes(addr, elems.len(), size)?)?;
+        let len = elems_bytes(addr, elems.len(), size)?;
+        self.log(addr, len, AccessKind::Write);
+        self.reserve(addr, len)?;
         let mut buf = [0u8; SCRATCH_BYTES];
         let mut at = addr;
         for chunk in elems.chunks(SCRATCH_BYTES / size) {
@@ -721,6 +762,8 @@ impl Fabric {
 
     /// Copies `len` bytes from `src` to `dst` (memmove semantics), allocating as needed.
     pub fn copy(&mut self, src: FabricAddr, dst: FabricAddr, len: u64) -> Result<(), Error> {
+        self.log(src, len, AccessKind::Read);
+        self.log(dst, len, AccessKind::Write);
         self.check(src, len)?;
         self.reserve(dst, len)?;
         self.copy_reserved(src, dst, len)
@@ -729,6 +772,7 @@ impl Fabric {
     /// Fills `len` bytes at `dst` with `pattern` repeated, allocating as needed.
     pub fn fill(&mut self, dst: FabricAddr, len: u64, pattern: &[u8]) -> Result<(), Error> {
         check_pattern(dst, len, pattern)?;
+        self.log(dst, len, AccessKind::Write);
         self.reserve(dst, len)?;
         self.fill_reserved(dst, len, pattern)
     }
@@ -743,6 +787,11 @@ impl Fabric {
         op: ComputeOp,
     ) -> Result<(), Error> {
         compute::check_whole_elements(dtype, len)?;
+        self.log(src, len, AccessKind::Read);
+        if op != ComputeOp::None {
+            self.log(dst, len, AccessKind::Read);
+        }
+        self.log(dst, len, AccessKind::Write);
         self.check(src, len)?;
         self.reserve(dst, len)?;
         self.reduce_reserved(src, dst, len, dtype, op)
@@ -852,6 +901,7 @@ impl Clone for Fabric {
             epoch: self.epoch,
             open_reads: AtomicU64::new(0),
             open: self.open.clone(),
+            watch: None,
         }
     }
 }

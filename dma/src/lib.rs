@@ -27,6 +27,7 @@ pub mod generation;
 mod page_table;
 pub mod queue_file;
 pub mod timing;
+pub mod watch;
 
 pub use addr::{Addr4, AddressMap, FabricAddr, Location, Region, Space};
 pub use compute::{apply, CceOp, ComputeOp, Element};

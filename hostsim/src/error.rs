@@ -263,6 +263,13 @@ pub enum Error {
         operands: String,
         source: Box<Error>,
     },
+    /// The sanitizer's finding on one instruction of an op (`run --sanitize`).
+    #[error("sanitizer: instruction {instruction} ({opcode}) {finding}")]
+    SanitizerFinding {
+        instruction: usize,
+        opcode: &'static str,
+        finding: String,
+    },
     /// `hostsim bench --filter` that names no workload.
     #[error("no bench workload matches --filter {filter} (workloads: {known})")]
     BenchFilter { filter: String, known: String },
@@ -313,6 +320,8 @@ pub enum ErrorKind {
     KernelFault,
     /// A runtime or NKI-lowering error.
     Runtime,
+    /// An access the sanitizer refuses (another tensor's bytes, unowned or unwritten ones).
+    Sanitizer,
 }
 
 impl Error {
@@ -349,6 +358,7 @@ impl Error {
             Error::Dma(_) => ErrorKind::Fabric,
             Error::Dge(e) => dge_kind(e),
             Error::PoolDeadStores { .. } | Error::PoolStaging { .. } => ErrorKind::KernelFault,
+            Error::SanitizerFinding { .. } => ErrorKind::Sanitizer,
             Error::Stopped { source, .. } | Error::ProgramStep { source, .. } => source.kind(),
             Error::ScenarioOpInvalid { source, .. } | Error::ScenarioOpFault { source, .. } => {
                 source.kind()

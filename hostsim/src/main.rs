@@ -75,6 +75,11 @@ enum Command {
         /// Draw the DMA queues of the run over the timing model's time as an SVG.
         #[arg(long, value_name = "FILE.svg")]
         timeline: Option<std::path::PathBuf>,
+        /// Check every byte each op reads or writes against the tensors it names; a
+        /// finding (another tensor's bytes, fabric no tensor owns, an unwritten byte of
+        /// an `init = "uninit"` tensor) is a fault: exit 1, nothing written.
+        #[arg(long)]
+        sanitize: bool,
     },
     /// Generate the scenario's descriptor queues through the DGE (recorded from a run on
     /// a scratch fabric) and write them as one queue file; print per-queue counts.
@@ -144,11 +149,13 @@ fn main() -> ExitCode {
             generation,
             mechanism,
             timeline,
+            sanitize,
         }) => {
             let settings = hostsim::scenario::commands::Settings {
                 generation,
                 mechanism,
                 queues,
+                sanitize,
             };
             let outputs = hostsim::scenario::commands::Outputs {
                 dir: out.as_deref(),

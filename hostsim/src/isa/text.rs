@@ -35,7 +35,7 @@
 
 use std::collections::BTreeMap;
 
-use dma::{Addr4, CceOp, ComputeOp, Dtype, Generation, Space};
+use dma::{Addr4, AddressMap, CceOp, ComputeOp, Dtype, FabricAddr, Generation, Location, Space};
 use serde_json::Value;
 use zerocopy::FromBytes;
 
@@ -332,6 +332,34 @@ pub fn fields(inst: &Instruction) -> Vec<(String, Value)> {
         read_leaf(&leaf, &bytes, &mut out);
     }
     out
+}
+
+/// The fabric addresses of `inst`'s address fields (every field named `*_addr`: ADDR8
+/// fabric addresses and ADDR4 on-core ones), as `(dotted path, address)`; an ADDR4 whose
+/// space, partition or offset the map rejects is left out.
+pub fn operand_addresses(inst: &Instruction, map: &AddressMap) -> Vec<(String, FabricAddr)> {
+    let bytes = inst.encode();
+    let leaves = leaves(inst.opcode(), &bytes).unwrap_or_default();
+    let addressed = leaves.into_iter().filter(|l| l.path.ends_with("_addr"));
+    addressed
+        .filter_map(|leaf| {
+            let raw = le(&bytes, leaf.offset, leaf.size);
+            let addr = match leaf.kind {
+                Kind::Addr4 => {
+                    let (space, partition, offset) = Addr4(raw as u32).decode().ok()?;
+                    let loc = Location {
+                        space,
+                        partition,
+                        offset: u64::from(offset),
+                    };
+                    map.fabric_addr(loc).ok()?
+                }
+                Kind::Hex => FabricAddr(raw),
+                _ => return None,
+            };
+            Some((leaf.path, addr))
+        })
+        .collect()
 }
 
 fn read_leaf(leaf: &Leaf, bytes: &[u8; INSTRUCTION_BYTES], out: &mut Vec<(String, Value)>) {

@@ -63,7 +63,10 @@ fn element(fabric: &mut Fabric, c: &ApDma, a: FabricAddr, b: FabricAddr) -> Resu
     let (mut value, mut image) = ([0u8; 4], [0u8; 4]);
     let (value, image) = (&mut value[..from.size()], &mut image[..to.size()]);
     fabric.read(a, value)?;
-    fabric.read(b, image)?;
+    if c.op != ComputeOp::None {
+        // a reduction reads its destination; a copy only writes it
+        fabric.read(b, image)?;
+    }
     dma::cast::cast(c.op, from, value, to, image)?;
     fabric.write(b, image)?;
     Ok(to.size() as u64)

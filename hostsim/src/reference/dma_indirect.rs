@@ -155,6 +155,12 @@ impl Side {
         Ok(addr.ok_or(overflow)?)
     }
 
+    /// Position `k`'s index value, on an indexed side.
+    fn value(&self, k: u32) -> Option<u32> {
+        let ix = self.indices.as_ref()?;
+        ix.values.get(k as usize).copied()
+    }
+
     /// Position `k`'s row of `size` bytes: checked, skipped, or the error.
     fn row(&self, fabric: &Fabric, k: u32, size: u64, hard: bool) -> Result<Row, Error> {
         let Some(ix) = &self.indices else {
@@ -219,10 +225,25 @@ fn read_indices(
     })
 }
 
-/// The checked moves of the instruction (each position's first element, source and
-/// destination) and its report.
+/// One moving position: its first element on each side, its number and its index
+/// values (for the sanitizer's notes).
+struct Move {
+    from: FabricAddr,
+    to: FabricAddr,
+    position: u32,
+    values: [Option<i64>; 2],
+}
+
+impl Move {
+    /// Notes on `fabric`'s access log that the accesses after serve this position.
+    fn note(&self, fabric: &Fabric) {
+        fabric.note(u64::from(self.position), self.values);
+    }
+}
+
+/// The checked moves of the instruction and its report.
 struct Plan {
-    moves: Vec<(FabricAddr, FabricAddr)>,
+    moves: Vec<Move>,
     outcome: Outcome,
 }
 
@@ -241,8 +262,9 @@ pub(super) fn dma_indirect(
         ReshapeKind::Rows => move_elements(fabric, &plan.moves, &sides, &walk, d)?,
         ReshapeKind::GatherTranspose => {
             let step = u32::from(d.dst_step_elem());
-            for &(src, column) in &plan.moves {
-                write_column(fabric, src, (column, step), size, dtype.size())?;
+            for m in &plan.moves {
+                m.note(fabric);
+                write_column(fabric, m.from, (m.to, step), size, dtype.size())?;
             }
         }
     }
@@ -255,7 +277,7 @@ pub(super) fn dma_indirect(
 /// `dst (op)= src` over the dtype as it moves.
 fn move_elements(
     fabric: &mut Fabric,
-    moves: &[(FabricAddr, FabricAddr)],
+    moves: &[Move],
     [src, dst]: &[Side; 2],
     walk: &IndirectWalk,
     d: &DmaIndirect1d,
@@ -263,9 +285,10 @@ fn move_elements(
     let (dtype, op) = (d.dtype()?, d.compute_op()?);
     let size = u64::from(d.src_elem_size());
     for o in 0..walk.outer {
-        for &(from, to) in moves {
+        for m in moves {
+            m.note(fabric);
             for i in 0..walk.inner {
-                let (from, to) = (src.element(from, o, i)?, dst.element(to, o, i)?);
+                let (from, to) = (src.element(m.from, o, i)?, dst.element(m.to, o, i)?);
                 fabric.reduce(from, to, size, dtype, op)?;
             }
         }
@@ -339,7 +362,13 @@ fn plan(
             }
             first_use.insert(value, k);
         }
-        plan.moves.push((from, to));
+        let values = [&src, &dst].map(|side| side.value(k).map(i64::from));
+        plan.moves.push(Move {
+            from,
+            to,
+            position: k,
+            values,
+        });
     }
     Ok((plan, [src, dst]))
 }

@@ -25,10 +25,10 @@ fn at(field: &'static str) -> FieldPath {
     FieldPath::new("PSEUDO_EMBEDDING_UPDATE", field)
 }
 
-/// The checked moves of an update: `(data row, table row)` pairs in order, and the
-/// skipped indices.
+/// The checked moves of an update: `(data row, table row, position, index)` in order,
+/// and the skipped indices.
 struct Plan {
-    moves: Vec<(FabricAddr, FabricAddr)>,
+    moves: Vec<(FabricAddr, FabricAddr, u32, u32)>,
     skipped: Vec<SkippedIndex>,
 }
 
@@ -41,7 +41,8 @@ pub(super) fn embedding_update(
     let op = e.cce_op()?.compute_op();
     let row_bytes = u64::from(e.table().num_elements) * dtype.size() as u64;
     let plan = plan(fabric, e, row_bytes)?;
-    for &(data, row) in &plan.moves {
+    for &(data, row, position, index) in &plan.moves {
+        fabric.note(position.into(), [None, Some(index.into())]);
         fabric.reduce(data, row, row_bytes, dtype, op)?;
     }
     Ok(Outcome {
@@ -90,7 +91,7 @@ fn plan(fabric: &Fabric, e: &PseudoEmbeddingUpdate, row_bytes: u64) -> Result<Pl
             (0, offset),
             row_bytes,
         )?;
-        plan.moves.push((data, row));
+        plan.moves.push((data, row, i, index));
     }
     Ok(plan)
 }

@@ -18,6 +18,8 @@ pub struct Settings {
     pub generation: Option<String>,
     pub mechanism: Option<String>,
     pub queues: Option<usize>,
+    /// Check every op's accesses against the tensors it names ([`super::sanitize`]).
+    pub sanitize: bool,
 }
 
 impl Settings {
@@ -75,14 +77,18 @@ pub fn run_with(
 ) -> Result<String, Error> {
     let p = prepared(scenario, settings)?;
     let mut progress = Progress::new(p.ops.len() as u64, "run");
-    let record = outputs.timeline.is_some();
-    let (exec, replays) = p.execute_recording(p.mechanism, record, &mut progress)?;
+    let options = exec::RunOptions {
+        record: outputs.timeline.is_some(),
+        sanitize: settings.sanitize,
+    };
+    let (exec, replays) = p.execute_recording(p.mechanism, options, &mut progress)?;
     progress.finish();
     let report = exec::Report::of_run(&p, &exec);
     let title = format!("hostsim run {}", scenario.display());
     let svg = || queues::timeline_svg(&queues::QueueSet::joined(&p, &replays)?, &title);
+    let sanitized = if settings.sanitize { ", sanitized" } else { "" };
     let header = format!(
-        "{}: {} ops on {} (mechanism {}, {} queues)\n",
+        "{}: {} ops on {} (mechanism {}, {} queues{sanitized})\n",
         scenario.display(),
         p.ops.len(),
         p.generation,

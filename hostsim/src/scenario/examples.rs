@@ -1,4 +1,4 @@
-//! The `.npy` inputs of the three example scenarios in the repository's `examples/`
+//! The `.npy` inputs of the example scenarios in the repository's `examples/`
 //! folder, made deterministically (a fixed xorshift stream per file): `cargo run -p
 //! hostsim --example make_examples` writes them, a test regenerates them and compares
 //! with the committed files, and the demo uses the embedding example's indices.
@@ -12,7 +12,9 @@
 //!   past the 256 rows) and `upd_data.npy` (f32 `[1, 512, 32]`);
 //! - `embedding_tile/`: `idx.npy`, a `(128, 1)` i32 index tile (one negative, one past
 //!   the table, one repeat);
-//! - `column_window/`: `rows.npy` (`(32, 1)` i32) and `row0.npy` (1x1 i32).
+//! - `column_window/`: `rows.npy` (`(32, 1)` i32) and `row0.npy` (1x1 i32);
+//! - `bound_register/`: `idx.npy` and `idx_overrun.npy` (u32 `[1, 8]`, the second with
+//!   one index past the table but under the bound register).
 
 use std::path::{Path, PathBuf};
 
@@ -22,13 +24,14 @@ use crate::error::Error;
 use crate::npy::{self, storage_descr, NpyArray};
 
 /// The example folders under `examples/`.
-pub const EXAMPLES: [&str; 6] = [
+pub const EXAMPLES: [&str; 7] = [
     "embedding",
     "pool_gathers",
     "copy_update",
     "embedding_tile",
     "column_window",
     "copy_5d",
+    "bound_register",
 ];
 
 /// Rows of the embedding example's table.
@@ -166,6 +169,23 @@ fn column_window() -> Vec<(&'static str, NpyArray)> {
     ]
 }
 
+/// The clean indices of the `bound_register/` example (a `[1, 8]` u32 row into its
+/// 1000-row table), and the same with position 3 set to 1500: past the table, under the
+/// instruction's bound of 2000.
+pub const BOUND_REGISTER_INDICES: [u32; 8] = [3, 999, 0, 500, 1, 2, 7, 998];
+
+/// `bound_register/`: `idx.npy` ([`BOUND_REGISTER_INDICES`]) and `idx_overrun.npy`
+/// (position 3 is 1500).
+fn bound_register() -> Vec<(&'static str, NpyArray)> {
+    let mut overrun = BOUND_REGISTER_INDICES;
+    overrun[3] = 1500;
+    let row = |v: [u32; 8]| array(Dtype::U32, &[1, 8], u32s(v));
+    vec![
+        ("bound_register/idx.npy", row(BOUND_REGISTER_INDICES)),
+        ("bound_register/idx_overrun.npy", row(overrun)),
+    ]
+}
+
 /// Every example `.npy` file: its path under `examples/` and its array.
 pub fn example_files() -> Vec<(&'static str, NpyArray)> {
     let mut files = vec![("embedding/ids.npy", embedding_ids())];
@@ -173,6 +193,7 @@ pub fn example_files() -> Vec<(&'static str, NpyArray)> {
     files.extend(copy_update());
     files.extend(embedding_tile());
     files.extend(column_window());
+    files.extend(bound_register());
     files
 }
 
@@ -209,7 +230,7 @@ mod tests {
     fn the_committed_files_are_what_the_generator_makes() {
         let dir = std::env::temp_dir().join(format!("hostsim-examples-{}", std::process::id()));
         let written = write_examples(&dir).unwrap();
-        assert_eq!(written.len(), 10);
+        assert_eq!(written.len(), 12);
         for (rel, _) in example_files() {
             let fresh = std::fs::read(dir.join(rel)).unwrap();
             let committed = std::fs::read(repo_examples().join(rel)).unwrap();

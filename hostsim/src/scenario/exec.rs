@@ -10,6 +10,7 @@ use std::time::Instant;
 use dma::{EngineConfig, Fabric};
 use serde::Serialize;
 
+use super::sanitize::Sanitizer;
 use super::Prepared;
 use crate::atomic_file::{self, Batch};
 use crate::dge_route::RecordedReplays;
@@ -17,6 +18,13 @@ use crate::error::Error;
 use crate::npy::{self, NpyArray};
 use crate::progress::Progress;
 use crate::runtime::{Mechanism, RunReport, Runtime};
+
+/// How to execute: record the DGE route's queues, sanitize every op.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    pub record: bool,
+    pub sanitize: bool,
+}
 
 /// What executing the ops left: the fabric, one report per op, and the wall time of the
 /// execution alone.
@@ -62,12 +70,15 @@ impl Prepared {
     }
 
     /// Runs every op on `runtime` over `fabric`, in order, drawing `progress` at 0 and
-    /// advancing it by one per op; the first failing op stops the run with [`Error::ScenarioOpFault`].
+    /// advancing it by one per op; the first failing op stops the run with
+    /// [`Error::ScenarioOpFault`]. With a `sanitizer`, each op is checked by it first (a
+    /// finding is that op's fault, before it writes anything).
     pub fn run_ops(
         &self,
         runtime: &mut Runtime,
         fabric: &mut Fabric,
         progress: &mut Progress,
+        mut sanitizer: Option<&mut Sanitizer>,
     ) -> Result<Vec<RunReport>, Error> {
         progress.inc(0);
         self.ops
@@ -75,15 +86,16 @@ impl Prepared {
             .map(|op| {
                 let _span =
                     tracing::debug_span!("scenario_op", index = op.index, op = op.kind).entered();
-                let report =
-                    runtime
-                        .run_lowered(fabric, &op.lowered)
-                        .map_err(|e| Error::ScenarioOpFault {
-                            index: op.index,
-                            op: op.kind,
-                            operands: op.operands.clone(),
-                            source: Box::new(e),
-                        });
+                let fault = |e| Error::ScenarioOpFault {
+                    index: op.index,
+                    op: op.kind,
+                    operands: op.operands.clone(),
+                    source: Box::new(e),
+                };
+                if let Some(s) = sanitizer.as_deref_mut() {
+                    s.check(fabric, op).map_err(fault)?;
+                }
+                let report = runtime.run_lowered(fabric, &op.lowered).map_err(fault);
                 progress.inc(1);
                 report
             })
@@ -97,23 +109,25 @@ impl Prepared {
 
     /// Executes the scenario with `mechanism` on a fresh fabric.
     pub fn execute_with(&self, mechanism: Mechanism) -> Result<Execution, Error> {
-        self.execute_recording(mechanism, false, &mut Progress::hidden(0, "run"))
-            .map(|(exec, _)| exec)
+        let hidden = &mut Progress::hidden(0, "run");
+        let (exec, _) = self.execute_recording(mechanism, RunOptions::default(), hidden)?;
+        Ok(exec)
     }
 
-    /// [`Prepared::execute_with`], also returning (when `record`) the queues of every
-    /// replay the DGE route ran, and advancing `progress` by one per op.
+    /// [`Prepared::execute_with`] as `options` ask (also returning, when they record,
+    /// the queues of every replay the DGE route ran), advancing `progress` by one per op.
     pub fn execute_recording(
         &self,
         mechanism: Mechanism,
-        record: bool,
+        options: RunOptions,
         progress: &mut Progress,
     ) -> Result<(Execution, RecordedReplays), Error> {
         let mut fabric = self.initial_fabric()?;
         let mut runtime = self.runtime(mechanism)?;
-        runtime.record_queues(record);
+        runtime.record_queues(options.record);
+        let mut sanitizer = options.sanitize.then(|| Sanitizer::new(self)).transpose()?;
         let started = Instant::now();
-        let reports = self.run_ops(&mut runtime, &mut fabric, progress)?;
+        let reports = self.run_ops(&mut runtime, &mut fabric, progress, sanitizer.as_mut())?;
         let exec = Execution {
             fabric,
             reports,

@@ -35,6 +35,7 @@ pub mod model;
 pub mod ops;
 pub mod place;
 pub mod queues;
+pub mod sanitize;
 
 use std::path::{Path, PathBuf};
 
@@ -327,6 +328,7 @@ pub fn exit_code(e: &Error) -> u8 {
         ErrorKind::IndexOutOfBounds(_)
             | ErrorKind::IndexAddress(_)
             | ErrorKind::DuplicateDestination
+            | ErrorKind::Sanitizer
             | ErrorKind::Fabric
             | ErrorKind::Descriptor
             | ErrorKind::KernelFault
@@ -532,6 +534,7 @@ dst = "t"
             prop_oneof![
                 Just(Init::Zeros),
                 Just(Init::Iota),
+                Just(Init::Uninit),
                 Just(Init::Npy("d/x.npy".into()))
             ],
         )

@@ -122,6 +122,10 @@ pub enum Init {
     Zeros,
     /// Element `i` (row-major) holds `i` in the tensor's dtype (integers wrap).
     Iota,
+    /// Memory nothing has written yet: every byte 0xff (NaN in a float dtype, -1 or the
+    /// maximum in an integer one). Under `run --sanitize` a read of a byte of it that no
+    /// op has written is a finding.
+    Uninit,
     /// A `.npy` file, relative to the scenario's folder.
     Npy(PathBuf),
 }
@@ -131,6 +135,7 @@ impl From<String> for Init {
         match s.as_str() {
             "zeros" => Init::Zeros,
             "iota" => Init::Iota,
+            "uninit" => Init::Uninit,
             _ => Init::Npy(PathBuf::from(s)),
         }
     }
@@ -141,6 +146,7 @@ impl From<Init> for String {
         match i {
             Init::Zeros => "zeros".into(),
             Init::Iota => "iota".into(),
+            Init::Uninit => "uninit".into(),
             Init::Npy(p) => p.display().to_string(),
         }
     }
@@ -291,10 +297,13 @@ impl OpSpec {
             }
             OpSpec::DmaCopy(o) => {
                 let mut v = vec![("src", o.src.tensor()), ("dst", o.dst.tensor())];
-                for (field, side) in [("src.vector_offset", &o.src), ("dst.vector_offset", &o.dst)]
-                {
-                    v.extend(side.vector_offset().map(|t| (field, t)));
-                }
+                let offsets = [
+                    ("src.vector_offset", o.src.vector_offset()),
+                    ("src.scalar_offset", o.src.scalar_offset()),
+                    ("dst.vector_offset", o.dst.vector_offset()),
+                    ("dst.scalar_offset", o.dst.scalar_offset()),
+                ];
+                v.extend(offsets.into_iter().filter_map(|(f, t)| Some((f, t?))));
                 v
             }
             OpSpec::NcNGather(o) => {
@@ -369,6 +378,14 @@ impl ApSpec {
         match self {
             ApSpec::Whole(_) => None,
             ApSpec::Pattern(p) => p.vector_offset.as_deref(),
+        }
+    }
+
+    /// The run-time scalar, if any.
+    pub fn scalar_offset(&self) -> Option<&str> {
+        match self {
+            ApSpec::Whole(_) => None,
+            ApSpec::Pattern(p) => p.scalar_offset.as_deref(),
         }
     }
 }

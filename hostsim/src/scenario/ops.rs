@@ -27,6 +27,8 @@ pub struct PreparedOp {
     pub kind: &'static str,
     /// ` field=tensor` pairs (each after a space), for messages.
     pub operands: String,
+    /// The tensors its fields name (their scenario indices; none for an `isa` op).
+    pub named: Vec<usize>,
     /// The instructions and the bound and shape registers they read.
     pub lowered: Lowered,
 }
@@ -80,10 +82,15 @@ fn prepare_one(
             source: Box::new(e),
         },
     })?;
+    let fields = op.operands();
+    let named = tensors
+        .iter()
+        .filter(|t| fields.iter().any(|(_, n)| *n == t.name));
     Ok(PreparedOp {
         index,
         kind,
         operands,
+        named: named.map(|t| t.index).collect(),
         lowered,
     })
 }
@@ -535,7 +542,7 @@ mod tests {
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, 2], [1, 4]], scalar_offset = \"idx\" }\ndst = \"out\"",
-                "op 0 (dma_copy src=tab dst=out): dma_copy: src: scalar_offset idx is a [1, 2] u32 tensor in sbuf; it must be a 1x1 i32 tensor in SBUF",
+                "op 0 (dma_copy src=tab dst=out src.scalar_offset=idx): dma_copy: src: scalar_offset idx is a [1, 2] u32 tensor in sbuf; it must be a 1x1 i32 tensor in SBUF",
             ),
             (
                 "op = \"dma_copy\"\nsrc = \"out\"\ndst = \"out\"\noob = \"skip\"",

@@ -54,6 +54,8 @@ pub struct Placed {
     pub offset: u64,
     /// SBUF/PSUM: the first partition (0 in HBM).
     pub partition: u32,
+    /// Declared `init = "uninit"`: the sanitizer flags reads of bytes no op wrote.
+    pub uninit: bool,
 }
 
 impl Placed {
@@ -241,6 +243,7 @@ fn unplaced(map: &AddressMap, index: usize, spec: &TensorSpec) -> Result<Placed,
         view,
         offset: 0,
         partition,
+        uninit: spec.init == Init::Uninit,
     };
     check_partitions(map, &t).map_err(err)?;
     Ok(t)
@@ -400,6 +403,7 @@ pub fn initial_bytes(
     match &spec.init {
         Init::Zeros => Ok(None),
         Init::Iota => Ok(Some(iota(t.dtype, t.bytes() / t.dtype.size() as u64))),
+        Init::Uninit => Ok(Some(vec![0xff; t.bytes() as usize])),
         Init::Npy(file) => {
             let a = read(file)?;
             check_npy(index, spec, t, file, &a)?;

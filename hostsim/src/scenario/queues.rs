@@ -46,7 +46,7 @@ use std::time::Instant;
 use dma::queue_file::{QueueFileWriter, VerifiedQueueFile};
 use dma::{Descriptor, Engine, EngineConfig, Fabric, ReplayReport, SemId, SemWait};
 
-use super::exec::{write_atomic_with, OpReport, Report};
+use super::exec::{self, write_atomic_with, OpReport, Report};
 use super::Prepared;
 use crate::dge_route::RecordedReplays;
 use crate::error::Error;
@@ -74,7 +74,14 @@ impl QueueSet {
 /// and joins them into one ordered set of `prepared.queues` queues.
 pub fn generate(prepared: &Prepared) -> Result<QueueSet, Error> {
     let mut progress = Progress::new(prepared.ops.len() as u64, "gen");
-    let (_, replays) = prepared.execute_recording(Mechanism::Dge, true, &mut progress)?;
+    let (_, replays) = prepared.execute_recording(
+        Mechanism::Dge,
+        exec::RunOptions {
+            record: true,
+            sanitize: false,
+        },
+        &mut progress,
+    )?;
     progress.finish();
     QueueSet::joined(prepared, &replays)
 }
