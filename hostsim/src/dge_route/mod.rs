@@ -213,8 +213,11 @@ impl DgeRoute {
             self.buffers.resize_with(n, Generated::default);
         }
         lowered.fit_masks(engine);
-        for (req, out) in lowered.requests.iter().zip(&mut self.buffers) {
-            generate_into(fabric, req, out).map_err(|e| lowered.map_error(fabric, e))?;
+        for (k, out) in self.buffers[..n].iter_mut().enumerate() {
+            let made = generate_into(fabric, &lowered.requests[k], out);
+            #[cfg(test)]
+            let made = plant::skip_at_bound(fabric, &mut lowered.requests[k], out, made);
+            made.map_err(|e| lowered.map_error(fabric, e))?;
         }
         let generated = &self.buffers[..n];
         let replays = replay(fabric, engine, generated, self.recorded.as_mut())?;
@@ -223,6 +226,48 @@ impl DgeRoute {
             replays,
             dge_instructions: n as u32,
         })
+    }
+}
+
+/// Planted bugs for the mutation tests: each makes this route wrong in one way, on the
+/// thread that sets it, so that a test can show its checker catches it.
+#[cfg(test)]
+pub(crate) mod plant {
+    use std::cell::Cell;
+
+    use dge::generate::{generate_into, Generated};
+    use dge::indirection::OobPolicy;
+    use dge::Request;
+    use dma::Fabric;
+
+    thread_local! {
+        static SKIP_AT_BOUND: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Plants (or removes) "an index equal to its bound is skipped, not an error".
+    pub fn set_skip_at_bound(on: bool) {
+        SKIP_AT_BOUND.with(|c| c.set(on));
+    }
+
+    /// With the plant: a hard OOB error at an index equal to its bound becomes a soft
+    /// skip (the request generated again with both sides skipping).
+    pub fn skip_at_bound(
+        fabric: &Fabric,
+        req: &mut Request,
+        out: &mut Generated,
+        made: Result<(), dge::Error>,
+    ) -> Result<(), dge::Error> {
+        let at_bound = matches!(made, Err(dge::Error::IndexOutOfBounds { value, bound, .. }) if u64::from(value) == bound);
+        if !(SKIP_AT_BOUND.with(Cell::get) && at_bound) {
+            return made;
+        }
+        for ind in [&mut req.src_indirection, &mut req.dst_indirection]
+            .into_iter()
+            .flatten()
+        {
+            ind.policy = OobPolicy::SoftSkip;
+        }
+        generate_into(fabric, req, out)
     }
 }
 

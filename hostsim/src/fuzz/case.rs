@@ -24,6 +24,9 @@ pub enum Op {
     /// An NKI `dma_copy` over `.ap()` sides, as [`crate::nki::dma_copy_ap`] lowered it,
     /// run by [`crate::runtime::Runtime::run_ap_dma`] (boxed: it holds its tensors).
     Ap(Box<ApDma>),
+    /// The bound and shape registers a scenario op sets before its instructions (a
+    /// [`Lowered`] of settings alone), applied on every route.
+    Set(Box<Lowered>),
 }
 
 impl Op {
@@ -38,6 +41,7 @@ impl Op {
                 ap_dmas: vec![(**dma).clone()],
                 ..Lowered::default()
             },
+            Op::Set(settings) => (**settings).clone(),
         }
     }
 
@@ -46,6 +50,7 @@ impl Op {
         match self {
             Op::Inst(inst) => format!("{:#04x}", inst.opcode().code()),
             Op::Ap(_) => "dma_copy .ap()".to_string(),
+            Op::Set(_) => "register settings".to_string(),
         }
     }
 }
@@ -85,7 +90,7 @@ impl Case {
     pub fn instructions(&self) -> impl Iterator<Item = &Instruction> {
         self.stream.iter().filter_map(|op| match op {
             Op::Inst(inst) => Some(inst),
-            Op::Ap(_) => None,
+            Op::Ap(_) | Op::Set(_) => None,
         })
     }
 }

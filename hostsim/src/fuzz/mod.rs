@@ -34,6 +34,7 @@ pub mod oob;
 pub mod repro;
 pub mod rng;
 pub mod routes;
+pub mod scenario;
 
 pub use rng::Rng;
 

@@ -35,7 +35,7 @@ use crate::runtime::Mechanism;
 use crate::scenario::exec::write_atomic;
 use crate::scenario::model::{
     ApPattern, ApSpec, BoundSpec, Compute, DmaCopy, DtypeName, GenerationName, Init, IsaOp,
-    MechanismName, Oob, OpSpec, Scenario, SpaceName, TensorSpec,
+    MechanismName, Oob, OpSpec, Scenario, ShapeSpec, SpaceName, TensorSpec,
 };
 
 /// Writes the reproducer of `finding` (case `index`) under `dir` and returns the
@@ -100,7 +100,7 @@ fn fill(at: &Path, folder: &Path, finding: &Finding) -> Result<String, Error> {
             }
         }
         Input::Isa(bytes) => {
-            let ops = vec![isa_op(bytes, &[])];
+            let ops = vec![isa_op(bytes, &[], &[])];
             let empty = Fabric::new(Generation::Cayman);
             let inputs = Inputs {
                 generation: Generation::Cayman,
@@ -159,13 +159,30 @@ fn routes_to_show(m: Option<Mechanism>, has_ap: bool) -> Vec<Mechanism> {
 /// One op per op of the stream: an `isa` op per instruction, each with the case's bound
 /// registers; a `dma_copy` per access-pattern DMA.
 fn stream_ops(c: &Case) -> Vec<OpSpec> {
-    c.stream
-        .iter()
-        .map(|op| match op {
-            Op::Inst(i) => isa_op(&i.encode(), &c.bounds),
-            Op::Ap(dma) => ap_op(dma),
-        })
-        .collect()
+    let mut bounds = c.bounds.clone();
+    let mut shapes: Vec<ShapeSpec> = Vec::new();
+    let mut ops = Vec::new();
+    for op in &c.stream {
+        match op {
+            Op::Inst(i) => ops.push(isa_op(&i.encode(), &bounds, &shapes)),
+            Op::Ap(dma) => ops.push(ap_op(dma)),
+            // a scenario sets registers with the isa ops after the setting
+            Op::Set(s) => {
+                for b in &s.bounds {
+                    bounds.retain(|&(reg, _)| reg != b.reg);
+                    bounds.push((b.reg, b.bound));
+                }
+                for sh in &s.shapes {
+                    shapes.retain(|o| o.reg != sh.reg);
+                    shapes.push(ShapeSpec {
+                        reg: sh.reg,
+                        xyzw: sh.xyzw,
+                    });
+                }
+            }
+        }
+    }
+    ops
 }
 
 /// The `dma_copy` op of an access-pattern DMA: both sides as `.ap()` tables over the
@@ -209,7 +226,7 @@ fn ap_spec(s: &ApSide) -> ApSpec {
     })
 }
 
-fn isa_op(bytes: &[u8], bounds: &[(u8, u64)]) -> OpSpec {
+fn isa_op(bytes: &[u8], bounds: &[(u8, u64)], shapes: &[ShapeSpec]) -> OpSpec {
     OpSpec::Isa(IsaOp {
         hex: Some(hex(bytes)),
         fields: None,
@@ -217,7 +234,7 @@ fn isa_op(bytes: &[u8], bounds: &[(u8, u64)]) -> OpSpec {
             .iter()
             .map(|&(reg, bound)| BoundSpec { reg, bound })
             .collect(),
-        shapes: Vec::new(),
+        shapes: shapes.to_vec(),
     })
 }
 
@@ -492,6 +509,7 @@ mod tests {
             let ran = match op {
                 Op::Inst(inst) => r.step(&mut fabric, inst).map(|_| ()),
                 Op::Ap(dma) => r.run_ap_dma(&mut fabric, dma).map(|_| ()),
+                Op::Set(s) => s.apply_registers(r.registers_mut()),
             };
             if let Err(e) = ran {
                 return (fabric, Some(e.kind()));

@@ -281,11 +281,14 @@ impl Lane {
         }
         let (runtime, fabric) = (&mut self.runtime, &mut self.fabric);
         let run = || match op {
-            Op::Inst(inst) => runtime.step(fabric, inst),
-            Op::Ap(dma) => runtime.run_ap_dma(fabric, dma),
+            Op::Inst(inst) => runtime.step(fabric, inst).map(|s| s.outcome),
+            Op::Ap(dma) => runtime.run_ap_dma(fabric, dma).map(|s| s.outcome),
+            Op::Set(settings) => settings
+                .apply_registers(runtime.registers_mut())
+                .map(|()| Outcome::default()),
         };
         match catch_unwind(AssertUnwindSafe(run)) {
-            Ok(Ok(step)) => StepResult::Done(step.outcome),
+            Ok(Ok(outcome)) => StepResult::Done(outcome),
             Ok(Err(e)) => StepResult::Failed(e.kind()),
             Err(payload) => StepResult::Panicked(panic_message(payload.as_ref())),
         }
@@ -300,6 +303,7 @@ impl Lane {
         let ok = match op {
             Op::Inst(inst) => reference::execute(&mut fabric, &mut state, inst).is_ok(),
             Op::Ap(dma) => reference::ap_dma(&mut fabric, dma).is_ok(),
+            Op::Set(settings) => settings.apply_registers(&mut state.regs).is_ok(),
         };
         match ok && state == *self.runtime.state() {
             true => self.fabric = fabric,

@@ -1,0 +1,583 @@
+//! # `hostsim fuzz --scenario FILE`: fuzzing a user's own scenario
+//!
+//! The user's tensors and ops are kept; each case edits a few things ([`mutate`]): index
+//! values at a few positions, an op's OOB policy or `unique_indices`, an `isa` op's
+//! bound and shape registers (only tighter), the generation. Each case is checked ([`Checker::check`]):
+//!
+//! - the sanitizer ([`crate::scenario::sanitize`]) stays clean on the reference route;
+//! - an op that fails leaves the fabric as it was;
+//! - a reduction under `unique_indices` whose moving destination indices repeat is an
+//!   error (an independent count of the repeats);
+//! - every route agrees with the reference, byte for byte and in the kind of error
+//!   ([`super::routes::Routes`], the comparison the `oob` target uses).
+//!
+//! A finding is shrunk ([`shrink`]) to the fewest edits of the user's values and the
+//! fewest ops that still show it, and written to `DIR/case-K/` as a runnable scenario.
+//! The same finding (kind, op, route) is written once. Cases are a pure function of the
+//! seed and the case number.
+
+pub mod mutate;
+mod shrink;
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use dma::{Fabric, Generation};
+
+use super::case::{Case, Op};
+use super::routes::Routes;
+use super::{Budget, Rng};
+use crate::error::Error;
+use crate::nki::ApDma;
+use crate::progress::Progress;
+use crate::runtime::Mechanism;
+use crate::scenario::model::{OpSpec, Scenario};
+use crate::scenario::sanitize::Sanitizer;
+use crate::scenario::{self, Prepared};
+pub use mutate::{Base, Mutation};
+
+/// What one op did in one case (on the reference route).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// It ran and skipped no index.
+    Wrote,
+    /// It ran and skipped at least one out-of-bounds index.
+    Skipped,
+    /// It failed (the case stops there).
+    Errored,
+}
+
+/// A finding: which check, at which op (of the case's kept ops), on which route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// `sanitizer`, `fail-open`, `duplicates` or `routes`.
+    pub check: &'static str,
+    pub op: Option<usize>,
+    pub mechanism: Option<Mechanism>,
+    pub what: String,
+}
+
+/// A case's verdict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The edits make a scenario the CLI refuses (not run).
+    Refused,
+    /// Every check passed: each kept op's fate, up to the first that failed.
+    Clean(Vec<Fate>),
+    /// A check failed.
+    Finding(Found),
+}
+
+/// Checks cases: the routes, built on first use and reused.
+#[derive(Default)]
+pub struct Checker {
+    routes: Routes,
+}
+
+impl Checker {
+    /// The verdict on prepared case `p` (`scenario` is what it was prepared from).
+    pub fn check(&mut self, scenario: &Scenario, p: &Prepared) -> Verdict {
+        let fates = match sanitized(scenario, p) {
+            Ok(fates) => fates,
+            Err(found) => return Verdict::Finding(found),
+        };
+        let (case, owners) = match as_case(p) {
+            Ok(c) => c,
+            Err(e) => return Verdict::Finding(found("routes", None, None, e.to_string())),
+        };
+        match self.routes.compare(&case) {
+            Ok(_) => Verdict::Clean(fates),
+            Err(d) => {
+                let op = d.op.map(|i| owners[i]);
+                Verdict::Finding(found("routes", op, Some(d.mechanism), d.what))
+            }
+        }
+    }
+}
+
+fn found(check: &'static str, op: Option<usize>, m: Option<Mechanism>, what: String) -> Found {
+    Found {
+        check,
+        op,
+        mechanism: m,
+        what,
+    }
+}
+
+/// The reference route op by op with the sanitizer: each op's fate, or the finding.
+fn sanitized(scenario: &Scenario, p: &Prepared) -> Result<Vec<Fate>, Found> {
+    let setup = |e: Error| found("routes", None, None, format!("cannot run: {e}"));
+    let mut fabric = p.initial_fabric().map_err(setup)?;
+    let mut runtime = p.runtime(Mechanism::Reference).map_err(setup)?;
+    let mut sanitizer = Sanitizer::new(p).map_err(setup)?;
+    let mut fates = Vec::new();
+    for (i, (spec, op)) in scenario.ops.iter().zip(&p.ops).enumerate() {
+        if let Err(e) = sanitizer.check(&fabric, op) {
+            return Err(found("sanitizer", Some(i), None, format!("op {i}: {e}")));
+        }
+        let before = fabric.clone();
+        let repeats = unique_repeats(spec, p, &op.lowered.ap_dmas, &fabric);
+        match runtime.run_lowered(&mut fabric, &op.lowered) {
+            Ok(report) => {
+                if let Some(what) = repeats {
+                    return Err(found(
+                        "duplicates",
+                        Some(i),
+                        None,
+                        format!("op {i}: {what}"),
+                    ));
+                }
+                let skipped = report.steps.iter().any(|s| !s.outcome.skipped.is_empty());
+                fates.push(if skipped { Fate::Skipped } else { Fate::Wrote });
+            }
+            Err(e) => {
+                if let Some(at) = fabric.first_difference(&before) {
+                    let what = format!("op {i} failed ({e}) but changed the fabric at {at}");
+                    return Err(found("fail-open", Some(i), None, what));
+                }
+                fates.push(Fate::Errored);
+                break;
+            }
+        }
+    }
+    Ok(fates)
+}
+
+/// Why op `spec` should have failed on duplicates: a reduction promised unique whose
+/// moving destination indices repeat (counted here, apart from the routes' own rule).
+fn unique_repeats(spec: &OpSpec, p: &Prepared, aps: &[ApDma], fabric: &Fabric) -> Option<String> {
+    let reduces = |c: &crate::scenario::model::Compute| *c != crate::scenario::model::Compute::None;
+    match spec {
+        OpSpec::DmaScatter(o) if reduces(&o.compute) && o.unique_indices != Some(false) => {
+            let index = p.tensors.iter().find(|t| t.name == o.index)?;
+            let rows = p.tensors.iter().find(|t| t.name == o.dst)?.shape[0];
+            let values = mutate::values(index, fabric).ok()?;
+            repeat(values.into_iter().filter(|&v| 0 <= v && (v as u64) < rows))
+        }
+        OpSpec::DmaCopy(_) => aps.iter().find_map(|d| ap_repeats(d, fabric)),
+        _ => None,
+    }
+}
+
+/// A reduction DMA promised unique whose in-bounds destination indices repeat (where
+/// the source side is indexed too, both indices of a position must be in bounds).
+fn ap_repeats(d: &ApDma, fabric: &Fabric) -> Option<String> {
+    if d.op == dma::ComputeOp::None || !d.unique_indices {
+        return None;
+    }
+    let dst = d.dst.index_values(fabric).ok()??;
+    let src = match d.coupled() {
+        true => d.src.index_values(fabric).ok()?,
+        false => None,
+    };
+    let (db, sb) = (d.dst.index_bound(), d.src.index_bound());
+    let moving = dst
+        .iter()
+        .enumerate()
+        .filter(|(k, &v)| u64::from(v) < db && src.as_ref().is_none_or(|s| u64::from(s[*k]) < sb));
+    repeat(moving.map(|(_, &v)| i64::from(v)))
+}
+
+/// The first value `values` repeats, in words.
+fn repeat(values: impl Iterator<Item = i64>) -> Option<String> {
+    let mut seen = std::collections::HashSet::new();
+    for (k, v) in values.enumerate() {
+        if !seen.insert(v) {
+            return Some(format!(
+                "destination index {v} repeats (moving position {k}) under unique_indices, \
+                 yet the op ran"
+            ));
+        }
+    }
+    None
+}
+
+/// The prepared scenario as a stream case for [`Routes`]: each op's register settings,
+/// instructions and access-pattern DMAs in order; `owners[i]` is the op of stream op `i`.
+fn as_case(p: &Prepared) -> Result<(Case, Vec<usize>), Error> {
+    let mut stream = Vec::new();
+    let mut owners = Vec::new();
+    for (i, op) in p.ops.iter().enumerate() {
+        let l = &op.lowered;
+        if !l.bounds.is_empty() || !l.shapes.is_empty() {
+            let settings = crate::nki::Lowered {
+                bounds: l.bounds.clone(),
+                shapes: l.shapes.clone(),
+                ..crate::nki::Lowered::default()
+            };
+            stream.push(Op::Set(Box::new(settings)));
+        }
+        stream.extend(l.instructions.iter().map(|inst| Op::Inst(*inst)));
+        stream.extend(l.ap_dmas.iter().map(|d| Op::Ap(Box::new(d.clone()))));
+        owners.resize(stream.len(), i);
+    }
+    let case = Case {
+        generation: p.generation,
+        fabric: p.initial_fabric()?,
+        regions: Vec::new(),
+        bounds: Vec::new(),
+        tensors: Vec::new(),
+        labels: vec!["scenario"; stream.len()],
+        stream,
+    };
+    Ok((case, owners))
+}
+
+/// The settings of a `fuzz --scenario` run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub scenario: PathBuf,
+    pub seed: u64,
+    pub budget: Budget,
+    /// `None`: the scenario's own generation; `all`: the four.
+    pub generation: Option<String>,
+    pub out: PathBuf,
+}
+
+/// Per op, generation and policy: cases, and how many wrote, skipped or errored.
+type Tally = BTreeMap<(usize, String, &'static str, String), [u64; 4]>;
+
+/// A run's result.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub cases: u64,
+    /// Cases whose edits made a scenario the CLI refuses.
+    pub refused: u64,
+    /// Distinct findings (check, op, route), each with its reproducer folder.
+    pub findings: Vec<(Found, PathBuf)>,
+    pub interrupted: bool,
+    tally: Tally,
+}
+
+impl Summary {
+    /// The last line: `fuzz: N cases, M findings`.
+    pub fn line(&self) -> String {
+        format!(
+            "fuzz: {} cases, {} findings",
+            self.cases,
+            self.findings.len()
+        )
+    }
+
+    /// The table of op x generation x policy.
+    pub fn table(&self) -> String {
+        let mut t = String::from(
+            "op  kind                   generation  policy              cases    wrote  skipped  errored\n",
+        );
+        for ((op, kind, g, policy), [cases, wrote, skipped, errored]) in &self.tally {
+            let _ = writeln!(
+                t,
+                "{op:<3} {kind:<22} {g:<11} {policy:<18} {cases:>7} {wrote:>8} {skipped:>8} {errored:>8}"
+            );
+        }
+        let _ = writeln!(t, "refused (edits the CLI rejects): {}", self.refused);
+        t
+    }
+
+    fn count(&mut self, scenario: &Scenario, keep: &[bool], g: Generation, fates: &[Fate]) {
+        let originals = (0..keep.len()).filter(|&i| keep[i]);
+        for ((op, spec), fate) in originals.zip(&scenario.ops).zip(fates) {
+            let key = (op, spec.kind().to_string(), g.name(), policy(spec));
+            let row = self.tally.entry(key).or_default();
+            row[0] += 1;
+            row[1 + *fate as usize] += 1;
+        }
+    }
+}
+
+/// An op's OOB policy and duplicate promise, as the table shows them.
+fn policy(spec: &OpSpec) -> String {
+    let oob = |o: &crate::scenario::model::Oob| format!("oob={}", o.name());
+    let unique = |u: Option<bool>| u.map(|u| format!(" unique={u}")).unwrap_or_default();
+    match spec {
+        OpSpec::DmaGather(o) => oob(&o.oob),
+        OpSpec::DmaScatter(o) => oob(&o.oob) + &unique(o.unique_indices),
+        OpSpec::DmaGatherTranspose(o) => oob(&o.oob),
+        OpSpec::DmaCopy(o) => {
+            let (src, dst) = (o.src.vector_offset(), o.dst.vector_offset());
+            let oob = match src.or(dst) {
+                Some(_) => oob(&o.oob.unwrap_or_default()),
+                None => "-".into(),
+            };
+            oob + &unique(dst.map(|_| o.unique_indices.unwrap_or(true)))
+        }
+        _ => "-".into(),
+    }
+}
+
+/// The generations `--generation` names for `scenario` (default: its own).
+fn generations(g: Option<&str>, own: Generation) -> Result<Vec<Generation>, Error> {
+    match g {
+        None => Ok(vec![own]),
+        Some("all") => Ok(Generation::ALL.to_vec()),
+        Some(name) => Ok(vec![Generation::from_name(name)?]),
+    }
+}
+
+/// Runs `plan` until its budget is spent or `stop` is raised, emitting each finding
+/// (and its reproducer) as it is made, then the table and the summary line.
+pub fn run(plan: &Plan, stop: &AtomicBool, emit: &mut dyn FnMut(&str)) -> Result<Summary, Error> {
+    let loaded = scenario::load(&plan.scenario)?;
+    let own = loaded.scenario.generation.0;
+    let base = Base::new(loaded, generations(plan.generation.as_deref(), own)?)?;
+    let total = match plan.budget {
+        Budget::Iters(n) => n,
+        Budget::Seconds(_) => 0,
+    };
+    let mut progress = Progress::new(total, "fuzz scenario");
+    let mut checker = Checker::default();
+    let mut summary = Summary::default();
+    let start = Instant::now();
+    let quiet = tracing::subscriber::NoSubscriber::default();
+    tracing::subscriber::with_default(quiet, || {
+        for index in 0.. {
+            let spent = match plan.budget {
+                Budget::Iters(n) => index >= n,
+                Budget::Seconds(s) => start.elapsed() >= Duration::from_secs(s),
+            };
+            if spent || stop.load(Ordering::Relaxed) {
+                summary.interrupted = !spent;
+                break;
+            }
+            let mut rng = Rng::new(Rng::case_seed(plan.seed, index));
+            let m = base.draw(&mut rng);
+            summary.cases += 1;
+            progress.inc(1);
+            let Some(f) = case(&base, &mut checker, &m, &mut summary) else {
+                continue;
+            };
+            progress.finish();
+            report(plan, &base, &mut checker, (index, m, f), &mut summary, emit);
+            let done = progress.done();
+            progress = Progress::new(total, "fuzz scenario");
+            progress.inc(done);
+        }
+    });
+    progress.finish();
+    emit(summary.table().trim_end());
+    emit(&summary.line());
+    Ok(summary)
+}
+
+/// Runs case `m`, counting it; its finding, if any.
+fn case(base: &Base, checker: &mut Checker, m: &Mutation, summary: &mut Summary) -> Option<Found> {
+    let (scenario, _) = base.apply(m);
+    let Some(p) = base.prepare(m) else {
+        summary.refused += 1;
+        return None;
+    };
+    match checker.check(&scenario, &p) {
+        Verdict::Refused => {
+            summary.refused += 1;
+            None
+        }
+        Verdict::Clean(fates) => {
+            summary.count(&scenario, &m.keep, m.generation, &fates);
+            None
+        }
+        Verdict::Finding(f) => Some(f.with_original_op(&m.keep)),
+    }
+}
+
+impl Found {
+    /// The finding with its op numbered in the user's scenario (not among the kept).
+    fn with_original_op(mut self, keep: &[bool]) -> Found {
+        self.op = self
+            .op
+            .and_then(|i| (0..keep.len()).filter(|&o| keep[o]).nth(i));
+        self
+    }
+
+    /// What makes two findings the same one.
+    fn signature(&self) -> (&'static str, Option<usize>, Option<Mechanism>) {
+        (self.check, self.op, self.mechanism)
+    }
+}
+
+/// A new finding of case `index`: shrunk, written and emitted (a repeat of an earlier
+/// one is only counted in the table as nothing).
+fn report(
+    plan: &Plan,
+    base: &Base,
+    checker: &mut Checker,
+    (index, m, f): (u64, Mutation, Found),
+    summary: &mut Summary,
+    emit: &mut dyn FnMut(&str),
+) {
+    if summary
+        .findings
+        .iter()
+        .any(|(g, _)| g.signature() == f.signature())
+    {
+        return;
+    }
+    let (m, f) = shrink::shrink(base, checker, m, f);
+    let dir = plan.out.join(format!("case-{}", summary.findings.len()));
+    emit(&format!(
+        "finding in case {index} ({}): {}",
+        f.check, f.what
+    ));
+    match shrink::write(&dir, base, &m, &f, (plan.seed, index)) {
+        Ok(command) => {
+            emit(&format!("reproducer: {}", dir.display()));
+            emit(&format!("  {command}"));
+        }
+        Err(e) => emit(&format!("reproducer not written: {e}")),
+    }
+    summary.findings.push((f, dir));
+}
+
+/// The folder a reproducer's command names.
+pub fn shown(dir: &Path) -> String {
+    dir.join("scenario.toml").display().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::dge_route::plant;
+    use crate::scenario::examples::{BOUND_REGISTER_INDICES, EXAMPLES};
+
+    fn examples() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+    }
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("hostsim-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    /// Fuzzes `scenario` for `iters` cases; the summary and the case of the first finding.
+    fn fuzz(scenario: PathBuf, iters: u64, out: &Path) -> (Summary, Option<u64>) {
+        let plan = Plan {
+            scenario,
+            seed: 1,
+            budget: Budget::Iters(iters),
+            generation: None,
+            out: out.to_path_buf(),
+        };
+        let mut first = None;
+        let mut lines = |l: &str| {
+            let case = l
+                .strip_prefix("finding in case ")
+                .and_then(|r| r.split(' ').next());
+            first = first.or(case.and_then(|c| c.parse().ok()));
+        };
+        let s = run(&plan, &AtomicBool::new(false), &mut lines).unwrap();
+        (s, first)
+    }
+
+    #[test]
+    fn the_bound_register_overrun_is_found_and_minimized_to_one_position() {
+        let out = temp("fuzz-bound");
+        let (s, first) = fuzz(examples().join("bound_register/scenario.toml"), 300, &out);
+        println!("the overrun was found in case {first:?}");
+        assert_eq!(s.findings.len(), 1, "{}", s.line());
+        let (f, dir) = &s.findings[0];
+        assert_eq!((f.check, f.op), ("sanitizer", Some(0)));
+        assert!(
+            f.what
+                .contains("tensor 1 (next), which the op does not name"),
+            "{}",
+            f.what
+        );
+        let idx = crate::npy::read(&dir.join("idx.npy")).unwrap();
+        let values: Vec<u32> = idx
+            .data
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let changed: Vec<usize> = (0..8)
+            .filter(|&k| values[k] != BOUND_REGISTER_INDICES[k])
+            .collect();
+        assert_eq!(changed.len(), 1, "{values:?}");
+        let text = std::fs::read_to_string(dir.join("finding.txt")).unwrap();
+        assert!(text.contains("--sanitize"), "{text}");
+        // the reproducer runs, and the sanitizer stops it
+        let p = scenario::prepare(
+            &scenario::load(&dir.join("scenario.toml")).unwrap(),
+            Default::default(),
+        )
+        .unwrap();
+        let options = scenario::exec::RunOptions {
+            record: false,
+            sanitize: true,
+        };
+        let hidden = &mut Progress::hidden(0, "t");
+        let e = p
+            .execute_recording(p.mechanism, options, hidden)
+            .unwrap_err();
+        assert_eq!(scenario::exit_code(&e), 1);
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// The bound_register example with its bound at the table's 1000 rows: an index of
+    /// 1000 is then a hard error on every route.
+    fn tight_bound(dir: &Path) -> PathBuf {
+        std::fs::create_dir_all(dir).unwrap();
+        let text = std::fs::read_to_string(examples().join("bound_register/scenario.toml"));
+        let text = text.unwrap().replace("bound = 2000", "bound = 1000");
+        std::fs::copy(
+            examples().join("bound_register/idx.npy"),
+            dir.join("idx.npy"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("scenario.toml"), text).unwrap();
+        dir.join("scenario.toml")
+    }
+
+    /// The planted bug "a route that skips instead of erroring at `bound`" (the DGE
+    /// route, [`plant`]): the cross-route comparison catches it; without it the same
+    /// cases are clean.
+    #[test]
+    fn a_route_skipping_at_the_bound_is_caught() {
+        let dir = temp("fuzz-plant");
+        let scenario = tight_bound(&dir);
+        let (clean, _) = fuzz(scenario.clone(), 300, &dir.join("out-clean"));
+        assert_eq!(clean.findings.len(), 0, "{}", clean.line());
+        plant::set_skip_at_bound(true);
+        let (s, first) = fuzz(scenario, 300, &dir.join("out"));
+        plant::set_skip_at_bound(false);
+        println!("the skip-at-bound mutant was caught in case {first:?}");
+        assert_eq!(s.findings.len(), 1, "{}", s.line());
+        let (f, _) = &s.findings[0];
+        assert_eq!((f.check, f.mechanism), ("routes", Some(Mechanism::Dge)));
+        assert!(f.what.contains("IndexOutOfBounds"), "{}", f.what);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn every_shipped_example_fuzzes_clean_for_a_few_cases() {
+        let out = temp("fuzz-examples");
+        // bound_register is the example of a finding (its bound register is twice its
+        // table): the test above fuzzes it
+        for name in EXAMPLES.into_iter().filter(|&n| n != "bound_register") {
+            let (s, _) = fuzz(examples().join(name).join("scenario.toml"), 12, &out);
+            let found: Vec<&str> = s.findings.iter().map(|(f, _)| f.what.as_str()).collect();
+            assert_eq!(found, Vec::<&str>::new(), "{name}");
+            assert_eq!(s.cases, 12);
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_cases() {
+        let loaded = scenario::load(&examples().join("embedding_tile/scenario.toml")).unwrap();
+        let base = Base::new(loaded, vec![Generation::Cayman]).unwrap();
+        assert_eq!(base.indices.len(), 1);
+        let draw = |i| base.draw(&mut Rng::new(Rng::case_seed(3, i)));
+        for i in 0..20 {
+            assert_eq!(draw(i), draw(i));
+        }
+        assert_ne!(
+            (0..20).map(draw).collect::<Vec<_>>(),
+            (20..40).map(draw).collect::<Vec<_>>()
+        );
+    }
+}
