@@ -189,10 +189,25 @@ pub fn gen_spray_info(
     info
 }
 
-/// One side after validation, reshape and indirection.
-struct Side {
-    shape: Reshaped,
-    indexed: Option<Indexed>,
+/// One side after validation (stage 1: `pattern`), the Batman reshape (stage 3: `shape`)
+/// and, if indexed, the indirection (stages 4 to 6: `indexed`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Side {
+    /// The side's pattern in bytes, as validated (before the reshape).
+    pub pattern: BytePattern,
+    /// The side after the Batman reshape.
+    pub shape: Reshaped,
+    /// The indices read and checked, for an indexed side.
+    pub indexed: Option<Indexed>,
+}
+
+/// What stages 1 to 6 make of a request: its sides and the queues it sprays over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stages {
+    pub src: Side,
+    pub dst: Side,
+    /// The selected queues, in spray order.
+    pub queues: QueueIds,
 }
 
 /// Runs the whole pipeline for `req` against `fabric` (which holds the index tensors).
@@ -225,9 +240,20 @@ pub fn generate_into(fabric: &Fabric, req: &Request, out: &mut Generated) -> Res
     Ok(())
 }
 
-/// Stages 1 to 6: validation, the spray summary, both sides reshaped and indexed, and the
-/// first failure (module docs). Nothing is emitted before all of it has passed.
+/// Stages 1 to 6 and the first failure (module docs). Nothing is emitted before all of
+/// it has passed.
 fn prepare(fabric: &Fabric, req: &Request) -> Result<(Side, Side, QueueIds), Error> {
+    let st = stages(fabric, req)?;
+    match first_failure(req, &st.src, &st.dst) {
+        Some(e) => Err(e),
+        None => Ok((st.src, st.dst, st.queues)),
+    }
+}
+
+/// Stages 1 to 6: validation, the spray summary, both sides reshaped and indexed. A
+/// failing index is in its side's [`Indexed::fault`], not an error: [`generate`] turns
+/// the first one into its error; `hostsim explain` shows the stages as they are.
+pub fn stages(fabric: &Fabric, req: &Request) -> Result<Stages, Error> {
     let map = fabric.map();
     let dst_pattern = transposed_destination(req)?;
     let validate = |p: &AccessPattern, side, ind: Option<Indirection>| match ind {
@@ -248,13 +274,15 @@ fn prepare(fabric: &Fabric, req: &Request) -> Result<(Side, Side, QueueIds), Err
     check_pieces(&s.shape, "source")?;
     check_pieces(&d.shape, "destination")?;
     log_masks(req, &s, &d);
-    match first_failure(req, &s, &d) {
-        Some(e) => Err(e),
-        None => Ok((s, d, queues)),
-    }
+    Ok(Stages {
+        src: s,
+        dst: d,
+        queues,
+    })
 }
 
-type QueueIds = smallvec::SmallVec<[u8; QUEUES]>;
+/// The queues a request sprays over.
+pub type QueueIds = smallvec::SmallVec<[u8; QUEUES]>;
 
 /// Stage 7: the descriptor loop and the spray. Disjoint destinations are dealt
 /// round-robin as they come; if the bytes read and written turn out to share an address
@@ -545,6 +573,7 @@ fn build_side(
     let partition_dim = fabric.map().locate(FabricAddr(p.start))?.space != Space::Hbm;
     let Some(ind) = ind else {
         return Ok(Side {
+            pattern: p.clone(),
             shape: batman_reshape(p, None, partition_dim, side),
             indexed: None,
         });
@@ -574,6 +603,7 @@ fn build_side(
     let values = read_indices(&port, &pattern);
     let indexed = do_indirection(fabric.map(), &info, &values, p.start, row);
     Ok(Side {
+        pattern: p.clone(),
         shape,
         indexed: Some(indexed),
     })

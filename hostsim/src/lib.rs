@@ -34,6 +34,7 @@ pub mod core_state;
 pub mod demo;
 pub mod dge_route;
 pub mod error;
+pub mod explain;
 pub mod fuzz;
 pub mod inspect;
 pub mod isa;
@@ -47,5 +48,6 @@ pub mod scenario;
 #[cfg(test)]
 mod test_support;
 pub mod timeline;
+pub mod trace;
 
 pub use error::{Error, ErrorKind};

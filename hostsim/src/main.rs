@@ -80,6 +80,10 @@ enum Command {
         /// an `init = "uninit"` tensor) is a fault: exit 1, nothing written.
         #[arg(long)]
         sanitize: bool,
+        /// Write the run's timeline as a Chrome trace-event JSON file (open it in
+        /// Perfetto: ui.perfetto.dev, "Open trace file").
+        #[arg(long, value_name = "FILE.json")]
+        trace: Option<std::path::PathBuf>,
     },
     /// Generate the scenario's descriptor queues through the DGE (recorded from a run on
     /// a scratch fabric) and write them as one queue file; print per-queue counts.
@@ -111,6 +115,35 @@ enum Command {
         /// Draw the file's DMA queues over the timing model's time as an SVG.
         #[arg(long, value_name = "FILE.svg")]
         timeline: Option<std::path::PathBuf>,
+        /// Write the file's queues as a Chrome trace-event JSON file (Perfetto).
+        #[arg(long, value_name = "FILE.json")]
+        trace: Option<std::path::PathBuf>,
+    },
+    /// Explain each op of a scenario on the DGE route without writing anything: the
+    /// lowering, the DGE stages, the descriptors (count, minimal count, sizes, queues),
+    /// the timing model's estimate and efficiency, and lints with stable codes
+    /// (small-descriptors, duplicate-indices, oob-indices, queue-imbalance,
+    /// partition-split). Exit status 2 for invalid input.
+    ///
+    /// Example: hostsim explain examples/embedding/scenario.toml --op 1 --json
+    Explain {
+        /// The scenario file.
+        scenario: std::path::PathBuf,
+        /// Only op N (numbered from 0; earlier ops still run first).
+        #[arg(long, value_name = "N")]
+        op: Option<usize>,
+        /// Override the scenario's generation: sunda | cayman | mariana | maverick.
+        #[arg(long, value_name = "G")]
+        generation: Option<String>,
+        /// DMA queues, 1..=16 (default 16).
+        #[arg(long, value_name = "N")]
+        queues: Option<usize>,
+        /// Print one JSON object instead of the text.
+        #[arg(long)]
+        json: bool,
+        /// Write the run's timeline as a Chrome trace-event JSON file (Perfetto).
+        #[arg(long, value_name = "FILE.json")]
+        trace: Option<std::path::PathBuf>,
     },
     /// The ISA of a generation: the summary (opcodes, operand structs, routes; also what
     /// `hostsim isa` alone prints), or one 64-byte instruction decoded from hex / encoded
@@ -150,6 +183,7 @@ fn main() -> ExitCode {
             mechanism,
             timeline,
             sanitize,
+            trace,
         }) => {
             let settings = hostsim::scenario::commands::Settings {
                 generation,
@@ -160,6 +194,7 @@ fn main() -> ExitCode {
             let outputs = hostsim::scenario::commands::Outputs {
                 dir: out.as_deref(),
                 timeline: timeline.as_deref(),
+                trace: trace.as_deref(),
             };
             hostsim::scenario::commands::run_with(&scenario, outputs, &settings)
                 .map(|text| print!("{text}"))
@@ -174,12 +209,29 @@ fn main() -> ExitCode {
             scenario,
             out,
             timeline,
+            trace,
         }) => {
             let outputs = hostsim::scenario::commands::Outputs {
                 dir: out.as_deref(),
                 timeline: timeline.as_deref(),
+                trace: trace.as_deref(),
             };
             hostsim::scenario::commands::replay(&queues, &scenario, outputs).map(|t| print!("{t}"))
+        }
+        Some(Command::Explain {
+            scenario,
+            op,
+            generation,
+            queues,
+            json,
+            trace,
+        }) => {
+            let opts = hostsim::explain::Options {
+                op,
+                generation,
+                queues,
+            };
+            run_explain(&scenario, &opts, json, trace.as_deref())
         }
         Some(Command::Bench {
             json,
@@ -221,6 +273,30 @@ fn run_fuzz(opts: &hostsim::fuzz::command::Options) -> ExitCode {
             ExitCode::from(hostsim::scenario::exit_code(&e))
         }
     }
+}
+
+/// `hostsim explain`: the trace (if asked for) is written, all or nothing, before the
+/// explanation is printed.
+fn run_explain(
+    scenario: &std::path::Path,
+    opts: &hostsim::explain::Options,
+    json: bool,
+    trace: Option<&std::path::Path>,
+) -> Result<(), hostsim::Error> {
+    let outputs = hostsim::scenario::commands::Outputs {
+        trace,
+        ..Default::default()
+    };
+    outputs.check()?;
+    let (explained, drawn) = hostsim::explain::explain(scenario, opts, trace.is_some())?;
+    if let Some((path, text)) = trace.zip(drawn.as_deref()) {
+        hostsim::scenario::exec::write_outputs(&[(path, text)], None)?;
+    }
+    match json {
+        true => print!("{}", explained.to_json()),
+        false => print!("{}", explained.text()),
+    }
+    Ok(())
 }
 
 fn run_demo(generation: Option<&str>) -> Result<(), hostsim::Error> {

@@ -425,9 +425,10 @@ pub fn queue_file_svg<R: Read + Seek>(
     }))
 }
 
-/// Whether an SVG can go to `path`, checked before the work that draws it: not a folder,
-/// and in a folder that exists.
-pub fn check_svg_path(path: &Path) -> Result<(), Error> {
+/// Whether the output of command-line flag `flag` (`--timeline`, `--trace`) can go to
+/// `path`, checked before the work that makes it: not a folder, and in a folder that
+/// exists.
+pub fn check_output_path(flag: &str, path: &Path) -> Result<(), Error> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
     let problem = if path.is_dir() {
         Some("it is a folder")
@@ -438,17 +439,9 @@ pub fn check_svg_path(path: &Path) -> Result<(), Error> {
     };
     problem.map_or(Ok(()), |message| {
         Err(Error::Output {
-            what: path.display().to_string(),
+            what: format!("{flag} {}", path.display()),
             message: message.to_string(),
         })
-    })
-}
-
-/// Writes `svg` to `path` atomically: a temporary file beside it, then a rename.
-pub fn write_svg(path: &Path, svg: &str) -> Result<(), Error> {
-    crate::atomic_file::write_bytes(path, svg.as_bytes(), |stage, e| Error::Output {
-        what: path.display().to_string(),
-        message: format!("{e} (when {stage})"),
     })
 }
 
@@ -655,23 +648,20 @@ mod tests {
     }
 
     #[test]
-    fn svg_is_written_atomically() {
+    fn output_paths_are_checked_before_work() {
         let dir = std::env::temp_dir().join(format!("hostsim-timeline-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.svg");
-        write_svg(&path, "<svg/>").unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "<svg/>");
-        assert!(!dir.join("t.svg.partial").exists());
-        assert!(check_svg_path(&path).is_ok());
+        assert!(check_output_path("--timeline", &path).is_ok());
         for (bad, why) in [
             (&dir, "it is a folder"),
             (&dir.join("missing/t.svg"), "does not exist"),
         ] {
-            let e = check_svg_path(bad).unwrap_err().to_string();
-            assert!(e.contains(why), "{e}");
+            let e = check_output_path("--timeline", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(why) && e.starts_with("--timeline "), "{e}");
         }
-        let e = write_svg(&dir.join("missing/t.svg"), "x").unwrap_err();
-        assert!(matches!(e, Error::Output { .. }), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -4,7 +4,7 @@
 //! prints and picks the streams.
 
 use std::io::{BufWriter, IsTerminal, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
 use dma::{Generation, VerifiedQueueFile};
@@ -25,6 +25,9 @@ pub struct InspectArgs {
     /// Also draw the queues over the timing model's time as a standalone SVG.
     #[arg(long, value_name = "FILE.svg")]
     timeline: Option<PathBuf>,
+    /// Also write the queues as a Chrome trace-event JSON file (Perfetto).
+    #[arg(long, value_name = "FILE.json")]
+    trace: Option<PathBuf>,
 }
 
 /// `hostsim isa`.
@@ -130,9 +133,12 @@ impl Write for ListingOut {
 
 /// `hostsim inspect`: verify the whole file, then list it (and draw it).
 pub fn inspect(args: &InspectArgs) -> Result<(), Error> {
-    if let Some(path) = &args.timeline {
-        hostsim::timeline::check_svg_path(path)?;
-    }
+    let outputs = hostsim::scenario::commands::Outputs {
+        dir: None,
+        timeline: args.timeline.as_deref(),
+        trace: args.trace.as_deref(),
+    };
+    outputs.check()?;
     let mut file =
         VerifiedQueueFile::open_path(&args.queues).map_err(|e| Error::QueueFileInput {
             file: args.queues.display().to_string(),
@@ -160,12 +166,19 @@ pub fn inspect(args: &InspectArgs) -> Result<(), Error> {
         Err(_) if out.broken => return Ok(()),
         other => other?,
     };
+    let mut files = Vec::new();
     if let Some(path) = &args.timeline {
         let title = format!("DMA queues of {}", args.queues.display());
         let svg = hostsim::timeline::queue_file_svg(&mut file, &ops, &title)?;
-        hostsim::timeline::write_svg(path, &svg)?;
+        files.push((path.as_path(), svg));
     }
-    Ok(())
+    if let Some(path) = &args.trace {
+        let title = format!("hostsim inspect {}", args.queues.display());
+        let trace = hostsim::trace::queue_file_trace(&mut file, &title)?;
+        files.push((path.as_path(), trace));
+    }
+    let files: Vec<(&Path, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+    hostsim::scenario::exec::write_outputs(&files, None)
 }
 
 /// `hostsim isa ...`.

@@ -115,6 +115,8 @@ pub struct DgeRoute {
     /// Descriptor buffers of prepared instructions, kept for the next ones.
     prepared_buffers: Vec<Generated>,
     recorded: Option<RecordedReplays>,
+    /// While recording, the DGE requests issued, in order (`hostsim explain`).
+    requests: Vec<Request>,
 }
 
 /// A DMA-level instruction (DMA_INDIRECT, INDIRECT_COPY, DMA_MEMCPY, or the embedding
@@ -141,17 +143,27 @@ impl DgeRoute {
     pub fn reset(&mut self) {
         *self = DgeRoute {
             recorded: self.recorded.take(),
+            requests: std::mem::take(&mut self.requests),
             ..DgeRoute::default()
         };
     }
 
     /// Starts (`true`, keeping what was recorded) or stops (`false`, dropping it)
-    /// recording the queues of every replay.
+    /// recording the queues of every replay and the requests generated.
     pub fn record_queues(&mut self, on: bool) {
         match on {
             true => self.recorded = Some(self.recorded.take().unwrap_or_default()),
-            false => self.recorded = None,
+            false => {
+                self.recorded = None;
+                self.requests.clear();
+            }
         }
+    }
+
+    /// The DGE requests issued since the last call while recording, in order (a failing
+    /// instruction's included: they are recorded before generation).
+    pub fn take_requests(&mut self) -> Vec<Request> {
+        std::mem::take(&mut self.requests)
     }
 
     /// The replays recorded since the last call (empty when not recording); recording
@@ -213,6 +225,9 @@ impl DgeRoute {
             self.buffers.resize_with(n, Generated::default);
         }
         lowered.fit_masks(engine);
+        if self.recorded.is_some() {
+            self.requests.extend_from_slice(&lowered.requests);
+        }
         for (k, out) in self.buffers[..n].iter_mut().enumerate() {
             let made = generate_into(fabric, &lowered.requests[k], out);
             #[cfg(test)]

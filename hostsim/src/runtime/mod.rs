@@ -292,6 +292,11 @@ impl Runtime {
         self.dge.take_recorded()
     }
 
+    /// The DGE requests recorded since the last call ([`Runtime::record_queues`]).
+    pub fn take_requests(&mut self) -> Vec<dge::Request> {
+        self.dge.take_requests()
+    }
+
     /// The bound/shape register file DMA_INDIRECT reads.
     pub fn registers_mut(&mut self) -> &mut BoundRegisters {
         &mut self.state.regs

@@ -54,31 +54,52 @@ fn prepared(scenario: &Path, settings: &Settings) -> Result<Prepared, Error> {
 pub fn run(scenario: &Path, out: Option<&Path>, settings: &Settings) -> Result<String, Error> {
     let outputs = Outputs {
         dir: out,
-        timeline: None,
+        ..Outputs::default()
     };
     run_with(scenario, outputs, settings)
 }
 
-/// Where `run` and `replay` write: the output folder, the SVG timeline.
+/// Where `run` and `replay` write: the output folder, the SVG timeline, the Perfetto
+/// trace.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Outputs<'a> {
     pub dir: Option<&'a Path>,
     pub timeline: Option<&'a Path>,
+    pub trace: Option<&'a Path>,
 }
 
-/// `hostsim run --timeline`: executes the scenario, writes the outputs asked for (only on success)
-/// and returns the summary. The timeline draws the DGE route's descriptor queues
-/// (replays joined as `gen` joins them). A progress bar counts the ops on stderr when
-/// it is a terminal.
+impl Outputs<'_> {
+    /// Checks that the timeline and the trace can be written, before any work.
+    pub fn check(&self) -> Result<(), Error> {
+        let flags = [("--timeline", self.timeline), ("--trace", self.trace)];
+        for (flag, path) in flags {
+            path.map_or(Ok(()), |p| crate::timeline::check_output_path(flag, p))?;
+        }
+        Ok(())
+    }
+}
+
+/// The drawings `run` and `replay` can write, each made only when asked for.
+struct Drawings<S, T> {
+    svg: S,
+    trace: T,
+}
+
+/// `hostsim run --timeline/--trace`: executes the scenario, writes the outputs asked for
+/// (only on success) and returns the summary. The timeline draws the DGE route's
+/// descriptor queues (replays joined as `gen` joins them); the trace lays the run out as
+/// its report sums it (`crate::trace`). A progress bar counts the ops on stderr when it
+/// is a terminal.
 pub fn run_with(
     scenario: &Path,
     outputs: Outputs<'_>,
     settings: &Settings,
 ) -> Result<String, Error> {
+    outputs.check()?;
     let p = prepared(scenario, settings)?;
     let mut progress = Progress::new(p.ops.len() as u64, "run");
     let options = exec::RunOptions {
-        record: outputs.timeline.is_some(),
+        record: outputs.timeline.is_some() || outputs.trace.is_some(),
         sanitize: settings.sanitize,
     };
     let (exec, replays) = p.execute_recording(p.mechanism, options, &mut progress)?;
@@ -87,6 +108,7 @@ pub fn run_with(
     let title = format!("hostsim run {}", scenario.display());
     let svg = || queues::timeline_svg(&queues::QueueSet::joined(&p, &replays)?, &title);
     let sanitized = if settings.sanitize { ", sanitized" } else { "" };
+    let trace = || p.run_trace(&title, &exec.reports, &replays);
     let header = format!(
         "{}: {} ops on {} (mechanism {}, {} queues{sanitized})\n",
         scenario.display(),
@@ -95,7 +117,14 @@ pub fn run_with(
         p.mechanism.name(),
         p.queues
     );
-    finish(header, &p, &exec.fabric, &report, outputs, svg)
+    finish(
+        header,
+        &p,
+        &exec.fabric,
+        &report,
+        outputs,
+        Drawings { svg, trace },
+    )
 }
 
 /// `hostsim gen`: records the scenario's DGE queues into the queue file `out`.
@@ -126,6 +155,7 @@ pub fn gen(scenario: &Path, out: &Path, queue_count: Option<usize>) -> Result<St
 /// `hostsim replay`: replays the queue file over the scenario's initial tensors and
 /// writes the outputs asked for (only on success).
 pub fn replay(file: &Path, scenario: &Path, outputs: Outputs<'_>) -> Result<String, Error> {
+    outputs.check()?;
     let p = prepared(scenario, &Settings::default())?;
     let done = queues::replay(&p, file)?;
     let report = done.report();
@@ -134,36 +164,59 @@ pub fn replay(file: &Path, scenario: &Path, outputs: Outputs<'_>) -> Result<Stri
         let mut f = dma::queue_file::VerifiedQueueFile::open_path(file)?;
         queues::file_svg(&mut f, &title)
     };
+    let trace = || {
+        let mut f = dma::queue_file::VerifiedQueueFile::open_path(file)?;
+        crate::trace::queue_file_trace(&mut f, &title)
+    };
     let header = format!(
         "{}: replayed over the tensors of {}\n",
         file.display(),
         scenario.display()
     );
-    finish(header, &p, &done.fabric, &report, outputs, svg)
+    finish(
+        header,
+        &p,
+        &done.fabric,
+        &report,
+        outputs,
+        Drawings { svg, trace },
+    )
 }
 
 /// The end of `run` and `replay`: the summary (`header` and the report's table), then
-/// what `outputs` asks for, written all or none: the SVG drawn by `svg`, and the folder
-/// (tensors of `fabric` and `report`).
-fn finish(
+/// what `outputs` asks for, written all or none: the SVG and the trace `draw` makes, and
+/// the folder (tensors of `fabric` and `report`).
+fn finish<S, T>(
     header: String,
     p: &Prepared,
     fabric: &dma::Fabric,
     report: &exec::Report,
     outputs: Outputs<'_>,
-    svg: impl FnOnce() -> Result<String, Error>,
-) -> Result<String, Error> {
-    let svg = outputs.timeline.map(|_| svg()).transpose()?;
+    draw: Drawings<S, T>,
+) -> Result<String, Error>
+where
+    S: FnOnce() -> Result<String, Error>,
+    T: FnOnce() -> Result<String, Error>,
+{
+    let svg = outputs.timeline.map(|_| (draw.svg)()).transpose()?;
+    let trace = outputs.trace.map(|_| (draw.trace)()).transpose()?;
     let mut text = header + &report.table();
     let arrays = outputs.dir.map(|_| p.outputs(fabric)).transpose()?;
-    let svg = outputs.timeline.zip(svg.as_deref());
+    let files: Vec<(&Path, &str, &str)> = [
+        (outputs.timeline, svg.as_deref(), "the timeline"),
+        (outputs.trace, trace.as_deref(), "the trace"),
+    ]
+    .into_iter()
+    .filter_map(|(path, body, what)| Some((path?, body?, what)))
+    .collect();
     let folder = outputs
         .dir
         .zip(arrays.as_deref())
         .map(|(d, a)| (d, a, report));
-    exec::write_outputs(svg, folder)?;
-    if let Some((path, _)) = svg {
-        let _ = writeln!(text, "wrote the timeline to {}", path.display());
+    let writes: Vec<(&Path, &str)> = files.iter().map(|&(p, b, _)| (p, b)).collect();
+    exec::write_outputs(&writes, folder)?;
+    for (path, _, what) in &files {
+        let _ = writeln!(text, "wrote {what} to {}", path.display());
     }
     if let Some((dir, ..)) = folder {
         let (n, d) = (p.tensors.len(), dir.display());

@@ -84,18 +84,10 @@ impl Prepared {
         self.ops
             .iter()
             .map(|op| {
-                let _span =
-                    tracing::debug_span!("scenario_op", index = op.index, op = op.kind).entered();
-                let fault = |e| Error::ScenarioOpFault {
-                    index: op.index,
-                    op: op.kind,
-                    operands: op.operands.clone(),
-                    source: Box::new(e),
-                };
                 if let Some(s) = sanitizer.as_deref_mut() {
-                    s.check(fabric, op).map_err(fault)?;
+                    s.check(fabric, op).map_err(|e| op_fault(op, e))?;
                 }
-                let report = runtime.run_lowered(fabric, &op.lowered).map_err(fault);
+                let report = run_op(runtime, fabric, op);
                 progress.inc(1);
                 report
             })
@@ -160,6 +152,54 @@ impl Prepared {
                 Ok((t.name.clone(), a))
             })
             .collect()
+    }
+}
+
+impl Prepared {
+    /// The Perfetto trace of a run of this scenario: op `i` reported `reports[i]`, and
+    /// the DGE route recorded `replays` ([`crate::trace::run_trace`]).
+    pub fn run_trace(
+        &self,
+        title: &str,
+        reports: &[RunReport],
+        replays: &[Vec<Vec<dma::Descriptor>>],
+    ) -> Result<String, Error> {
+        let ops: Vec<(String, &RunReport)> = self
+            .ops
+            .iter()
+            .zip(reports)
+            .map(|(op, r)| (op.kind.to_string(), r))
+            .collect();
+        crate::trace::run_trace(&crate::trace::RunInput {
+            title,
+            generation: self.generation,
+            queues: self.queues,
+            ops: &ops,
+            replays,
+        })
+    }
+}
+
+/// Runs `op` on `runtime` over `fabric` in its tracing span; a failure is
+/// [`Error::ScenarioOpFault`] naming the op.
+pub fn run_op(
+    runtime: &mut Runtime,
+    fabric: &mut Fabric,
+    op: &super::PreparedOp,
+) -> Result<RunReport, Error> {
+    let _span = tracing::debug_span!("scenario_op", index = op.index, op = op.kind).entered();
+    runtime
+        .run_lowered(fabric, &op.lowered)
+        .map_err(|e| op_fault(op, e))
+}
+
+/// `e` as op `op`'s fault while running.
+fn op_fault(op: &super::PreparedOp, e: Error) -> Error {
+    Error::ScenarioOpFault {
+        index: op.index,
+        op: op.kind,
+        operands: op.operands.clone(),
+        source: Box::new(e),
     }
 }
 
@@ -270,7 +310,7 @@ impl Report {
 }
 
 /// One op's report from its run.
-fn op_report(kind: &str, r: &RunReport) -> OpReport {
+pub fn op_report(kind: &str, r: &RunReport) -> OpReport {
     let distinct = |names: &mut dyn Iterator<Item = &'static str>| {
         let mut seen: Vec<&str> = Vec::new();
         for n in names {
@@ -297,14 +337,14 @@ fn op_report(kind: &str, r: &RunReport) -> OpReport {
 /// An output folder and what goes in it: the tensors' arrays by name, and the report.
 pub type Folder<'a> = (&'a Path, &'a [(String, NpyArray)], &'a Report);
 
-/// Writes a run's outputs, all or none (one [`atomic_file::Batch`]): the timeline `svg`
-/// at its path, and in the `folder` (created if needed) `<name>.npy` for every array and
-/// `report.json`. If anything fails nothing is in place, and a folder this created is
-/// removed again. Call only after success.
-pub fn write_outputs(svg: Option<(&Path, &str)>, folder: Option<Folder<'_>>) -> Result<(), Error> {
+/// Writes a run's outputs, all or none (one [`atomic_file::Batch`]): each of `files`
+/// (the SVG timeline, the trace) at its path, and in the `folder` (created if needed)
+/// `<name>.npy` for every array and `report.json`. If anything fails nothing is in
+/// place, and a folder this created is removed again. Call only after success.
+pub fn write_outputs(files: &[(&Path, &str)], folder: Option<Folder<'_>>) -> Result<(), Error> {
     let mut batch = Batch::default();
-    if let Some((path, svg)) = svg {
-        stage(&mut batch, path, svg.as_bytes())?;
+    for (path, text) in files {
+        stage(&mut batch, path, text.as_bytes())?;
     }
     let Some((dir, arrays, report)) = folder else {
         return batch.commit(io_error);
@@ -730,7 +770,7 @@ pub(crate) mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let a = u32_array(&[2], &[1, 2]);
         let r = Report::with_total(Vec::new(), 0.0);
-        write_outputs(None, Some((&dir, &[("x".into(), a.clone())], &r))).unwrap();
+        write_outputs(&[], Some((&dir, &[("x".into(), a.clone())], &r))).unwrap();
         assert_eq!(npy::read(&dir.join("x.npy")).unwrap(), a);
         assert_eq!(
             std::fs::read_to_string(dir.join("report.json")).unwrap(),
@@ -765,7 +805,7 @@ pub(crate) mod tests {
             ("x".to_string(), u32_array(&[1], &[1])),
             ("sub/y".to_string(), u32_array(&[1], &[2])),
         ];
-        let e = write_outputs(Some((&svg, "<svg/>")), Some((&dir, &arrays, &r)));
+        let e = write_outputs(&[(&svg, "<svg/>")], Some((&dir, &arrays, &r)));
         assert!(e.unwrap_err().to_string().contains("sub/y.npy"));
         assert!(!dir.exists() && !svg.exists());
         let listed: Vec<_> = std::fs::read_dir(&base).unwrap().collect();

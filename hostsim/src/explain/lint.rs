@@ -1,0 +1,248 @@
+//! The lints of `hostsim explain`, each with a stable code: `small-descriptors`,
+//! `duplicate-indices`, `oob-indices`, `queue-imbalance`, `partition-split`. Each reads
+//! what the run already found ([`Facts`]): the descriptors, the DGE stages, the queues'
+//! timing, the runtime's skips and warnings, the op's error.
+
+use dma::Descriptor;
+use serde::Serialize;
+
+use super::{QueueUse, RequestStages, SideStages};
+use crate::error::{Error, ErrorKind};
+use crate::runtime::RunReport;
+
+/// Descriptors under this many bytes are overhead-bound (the public guidance).
+pub const SMALL_BYTES: u32 = 512;
+
+/// The busiest queue above this multiple of the mean is an imbalance.
+pub const IMBALANCE: f64 = 1.5;
+
+/// Positions named in a message at most.
+const NAMED: usize = 8;
+
+/// One finding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Lint {
+    /// The stable code.
+    pub code: &'static str,
+    /// What is wrong, naming positions and values.
+    pub message: String,
+    /// What would fix it, where one is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suggestion: Option<String>,
+}
+
+/// What the lints read about one op.
+#[derive(Clone, Copy, Debug)]
+pub struct Facts<'a> {
+    pub descriptors: &'a [&'a Descriptor],
+    /// The minimal descriptor count (`OpExplained::minimal_descriptors`).
+    pub minimal: u64,
+    pub stages: &'a [RequestStages],
+    pub queues: &'a [QueueUse],
+    /// The run's queue count.
+    pub engine_queues: usize,
+    /// The op's report, if it ran.
+    pub report: Option<&'a RunReport>,
+    /// Its error, if it failed.
+    pub error: Option<&'a Error>,
+}
+
+/// Every lint that fires, in code order.
+pub fn all(f: &Facts) -> Vec<Lint> {
+    [
+        small_descriptors(f),
+        duplicate_indices(f),
+        oob_indices(f),
+        queue_imbalance(f),
+        partition_split(f),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Every side of every request, named.
+fn sides<'a>(f: &Facts<'a>) -> impl Iterator<Item = (&'static str, &'a SideStages)> {
+    f.stages
+        .iter()
+        .flat_map(|s| [("source", &s.src), ("destination", &s.dst)])
+}
+
+/// `small-descriptors`: most descriptors under [`SMALL_BYTES`].
+fn small_descriptors(f: &Facts) -> Option<Lint> {
+    let n = f.descriptors.len();
+    let small = f
+        .descriptors
+        .iter()
+        .filter(|d| d.len() < SMALL_BYTES)
+        .count();
+    if small * 2 <= n {
+        return None;
+    }
+    let mut sizes: Vec<u32> = f.descriptors.iter().map(|d| d.len()).collect();
+    sizes.sort_unstable();
+    let median = sizes[n / 2];
+    let why: Vec<String> = sides(f)
+        .filter_map(|(name, s)| short_runs(name, s))
+        .collect();
+    let message = format!(
+        "{small} of {n} descriptors move under {SMALL_BYTES} B (median {median} B): {}",
+        why.join("; ")
+    );
+    Some(Lint {
+        code: "small-descriptors",
+        message,
+        suggestion: Some(small_fix(f, n)),
+    })
+}
+
+/// Why a side's runs are short: its innermost reshaped dim.
+fn short_runs(name: &str, s: &SideStages) -> Option<String> {
+    let k = s.after.num_elem.len().checked_sub(1)?;
+    let (count, step) = (s.after.num_elem[k], s.step_bytes[k]);
+    let elem = s.elem_size;
+    if s.shared_indirection_dim == Some(k) {
+        return Some(format!(
+            "the {name}'s indirection dim {k} is innermost: one {elem} B element per index"
+        ));
+    }
+    if step != i64::from(elem) {
+        return Some(format!(
+            "the {name}'s innermost dim {k} steps {step} B over {count} elements, so each run is one {elem} B element"
+        ));
+    }
+    let run = count * u64::from(elem);
+    (run < u64::from(SMALL_BYTES)).then(|| {
+        format!(
+            "the {name}'s contiguous runs are its innermost dim {k}: {count} x {elem} B = {run} B"
+        )
+    })
+}
+
+fn small_fix(f: &Facts, n: usize) -> String {
+    if f.minimal < n as u64 {
+        return format!(
+            "walking the same elements in address order needs {} descriptors instead of {n}: reorder the access pattern's dims so the innermost is contiguous on both sides",
+            f.minimal
+        );
+    }
+    let strided = sides(f).any(|(_, s)| {
+        s.step_bytes
+            .last()
+            .is_some_and(|&st| st != i64::from(s.elem_size))
+    });
+    match strided {
+        true => "one side is contiguous where the other is strided (a transpose): transpose on chip (nc_transpose, or dma_transpose for 2-byte dtypes) and copy contiguous rows".into(),
+        false => "move more contiguous bytes per descriptor: wider rows per index, or merge neighbouring rows into one".into(),
+    }
+}
+
+/// `duplicate-indices`: destination indices that repeat under `unique_indices = true`,
+/// as the run found them (a plain copy's warning, a compute op's error).
+fn duplicate_indices(f: &Facts) -> Option<Lint> {
+    let warned = f
+        .report
+        .into_iter()
+        .flat_map(|r| &r.steps)
+        .flat_map(|s| &s.warnings);
+    let mut found: Vec<String> = warned
+        .filter(|w| w.contains("indices repeat"))
+        .cloned()
+        .collect();
+    if let Some(e) = f
+        .error
+        .filter(|e| e.kind() == ErrorKind::DuplicateDestination)
+    {
+        found.push(format!("{e} (the op fails)"));
+    }
+    (!found.is_empty()).then(|| Lint {
+        code: "duplicate-indices",
+        message: found.join("; "),
+        suggestion: Some("set unique_indices = false to accumulate them in index order, or deduplicate the indices first".into()),
+    })
+}
+
+/// `oob-indices`: indices out of bounds, per policy (skipped under `skip`, failing under
+/// `error`).
+fn oob_indices(f: &Facts) -> Option<Lint> {
+    if let Some(e) = f.error.filter(|e| oob_kind(e.kind())) {
+        return Some(Lint {
+            code: "oob-indices",
+            message: format!("the op fails (oob = error): {e}"),
+            suggestion: Some(
+                "pad with an in-bounds row, or set oob = \"skip\" to skip such indices".into(),
+            ),
+        });
+    }
+    let skipped: Vec<String> = f
+        .report
+        .into_iter()
+        .flat_map(|r| &r.steps)
+        .flat_map(|s| &s.outcome.skipped)
+        .map(|s| format!("{} {} at position {}", s.side, s.value, s.position))
+        .collect();
+    if skipped.is_empty() {
+        return None;
+    }
+    let more = skipped.len().saturating_sub(NAMED);
+    let tail = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    Some(Lint {
+        code: "oob-indices",
+        message: format!(
+            "{} indices out of bounds skipped (oob = skip, they move nothing): {}{tail}",
+            skipped.len(),
+            skipped[..skipped.len().min(NAMED)].join(", ")
+        ),
+        suggestion: None,
+    })
+}
+
+fn oob_kind(k: ErrorKind) -> bool {
+    matches!(
+        k,
+        ErrorKind::IndexOutOfBounds(_) | ErrorKind::IndexAddress(_)
+    )
+}
+
+/// `queue-imbalance`: the busiest queue above [`IMBALANCE`] times the mean over the run's
+/// queues, when there are enough descriptors to fill every queue.
+fn queue_imbalance(f: &Facts) -> Option<Lint> {
+    if f.descriptors.len() < f.engine_queues || f.engine_queues < 2 {
+        return None;
+    }
+    let busy: u64 = f.queues.iter().map(|q| q.busy_ns).sum();
+    let mean = busy as f64 / f.engine_queues as f64;
+    let top = f.queues.iter().max_by_key(|q| q.busy_ns)?;
+    (top.busy_ns as f64 > IMBALANCE * mean).then(|| Lint {
+        code: "queue-imbalance",
+        message: format!(
+            "queue {} is busy {} ns ({} descriptors), {:.1}x the mean {:.0} ns over {} queues",
+            top.queue,
+            top.busy_ns,
+            top.descriptors,
+            top.busy_ns as f64 / mean,
+            mean,
+            f.engine_queues
+        ),
+        suggestion: Some("writes to one destination byte with a compute op stay in one queue: spread the destinations, or split the op so the queues get equal shares".into()),
+    })
+}
+
+/// `partition-split`: an SBUF/PSUM side whose walk steps partitions innermost, element by
+/// element.
+fn partition_split(f: &Facts) -> Option<Lint> {
+    let (name, s) = sides(f).find(|(_, s)| s.partition_innermost)?;
+    let count = s.after.num_elem.last().copied().unwrap_or(0);
+    Some(Lint {
+        code: "partition-split",
+        message: format!(
+            "the {name} walks partitions innermost: {count} partitions get one {} B element each per run",
+            s.elem_size
+        ),
+        suggestion: Some("put the partition dim outermost in the access pattern so each partition gets a contiguous run".into()),
+    })
+}
