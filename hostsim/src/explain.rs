@@ -286,6 +286,7 @@ fn explain_op(p: &Prepared, fabric: &Fabric, run: &OpRun) -> Result<OpExplained,
         engine_queues: p.queues,
         report,
         error: run.result.as_ref().err(),
+        signed: signed_indices(&run.op.lowered.ap_dmas),
     };
     Ok(OpExplained {
         index: run.op.index,
@@ -644,6 +645,20 @@ fn side_text(out: &mut String, name: &str, s: &SideStages) {
     );
 }
 
+/// Whether some access-pattern DMA of the op reads its source's, and its destination's,
+/// indices from an i32 tile.
+fn signed_indices(dmas: &[crate::nki::ApDma]) -> [bool; 2] {
+    let i32_tile = |side: &crate::nki::ApSide| {
+        side.vector_offset
+            .as_ref()
+            .is_some_and(|t| t.dtype == dma::Dtype::I32)
+    };
+    [
+        dmas.iter().any(|d| i32_tile(&d.src)),
+        dmas.iter().any(|d| i32_tile(&d.dst)),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -811,6 +826,25 @@ mod tests {
         assert_eq!(error.stages[0].src.indices.unwrap().failing, 1);
         let clean = op0("oob-clean", &text, &[("idx.npy", &[2, 3, 0])]);
         assert_eq!(codes(&clean), Vec::<&str>::new());
+    }
+
+    /// An i32 index tile's skipped -1 reads -1, not its bits as u32.
+    #[test]
+    fn a_negative_i32_index_is_named_as_such() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/embedding_tile/scenario.toml");
+        let opts = Options {
+            op: Some(0),
+            ..Options::default()
+        };
+        let op = &explain(&path, &opts, false).unwrap().0.ops[0];
+        let oob = op.lints.iter().find(|l| l.code == "oob-indices").unwrap();
+        assert!(
+            oob.message
+                .ends_with("src -1 at position 5, src 1000 at position 77"),
+            "{}",
+            oob.message
+        );
     }
 
     #[test]

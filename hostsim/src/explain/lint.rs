@@ -7,6 +7,7 @@ use dma::Descriptor;
 use serde::Serialize;
 
 use super::{QueueUse, RequestStages, SideStages};
+use crate::core_state::IndexSide;
 use crate::error::{Error, ErrorKind};
 use crate::runtime::RunReport;
 
@@ -45,6 +46,9 @@ pub struct Facts<'a> {
     pub report: Option<&'a RunReport>,
     /// Its error, if it failed.
     pub error: Option<&'a Error>,
+    /// Whether the source's and the destination's index tiles are signed (i32): their
+    /// skipped values are shown as such (-1, not 4294967295).
+    pub signed: [bool; 2],
 }
 
 /// Every lint that fires, in code order.
@@ -179,7 +183,14 @@ fn oob_indices(f: &Facts) -> Option<Lint> {
         .into_iter()
         .flat_map(|r| &r.steps)
         .flat_map(|s| &s.outcome.skipped)
-        .map(|s| format!("{} {} at position {}", s.side, s.value, s.position))
+        .map(|s| {
+            let signed = f.signed[usize::from(s.side == IndexSide::Dst)];
+            let value = match signed {
+                true => i64::from(s.value as i32),
+                false => i64::from(s.value),
+            };
+            format!("{} {value} at position {}", s.side, s.position)
+        })
         .collect();
     if skipped.is_empty() {
         return None;
