@@ -53,6 +53,10 @@ pub enum Target {
     DescriptorsPerS(f64),
     /// Two engine workers at least this many times faster than one.
     Speedup(f64),
+    /// Throughput at least this fraction of the raw gather loop's ([`gather_loop_seconds`]).
+    OfGatherLoop(f64),
+    /// None: the row is a baseline others are measured against.
+    Baseline,
 }
 
 impl Target {
@@ -62,6 +66,8 @@ impl Target {
             Target::Ratio(r) => format!(">={r}x memcpy"),
             Target::DescriptorsPerS(d) => format!(">={}M desc/s", d / 1e6),
             Target::Speedup(s) => format!(">={s}x 1 worker"),
+            Target::OfGatherLoop(r) => format!(">={r}x gather_loop"),
+            Target::Baseline => "baseline".into(),
         }
     }
 
@@ -70,7 +76,8 @@ impl Target {
         match self {
             Target::Ratio(r) => row.ratio >= r,
             Target::DescriptorsPerS(d) => row.descriptors_per_s.is_some_and(|x| x >= d),
-            Target::Speedup(s) => row.speedup.is_some_and(|x| x >= s),
+            Target::Speedup(s) | Target::OfGatherLoop(s) => row.speedup.is_some_and(|x| x >= s),
+            Target::Baseline => true,
         }
     }
 }
@@ -89,7 +96,7 @@ pub struct Workload {
 }
 
 /// Every workload, in the order `hostsim bench` runs them.
-pub static WORKLOADS: [Workload; 9] = [
+pub static WORKLOADS: [Workload; 10] = [
     Workload {
         name: "copy_contiguous",
         target: Target::Ratio(0.8),
@@ -122,9 +129,15 @@ pub static WORKLOADS: [Workload; 9] = [
     },
     Workload {
         name: "elem_gather",
-        target: Target::Ratio(0.1),
-        about: "dma_gather of 4194304 random f32 elements of a 1048576-element table",
+        target: Target::OfGatherLoop(0.5),
+        about: "dma_gather of 4194304 random f32 elements of a 1048576-element table, against gather_loop on the same data",
         measure: elem_gather,
+    },
+    Workload {
+        name: "gather_loop",
+        target: Target::Baseline,
+        about: "elem_gather's baseline: out[i] = table[idx[i]] over plain vectors on two threads",
+        measure: gather_loop,
     },
     Workload {
         name: "descgen",
@@ -442,17 +455,72 @@ fn pool_route(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
     })
 }
 
+/// elem_gather's table elements and gathers.
+const ELEMS: u32 = 1 << 20;
+const GATHERS: usize = 1 << 22;
+
 fn elem_gather(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
-    const ELEMS: u32 = 1 << 20;
-    const GATHERS: usize = 1 << 22;
     let bytes = GATHERS as u64 * 4;
     let tensors = u64::from(ELEMS) * 4 + 2 * bytes;
-    measure(w, repeat, (bytes, tensors), || {
+    let mut row = measure(w, repeat, (bytes, tensors), || {
         let mut fabric = Fabric::new(Generation::Cayman);
         write_ramp(&mut fabric, TABLE, u64::from(ELEMS))?;
         let indices = Xorshift(SEED).below(GATHERS, ELEMS);
         gather_job(Generation::Cayman, (ELEMS, 1), fabric, indices)
+    })?;
+    let (table, indices) = loop_data();
+    let mut out = vec![0f32; GATHERS];
+    let loop_s = gather_loop_seconds(&table, &indices, &mut out, repeat);
+    row.speedup = Some(loop_s / row.seconds.max(f64::MIN_POSITIVE));
+    row.meets_target = w.target.met_by(&row);
+    Ok(row)
+}
+
+fn gather_loop(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
+    let bytes = GATHERS as u64 * 4;
+    let tensors = u64::from(ELEMS) * 4 + 2 * bytes;
+    measure(w, repeat, (bytes, tensors), || {
+        let (table, indices) = loop_data();
+        let mut out = vec![0f32; GATHERS];
+        Ok(Box::new(move || {
+            let seconds = gather_loop_seconds(&table, &indices, &mut out, 1);
+            Ok(RunStats {
+                descriptors: 0,
+                seconds: Some(seconds),
+            })
+        }))
     })
+}
+
+/// elem_gather's data as plain vectors: the same ramp and the same indices.
+fn loop_data() -> (Vec<f32>, Vec<u32>) {
+    let table = (0..ELEMS).map(|i| (i % 4096) as f32 * 0.25).collect();
+    (table, Xorshift(SEED).below(GATHERS, ELEMS))
+}
+
+/// The median seconds of `repeat` runs of the raw gather loop `out[i] =
+/// table[indices[i]]`, the indices split in halves between two threads (the machine's
+/// two cores, as the engine's two workers).
+fn gather_loop_seconds(table: &[f32], indices: &[u32], out: &mut [f32], repeat: usize) -> f64 {
+    let times = (0..repeat.max(1))
+        .map(|_| {
+            let t = std::time::Instant::now();
+            let half = indices.len() / 2;
+            let (lo, hi) = out.split_at_mut(half);
+            std::thread::scope(|s| {
+                for (dst, idx) in [(lo, &indices[..half]), (hi, &indices[half..])] {
+                    s.spawn(move || {
+                        for (o, &i) in dst.iter_mut().zip(idx) {
+                            *o = table.get(i as usize).copied().unwrap_or(0.0);
+                        }
+                    });
+                }
+            });
+            std::hint::black_box(&mut *out);
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    super::median(times)
 }
 
 fn row_scatter_add(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
@@ -665,6 +733,7 @@ mod tests {
                 "row_scatter_add",
                 "embedding_update",
                 "elem_gather",
+                "gather_loop",
                 "descgen",
                 "pool_route",
                 "replay_workers"
