@@ -311,7 +311,7 @@ mod tests {
             .iter()
             .map(|w| w.name)
             .collect();
-        assert_eq!(names, ["row_gather", "row_gather_tile", "elem_gather"]);
+        assert_eq!(names, ["row_gather", "row_gather_tile", "elem_gather", "gather_loop"]);
         let e = selected(&opts("nope")).unwrap_err().to_string();
         assert!(
             e.starts_with("no bench workload matches --filter nope"),
