@@ -16,7 +16,7 @@
 use std::time::Instant;
 
 use dma::{DescOp, Descriptor, Dtype, FabricAddr};
-use hostsim::bench::{median, memcpy_seconds, run, BenchOptions};
+use hostsim::bench::{gather_loop, median, memcpy_seconds, run, BenchOptions};
 
 const ELEMS: usize = 1 << 20;
 const GATHERS: usize = 1 << 22;
@@ -34,20 +34,6 @@ fn indices() -> Vec<u32> {
             (x % ELEMS as u64) as u32
         })
         .collect()
-}
-
-/// `out[i] = table[idx[i]]` over `idx` on `threads` threads, each a contiguous part.
-fn gather_loop(table: &[u32], idx: &[u32], out: &mut [u32], threads: usize) {
-    let part = idx.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        for (idx, out) in idx.chunks(part).zip(out.chunks_mut(part)) {
-            s.spawn(move || {
-                for (o, &i) in out.iter_mut().zip(idx) {
-                    *o = table[i as usize];
-                }
-            });
-        }
-    });
 }
 
 /// One 4-byte copy descriptor per index of `idx` (source `table` offset, destination

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 
-pub use workloads::{Workload, WORKLOADS};
+pub use workloads::{gather_loop, Workload, WORKLOADS};
 
 /// What `hostsim bench` runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -311,7 +311,15 @@ mod tests {
             .iter()
             .map(|w| w.name)
             .collect();
-        assert_eq!(names, ["row_gather", "row_gather_tile", "elem_gather", "gather_loop"]);
+        assert_eq!(
+            names,
+            [
+                "row_gather",
+                "row_gather_tile",
+                "elem_gather",
+                "gather_loop"
+            ]
+        );
         let e = selected(&opts("nope")).unwrap_err().to_string();
         assert!(
             e.starts_with("no bench workload matches --filter nope"),

@@ -137,7 +137,7 @@ pub static WORKLOADS: [Workload; 10] = [
         name: "gather_loop",
         target: Target::Baseline,
         about: "elem_gather's baseline: out[i] = table[idx[i]] over plain vectors on two threads",
-        measure: gather_loop,
+        measure: gather_loop_row,
     },
     Workload {
         name: "descgen",
@@ -476,7 +476,7 @@ fn elem_gather(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
     Ok(row)
 }
 
-fn gather_loop(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
+fn gather_loop_row(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
     let bytes = GATHERS as u64 * 4;
     let tensors = u64::from(ELEMS) * 4 + 2 * bytes;
     measure(w, repeat, (bytes, tensors), || {
@@ -498,29 +498,38 @@ fn loop_data() -> (Vec<f32>, Vec<u32>) {
     (table, Xorshift(SEED).below(GATHERS, ELEMS))
 }
 
-/// The median seconds of `repeat` runs of the raw gather loop `out[i] =
-/// table[indices[i]]`, the indices split in halves between two threads (the machine's
-/// two cores, as the engine's two workers).
+/// The median seconds of `repeat` runs of [`gather_loop`] on two threads (the
+/// machine's two cores, as the engine's two workers).
 fn gather_loop_seconds(table: &[f32], indices: &[u32], out: &mut [f32], repeat: usize) -> f64 {
     let times = (0..repeat.max(1))
         .map(|_| {
             let t = std::time::Instant::now();
-            let half = indices.len() / 2;
-            let (lo, hi) = out.split_at_mut(half);
-            std::thread::scope(|s| {
-                for (dst, idx) in [(lo, &indices[..half]), (hi, &indices[half..])] {
-                    s.spawn(move || {
-                        for (o, &i) in dst.iter_mut().zip(idx) {
-                            *o = table.get(i as usize).copied().unwrap_or(0.0);
-                        }
-                    });
-                }
-            });
+            gather_loop(table, indices, out, 2);
             std::hint::black_box(&mut *out);
             t.elapsed().as_secs_f64()
         })
         .collect();
     super::median(times)
+}
+
+/// The raw gather `out[i] = table[idx[i]]` (an index past the table reads the default)
+/// on `threads` threads, each a contiguous part: the floor under elem_gather.
+pub fn gather_loop<T: Copy + Default + Send + Sync>(
+    table: &[T],
+    idx: &[u32],
+    out: &mut [T],
+    threads: usize,
+) {
+    let part = idx.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|s| {
+        for (idx, out) in idx.chunks(part).zip(out.chunks_mut(part)) {
+            s.spawn(move || {
+                for (o, &i) in out.iter_mut().zip(idx) {
+                    *o = table.get(i as usize).copied().unwrap_or_default();
+                }
+            });
+        }
+    });
 }
 
 fn row_scatter_add(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
