@@ -437,3 +437,52 @@ fn outputs_are_written_all_or_none() {
     assert!(!fresh.exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn sanitize_passes_clean_indices_and_stops_an_overrun_writing_nothing() {
+    let dir = scratch("sanitize");
+    let clean = example("bound_register");
+    let o = hostsim(&["run", &clean, "--sanitize"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let overrun = clean.replace("scenario.toml", "overrun.toml");
+    let out = dir.join("out");
+    // without the sanitizer the overrun runs (it reads the neighbouring tensor)
+    let o = hostsim(&["run", &overrun]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = hostsim(&["run", &overrun, "--sanitize", "--out", s(&out)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("index position 3 (value 1500): tensor 1 (next), which the op does not name"),
+        "{e}"
+    );
+    assert!(!out.exists(), "--out was written");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn explain_and_trace_refuse_a_bad_op_or_path_writing_nothing() {
+    let o = hostsim(&["explain", &example("embedding"), "--op", "9"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--op 9"), "{}", stderr(&o));
+    let dir = scratch("trace");
+    let bad = dir.join("missing").join("t.json");
+    let out = dir.join("out");
+    let o = hostsim(&[
+        "run",
+        &example("embedding"),
+        "--trace",
+        s(&bad),
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--trace"), "{}", stderr(&o));
+    assert!(!out.exists() && !bad.exists());
+    let good = dir.join("t.json");
+    let o = hostsim(&["explain", &example("embedding"), "--trace", s(&good)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&good).unwrap();
+    assert!(text.contains("\"traceEvents\":[{"), "{}", &text[..60]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

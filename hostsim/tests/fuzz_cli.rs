@@ -98,3 +98,38 @@ fn ctrl_c_stops_between_cases_and_still_prints_the_summary() {
     );
     assert_eq!(o.status.code(), Some(130));
 }
+
+/// `fuzz --scenario` on the bound-register example: the overrun is found, the table and
+/// the summary are printed, the reproducer written, and the exit status is 1.
+#[test]
+fn a_scenario_fuzz_finds_the_overrun_and_writes_a_reproducer() {
+    let out = std::env::temp_dir().join(format!("hostsim-fuzz-scenario-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let scenario = format!(
+        "{}/../examples/bound_register/scenario.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let o = hostsim(&[
+        "fuzz",
+        "--scenario",
+        &scenario,
+        "--iters",
+        "100",
+        "--seed",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.starts_with("finding in case "), "{text}");
+    assert!(text.contains("op  kind"), "{text}");
+    assert!(text.ends_with("fuzz: 100 cases, 1 findings\n"), "{text}");
+    for file in ["scenario.toml", "idx.npy", "finding.txt"] {
+        assert!(out.join("case-0").join(file).exists(), "{file}");
+    }
+    // a usage error: --scenario with --target
+    let o = hostsim(&["fuzz", "--scenario", &scenario, "--target", "oob"]);
+    assert_eq!(o.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&out);
+}
