@@ -323,6 +323,11 @@ pub fn run(plan: &Plan, stop: &AtomicBool, emit: &mut dyn FnMut(&str)) -> Result
     let loaded = scenario::load(&plan.scenario)?;
     let own = loaded.scenario.generation.0;
     let base = Base::new(loaded, generations(plan.generation.as_deref(), own)?)?;
+    for (g, why) in &base.skipped {
+        emit(&format!(
+            "generation {g} skipped: the scenario is invalid there: {why}"
+        ));
+    }
     let total = match plan.budget {
         Budget::Iters(n) => n,
         Budget::Seconds(_) => 0,

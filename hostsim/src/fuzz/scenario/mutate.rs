@@ -76,13 +76,16 @@ pub struct Base {
     /// Every `.npy` init, by the path the scenario gives.
     arrays: BTreeMap<PathBuf, NpyArray>,
     pub indices: Vec<IndexTensor>,
+    /// The generations cases draw from.
     pub generations: Vec<Generation>,
+    /// The generations asked for on which the user's scenario is invalid, and why.
+    pub skipped: Vec<(Generation, String)>,
 }
 
 impl Base {
-    /// Reads the scenario's `.npy` files and finds its index tensors, checking the
-    /// scenario prepares on every generation in `generations` (the first error is
-    /// returned: the user's own scenario must be valid).
+    /// Reads the scenario's `.npy` files and finds its index tensors. The generations
+    /// the user's own scenario is invalid on are left out, with why, in
+    /// [`Base::skipped`]; if it is valid on none, the first one's error is returned.
     pub fn new(loaded: Loaded, generations: Vec<Generation>) -> Result<Base, Error> {
         let mut arrays = BTreeMap::new();
         for t in &loaded.scenario.tensors {
@@ -94,17 +97,24 @@ impl Base {
             loaded,
             arrays,
             indices: Vec::new(),
-            generations,
+            generations: Vec::new(),
+            skipped: Vec::new(),
         };
-        let mut first = None;
-        for &g in &base.generations {
-            let p = base.prepare_on(&base.loaded.scenario.clone(), g, &base.arrays)?;
-            first.get_or_insert(p);
+        let mut first: Option<Result<Prepared, Error>> = None;
+        for g in generations {
+            let p = base.prepare_on(&base.loaded.scenario.clone(), g, &base.arrays);
+            match &p {
+                Ok(_) => base.generations.push(g),
+                Err(e) => base.skipped.push((g, e.to_string())),
+            }
+            if first.as_ref().is_none_or(|f| f.is_err() && p.is_ok()) {
+                first = Some(p);
+            }
         }
         let p = first.ok_or(Error::FuzzOption {
             option: "--generation",
             rule: "names no generation",
-        })?;
+        })??;
         base.indices = index_tensors(&base.loaded.scenario, &p)?;
         Ok(base)
     }
