@@ -131,23 +131,13 @@ impl Prepared {
     /// Every tensor's contents on `fabric` as a `.npy` array (bf16 as raw `<u2` bits), in
     /// scenario order.
     pub fn outputs(&self, fabric: &Fabric) -> Result<Vec<(String, NpyArray)>, Error> {
-        let map = *fabric.map();
         self.tensors
             .iter()
             .map(|t| {
-                let mut data = vec![0u8; t.bytes() as usize];
-                let mut at = 0usize;
-                for (addr, len) in t.runs(&map)? {
-                    let end = at + len as usize;
-                    if let Some(row) = data.get_mut(at..end) {
-                        fabric.read(addr, row)?;
-                    }
-                    at = end;
-                }
                 let a = NpyArray {
                     descr: npy::storage_descr(t.dtype).to_string(),
                     shape: t.shape.clone(),
-                    data,
+                    data: t.read(fabric)?,
                 };
                 Ok((t.name.clone(), a))
             })

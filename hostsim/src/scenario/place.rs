@@ -110,6 +110,20 @@ impl Placed {
             .collect()
     }
 
+    /// Its bytes on `fabric`, row-major (partition by partition on core).
+    pub fn read(&self, fabric: &dma::Fabric) -> Result<Vec<u8>, Error> {
+        let mut data = vec![0u8; self.bytes() as usize];
+        let mut at = 0usize;
+        for (addr, len) in self.runs(fabric.map())? {
+            let end = at + len as usize;
+            if let Some(row) = data.get_mut(at..end) {
+                fabric.read(addr, row)?;
+            }
+            at = end;
+        }
+        Ok(data)
+    }
+
     /// Its fabric start (element 0).
     pub fn start(&self, map: &AddressMap) -> Result<FabricAddr, Error> {
         let loc = Location {

@@ -28,11 +28,41 @@ use crate::error::Error;
 use crate::isa::text::operand_addresses;
 use crate::runtime::{Mechanism, Runtime};
 
-/// The bytes of the fabric each tensor owns, and what the uninit tensors have had
-/// written; the reference route that the checks run on.
+/// The bytes of the fabric each tensor of a scenario owns: `(first byte, end, tensor)`
+/// runs, sorted, disjoint.
+#[derive(Clone, Debug)]
+pub struct Owners(Vec<(u64, u64, usize)>);
+
+impl Owners {
+    /// The runs of `p`'s tensors.
+    pub fn new(p: &Prepared) -> Result<Owners, Error> {
+        let map = dma::AddressMap::new(p.generation);
+        let mut owners = Vec::new();
+        for t in &p.tensors {
+            for (addr, len) in t.runs(&map)? {
+                owners.push((addr.0, addr.0 + len, t.index));
+            }
+        }
+        owners.sort_unstable();
+        Ok(Owners(owners))
+    }
+
+    /// The tensor owning the byte at `addr`.
+    pub fn owner(&self, addr: u64) -> Option<usize> {
+        self.from(addr).first().filter(|o| o.0 <= addr).map(|o| o.2)
+    }
+
+    /// The runs from the first that ends after `addr` on.
+    fn from(&self, addr: u64) -> &[(u64, u64, usize)] {
+        let i = self.0.partition_point(|o| o.1 <= addr);
+        &self.0[i..]
+    }
+}
+
+/// The bytes each tensor owns, and what the uninit tensors have had written; the
+/// reference route that the checks run on.
 pub struct Sanitizer {
-    /// `(first byte, end, tensor)` runs, sorted, disjoint.
-    owners: Vec<(u64, u64, usize)>,
+    owners: Owners,
     /// Per uninit tensor, the byte ranges written so far (`start -> end`, disjoint).
     written: Vec<Option<BTreeMap<u64, u64>>>,
     names: Vec<String>,
@@ -60,14 +90,7 @@ struct Finding {
 impl Sanitizer {
     /// A sanitizer over `p`'s tensors, its reference route at `p`'s generation.
     pub fn new(p: &Prepared) -> Result<Sanitizer, Error> {
-        let map = dma::AddressMap::new(p.generation);
-        let mut owners = Vec::new();
-        for t in &p.tensors {
-            for (addr, len) in t.runs(&map)? {
-                owners.push((addr.0, addr.0 + len, t.index));
-            }
-        }
-        owners.sort_unstable();
+        let owners = Owners::new(p)?;
         let written = p.tensors.iter().map(|t| t.uninit.then(BTreeMap::new));
         Ok(Sanitizer {
             owners,
@@ -117,18 +140,12 @@ impl Sanitizer {
         if op.kind == "isa" {
             for inst in &op.lowered.instructions {
                 let addrs = operand_addresses(inst, fabric.map());
-                named.extend(addrs.iter().filter_map(|(_, a)| self.owner(a.0)));
+                named.extend(addrs.iter().filter_map(|(_, a)| self.owners.owner(a.0)));
             }
         }
         named.sort_unstable();
         named.dedup();
         named
-    }
-
-    /// The tensor owning the byte at `addr`.
-    fn owner(&self, addr: u64) -> Option<usize> {
-        let i = self.owners.partition_point(|o| o.1 <= addr);
-        self.owners.get(i).filter(|o| o.0 <= addr).map(|o| o.2)
     }
 
     /// Walks `events` in order, recording uninit writes; the first bad write if any,
@@ -168,8 +185,7 @@ impl Sanitizer {
     fn wrong(&self, named: &[usize], addr: u64, len: u64, kind: AccessKind) -> Option<Wrong> {
         let end = addr.saturating_add(len);
         let mut at = addr;
-        let first = self.owners.partition_point(|o| o.1 <= addr);
-        for &(lo, hi, t) in &self.owners[first..] {
+        for &(lo, hi, t) in self.owners.from(addr) {
             if at >= end {
                 return None;
             }
@@ -200,8 +216,9 @@ impl Sanitizer {
 
     /// Adds `lo..hi` to the written ranges of the uninit tensors it covers.
     fn record_write(&mut self, lo: u64, hi: u64) {
-        let first = self.owners.partition_point(|o| o.1 <= lo);
-        let runs: Vec<(u64, u64, usize)> = self.owners[first..]
+        let runs: Vec<(u64, u64, usize)> = self
+            .owners
+            .from(lo)
             .iter()
             .take_while(|o| o.0 < hi)
             .copied()
@@ -384,7 +401,7 @@ mod tests {
             .collect();
         owners.sort_unstable();
         Sanitizer {
-            owners,
+            owners: Owners(owners),
             written: (0..tensors.len())
                 .map(|t| (t % 2 == 1).then(BTreeMap::new))
                 .collect(),

@@ -63,8 +63,6 @@ pub struct Found {
 /// A case's verdict.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// The edits make a scenario the CLI refuses (not run).
-    Refused,
     /// Every check passed: each kept op's fate, up to the first that failed.
     Clean(Vec<Fate>),
     /// A check failed.
@@ -369,16 +367,11 @@ pub fn run(plan: &Plan, stop: &AtomicBool, emit: &mut dyn FnMut(&str)) -> Result
 
 /// Runs case `m`, counting it; its finding, if any.
 fn case(base: &Base, checker: &mut Checker, m: &Mutation, summary: &mut Summary) -> Option<Found> {
-    let (scenario, _) = base.apply(m);
-    let Some(p) = base.prepare(m) else {
+    let Some((scenario, p)) = base.prepare(m) else {
         summary.refused += 1;
         return None;
     };
     match checker.check(&scenario, &p) {
-        Verdict::Refused => {
-            summary.refused += 1;
-            None
-        }
         Verdict::Clean(fates) => {
             summary.count(&scenario, &m.keep, m.generation, &fates);
             None

@@ -20,6 +20,7 @@ use crate::isa::text::operand_addresses;
 use crate::npy::{storage_descr, NpyArray};
 use crate::scenario::model::{Init, Oob, OpSpec, Scenario};
 use crate::scenario::place::Placed;
+use crate::scenario::sanitize::Owners;
 use crate::scenario::{self, Loaded, Overrides, Prepared};
 
 /// An index tensor of the scenario: the values it starts with and the edge values
@@ -267,10 +268,12 @@ impl Base {
         (s, arrays)
     }
 
-    /// `m` prepared: `Ok(None)` when the edits make a scenario the CLI would refuse.
-    pub fn prepare(&self, m: &Mutation) -> Option<Prepared> {
+    /// The scenario `m` makes, prepared (`None` when the edits make a scenario the CLI
+    /// would refuse).
+    pub fn prepare(&self, m: &Mutation) -> Option<(Scenario, Prepared)> {
         let (s, arrays) = self.apply(m);
-        self.prepare_on(&s, m.generation, &arrays).ok()
+        let p = self.prepare_on(&s, m.generation, &arrays).ok()?;
+        Some((s, p))
     }
 
     fn prepare_on(
@@ -372,6 +375,7 @@ fn set_unique(op: &mut OpSpec, unique: bool) {
 fn index_tensors(s: &Scenario, p: &Prepared) -> Result<Vec<IndexTensor>, Error> {
     let map = dma::AddressMap::new(p.generation);
     let fabric = p.initial_fabric()?;
+    let owners = Owners::new(p)?;
     let mut bounds: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     for (spec, op) in s.ops.iter().zip(&p.ops) {
         let named: Vec<usize> = op.named.clone();
@@ -393,8 +397,8 @@ fn index_tensors(s: &Scenario, p: &Prepared) -> Result<Vec<IndexTensor>, Error> 
                 let idx = addrs
                     .iter()
                     .filter(|(f, _)| f.contains("idx") || f.contains("index"));
-                index.extend(idx.filter_map(|(_, a)| owner(p, &map, a.0)));
-                let data = addrs.iter().filter_map(|(_, a)| owner(p, &map, a.0));
+                index.extend(idx.filter_map(|(_, a)| owners.owner(a.0)));
+                let data = addrs.iter().filter_map(|(_, a)| owners.owner(a.0));
                 let shapes: Vec<u64> = data
                     .filter(|t| !index.contains(t))
                     .flat_map(|t| p.tensors[t].shape.clone())
@@ -411,16 +415,6 @@ fn index_tensors(s: &Scenario, p: &Prepared) -> Result<Vec<IndexTensor>, Error> 
         .filter(|(t, _)| !p.tensors[*t].dtype.is_float())
         .map(|(t, meets)| index_tensor(p, &fabric, t, &meets))
         .collect()
-}
-
-/// The tensor owning fabric byte `addr`.
-fn owner(p: &Prepared, map: &dma::AddressMap, addr: u64) -> Option<usize> {
-    p.tensors.iter().position(|t| {
-        t.runs(map)
-            .unwrap_or_default()
-            .iter()
-            .any(|&(a, l)| a.0 <= addr && addr < a.0 + l)
-    })
 }
 
 fn index_tensor(
@@ -458,12 +452,7 @@ fn index_tensor(
 
 /// The values of integer tensor `t` on `fabric` (row-major), sign-extended by its dtype.
 pub fn values(t: &Placed, fabric: &dma::Fabric) -> Result<Vec<i64>, Error> {
-    let mut bytes = Vec::new();
-    for (addr, len) in t.runs(fabric.map())? {
-        let mut run = vec![0; len as usize];
-        fabric.read(addr, &mut run)?;
-        bytes.extend(run);
-    }
+    let bytes = t.read(fabric)?;
     let size = t.dtype.size();
     Ok(bytes
         .chunks_exact(size)

@@ -22,8 +22,7 @@ pub fn shrink(
 ) -> (Mutation, Found) {
     let signature = f.signature();
     let mut still = |t: &Mutation| -> Option<Found> {
-        let (scenario, _) = base.apply(t);
-        let p = base.prepare(t)?;
+        let (scenario, p) = base.prepare(t)?;
         match checker.check(&scenario, &p) {
             Verdict::Finding(g) => {
                 let g = g.with_original_op(&t.keep);
