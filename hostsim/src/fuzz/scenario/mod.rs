@@ -219,6 +219,7 @@ fn as_case(p: &Prepared) -> Result<(Case, Vec<usize>), Error> {
         fabric: p.initial_fabric()?,
         regions: Vec::new(),
         bounds: Vec::new(),
+        shapes: Vec::new(),
         tensors: Vec::new(),
         labels: vec!["scenario"; stream.len()],
         stream,
