@@ -9,7 +9,8 @@
 //! - a reduction under `unique_indices` whose moving destination indices repeat is an
 //!   error (an independent count of the repeats);
 //! - every route agrees with the reference, byte for byte and in the kind of error
-//!   ([`super::routes::Routes`], the comparison the `oob` target uses).
+//!   ([`super::routes::Routes`], the one cross-route comparison, which the `oob` target
+//!   and the conformance suite use too).
 //!
 //! A finding is shrunk ([`shrink`]) to the fewest edits of the user's values and the
 //! fewest ops that still show it, and written to `DIR/case-K/` as a runnable scenario.
