@@ -379,6 +379,8 @@ fn dge_kind(e: &dge::Error) -> ErrorKind {
         dge::Error::IndexOutOfBounds { side: s, .. } => ErrorKind::IndexOutOfBounds(side(s)),
         dge::Error::IndexOffFabric { side: s, .. } => ErrorKind::IndexAddress(side(s)),
         dge::Error::DuplicateDestination { .. } => ErrorKind::DuplicateDestination,
+        // a by-design refusal (crate::dge_route::by_design): the route does not serve it
+        dge::Error::SourceOverlapsDestination { .. } => ErrorKind::NoMechanism,
         dge::Error::Fabric(_) => ErrorKind::Fabric,
         _ => ErrorKind::Descriptor,
     }

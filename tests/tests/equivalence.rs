@@ -1,60 +1,90 @@
-//! The three-way equivalence suite: random instruction streams over the four datapaths
-//! (and DMA_MEMCPY) run by the reference, the POOL kernels and the DGE + DMA engine on
-//! clones of one fabric must leave bit-identical fabrics and core states, report equal
-//! outcomes, and reject the same instructions with the same error kind.
+//! The three-way equivalence suite: the `oob` target's stream cases
+//! (`hostsim::fuzz::oob::case`: every datapath, its OOB policies and bounds, shape
+//! registers, GATHER_TRANSPOSE, windows overwritten between LOAD and GATHER,
+//! instructions the generation must reject) run by the reference, the POOL kernels and
+//! the DGE + DMA engine on clones of one fabric, compared by the fuzzer's own comparison
+//! (`hostsim::fuzz::routes::Routes`; its module docs give the rules): equal outcomes or
+//! error kinds per op, a rejected op leaving every fabric as it was, bit-identical
+//! fabrics and core states at the end, and the stream again as one program.
 //!
-//! The cases stay where all three define the result (see `conformance::cases`). No POOL
-//! instruction reads bytes it writes; now and then a Pool_Buffer window's SBUF source is
-//! overwritten between its POOL_BUFFER_LOAD and its GATHER, which the DGE route refuses
-//! by design (it has no Pool_Buffer): those are counted as "rejected by dge, by design"
-//! and end their stream (`conformance::lanes`).
+//! A route that does not serve an op (no POOL kernel for DMA_MEMCPY and the
+//! access-pattern DMAs, the DGE route's by-design refusals) has the reference stand in;
+//! the suite checks those stand-ins happen only where [`STAND_INS`] says they may.
 //!
-//! Run with `-- --nocapture` to see the figures (cases, instructions, comparisons,
-//! bytes compared, per datapath).
+//! Run with `-- --nocapture` to see the figures (cases, ops, comparisons, rejections,
+//! stand-ins, bytes compared, per datapath).
 
 use std::cell::RefCell;
 
-use conformance::cases::random_case;
-use conformance::lanes::{Lanes, Stats};
-use hostsim::runtime::Mechanism;
+use hostsim::fuzz::oob::{self, LABELS};
+use hostsim::fuzz::routes::{Routes, Stats, MECHANISMS};
+use hostsim::fuzz::Rng;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-/// The compared mechanisms, the reference first.
-const MECHANISMS: [Mechanism; 3] = [Mechanism::Reference, Mechanism::Pool, Mechanism::Dge];
+/// Where the reference may stand in, by route and op label: the POOL route has no
+/// kernel for DMA_MEMCPY (`dma_memcpy`, `window_overwrite`) or the access-pattern DMAs;
+/// the DGE route refuses, by design, a GATHER whose window was overwritten since its
+/// LOAD and a GATHER_TRANSPOSE reading rows it writes (an index past its table reaching
+/// the destination).
+const STAND_INS: [(&str, &str); 5] = [
+    ("pool", "dma_memcpy"),
+    ("pool", "window_overwrite"),
+    ("pool", "dma_copy_ap"),
+    ("dge", "gather"),
+    ("dge", "gather_transpose"),
+];
 
 fn print(title: &str, s: &Stats) {
     let names: Vec<&str> = MECHANISMS.iter().map(|m| m.name()).collect();
     println!(
-        "{title}: {} cases, {} instructions compared across {:?} ({} result comparisons, {} rejected alike, {} soft skips), {} fabric bytes compared, 0 mismatches; per datapath {:?}; rejections {:?}; rejected by dge, by design: {:?}",
-        s.cases, s.instructions, names, s.comparisons, s.rejected, s.skipped, s.bytes_compared, s.by_label, s.rejected_by_kind, s.dge_by_design
+        "{title}: {} cases, {} ops compared across {names:?} ({} result comparisons, {} reference stand-ins, {} absent), {} fabric bytes compared, {} soft skips, 0 mismatches; per datapath {:?}; rejected alike {:?}; stand-ins {:?}",
+        s.cases, s.ops, s.comparisons, s.stand_in_total(), s.absent, s.bytes_compared, s.skipped, s.by_label, s.rejected, s.stand_ins
     );
 }
 
-/// Seeds 0..64: a fixed corpus, the same on every run.
+/// What holds of every run's figures: each route but the reference is compared, stood
+/// in for, or absent on each op, and the reference stands in only where allowed.
+fn check(s: &Stats) {
+    let routes = MECHANISMS.len() as u64 - 1;
+    assert_eq!(
+        s.comparisons + s.stand_in_total() + s.absent,
+        s.ops * routes,
+        "{s:?}"
+    );
+    for at in s.stand_ins.keys() {
+        assert!(
+            STAND_INS.contains(at),
+            "the reference stood in for {at:?}: {s:?}"
+        );
+    }
+}
+
+/// Seeds 0..64: a fixed corpus, the same on every run; it covers every datapath label.
 #[test]
 fn routes_agree_on_the_fixed_corpus() {
-    let mut lanes = Lanes::new(&MECHANISMS);
+    let mut routes = Routes::new();
     let mut stats = Stats::default();
     for seed in 0..64 {
-        let s = lanes
-            .compare(&random_case(seed))
-            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let s = routes
+            .compare(&oob::case(Rng::new(seed), None))
+            .unwrap_or_else(|d| panic!("seed {seed}: {} {}", d.mechanism.name(), d.what));
         stats.add(&s);
     }
     print("fixed corpus", &stats);
+    check(&stats);
     assert_eq!(stats.cases, 64);
-    assert!(stats.instructions >= 64, "{stats:?}");
-    assert_eq!(
-        stats.comparisons,
-        stats.instructions * (MECHANISMS.len() as u64 - 1)
-    );
+    assert!(stats.ops >= 100, "{stats:?}");
+    assert!(stats.comparisons >= stats.ops, "{stats:?}");
+    let labels: Vec<&str> = stats.by_label.keys().copied().collect();
+    assert_eq!(labels, LABELS);
 }
 
-/// 128 random seeds per run (a failure names its seed: `random_case(seed)` replays it).
+/// 128 random seeds per run (a failure names its seed: `oob::case(Rng::new(seed), None)`
+/// replays it, as does `hostsim fuzz --target oob --case SEED`).
 #[test]
 fn routes_agree_on_random_streams() {
-    let lanes = RefCell::new(Lanes::new(&MECHANISMS));
+    let routes = RefCell::new(Routes::new());
     let stats = RefCell::new(Stats::default());
     let config = Config {
         cases: 128,
@@ -62,11 +92,12 @@ fn routes_agree_on_random_streams() {
         ..Config::default()
     };
     let result = TestRunner::new(config).run(&any::<u64>(), |seed| {
-        let case = random_case(seed);
-        let s = lanes
+        let s = routes
             .borrow_mut()
-            .compare(&case)
-            .map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}")))?;
+            .compare(&oob::case(Rng::new(seed), None))
+            .map_err(|d| {
+                TestCaseError::fail(format!("seed {seed}: {} {}", d.mechanism.name(), d.what))
+            })?;
         stats.borrow_mut().add(&s);
         Ok(())
     });
@@ -75,6 +106,7 @@ fn routes_agree_on_random_streams() {
     }
     let stats = stats.into_inner();
     print("random streams", &stats);
+    check(&stats);
     assert_eq!(stats.cases, 128);
-    assert!(stats.by_label.len() >= 5, "{stats:?}");
+    assert!(stats.by_label.len() >= 8, "{stats:?}");
 }

@@ -702,7 +702,37 @@ fn channel_addr(map: &AddressMap, a: Addr4, k: u32) -> Result<FabricAddr, Error>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
     use dma::Generation;
+
+    /// Every by-design refusal is a route that does not serve the input
+    /// ([`ErrorKind::NoMechanism`]: the cross-route comparison has the reference stand
+    /// in), and an error every route shares is not one.
+    #[test]
+    fn by_design_refusals_are_no_mechanism() {
+        let field = crate::isa::FieldPath::new("GATHER", "src_mem_pattern");
+        let refusals = [
+            Error::DgeWindowPattern { field },
+            Error::DgeWindowUnrecorded { channel: 1 },
+            Error::DgeWindowOverwritten { channel: 2 },
+            Error::DgeRowStep {
+                field,
+                step: 1 << 31,
+            },
+            Error::Dge(dge::Error::SourceOverlapsDestination { lo: 4, hi: 8 }),
+        ];
+        for e in refusals {
+            assert!(by_design(&e), "{e}");
+            assert_eq!(e.kind(), ErrorKind::NoMechanism, "{e}");
+        }
+        let shared = Error::DuplicateDestination {
+            value: 3,
+            first: 1,
+            second: 2,
+        };
+        assert!(!by_design(&shared));
+        assert_eq!(shared.kind(), ErrorKind::DuplicateDestination);
+    }
 
     #[test]
     fn queue_masks_and_patterns() {

@@ -1,5 +1,5 @@
-//! A stream case: a generation, the fabric holding its inputs, a bound-register file and
-//! a short stream of ops (raw ISA instructions and NKI access-pattern DMAs) — what the
+//! A stream case: a generation, the fabric holding its inputs, a register file (bound
+//! and shape registers) and a short stream of ops (raw ISA instructions and NKI access-pattern DMAs) — what the
 //! `oob` target generates and every route runs.
 //!
 //! [`Builder`] hands out fresh, disjoint allocations (so no POOL instruction reads bytes
@@ -13,7 +13,7 @@
 use dma::{Addr4, Fabric, FabricAddr, Generation, Space};
 
 use crate::fuzz::rng::Rng;
-use crate::isa::{BoundCheckReg, BoundRegisters, Instruction, Tensor4d};
+use crate::isa::{BoundCheckReg, BoundRegisters, Instruction, ShapeReg, Tensor4d};
 use crate::nki::{ApDma, ApTensor, Lowered};
 
 /// One op of a stream case.
@@ -66,6 +66,8 @@ pub struct Case {
     pub regions: Vec<(FabricAddr, u64)>,
     /// The bound registers DMA_INDIRECT reads: `(register, bound)` pairs.
     pub bounds: Vec<(u8, u64)>,
+    /// The shape registers DMA_INDIRECT reads: `(first register, [X, Y, Z, W])` pairs.
+    pub shapes: Vec<(u8, [u32; 4])>,
     /// The typed tensors the access-pattern DMAs walk (data, index tiles, scalar
     /// offsets), each once, with their initial contents on `fabric` (not in `regions`).
     pub tensors: Vec<ApTensor>,
@@ -76,12 +78,15 @@ pub struct Case {
 }
 
 impl Case {
-    /// The register file [`Case::bounds`] describes.
+    /// The register file [`Case::bounds`] and [`Case::shapes`] describe.
     pub fn registers(&self) -> BoundRegisters {
         let mut regs = BoundRegisters::new();
+        // The builder only records registers that set_bound and set_shape accepted.
         for &(reg, bound) in &self.bounds {
-            // The builder only records registers that set_bound accepted.
             let _ = regs.set_bound(reg, bound);
+        }
+        for &(reg, xyzw) in &self.shapes {
+            let _ = regs.set_shape(reg, xyzw);
         }
         regs
     }
@@ -106,6 +111,7 @@ pub struct Builder {
     pub(crate) fabric: Fabric,
     regions: Vec<(FabricAddr, u64)>,
     bounds: Vec<(u8, u64)>,
+    shapes: Vec<(u8, [u32; 4])>,
     tensors: Vec<ApTensor>,
     stream: Vec<Op>,
     labels: Vec<&'static str>,
@@ -126,6 +132,7 @@ impl Builder {
             fabric: Fabric::new(generation),
             regions: Vec::new(),
             bounds: Vec::new(),
+            shapes: Vec::new(),
             tensors: Vec::new(),
             stream: Vec::new(),
             labels: Vec::new(),
@@ -150,6 +157,7 @@ impl Builder {
             fabric: self.fabric,
             regions: self.regions,
             bounds: self.bounds,
+            shapes: self.shapes,
             tensors: self.tensors,
             stream: self.stream,
             labels: self.labels,
@@ -278,6 +286,16 @@ impl Builder {
         self.bounds.push((reg, bound));
         Some(bc)
     }
+
+    /// A shape register (four registers) holding `xyzw` (`None` once they run out).
+    pub fn shape_register(&mut self, xyzw: [u32; 4]) -> Option<ShapeReg> {
+        let reg = self.next_reg;
+        BoundRegisters::new().set_shape(reg, xyzw).ok()?;
+        let shape = ShapeReg::at(reg).ok()?;
+        self.next_reg = reg.checked_add(4)?;
+        self.shapes.push((reg, xyzw));
+        Some(shape)
+    }
 }
 
 /// Little-endian `values`, each `size` bytes wide (1, 2 or 4).
@@ -314,15 +332,18 @@ mod tests {
     }
 
     #[test]
-    fn writes_are_recorded_and_registers_replayed() {
+    fn writes_are_recorded_and_bound_and_shape_registers_replayed() {
         let mut b = Builder::new(Rng::new(2), Generation::Cayman);
         b.write(FabricAddr(0x100), &[1, 2, 3]).unwrap();
         let bc = b.bound_register(7, true).unwrap();
         assert_eq!((bc.bc_reg(), bc.bc_disable_oob_error_notif()), (0, true));
         assert_eq!(b.bound_register(9, false).unwrap().bc_reg(), 2);
+        let shape = b.shape_register([1, 2, 3, 4]).unwrap();
+        assert_eq!(shape.reg(), 4);
         let case = b.finish();
         assert_eq!(case.regions, vec![(FabricAddr(0x100), 3)]);
         assert_eq!(case.registers().bound(bc).unwrap(), Some(7));
+        assert_eq!(case.registers().shape(shape).unwrap(), Some([1, 2, 3, 4]));
         assert_eq!(pack(&[0x0102_0304, 5], 2), vec![4, 3, 5, 0]);
     }
 }

@@ -12,7 +12,8 @@
 //! - [`Target::Oob`] ([`oob`], [`mod@ap`], [`routes`]): streams of instructions and
 //!   access-pattern DMAs aimed at every OOB policy of every datapath, run by the
 //!   reference, the POOL kernels and the DGE + DMA engine, comparing fabric bytes,
-//!   outcomes and error kinds;
+//!   outcomes and error kinds ([`routes`] is the one cross-route comparison, [`oob`] the
+//!   one stream generator: `--scenario` and the conformance suite use them too);
 //! - [`Target::Isa`] ([`isa`]): random 64-byte structs: decode and validate never
 //!   panic, valid ones re-encode identically.
 //!

@@ -1,38 +1,65 @@
-//! The `oob` target's generators: one fragment per datapath, each aimed at that
-//! datapath's OOB policies and bounds (seed 000 section 7, DESIGN.md "OOB policy"):
+//! The `oob` target's generators, the one source of stream cases (the conformance
+//! suite's equivalence tests draw theirs here too): one fragment per datapath, each
+//! aimed at that datapath's OOB policies and bounds (seed 000 section 7, DESIGN.md "OOB
+//! policy"):
 //!
 //! - GATHER 0x68 (after its POOL_BUFFER_LOAD 0x67): IMMEDIATE_WRITE with a random or
-//!   zero immediate, SKIP_WRITE; indices at the window's edges, u8/u16/u32 sentinels;
-//!   windows of 1, 511, 512 elements; negative steps; PSUM destinations (maverick
-//!   rejects them); 4096 and 4097 indices;
+//!   zero immediate, SKIP_WRITE; indices at the window's edges, u8/u16/u32 sentinels,
+//!   now and then in other channels' partitions; windows of 1, 511, 512 elements;
+//!   negative steps; PSUM destinations (maverick rejects them); 4096 and 4097 indices;
+//!   gathers with no window, two gathers on one window, windows left loaded for later
+//!   fragments, and windows overwritten between LOAD and GATHER (a DMA_MEMCPY, label
+//!   `window_overwrite`: the reference gathers the copy taken at LOAD, the DGE route
+//!   refuses it by design);
 //! - DMA_INDIRECT 0xbb: bound register enabled or disabled, hard error or soft skip,
-//!   notification on or off; tables ending on the last byte of HBM or an SBUF partition;
-//!   duplicates with and without `non_unique_dst_idx`; every compute op;
+//!   notification on or off; Src, Dst and SrcDst; direct sides of step 0 (every row onto
+//!   one); tables ending on the last byte of HBM or an SBUF partition; duplicates with
+//!   and without `non_unique_dst_idx`; every compute op; GATHER_TRANSPOSE into one
+//!   region or across SBUF partitions (`gather_transpose`); shape registers, indexed
+//!   along every dim with indices around the extent and the bound
+//!   (`dma_indirect_shaped`: [`Case::shapes`]);
 //! - INDIRECT_COPY 0xe7: runs that pass the end of the source buffer (the part past the
-//!   end stays zero), the 0xffff sentinel, every run width;
+//!   end stays zero), the 0xffff sentinel, every run width, indices and destination in
+//!   other partitions, destination step 2;
 //! - PSEUDO_EMBEDDING_UPDATE 0xca: indices at and past `num_entries`, duplicates,
 //!   NaN and signed-zero data under add / max / min;
 //! - DMA_MEMCPY 0xb8: overlapping destinations, tables at the end of HBM, eng_mask 0;
 //! - access-pattern DMAs (NKI `dma_copy` over `.ap()` sides, run by the software DGE):
-//!   see [`super::ap`].
+//!   see [`super::ap`];
+//! - instructions the case's generation must reject (`invalid`).
 //!
 //! Every fragment draws its data through [`Rng::edge_data`], so NaNs and signed zeros
 //! meet every reduction; its counts through [`Rng::edge_count`] (none, one, 4096 and
 //! 4097 included); and its partitions through [`Rng::edge_partition`] (the first and
 //! the last that fits included).
 
-use dma::{CceOp, ComputeOp, Dtype, FabricAddr, Generation, Space};
+use dma::{Addr4, CceOp, ComputeOp, Dtype, FabricAddr, Generation, Space};
 
 use crate::fuzz::case::{pack, strided, Builder, Case};
 use crate::fuzz::rng::Rng;
 use crate::isa::{
     BoundCheckReg, Direct2dSide, DmaDirect2d, DmaIndirect1d, DmaIndirectFlags, DmaSide,
-    EmbeddingTable, IndexMissBehavior, Indirect, IndirectDim, IndirectMode, PoolBufferLoad,
-    PseudoEmbeddingUpdate, S4d4Gt, S4d4Ic,
+    EmbeddingTable, IndexMissBehavior, Indirect, IndirectDim, IndirectMode, InstFlags, Instruction,
+    PoolBufferLoad, PseudoEmbeddingUpdate, ReshapeKind, S4d4Gt, S4d4Ic, Tensor4d,
 };
 
 /// The index limit of one instruction (per channel, per core).
 const LIMIT: u32 = 4096;
+
+/// Every op label a case carries, in order.
+pub const LABELS: [&str; 11] = [
+    "dma_copy_ap",
+    "dma_indirect",
+    "dma_indirect_shaped",
+    "dma_memcpy",
+    "embedding_update",
+    "gather",
+    "gather_transpose",
+    "indirect_copy",
+    "invalid",
+    "pool_buffer_load",
+    "window_overwrite",
+];
 
 /// The `oob` case drawn from `rng`: 1 to 3 fragments on a random generation.
 pub fn case(mut rng: Rng, generation: Option<Generation>) -> Case {
@@ -40,13 +67,14 @@ pub fn case(mut rng: Rng, generation: Option<Generation>) -> Case {
     let mut b = Builder::new(rng, generation);
     for _ in 0..b.rng.range(1, 3) {
         // A fragment that does not fit what is left is skipped (None).
-        let _ = match b.rng.below(6) {
-            0 => gather_fragment(&mut b),
-            1 => dma_indirect_fragment(&mut b),
-            2 => indirect_copy_fragment(&mut b),
-            3 => embedding_fragment(&mut b),
-            4 => memcpy_fragment(&mut b),
-            _ => super::ap::fragment(&mut b),
+        let _ = match b.rng.below(13) {
+            0 | 1 => gather_fragment(&mut b),
+            2 | 3 => dma_indirect_fragment(&mut b),
+            4 | 5 => indirect_copy_fragment(&mut b),
+            6 | 7 => embedding_fragment(&mut b),
+            8 | 9 => memcpy_fragment(&mut b),
+            10 | 11 => super::ap::fragment(&mut b),
+            _ => invalid_fragment(&mut b),
         };
     }
     b.finish()
@@ -99,6 +127,9 @@ fn gather_fragment(b: &mut Builder) -> Option<()> {
     let load = PoolBufferLoad::new(src, dtype, channels as u8).with_start_index(start);
     if !b.rng.chance(5) {
         b.push("pool_buffer_load", load);
+        if b.rng.chance(20) {
+            overwrite_window(b, src.start_addr(), dtype)?;
+        }
     }
     let w = Window {
         channels,
@@ -107,7 +138,26 @@ fn gather_fragment(b: &mut Builder) -> Option<()> {
         start,
         len,
     };
-    gather(b, &w)
+    for _ in 0..1 + usize::from(b.rng.chance(25)) {
+        gather(b, &w)?;
+    }
+    Some(())
+}
+
+/// A DMA_MEMCPY of one fresh element over the element at `at`, in a loaded window:
+/// defined (the reference gathers the copy taken at LOAD), refused by the DGE route at
+/// the GATHER by design.
+fn overwrite_window(b: &mut Builder, at: Addr4, dtype: Dtype) -> Option<()> {
+    let size = dtype.size() as u32;
+    let side = |start_addr| Direct2dSide {
+        start_addr,
+        step_elem: [1, 1],
+    };
+    let src = side(table(b, size.into(), false)?);
+    let dst = side(b.fabric_of(at)?);
+    let m = DmaDirect2d::new(src, dst, size, [1, 1], dtype, ComputeOp::None);
+    b.push("window_overwrite", m);
+    Some(())
 }
 
 /// One GATHER against `w`, with a random miss policy and immediate.
@@ -115,8 +165,13 @@ fn gather(b: &mut Builder, w: &Window) -> Option<()> {
     let in_dtype = b.rng.pick(&[Dtype::U8, Dtype::U16, Dtype::U32]);
     let isize = in_dtype.size();
     let m = b.rng.edge_count(48, LIMIT);
+    // Now and then the indices sit in other channels' partitions.
+    let p_idx = match b.rng.chance(15) {
+        true => b.rng.edge_partition(w.channels, 128),
+        false => w.partition,
+    };
     let idx_off = b.sbuf(m * isize as u32)?;
-    for q in w.partition..w.partition + w.channels {
+    for q in p_idx..p_idx + w.channels {
         let values = b
             .rng
             .edge_indices(m as usize, w.start, w.len, sentinel(isize));
@@ -136,11 +191,7 @@ fn gather(b: &mut Builder, w: &Window) -> Option<()> {
         1 => b.rng.next_u32() & sentinel(out_dtype.size()),
         _ => b.rng.next_u32(),
     };
-    let src = strided(
-        Builder::addr4(Space::Sbuf, w.partition, idx_off)?,
-        1,
-        m as u16,
-    );
+    let src = strided(Builder::addr4(Space::Sbuf, p_idx, idx_off)?, 1, m as u16);
     let g = S4d4Gt::new(src, dst, in_dtype, out_dtype, w.channels as u8)
         .with_index_miss_behavior(miss)
         .with_immediate(imm)
@@ -160,7 +211,7 @@ fn same_size(rng: &mut Rng, d: Dtype) -> Dtype {
 
 /// A GATHER destination of `m` elements on `channels` channels over random bytes (so
 /// SKIP_WRITE shows): SBUF, or PSUM now and then; step 1, 2 or -1.
-fn gather_dst(b: &mut Builder, channels: u32, m: u32, osize: u32) -> Option<crate::isa::Tensor4d> {
+fn gather_dst(b: &mut Builder, channels: u32, m: u32, osize: u32) -> Option<Tensor4d> {
     let step: i16 = b.rng.pick(&[1, 1, 2, -1]);
     let bytes = m * step.unsigned_abs() as u32 * osize;
     let (space, off) = match b.rng.chance(10) {
@@ -182,6 +233,11 @@ fn gather_dst(b: &mut Builder, channels: u32, m: u32, osize: u32) -> Option<crat
 // ---- DMA_INDIRECT 0xbb ------------------------------------------------------------
 
 fn dma_indirect_fragment(b: &mut Builder) -> Option<()> {
+    match b.rng.below(10) {
+        0 | 1 => return gather_transpose_fragment(b),
+        2 | 3 => return shaped_fragment(b),
+        _ => {}
+    }
     let mode = b
         .rng
         .pick(&[IndirectMode::Src, IndirectMode::Dst, IndirectMode::SrcDst]);
@@ -204,23 +260,42 @@ fn dma_indirect_fragment(b: &mut Builder) -> Option<()> {
     Some(())
 }
 
-/// One side of `n` rows of `row` bytes: an indexed table (indices in SBUF partition 0,
-/// a bound register or none) or a direct run with step 0, 1 or 2.
+/// One side of `n` rows of `row` bytes: an indexed table of 1..40 rows
+/// ([`indexed_side`]) or a direct run ([`direct_side`]).
 fn dma_side(b: &mut Builder, indirect: bool, n: u32, row: u32) -> Option<DmaSide> {
-    if !indirect {
-        let step: u16 = b.rng.pick(&[1, 1, 2, 0]);
-        let rows = u64::from(n.saturating_sub(1)) * u64::from(step) + 1;
-        let start = table(b, rows * u64::from(row), false)?;
-        return Some(DmaSide {
-            start_addr: start,
-            idx_start_addr: dma::Addr4(0),
-            elem_size: row,
-            step_elem: step,
-            bound: BoundCheckReg::DISABLED,
-        });
+    match indirect {
+        true => {
+            let rows = b.rng.range(1, 40);
+            let start = table(b, u64::from(rows) * u64::from(row), true)?;
+            indexed_side(b, start, [n, row, rows], 1)
+        }
+        false => direct_side(b, n, row),
     }
-    let rows = b.rng.range(1, 40);
-    let start = table(b, u64::from(rows) * u64::from(row), true)?;
+}
+
+/// A direct side of `n` rows of `row` bytes, step 0, 1 or 2 (0: every row onto one).
+fn direct_side(b: &mut Builder, n: u32, row: u32) -> Option<DmaSide> {
+    let step: u16 = b.rng.pick(&[1, 1, 2, 0]);
+    let rows = u64::from(n.saturating_sub(1)) * u64::from(step) + 1;
+    Some(DmaSide {
+        start_addr: table(b, rows * u64::from(row), false)?,
+        idx_start_addr: Addr4(0),
+        elem_size: row,
+        step_elem: step,
+        bound: BoundCheckReg::DISABLED,
+    })
+}
+
+/// An indexed side of `n` positions of `row` bytes over the table at `start` holding
+/// `rows` entries (rows, or a shape's extent along the indexed dim), element step
+/// `step`: a bound register at `rows`, one below, 0 or a few above (or none), and
+/// indices around it in SBUF partition 0.
+fn indexed_side(
+    b: &mut Builder,
+    start: FabricAddr,
+    [n, row, rows]: [u32; 3],
+    step: u16,
+) -> Option<DmaSide> {
     let bound = match b.rng.below(10) {
         0..=5 => u64::from(rows),
         6 => u64::from(rows.saturating_sub(1)),
@@ -242,9 +317,102 @@ fn dma_side(b: &mut Builder, indirect: bool, n: u32, row: u32) -> Option<DmaSide
         start_addr: start,
         idx_start_addr: Builder::addr4(Space::Sbuf, 0, idx_off)?,
         elem_size: row,
-        step_elem: 1,
+        step_elem: step,
         bound: bc,
     })
+}
+
+/// A DMA_INDIRECT with reshape_kind GATHER_TRANSPOSE: `n` indexed rows of 1..8
+/// elements from an HBM table, written as columns into one region (rows `n..n + 3` elements apart) or
+/// into SBUF partitions (rows 1..3 partitions apart).
+fn gather_transpose_fragment(b: &mut Builder) -> Option<()> {
+    let dtype = b.rng.dtype();
+    let esize = dtype.size() as u32;
+    let cols = b.rng.range(1, 8);
+    let row = esize * cols;
+    let n = b.rng.range(1, 64);
+    let rows = b.rng.range(1, 64);
+    let rows_at = hbm_table(b, u64::from(rows * row))?;
+    let src = indexed_side(b, rows_at, [n, row, rows], 1)?;
+    let (start_addr, step) = match b.rng.chance(50) {
+        true => {
+            let step = b.rng.range(1, 3);
+            let off = b.sbuf(n * esize)?;
+            let p = b.rng.range(0, 127 - (cols - 1) * step);
+            for c in 0..cols {
+                let bytes = b.rng.bytes((n * esize) as usize);
+                b.write_at(Space::Sbuf, p + c * step, off, &bytes)?;
+            }
+            (b.fabric_of(Builder::addr4(Space::Sbuf, p, off)?)?, step)
+        }
+        false => {
+            let step = n + b.rng.range(0, 3);
+            let bytes = ((cols - 1) * step + n) * esize;
+            (table(b, bytes.into(), false)?, step)
+        }
+    };
+    let dst = DmaSide {
+        start_addr,
+        idx_start_addr: Addr4(0),
+        elem_size: row,
+        step_elem: step as u16,
+        bound: BoundCheckReg::DISABLED,
+    };
+    let flags = DmaIndirectFlags::new(
+        IndirectMode::Src,
+        b.rng.chance(30),
+        false,
+        IndirectDim::X,
+        IndirectDim::X,
+    );
+    let d = DmaIndirect1d::new(flags, src, dst, n as u16, dtype, ComputeOp::None)
+        .with_reshape_kind(ReshapeKind::GatherTranspose);
+    b.push("gather_transpose", d);
+    Some(())
+}
+
+/// A DMA_INDIRECT with a shape register: a `[W][Z][Y][X]` tensor of extents 1..=4
+/// indexed along a random dim by 1..12 positions (step 0: the shape walks the rest)
+/// whose indices sit around the extent and the bound; the other side a direct run of
+/// the rows walked, or indexed along the same dim.
+fn shaped_fragment(b: &mut Builder) -> Option<()> {
+    let xyzw = [(); 4].map(|()| b.rng.range(1, 4));
+    let shape = b.shape_register(xyzw)?;
+    let dim = b.rng.pick(&[
+        IndirectDim::X,
+        IndirectDim::Y,
+        IndirectDim::Z,
+        IndirectDim::W,
+    ]);
+    let extent = xyzw[usize::from(dim.code())];
+    let mode = b
+        .rng
+        .pick(&[IndirectMode::Src, IndirectMode::Dst, IndirectMode::SrcDst]);
+    let dtype = b.rng.dtype();
+    let row = dtype.size() as u32 * b.rng.range(1, 3);
+    let n = b.rng.range(1, 12);
+    let elems: u32 = xyzw.iter().product();
+    let side = |b: &mut Builder, indexed: bool| match indexed {
+        true => {
+            let start = table(b, u64::from(elems * row), true)?;
+            indexed_side(b, start, [n, row, extent], 0)
+        }
+        false => direct_side(b, n * elems / extent, row),
+    };
+    let src = side(b, mode.gathers())?;
+    let dst = side(b, mode.scatters())?;
+    let on = |indexed| if indexed { dim } else { IndirectDim::X };
+    let flags = DmaIndirectFlags::new(
+        mode,
+        b.rng.chance(30),
+        b.rng.chance(50),
+        on(mode.gathers()),
+        on(mode.scatters()),
+    );
+    let op = b.rng.pick(&ComputeOp::ALL);
+    let d = DmaIndirect1d::new(flags, src, dst, n as u16, dtype, op).with_shape_reg(shape);
+    b.push("dma_indirect_shaped", d);
+    Some(())
 }
 
 /// `bytes` of random table rows: in HBM, in one SBUF partition (1..128) when small, or
@@ -266,6 +434,20 @@ fn table(b: &mut Builder, bytes: u64, at_end: bool) -> Option<FabricAddr> {
         }
         (false, false) => b.hbm(bytes)?,
     };
+    fill(b, start, bytes)
+}
+
+/// `bytes` of random table rows in HBM, a quarter of the time ending on its last byte.
+fn hbm_table(b: &mut Builder, bytes: u64) -> Option<FabricAddr> {
+    let start = match b.rng.chance(25) {
+        true => b.hbm_top(bytes)?,
+        false => b.hbm(bytes)?,
+    };
+    fill(b, start, bytes)
+}
+
+/// Random data of a random dtype over the `bytes` at `start`, which it returns.
+fn fill(b: &mut Builder, start: FabricAddr, bytes: u64) -> Option<FabricAddr> {
     let dtype = b.rng.dtype();
     let data = b.rng.edge_data(dtype, bytes as usize / dtype.size());
     b.write(start, &data)?;
@@ -286,29 +468,35 @@ fn indirect_copy_fragment(b: &mut Builder) -> Option<()> {
         _ => b.rng.range(1, 32),
     };
     let k = n.div_ceil(16) + b.rng.range(0, 1);
+    let [p_idx, p_dst] = [(); 2].map(|()| match b.rng.chance(30) {
+        true => 16 * b.rng.range(0, (128 - ch) / 16),
+        false => p_data,
+    });
     let data_off = b.sbuf(f * size)?;
     b.data_rows(Space::Sbuf, p_data, ch, data_off, f)?;
     let idx_off = b.sbuf(k * 2)?;
-    for q in p_data..p_data + ch {
+    for q in p_idx..p_idx + ch {
         let ids = b
             .rng
             .edge_indices(k as usize, 0, f.saturating_sub(per) + 1, 0xffff);
         b.write_at(Space::Sbuf, q, idx_off, &pack(&ids, 2))?;
     }
     let total = n.checked_mul(per)?;
-    let dst_off = b.sbuf(total * size)?;
-    for q in p_data..p_data + ch {
-        let junk = b.rng.bytes((total * size) as usize);
+    let step: i16 = b.rng.pick(&[1, 1, 1, 2]);
+    let dst_bytes = total * step as u32 * size;
+    let dst_off = b.sbuf(dst_bytes)?;
+    for q in p_dst..p_dst + ch {
+        let junk = b.rng.bytes(dst_bytes as usize);
         b.write_at(Space::Sbuf, q, dst_off, &junk)?;
     }
     let src = Indirect::new(
-        Builder::addr4(Space::Sbuf, p_data, idx_off)?,
+        Builder::addr4(Space::Sbuf, p_idx, idx_off)?,
         Builder::addr4(Space::Sbuf, p_data, data_off)?,
         u16::try_from(total).ok()?,
     );
     let dst = strided(
-        Builder::addr4(Space::Sbuf, p_data, dst_off)?,
-        1,
+        Builder::addr4(Space::Sbuf, p_dst, dst_off)?,
+        step,
         total as u16,
     );
     let ic = S4d4Ic::gather(src, dst, dtype, per as u8, f, ch as u8);
@@ -370,6 +558,46 @@ fn memcpy_fragment(b: &mut Builder) -> Option<()> {
     Some(())
 }
 
+// ---- instructions the generation must reject --------------------------------------
+
+/// One instruction the case's generation must reject: a GATHER of 4097 indices, a
+/// DMA_MEMCPY with an empty eng_mask, a POOL_BUFFER_LOAD with the TILE flag before
+/// maverick, a GATHER into PSUM on maverick.
+fn invalid_fragment(b: &mut Builder) -> Option<()> {
+    let a = Builder::addr4(Space::Sbuf, 0, b.sbuf(64)?)?;
+    let four = Tensor4d::contiguous(a, 4);
+    let inst: Instruction = match (b.rng.below(3), b.generation()) {
+        (0, _) => {
+            let t = Tensor4d::new(a, [0, 0, 0, 0], [LIMIT as u16 + 1, 1, 1, 1]);
+            S4d4Gt::new(t, t, Dtype::U8, Dtype::U8, 1).into()
+        }
+        (1, Generation::Maverick) => {
+            let psum = Tensor4d::contiguous(Builder::addr4(Space::Psum, 0, 0)?, 4);
+            S4d4Gt::new(four, psum, Dtype::U8, Dtype::U8, 2).into()
+        }
+        (1, _) => PoolBufferLoad::new(four, Dtype::U8, 4)
+            .with_inst_flags(InstFlags::TILE)
+            .into(),
+        _ => {
+            let side = |s| Direct2dSide {
+                start_addr: FabricAddr(s),
+                step_elem: [1, 4],
+            };
+            let m = DmaDirect2d::new(
+                side(0x100),
+                side(0x200),
+                4,
+                [4, 1],
+                Dtype::F32,
+                ComputeOp::Add,
+            );
+            m.with_eng_mask(0).into()
+        }
+    };
+    b.push("invalid", inst);
+    Some(())
+}
+
 /// A 2-D side over fresh random bytes; `overlap` lets its rows overlap.
 fn direct2d(b: &mut Builder, counts: [u16; 2], elem: u32, overlap: bool) -> Option<Direct2dSide> {
     let (step_elem, reach) = direct2d_steps(&mut b.rng, counts, overlap);
@@ -398,6 +626,7 @@ pub fn direct2d_steps(rng: &mut Rng, [n0, n1]: [u16; 2], overlap: bool) -> ([u16
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fuzz::case::Op;
 
     #[test]
     fn cases_are_deterministic_and_cover_every_datapath() {
@@ -410,16 +639,25 @@ mod tests {
         for seed in 0..200 {
             seen.extend(case(Rng::new(seed), None).labels);
         }
-        let expected = [
-            "dma_copy_ap",
-            "dma_indirect",
-            "dma_memcpy",
-            "embedding_update",
-            "gather",
-            "indirect_copy",
-            "pool_buffer_load",
-        ];
-        assert_eq!(seen.into_iter().collect::<Vec<_>>(), expected);
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), LABELS);
+    }
+
+    #[test]
+    fn invalid_instructions_are_invalid_on_their_generation() {
+        let mut n = 0;
+        for seed in 0..400 {
+            let c = case(Rng::new(seed), None);
+            for (op, label) in c.stream.iter().zip(&c.labels) {
+                if let (Op::Inst(inst), &"invalid") = (op, label) {
+                    assert!(
+                        inst.validate(c.generation).is_err(),
+                        "seed {seed}: {inst:?}"
+                    );
+                    n += 1;
+                }
+            }
+        }
+        assert!(n >= 20, "{n}");
     }
 
     #[test]

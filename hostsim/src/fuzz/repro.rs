@@ -5,7 +5,7 @@
 //!   (u8, at its exact address, `init` = its `.npy` file beside it), one typed
 //!   `[[tensor]]` per tensor an access-pattern DMA walks (its name, space, dtype, NKI
 //!   shape, address and first partition), and one op per op of the stream: an `isa` op
-//!   per instruction (`hex`, with the bound registers the stream reads), a `dma_copy`
+//!   per instruction (`hex`, with the bound and shape registers the stream reads), a `dma_copy`
 //!   with `.ap()` tables per access-pattern DMA; replayed with
 //!   `hostsim run DIR/case-N/scenario.toml --mechanism M` for each route (not `pool`
 //!   when the stream holds an access-pattern DMA, which no POOL kernel serves: a POOL
@@ -157,10 +157,14 @@ fn routes_to_show(m: Option<Mechanism>, has_ap: bool) -> Vec<Mechanism> {
 }
 
 /// One op per op of the stream: an `isa` op per instruction, each with the case's bound
-/// registers; a `dma_copy` per access-pattern DMA.
+/// and shape registers; a `dma_copy` per access-pattern DMA.
 fn stream_ops(c: &Case) -> Vec<OpSpec> {
     let mut bounds = c.bounds.clone();
-    let mut shapes: Vec<ShapeSpec> = Vec::new();
+    let mut shapes: Vec<ShapeSpec> = c
+        .shapes
+        .iter()
+        .map(|&(reg, xyzw)| ShapeSpec { reg, xyzw })
+        .collect();
     let mut ops = Vec::new();
     for op in &c.stream {
         match op {
@@ -531,6 +535,86 @@ mod tests {
         alone.chain(mixed).collect()
     }
 
+    /// Case `c` as a finding of route `m` over its whole stream.
+    fn case_finding(c: &Case, m: Mechanism) -> Finding {
+        Finding {
+            case_seed: None,
+            generation: None,
+            input: Input::Oob(Box::new(c.clone())),
+            mechanism: Some(m),
+            op: None,
+            what: "a test finding".into(),
+        }
+    }
+
+    /// Runs the reproducer in `folder` (of case `c`, prepared as `prepared`) through
+    /// `hostsim run` on `m`: `true` when it ran, every tensor's `.npy` then equal to its
+    /// bytes on the fabric the case leaves; `false` when it failed with the case's error
+    /// kind and wrote nothing. Anything else panics.
+    fn reruns(c: &Case, folder: &Path, prepared: &crate::scenario::Prepared, m: Mechanism) -> bool {
+        use crate::scenario::commands::{run, Settings};
+        let (fabric, error) = run_case(c, m);
+        let out = folder.join(format!("out-{}", m.name()));
+        let settings = Settings {
+            mechanism: Some(m.name().to_string()),
+            ..Settings::default()
+        };
+        let at = folder.display();
+        match (
+            run(&folder.join("scenario.toml"), Some(&out), &settings),
+            error,
+        ) {
+            (Ok(_), None) => {
+                for (name, want) in prepared.outputs(&fabric).unwrap() {
+                    let got = npy::read(&out.join(format!("{name}.npy"))).unwrap();
+                    assert_eq!(got, want, "{at} {name} on {}", m.name());
+                }
+                true
+            }
+            (Err(e), Some(kind)) => {
+                assert_eq!(e.kind(), kind, "{at}: {e}");
+                assert!(!out.exists());
+                false
+            }
+            (got, want) => panic!("{at}: run gave {got:?}, the case {want:?}"),
+        }
+    }
+
+    /// A reproducer of a case with shape registers sets them (the case's, as the fuzzer
+    /// ran them) on every `isa` op and re-runs on the reference and the DGE route to the
+    /// case's own result.
+    #[test]
+    fn a_shaped_reproducer_carries_its_shape_registers() {
+        let dir = temp_dir("shaped");
+        let shaped = (0..2000)
+            .map(|s| crate::fuzz::oob::case(Rng::new(s), None))
+            .filter(|c| c.labels.contains(&"dma_indirect_shaped"))
+            .filter(|c| c.instructions().all(|i| i.validate(c.generation).is_ok()))
+            .take(4);
+        let mut ran = 0;
+        for (index, c) in shaped.enumerate() {
+            let f = case_finding(&c, Mechanism::Dge);
+            write(&dir, index as u64, &f).unwrap();
+            let folder = dir.join(format!("case-{index}"));
+            let loaded = crate::scenario::load(&folder.join("scenario.toml")).unwrap();
+            let prepared = crate::scenario::prepare(&loaded, Default::default()).unwrap();
+            for op in prepared
+                .ops
+                .iter()
+                .filter(|op| !op.lowered.instructions.is_empty())
+            {
+                let shapes: Vec<(u8, [u32; 4])> =
+                    op.lowered.shapes.iter().map(|s| (s.reg, s.xyzw)).collect();
+                assert_eq!(shapes, c.shapes, "case {index}");
+            }
+            for m in [Mechanism::Reference, Mechanism::Dge] {
+                ran += usize::from(reruns(&c, &folder, &prepared, m));
+            }
+        }
+        assert!(ran >= 2, "{ran} ran");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A reproducer of a case with access-pattern DMAs loads back to the very same ops
     /// (each `isa` op to its instruction, each `dma_copy` to the case's `ApDma`, tensors
     /// and starts included) and
@@ -539,19 +623,11 @@ mod tests {
     /// or the run fails with the case's error kind and writes nothing.
     #[test]
     fn an_ap_reproducer_reruns_to_the_case_result() {
-        use crate::scenario::commands::{run, Settings};
         let dir = temp_dir("ap");
         let (mut ran, mut failed) = (0, 0);
         for (index, c) in ap_cases().into_iter().enumerate() {
             let index = index as u64;
-            let f = Finding {
-                case_seed: None,
-                generation: None,
-                input: Input::Oob(Box::new(c.clone())),
-                mechanism: Some(Mechanism::Pool),
-                op: None,
-                what: "a test finding".into(),
-            };
+            let f = case_finding(&c, Mechanism::Pool);
             let commands = write(&dir, index, &f).unwrap();
             assert!(!commands.contains("pool"), "{commands}");
             let folder = dir.join(format!("case-{index}"));
@@ -566,26 +642,9 @@ mod tests {
             }
             assert_eq!(prepared.mechanism, Mechanism::Auto);
             for m in [Mechanism::Reference, Mechanism::Dge] {
-                let (fabric, error) = run_case(&c, m);
-                let out = folder.join(format!("out-{}", m.name()));
-                let settings = Settings {
-                    mechanism: Some(m.name().to_string()),
-                    ..Settings::default()
-                };
-                match (run(&scenario, Some(&out), &settings), error) {
-                    (Ok(_), None) => {
-                        for (name, want) in prepared.outputs(&fabric).unwrap() {
-                            let got = npy::read(&out.join(format!("{name}.npy"))).unwrap();
-                            assert_eq!(got, want, "case {index} {name} on {}", m.name());
-                        }
-                        ran += 1;
-                    }
-                    (Err(e), Some(kind)) => {
-                        assert_eq!(e.kind(), kind, "case {index}: {e}");
-                        assert!(!out.exists());
-                        failed += 1;
-                    }
-                    (got, want) => panic!("case {index}: run gave {got:?}, the case {want:?}"),
+                match reruns(&c, &folder, &prepared, m) {
+                    true => ran += 1,
+                    false => failed += 1,
                 }
             }
         }

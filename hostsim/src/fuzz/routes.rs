@@ -1,24 +1,40 @@
-//! Running one stream [`Case`] on every route and comparing them: the closed-form
-//! reference, the POOL kernels and the DGE + DMA engine, each a [`Runtime`] forced to its
-//! mechanism on its own clone of the case's fabric.
+//! The one cross-route comparison: running one stream [`Case`] on every route — the
+//! closed-form reference, the POOL kernels and the DGE + DMA engine, each a [`Runtime`]
+//! forced to its mechanism on its own clone of the case's fabric — and comparing them.
+//! `hostsim fuzz --target oob`, `hostsim fuzz --scenario` and the conformance suite's
+//! equivalence tests all compare through [`Routes::compare`].
 //!
-//! Per op (an instruction, run by [`Runtime::step`], or an access-pattern DMA, run by
-//! [`Runtime::run_ap_dma`]) every route must report the reference's [`Outcome`] (bytes
-//! written, skipped indices), or fail with the reference's [`ErrorKind`] (never the
-//! message text). A route that answers [`ErrorKind::NoMechanism`] does not serve that op
-//! (DMA_MEMCPY and the access-pattern DMAs have no POOL kernel, the DGE's row-step and
-//! window limits): when the reference leaves the core state as it was, the reference's
-//! effect is applied to that route's fabric and the stream goes on; otherwise the route
-//! drops out of the case. A failing op ends the stream, and every route must have left
-//! its fabric exactly as it was (fail closed). At the end each remaining route's fabric
-//! and core state must equal the reference's. A panic anywhere is caught and is a
-//! mismatch.
+//! # Rules
 //!
-//! The DGE route runs the stream a second time, as one program
-//! ([`Runtime::run_program`], which prepares each instruction while the replay before it
-//! runs): unless the DGE lane needed the reference to stand in, the program must leave
-//! the DGE lane's fabric and core state and fail at the same op.
+//! - **Per op** (an instruction, run by [`Runtime::step`], an access-pattern DMA, run by
+//!   [`Runtime::run_ap_dma`], or a scenario op's register settings) every route must
+//!   report the reference's [`Outcome`] (bytes written, notification, skipped indices),
+//!   or fail with the reference's [`ErrorKind`] (never the message text).
+//! - **A route that does not serve an op** answers [`ErrorKind::NoMechanism`]: no POOL
+//!   kernel for DMA_MEMCPY and the access-pattern DMAs, and the DGE route's by-design
+//!   refusals ([`crate::dge_route::by_design`]: a Pool_Buffer window overwritten since its
+//!   LOAD, loaded elsewhere or not affine, a row past the 32-bit step). The reference
+//!   stands in for it: when the reference runs the op and leaves the core state as it
+//!   was, its effect is applied to that route's fabric and the stream goes on; when the
+//!   reference rejects the op, the route has rejected it too; otherwise (the op changes
+//!   the core state, which only the route itself can keep) the route drops out of the
+//!   case. Every stand-in is counted per route and label ([`Stats::stand_ins`]), so a
+//!   route that stops serving an op it should serve shows in the figures.
+//! - **A failing op ends the stream** (the first rejection, as on hardware), and every
+//!   route must have left its fabric exactly as it was before that op (fail closed).
+//! - **At the end** (after the last op, or the failing one) every route still in the
+//!   case must leave the reference's fabric and core state (Pool_Buffers, registers).
+//! - **As one program**: the DGE route runs the stream again through
+//!   [`Runtime::run_program`] (which prepares each instruction while the replay before it
+//!   runs); unless the DGE lane needed the reference to stand in, the program must leave
+//!   the DGE lane's fabric and core state and fail at the same op.
+//! - A panic anywhere is caught and is a disagreement.
+//!
+//! On agreement [`Routes::compare`] returns the case's [`Stats`]; for each op, each route
+//! but the reference is either compared, stood in for, or absent (dropped out), so
+//! `comparisons + stand-ins + absent = ops × (routes − 1)`.
 
+use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use dma::{EngineConfig, Fabric, Generation};
@@ -100,6 +116,70 @@ pub struct Disagreement {
     pub what: String,
 }
 
+/// The figures of compared cases (one case's from [`Routes::compare`]; add them up with
+/// [`Stats::add`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Cases compared.
+    pub cases: u64,
+    /// Ops every route ran and was judged on (up to the one that ended a stream).
+    pub ops: u64,
+    /// Route results found equal to the reference's (each route but the reference, per op).
+    pub comparisons: u64,
+    /// Ops the reference and every serving route rejected alike, per kind (`Debug` form).
+    pub rejected: BTreeMap<String, u64>,
+    /// Indices skipped under a soft policy, as the reference reported them.
+    pub skipped: u64,
+    /// Judged ops per datapath label.
+    pub by_label: BTreeMap<&'static str, u64>,
+    /// Ops a route answered NoMechanism to, the reference standing in: per route and
+    /// label.
+    pub stand_ins: BTreeMap<(&'static str, &'static str), u64>,
+    /// Route results not compared: the route had dropped out of its case.
+    pub absent: u64,
+    /// Fabric bytes compared at the end (per route compared, the larger allocation).
+    pub bytes_compared: u64,
+}
+
+impl Stats {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &Stats) {
+        self.cases += other.cases;
+        self.ops += other.ops;
+        self.comparisons += other.comparisons;
+        self.skipped += other.skipped;
+        self.absent += other.absent;
+        self.bytes_compared += other.bytes_compared;
+        for (kind, n) in &other.rejected {
+            *self.rejected.entry(kind.clone()).or_default() += n;
+        }
+        for (label, n) in &other.by_label {
+            *self.by_label.entry(label).or_default() += n;
+        }
+        for (at, n) in &other.stand_ins {
+            *self.stand_ins.entry(*at).or_default() += n;
+        }
+    }
+
+    /// Stand-ins, every route and label.
+    pub fn stand_in_total(&self) -> u64 {
+        self.stand_ins.values().sum()
+    }
+
+    /// Counts op `label`'s results: the reference's `reference`, judged.
+    fn judged(&mut self, label: &'static str, reference: &StepResult) {
+        self.ops += 1;
+        *self.by_label.entry(label).or_default() += 1;
+        match reference {
+            StepResult::Done(o) => self.skipped += o.skipped.len() as u64,
+            StepResult::Failed(kind) => {
+                *self.rejected.entry(format!("{kind:?}")).or_default() += 1;
+            }
+            StepResult::Panicked(_) => {}
+        }
+    }
+}
+
 /// One route: a forced runtime and its fabric.
 struct Lane {
     mechanism: Mechanism,
@@ -137,8 +217,8 @@ impl Routes {
         Routes::default()
     }
 
-    /// Runs `case` on every route. `Ok(n)`: they agreed on `n` ops.
-    pub fn compare(&mut self, case: &Case) -> Result<u64, Disagreement> {
+    /// Runs `case` on every route under the module's rules: the figures if they agree.
+    pub fn compare(&mut self, case: &Case) -> Result<Stats, Disagreement> {
         let result = self.compare_inner(case);
         if result.is_err() {
             // A runtime that panicked or diverged is rebuilt for the next case.
@@ -148,7 +228,7 @@ impl Routes {
         result
     }
 
-    fn compare_inner(&mut self, case: &Case) -> Result<u64, Disagreement> {
+    fn compare_inner(&mut self, case: &Case) -> Result<Stats, Disagreement> {
         let lanes = self.lanes_for(case.generation)?;
         for lane in lanes.iter_mut() {
             lane.fabric = case.fabric.clone();
@@ -156,20 +236,24 @@ impl Routes {
             lane.active = true;
             lane.stood_in = false;
         }
-        let mut agreed = 0;
+        let mut stats = Stats {
+            cases: 1,
+            ..Stats::default()
+        };
+        let mut failed = None;
         for (i, op) in case.stream.iter().enumerate() {
             let before: Vec<u64> = lanes.iter().map(|l| l.fabric.digest()).collect();
             let results: Vec<StepResult> = lanes.iter_mut().map(|l| l.step(op)).collect();
-            let failed = judge(lanes, op, &results, i)?;
-            agreed += 1;
-            if failed {
+            let label = case.labels.get(i).copied().unwrap_or("op");
+            if judge(lanes, op, &results, (i, label), &mut stats)? {
                 fail_closed(lanes, &before, i)?;
-                return self.program_agrees(case, Some(i)).map(|()| agreed);
+                failed = Some(i);
+                break;
             }
         }
-        final_state_agrees(lanes)?;
-        self.program_agrees(case, None)?;
-        Ok(agreed)
+        stats.bytes_compared = final_state_agrees(lanes)?;
+        self.program_agrees(case, failed)?;
+        Ok(stats)
     }
 
     /// The stream run as one program on the DGE route leaves the DGE lane's fabric and
@@ -294,8 +378,9 @@ impl Lane {
         }
     }
 
-    /// After this lane answered NoMechanism: the reference's effect applied to its own
-    /// fabric when that leaves the core state as it is, else the lane drops out.
+    /// After this lane answered NoMechanism to an op the reference ran: the reference's
+    /// effect applied to its own fabric when that leaves the core state as it is, else
+    /// the lane drops out.
     fn stand_in(&mut self, op: &Op) {
         let mut state: CoreState = self.runtime.state().clone();
         let mut fabric = self.fabric.clone();
@@ -312,13 +397,15 @@ impl Lane {
     }
 }
 
-/// Compares every lane's result at op `i` with the reference's (lane 0).
-/// `Ok(true)`: the reference failed (and the others failed alike).
+/// Compares every lane's result at op `i` (labelled `label`) with the reference's
+/// (lane 0), standing in where a lane answered NoMechanism, and counts the op in
+/// `stats`. `Ok(true)`: the reference failed (and the others failed alike).
 fn judge(
     lanes: &mut [Lane],
     op: &Op,
     results: &[StepResult],
-    i: usize,
+    (i, label): (usize, &'static str),
+    stats: &mut Stats,
 ) -> Result<bool, Disagreement> {
     let Some((reference, rest)) = results.split_first() else {
         return Ok(false);
@@ -327,16 +414,20 @@ fn judge(
     if let StepResult::Panicked(msg) = reference {
         return Err(panicked(Mechanism::Reference, i, &opcode, msg));
     }
+    let reference_failed = matches!(reference, StepResult::Failed(_));
     for (lane, got) in lanes.iter_mut().skip(1).zip(rest) {
         if !lane.active {
+            stats.absent += 1;
             continue;
         }
         match got {
             StepResult::Panicked(msg) => return Err(panicked(lane.mechanism, i, &opcode, msg)),
-            StepResult::Failed(ErrorKind::NoMechanism)
-                if *reference != StepResult::Failed(ErrorKind::NoMechanism) =>
-            {
-                lane.stand_in(op);
+            StepResult::Failed(ErrorKind::NoMechanism) if got != reference => {
+                if !reference_failed {
+                    lane.stand_in(op);
+                }
+                let at = (lane.mechanism.name(), label);
+                *stats.stand_ins.entry(at).or_default() += 1;
             }
             _ if got != reference => {
                 return Err(Disagreement {
@@ -351,10 +442,11 @@ fn judge(
                     ),
                 })
             }
-            _ => {}
+            _ => stats.comparisons += 1,
         }
     }
-    Ok(matches!(reference, StepResult::Failed(_)))
+    stats.judged(label, reference);
+    Ok(reference_failed)
 }
 
 fn panicked(mechanism: Mechanism, i: usize, opcode: &str, msg: &str) -> Disagreement {
@@ -382,11 +474,13 @@ fn fail_closed(lanes: &[Lane], before: &[u64], i: usize) -> Result<(), Disagreem
     Ok(())
 }
 
-/// Every active lane's fabric and core state equal the reference's.
-fn final_state_agrees(lanes: &[Lane]) -> Result<(), Disagreement> {
+/// Every active lane's fabric and core state equal the reference's; returns the fabric
+/// bytes compared.
+fn final_state_agrees(lanes: &[Lane]) -> Result<u64, Disagreement> {
     let Some((reference, rest)) = lanes.split_first() else {
-        return Ok(());
+        return Ok(0);
     };
+    let mut bytes = 0;
     for lane in rest.iter().filter(|l| l.active) {
         if let Some(at) = lane.fabric.first_difference(&reference.fabric) {
             return Err(Disagreement {
@@ -409,8 +503,10 @@ fn final_state_agrees(lanes: &[Lane]) -> Result<(), Disagreement> {
                 ),
             });
         }
+        let allocated = [&lane.fabric, &reference.fabric].map(Fabric::allocated_bytes);
+        bytes += allocated[0].max(allocated[1]);
     }
-    Ok(())
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -437,7 +533,14 @@ mod tests {
         b.push("dma_memcpy", memcpy(0x1000, 0x2000));
         let case = b.finish();
         let mut routes = Routes::new();
-        assert_eq!(routes.compare(&case), Ok(1));
+        let stats = routes.compare(&case).unwrap();
+        assert_eq!((stats.ops, stats.comparisons), (1, 1));
+        assert_eq!(
+            stats.stand_ins,
+            BTreeMap::from([(("pool", "dma_memcpy"), 1)])
+        );
+        assert_eq!(stats.by_label, BTreeMap::from([("dma_memcpy", 1)]));
+        assert!(stats.bytes_compared >= 2 * 16, "{stats:?}");
     }
 
     #[test]
@@ -446,7 +549,12 @@ mod tests {
         b.push("dma_memcpy", memcpy(0x1000, 0x2000).with_eng_mask(0));
         b.push("dma_memcpy", memcpy(0x1000, 0x3000));
         let mut routes = Routes::new();
-        assert_eq!(routes.compare(&b.finish()), Ok(1));
+        let stats = routes.compare(&b.finish()).unwrap();
+        // every route validates before it looks for a mechanism: no stand-in
+        assert_eq!((stats.ops, stats.comparisons, stats.absent), (1, 2, 0));
+        assert_eq!(stats.stand_in_total(), 0);
+        let kind = format!("{:?}", ErrorKind::Rule(crate::isa::Rule::EngineMask));
+        assert_eq!(stats.rejected, BTreeMap::from([(kind, 1)]));
     }
 
     #[test]
@@ -460,14 +568,16 @@ mod tests {
             StepResult::Failed(ErrorKind::Fabric),
             StepResult::Panicked("boom".into()),
         ];
-        let e = judge(&mut lanes, &inst, &results, 3).unwrap_err();
+        let mut stats = Stats::default();
+        let at = |i| (i, "memcpy");
+        let e = judge(&mut lanes, &inst, &results, at(3), &mut stats).unwrap_err();
         assert_eq!(e.mechanism, Mechanism::Dge);
         assert_eq!(e.what, "op 3 (0xb8): dge panicked: boom");
         let results = [
             StepResult::Failed(ErrorKind::Fabric),
             StepResult::Failed(ErrorKind::Decode),
         ];
-        let e = judge(&mut lanes, &inst, &results, 0).unwrap_err();
+        let e = judge(&mut lanes, &inst, &results, at(0), &mut stats).unwrap_err();
         assert_eq!(
             e.what,
             "op 0 (0xb8): dge gave failed: Decode, the reference failed: Fabric"
@@ -476,7 +586,8 @@ mod tests {
             StepResult::Failed(ErrorKind::Fabric),
             StepResult::Failed(ErrorKind::Fabric),
         ];
-        assert_eq!(judge(&mut lanes, &inst, &same, 0), Ok(true));
+        assert_eq!(judge(&mut lanes, &inst, &same, at(0), &mut stats), Ok(true));
+        assert_eq!((stats.ops, stats.comparisons), (1, 1));
         let skip = |position, value| SkippedIndex {
             side: IndexSide::Dst,
             position,
@@ -491,7 +602,7 @@ mod tests {
         };
         let many = (0..6).map(|p| skip(p, 9)).collect();
         let results = [done(many), done(vec![skip(0, 9), skip(7, 9)])];
-        let e = judge(&mut lanes, &inst, &results, 1).unwrap_err();
+        let e = judge(&mut lanes, &inst, &results, at(1), &mut stats).unwrap_err();
         assert_eq!(
             e.what,
             "op 1 (0xb8): dge gave done: 8 bytes, notification true, 2 skipped [Dst 0 = 9, Dst 7 = 9], \

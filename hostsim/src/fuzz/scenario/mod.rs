@@ -9,9 +9,10 @@
 //! - a reduction under `unique_indices` whose moving destination indices repeat is an
 //!   error (an independent count of the repeats);
 //! - every route agrees with the reference, byte for byte and in the kind of error
-//!   ([`super::routes::Routes`], the comparison the `oob` target uses).
+//!   ([`super::routes::Routes`], the one cross-route comparison, which the `oob` target
+//!   and the conformance suite use too).
 //!
-//! A finding is shrunk ([`shrink`]) to the fewest edits of the user's values and the
+//! A finding is shrunk (module `shrink`) to the fewest edits of the user's values and the
 //! fewest ops that still show it, and written to `DIR/case-K/` as a runnable scenario.
 //! The same finding (kind, op, route) is written once. Cases are a pure function of the
 //! seed and the case number.
@@ -217,6 +218,7 @@ fn as_case(p: &Prepared) -> Result<(Case, Vec<usize>), Error> {
         fabric: p.initial_fabric()?,
         regions: Vec::new(),
         bounds: Vec::new(),
+        shapes: Vec::new(),
         tensors: Vec::new(),
         labels: vec!["scenario"; stream.len()],
         stream,
