@@ -53,7 +53,7 @@ pub enum Target {
     DescriptorsPerS(f64),
     /// Two engine workers at least this many times faster than one.
     Speedup(f64),
-    /// Throughput at least this fraction of the raw gather loop's ([`gather_loop_seconds`]).
+    /// Throughput at least this fraction of the raw gather loop's ([`gather_loop`] on two threads).
     OfGatherLoop(f64),
     /// None: the row is a baseline others are measured against.
     Baseline,
