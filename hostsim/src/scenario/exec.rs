@@ -42,19 +42,9 @@ impl Prepared {
     /// A fresh fabric of the scenario's generation holding every tensor's initial bytes.
     pub fn initial_fabric(&self) -> Result<Fabric, Error> {
         let mut fabric = Fabric::new(self.generation);
-        let map = *fabric.map();
         for (t, bytes) in self.tensors.iter().zip(&self.initial) {
-            let Some(bytes) = bytes else { continue };
-            let mut at = 0usize;
-            for (addr, len) in t.runs(&map)? {
-                // The initial bytes are exactly the tensor's (checked when prepared).
-                let end = at + len as usize;
-                let row = bytes.get(at..end).ok_or_else(|| Error::Scenario {
-                    what: format!("tensor {} ({})", t.index, t.name),
-                    rule: "initial bytes shorter than the tensor".into(),
-                })?;
-                fabric.write(addr, row)?;
-                at = end;
+            if let Some(bytes) = bytes {
+                t.write(&mut fabric, bytes)?;
             }
         }
         Ok(fabric)
@@ -131,23 +121,13 @@ impl Prepared {
     /// Every tensor's contents on `fabric` as a `.npy` array (bf16 as raw `<u2` bits), in
     /// scenario order.
     pub fn outputs(&self, fabric: &Fabric) -> Result<Vec<(String, NpyArray)>, Error> {
-        let map = *fabric.map();
         self.tensors
             .iter()
             .map(|t| {
-                let mut data = vec![0u8; t.bytes() as usize];
-                let mut at = 0usize;
-                for (addr, len) in t.runs(&map)? {
-                    let end = at + len as usize;
-                    if let Some(row) = data.get_mut(at..end) {
-                        fabric.read(addr, row)?;
-                    }
-                    at = end;
-                }
                 let a = NpyArray {
                     descr: npy::storage_descr(t.dtype).to_string(),
                     shape: t.shape.clone(),
-                    data,
+                    data: t.read(fabric)?,
                 };
                 Ok((t.name.clone(), a))
             })
