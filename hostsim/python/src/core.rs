@@ -462,17 +462,19 @@ fn add_tensor(slf: &Bound<'_, Core>, m: Made<'_>) -> PyResult<Tensor> {
         partition: m.partition,
         data,
     };
-    let index = core
-        .session
-        .add_tensor(t)
-        .map_err(|e| errors::raise(py, e))?;
+    let placed = core.session.add_tensor(t);
+    let placed = placed.map_err(|e| errors::raise(py, e))?;
+    let map = dma::AddressMap::new(core.session.prepared().generation);
+    let addr = placed.start(&map).map_err(|e| errors::raise(py, e))?;
     Ok(Tensor {
         core: slf.clone().unbind(),
-        index,
+        index: placed.index,
         name,
         space: m.space,
         dtype,
         shape,
+        addr: addr.0,
+        location: hostsim::inspect::located(&map, addr),
     })
 }
 

@@ -20,6 +20,13 @@ pub struct Tensor {
     pub space: Space,
     pub dtype: Dtype,
     pub shape: Vec<u64>,
+    /// The fabric address of element 0 (what an `isa` instruction's address fields hold).
+    #[pyo3(get)]
+    pub addr: u64,
+    /// Where element 0 is, as `hostsim isa decode` writes an address: `hbm:0x..`, or
+    /// `sbuf:P:0x..` / `psum:P:0x..` (an ADDR4 field's value).
+    #[pyo3(get)]
+    pub location: String,
 }
 
 #[pymethods]

@@ -115,8 +115,8 @@ impl Session {
     }
 
     /// Checks and places `t` (a scenario's rules), writes its contents onto the fabric
-    /// and returns its index; on an error nothing is added.
-    pub fn add_tensor(&mut self, t: NewTensor) -> Result<usize, Error> {
+    /// and returns it placed; on an error nothing is added.
+    pub fn add_tensor(&mut self, t: NewTensor) -> Result<Placed, Error> {
         let init = match t.data {
             Some(_) => Init::Npy(PathBuf::from(format!("{}.npy", t.name))),
             None => Init::Zeros,
@@ -143,9 +143,9 @@ impl Session {
         let zeros = || vec![0; new.bytes() as usize];
         new.write(&mut self.fabric, t.data.as_ref().map_or(&zeros(), |d| d))?;
         self.scenario.tensors = specs;
-        self.prepared.tensors.push(new);
         self.prepared.initial.push(t.data);
-        Ok(self.prepared.tensors.len() - 1)
+        self.prepared.tensors.push(new.clone());
+        Ok(new)
     }
 
     /// The tensor named `name`.
