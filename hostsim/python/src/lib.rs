@@ -16,10 +16,10 @@
 //!
 //! The package's `__init__.py` re-exports this module; `__init__.pyi` types it.
 
-mod convert;
-mod core;
-mod errors;
-mod tensor;
+pub mod convert;
+pub mod core;
+pub mod errors;
+pub mod tensor;
 
 use std::path::PathBuf;
 
@@ -36,7 +36,7 @@ use pyo3::types::PyDict;
 /// report.json structure as a dict.
 #[pyfunction]
 #[pyo3(signature = (path, generation=None, mechanism=None, queues=None))]
-fn run<'py>(
+pub fn run<'py>(
     py: Python<'py>,
     path: PathBuf,
     generation: Option<String>,

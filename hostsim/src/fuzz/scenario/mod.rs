@@ -11,7 +11,7 @@
 //! - every route agrees with the reference, byte for byte and in the kind of error
 //!   ([`super::routes::Routes`], the comparison the `oob` target uses).
 //!
-//! A finding is shrunk ([`shrink`]) to the fewest edits of the user's values and the
+//! A finding is shrunk (by `shrink`) to the fewest edits of the user's values and the
 //! fewest ops that still show it, and written to `DIR/case-K/` as a runnable scenario.
 //! The same finding (kind, op, route) is written once. Cases are a pure function of the
 //! seed and the case number.
