@@ -21,7 +21,7 @@ impl std::fmt::Display for AccessKind {
 /// Every failure of the fabric, dtypes, descriptors, queue files and the engine.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum Error {
-    #[error("unknown generation {name:?} (expected sunda, cayman, mariana, maverick or v2..v5)")]
+    #[error("unknown generation {name:?} (expected sunda, cayman, mariana, maverick, v2..v5 or trn1..trn3)")]
     UnknownGeneration { name: String },
     #[error("unknown dtype code {code:#x} (known: 0x2..=0xa, see DTYPE_TABLE)")]
     UnknownDtypeCode { code: u8 },

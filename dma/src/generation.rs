@@ -65,11 +65,24 @@ impl Generation {
         }
     }
 
-    /// Parses a codename (`sunda`) or version (`v2`).
+    /// The Trainium instance name of the generation (`trn1`..`trn3`; maverick has none).
+    pub fn instance(self) -> Option<&'static str> {
+        match self {
+            Generation::Sunda => Some("trn1"),
+            Generation::Cayman => Some("trn2"),
+            Generation::Mariana => Some("trn3"),
+            Generation::Maverick => None,
+        }
+    }
+
+    /// Parses a codename (`sunda`), version (`v2`) or instance name (`trn1`).
     pub fn from_name(name: &str) -> Result<Generation, Error> {
+        let named = |g: Generation| {
+            g.name() == name || format!("v{}", g.version()) == name || g.instance() == Some(name)
+        };
         Generation::ALL
             .into_iter()
-            .find(|g| g.name() == name || format!("v{}", g.version()) == name)
+            .find(|&g| named(g))
             .ok_or_else(|| Error::UnknownGeneration {
                 name: name.to_string(),
             })
@@ -137,6 +150,12 @@ mod tests {
                 g
             );
         }
+        let instances = ["trn1", "trn2", "trn3"].map(|n| Generation::from_name(n).unwrap());
+        assert_eq!(
+            instances,
+            [Generation::Sunda, Generation::Cayman, Generation::Mariana]
+        );
+        assert!(Generation::from_name("trn4").is_err());
         let err = Generation::from_name("v9").unwrap_err().to_string();
         assert!(err.contains("v9") && err.contains("sunda"), "{err}");
     }

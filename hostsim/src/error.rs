@@ -386,6 +386,81 @@ fn dge_kind(e: &dge::Error) -> ErrorKind {
     }
 }
 
+/// What an error says about the index that caused it, where it names one: its position
+/// in the index tile, its value (a negative i32 shown negative) and the bound it broke.
+/// The Python package's `Fault` carries these as attributes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexFault {
+    pub position: Option<u32>,
+    pub value: Option<i64>,
+    pub bound: Option<u64>,
+}
+
+impl IndexFault {
+    fn at(position: u32, value: impl Into<i64>, bound: Option<u64>) -> IndexFault {
+        IndexFault {
+            position: Some(position),
+            value: Some(value.into()),
+            bound,
+        }
+    }
+}
+
+impl Error {
+    /// The index this error names, looking through the op and instruction that wrap it
+    /// (all `None` for an error about no index).
+    pub fn index_fault(&self) -> IndexFault {
+        match self {
+            Error::IndexOutOfBounds {
+                position,
+                value,
+                bound,
+                ..
+            } => IndexFault::at(*position, *value, Some(*bound)),
+            Error::ApIndexOutOfBounds {
+                position,
+                value,
+                bound,
+                ..
+            } => IndexFault::at(*position, *value, Some(*bound)),
+            Error::IndexAddress {
+                position, value, ..
+            } => IndexFault::at(*position, *value, None),
+            Error::DuplicateDestination { value, second, .. } => {
+                IndexFault::at(*second, *value, None)
+            }
+            Error::Dge(e) => dge_index_fault(e),
+            Error::Stopped { source, .. }
+            | Error::ProgramStep { source, .. }
+            | Error::ScenarioOpInvalid { source, .. }
+            | Error::ScenarioOpFault { source, .. } => source.index_fault(),
+            _ => IndexFault::default(),
+        }
+    }
+}
+
+/// [`Error::index_fault`] of a descriptor-generation error.
+fn dge_index_fault(e: &dge::Error) -> IndexFault {
+    match e {
+        dge::Error::IndexOutOfBounds {
+            position,
+            value,
+            bound,
+            ..
+        } => IndexFault::at(*position, *value, Some(*bound)),
+        dge::Error::IndexOffFabric {
+            position, value, ..
+        }
+        | dge::Error::IndexOverflow {
+            position, value, ..
+        } => IndexFault::at(*position, *value, None),
+        dge::Error::DuplicateDestination { value, second, .. } => {
+            IndexFault::at(*second, *value, None)
+        }
+        _ => IndexFault::default(),
+    }
+}
+
 impl Error {
     /// The ISA rule an [`Error::InvalidField`] breaks.
     pub fn rule(&self) -> Option<Rule> {

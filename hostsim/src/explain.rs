@@ -191,28 +191,33 @@ pub fn explain(
     };
     let p = crate::scenario::prepare(&crate::scenario::load(path)?, over)?;
     check_op(path, &p, opts.op)?;
+    let title = format!("hostsim explain {}", path.display());
+    explain_prepared(&p, opts.op, trace.then_some(title.as_str()))
+}
+
+/// Explains the prepared scenario `p` (all ops, or only op `op`), running it on the
+/// DGE route whatever its mechanism; also returns the run's trace, titled `trace`, when
+/// given one.
+pub fn explain_prepared(
+    p: &Prepared,
+    op: Option<usize>,
+    trace: Option<&str>,
+) -> Result<(Explanation, Option<String>), Error> {
     let mut fabric = p.initial_fabric()?;
-    let runs = run_ops(&p, &mut fabric)?;
+    let runs = run_ops(p, &mut fabric)?;
     let mut ops = Vec::new();
-    for run in runs
-        .iter()
-        .filter(|r| opts.op.is_none_or(|k| k == r.op.index))
-    {
-        ops.push(explain_op(&p, &fabric, run)?);
+    for run in runs.iter().filter(|r| op.is_none_or(|k| k == r.op.index)) {
+        ops.push(explain_op(p, &fabric, run)?);
     }
-    let trace = trace.then(|| trace_of(&p, path, &runs)).transpose()?;
-    let total = total(&p, &ops);
-    let generation = p.generation.to_string();
-    let queues = p.queues;
-    Ok((
-        Explanation {
-            generation,
-            queues,
-            ops,
-            total,
-        },
-        trace,
-    ))
+    let trace = trace.map(|title| trace_of(p, title, &runs)).transpose()?;
+    let total = total(p, &ops);
+    let explanation = Explanation {
+        generation: p.generation.to_string(),
+        queues: p.queues,
+        ops,
+        total,
+    };
+    Ok((explanation, trace))
 }
 
 /// `--op k` names an op of the scenario.
@@ -252,7 +257,7 @@ fn run_ops<'p>(p: &'p Prepared, fabric: &mut Fabric) -> Result<Vec<OpRun<'p>>, E
 }
 
 /// The trace of the ops that ran (`crate::trace::run_trace`).
-fn trace_of(p: &Prepared, path: &Path, runs: &[OpRun]) -> Result<String, Error> {
+fn trace_of(p: &Prepared, title: &str, runs: &[OpRun]) -> Result<String, Error> {
     let reports: Vec<RunReport> = runs
         .iter()
         .filter_map(|r| r.result.as_ref().ok().cloned())
@@ -261,8 +266,7 @@ fn trace_of(p: &Prepared, path: &Path, runs: &[OpRun]) -> Result<String, Error> 
         .iter()
         .flat_map(|r| r.replays.iter().cloned())
         .collect();
-    let title = format!("hostsim explain {}", path.display());
-    p.run_trace(&title, &reports, &replays)
+    p.run_trace(title, &reports, &replays)
 }
 
 /// One op's explanation.

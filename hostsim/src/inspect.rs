@@ -166,7 +166,7 @@ pub fn flags_text(d: &Descriptor) -> String {
 }
 
 /// The dtype column: the dtype, or `src->dst` for a cast.
-fn dtype_text(d: &Descriptor) -> String {
+pub fn dtype_text(d: &Descriptor) -> String {
     match d.is_cast() {
         true => format!("{}->{}", d.src_dtype(), d.dtype()),
         false => d.dtype().name().to_string(),

@@ -42,19 +42,9 @@ impl Prepared {
     /// A fresh fabric of the scenario's generation holding every tensor's initial bytes.
     pub fn initial_fabric(&self) -> Result<Fabric, Error> {
         let mut fabric = Fabric::new(self.generation);
-        let map = *fabric.map();
         for (t, bytes) in self.tensors.iter().zip(&self.initial) {
-            let Some(bytes) = bytes else { continue };
-            let mut at = 0usize;
-            for (addr, len) in t.runs(&map)? {
-                // The initial bytes are exactly the tensor's (checked when prepared).
-                let end = at + len as usize;
-                let row = bytes.get(at..end).ok_or_else(|| Error::Scenario {
-                    what: format!("tensor {} ({})", t.index, t.name),
-                    rule: "initial bytes shorter than the tensor".into(),
-                })?;
-                fabric.write(addr, row)?;
-                at = end;
+            if let Some(bytes) = bytes {
+                t.write(&mut fabric, bytes)?;
             }
         }
         Ok(fabric)

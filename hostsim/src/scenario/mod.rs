@@ -23,7 +23,8 @@
 //!
 //! [`queues`] records the DGE's descriptor queues of a run into one queue file
 //! (`hostsim gen`) and replays such a file over the scenario's tensors (`hostsim
-//! replay`). [`exit_code`] is the CLI's status for an error: 1 for a fault while
+//! replay`). [`session`] builds and runs a scenario op by op (the Python package's
+//! `Core`). [`exit_code`] is the CLI's status for an error: 1 for a fault while
 //! running, 2 for invalid input.
 
 pub mod commands;
@@ -36,6 +37,7 @@ pub mod ops;
 pub mod place;
 pub mod queues;
 pub mod sanitize;
+pub mod session;
 
 use std::path::{Path, PathBuf};
 
@@ -108,6 +110,20 @@ pub fn parse(file: &str, text: &str, format: Format) -> Result<Scenario, Error> 
             syntax(file, e.line(), e.column().max(1), &message)
         }),
     }
+}
+
+/// One op from the value an `[[op]]` table holds, as op `index` of its scenario; a
+/// schema error names the op and its field as [`parse`] does.
+pub fn parse_op(index: usize, value: serde_json::Value) -> Result<OpSpec, Error> {
+    serde_json::from_value::<OpSpec>(value.clone()).map_err(|e| {
+        let message = e.to_string();
+        let ops = serde_json::Value::Array(vec![value]);
+        let fault = OpFault::find(&ops, &message).map(|f| OpFault { index, ..f });
+        let (what, rule) = fault.map_or((format!("op {index}"), message.clone()), |f| {
+            f.parts(&message)
+        });
+        Error::Scenario { what, rule }
+    })
 }
 
 /// A TOML error at the line and column of what it is about: the field of an op (found
@@ -187,13 +203,18 @@ impl OpFault {
 
     /// `message` naming the op, and the field unless the message names it already.
     fn describe(&self, message: &str) -> String {
+        let (op, rule) = self.parts(message);
+        format!("{op}: {rule}")
+    }
+
+    /// [`OpFault::describe`] in two: `op N (kind)`, and the rest.
+    fn parts(&self, message: &str) -> (String, String) {
         let OpFault { index, kind, .. } = self;
-        match &self.field {
-            Some(f) if !message.contains(&format!("`{f}`")) => {
-                format!("op {index} ({kind}): {f}: {message}")
-            }
-            _ => format!("op {index} ({kind}): {message}"),
-        }
+        let rule = match &self.field {
+            Some(f) if !message.contains(&format!("`{f}`")) => format!("{f}: {message}"),
+            _ => message.to_string(),
+        };
+        (format!("op {index} ({kind})"), rule)
     }
 
     /// Where in TOML `text` the fault is: the misspelt key of an unknown field, else the
@@ -464,6 +485,20 @@ dst = "t"
         let (line, _, message) = syntax_error(&tensor, Format::Toml);
         assert_eq!(line, 6, "{message}");
         assert!(!message.starts_with("op "), "{message}");
+    }
+
+    #[test]
+    fn parse_op_names_the_op_by_its_index_and_the_field() {
+        let op = serde_json::json!({"op": "dma_copy", "src": "a", "dst": "b", "compute": "mul"});
+        let e = parse_op(3, op).unwrap_err().to_string();
+        assert!(
+            e.starts_with("op 3 (dma_copy): compute: unknown variant `mul`, expected one of"),
+            "{e}"
+        );
+        let e = parse_op(0, serde_json::json!({"op": "dma_gather"})).unwrap_err();
+        assert_eq!(e.to_string(), "op 0 (dma_gather): missing field `src`");
+        let ok = serde_json::json!({"op": "nc_n_gather", "data": "d", "index": "i", "dst": "o"});
+        assert_eq!(parse_op(1, ok).unwrap().kind(), "nc_n_gather");
     }
 
     #[test]

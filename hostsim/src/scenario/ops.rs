@@ -43,11 +43,13 @@ pub fn prepare(
     let map = AddressMap::new(generation);
     ops.iter()
         .enumerate()
-        .map(|(index, op)| prepare_one((&map, mechanism), index, op, tensors))
+        .map(|(index, op)| prepare_op((&map, mechanism), index, op, tensors))
         .collect()
 }
 
-fn prepare_one(
+/// Checks and lowers `op`, number `index` of its scenario, over the placed `tensors`
+/// (what [`prepare`] does for each op; a session that adds ops one at a time calls it).
+pub fn prepare_op(
     (map, mechanism): (&AddressMap, Mechanism),
     index: usize,
     op: &OpSpec,

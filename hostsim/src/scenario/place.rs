@@ -110,12 +110,31 @@ impl Placed {
             .collect()
     }
 
-    /// Its bytes on `fabric`, row-major (partition by partition on core).
+    /// Writes `bytes` (its contents, row-major) onto `fabric`.
+    pub fn write(&self, fabric: &mut dma::Fabric, bytes: &[u8]) -> Result<(), Error> {
+        let map = *fabric.map();
+        let mut at = 0usize;
+        for (addr, len) in self.runs(&map)? {
+            let end = at + len as usize;
+            let row = bytes.get(at..end).ok_or_else(|| Error::ScenarioTensor {
+                index: self.index,
+                name: self.name.clone(),
+                rule: format!("{} bytes given for its {} bytes", bytes.len(), self.bytes()),
+            })?;
+            fabric.write(addr, row)?;
+            at = end;
+        }
+        Ok(())
+    }
+
+    /// Its contents on `fabric`, row-major.
     pub fn read(&self, fabric: &dma::Fabric) -> Result<Vec<u8>, Error> {
+        let map = *fabric.map();
         let mut data = vec![0u8; self.bytes() as usize];
         let mut at = 0usize;
-        for (addr, len) in self.runs(fabric.map())? {
+        for (addr, len) in self.runs(&map)? {
             let end = at + len as usize;
+            // the runs add up to bytes(), so every row is inside `data`
             if let Some(row) = data.get_mut(at..end) {
                 fabric.read(addr, row)?;
             }

@@ -12,7 +12,7 @@
 //!   ([`super::routes::Routes`], the one cross-route comparison, which the `oob` target
 //!   and the conformance suite use too).
 //!
-//! A finding is shrunk (module `shrink`) to the fewest edits of the user's values and the
+//! A finding is shrunk (by `shrink`) to the fewest edits of the user's values and the
 //! fewest ops that still show it, and written to `DIR/case-K/` as a runnable scenario.
 //! The same finding (kind, op, route) is written once. Cases are a pure function of the
 //! seed and the case number.

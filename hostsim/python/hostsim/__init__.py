@@ -1,0 +1,16 @@
+"""hostsim: a model of an ML accelerator core's indirection engine, with NKI's names.
+
+A ``Core`` is one simulated core (HBM, SBUF and PSUM) on which ops run when called, by
+the runtime the ``hostsim`` command line uses: ``dma_copy`` / ``dma_compute`` over NKI
+access patterns (``Tensor.ap``), ``dma_transpose``, ``nc_n_gather``, ``local_gather``,
+``embedding_update`` and raw ``isa`` instructions. Arrays go in and out as numpy arrays
+(bfloat16 as ``ml_dtypes.bfloat16``). ``run(path)`` runs a scenario file.
+
+Errors: ``InvalidInput`` (a ``ValueError``) for input that breaks a rule, ``Fault`` (a
+``RuntimeError``) for an op that failed while running; after either, no tensor has
+changed.
+"""
+
+from ._native import Ap, Core, Fault, InvalidInput, Tensor, run
+
+__all__ = ["Ap", "Core", "Fault", "InvalidInput", "Tensor", "run"]

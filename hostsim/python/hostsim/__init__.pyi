@@ -1,0 +1,175 @@
+"""Type hints for hostsim (the extension module hostsim._native, re-exported)."""
+
+from os import PathLike
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+DTypeLike = npt.DTypeLike
+# a compute op: "add" | "multiply" | "max" | "min", or np.add, np.multiply, np.maximum, np.minimum
+ComputeOp = Union[str, Callable[..., Any]]
+
+class InvalidInput(ValueError):
+    """Input that breaks a rule, caught before anything ran (the CLI's exit status 2)."""
+
+class Fault(RuntimeError):
+    """An op that failed while it ran (the CLI's exit status 1); no tensor has changed."""
+
+    op: Optional[str]
+    """The op's kind (dma_copy, isa, ...)."""
+    op_index: Optional[int]
+    """The op's index among the Core's ops."""
+    position: Optional[int]
+    """The failing index's position in its index tile (within its instruction)."""
+    value: Optional[int]
+    """The failing index's value (a negative int32 shown negative)."""
+    bound: Optional[int]
+    """The bound it broke (the indexed dim's size, or the bound register), if any."""
+
+class Tensor:
+    """A tensor of a Core, made by Core.hbm / Core.sbuf / Core.psum."""
+
+    name: str
+    """Its name (its .npy file in save_scenario)."""
+    space: str
+    """"hbm", "sbuf" or "psum"."""
+    shape: List[int]
+    """Its shape; on sbuf/psum shape[0] is the partition count."""
+    dtype: np.dtype
+    """Its numpy dtype (bfloat16 is ml_dtypes.bfloat16)."""
+    addr: int
+    """The fabric address of element 0."""
+    location: str
+    """Element 0's place as `hostsim isa decode` writes it: hbm:0x.., sbuf:P:0x.., psum:P:0x.."""
+    def numpy(self) -> np.ndarray:
+        """Its current contents (a copy) as an array of its dtype and shape."""
+    def ap(
+        self,
+        pattern: Sequence[Sequence[int]],
+        offset: int = 0,
+        vector_offset: Optional[Tensor] = None,
+        indirect_dim: Optional[int] = None,
+        scalar_offset: Optional[Tensor] = None,
+    ) -> Ap:
+        """NKI's access pattern: 1 to 5 [step, num] pairs, outermost first, in elements
+        (on SBUF/PSUM the first pair steps partitions); an index tile `vector_offset`
+        ([1, N] or (N, 1), uint32/int32, SBUF) replaces dim `indirect_dim`'s term (default
+        0); `scalar_offset` is a 1x1 int32 SBUF tensor added at run time."""
+
+class Ap:
+    """An access pattern over a tensor: a dma_copy / dma_compute side."""
+
+    tensor: Tensor
+
+Side = Union[Tensor, Ap]
+
+class Core:
+    """One simulated core; ops run when called, in order, as `hostsim run` runs them."""
+
+    generation: str
+    mechanism: str
+    queues: int
+    report: Dict[str, Any]
+    """The report.json structure of the ops run so far."""
+    def __init__(self, generation: str = "cayman", mechanism: str = "auto", queues: int = 16) -> None:
+        """generation: sunda | cayman | mariana | maverick, v2..v5, trn1..trn3;
+        mechanism: auto | pool | dge | reference; queues: 1..16 DMA queues."""
+    def hbm(
+        self,
+        array: Optional[npt.ArrayLike] = None,
+        *,
+        shape: Optional[Sequence[int]] = None,
+        dtype: Optional[DTypeLike] = None,
+        name: Optional[str] = None,
+    ) -> Tensor:
+        """An HBM tensor: a copy of `array`, or zeros of `shape` and `dtype` (float32)."""
+    def sbuf(
+        self,
+        array: Optional[npt.ArrayLike] = None,
+        partition: Optional[int] = None,
+        *,
+        shape: Optional[Sequence[int]] = None,
+        dtype: Optional[DTypeLike] = None,
+        name: Optional[str] = None,
+    ) -> Tensor:
+        """An SBUF tensor, partition-major: shape[0] partitions from `partition` (0)."""
+    def psum(
+        self,
+        array: Optional[npt.ArrayLike] = None,
+        partition: Optional[int] = None,
+        *,
+        shape: Optional[Sequence[int]] = None,
+        dtype: Optional[DTypeLike] = None,
+        name: Optional[str] = None,
+    ) -> Tensor:
+        """A PSUM tensor, laid out as sbuf lays one out."""
+    def dma_copy(
+        self,
+        dst: Side,
+        src: Side,
+        dst_rmw_op: Optional[ComputeOp] = None,
+        oob_mode: Optional[str] = None,
+        unique_indices: Optional[bool] = None,
+    ) -> None:
+        """Element k of src's walk to element k of dst's (cast through float32);
+        dst_rmw_op makes it dst = op(dst, src); oob_mode "error" (default) | "skip" for an
+        indexed side; unique_indices (default True) for an indexed dst."""
+    def dma_compute(
+        self,
+        dst: Side,
+        srcs: Sequence[Side],
+        reduce_op: ComputeOp,
+        scales: Optional[Sequence[float]] = None,
+        unique_indices: Optional[bool] = None,
+        oob_mode: Optional[str] = None,
+    ) -> None:
+        """dst = reduce_op(dst, other), one of the two srcs being dst itself."""
+    def dma_transpose(
+        self,
+        dst: Tensor,
+        src: Ap,
+        axes: Optional[Sequence[int]] = None,
+        oob_mode: Optional[str] = None,
+    ) -> None:
+        """src = t.ap([[D, N], [1, D]], vector_offset=idx): dst (on core) = t[idx].T."""
+    def nc_n_gather(self, dst: Tensor, data: Tensor, indices: Tensor) -> None:
+        """dst[p, m] = data[p, indices[p, m]] within each partition (0 past the row)."""
+    def local_gather(
+        self,
+        dst: Tensor,
+        src_buffer: Tensor,
+        index: Tensor,
+        num_elem_per_idx: int = 1,
+        num_valid_indices: Optional[int] = None,
+    ) -> None:
+        """Per core of 16 partitions, runs of num_elem_per_idx elements at the uint16
+        element offsets `index` (read partition-first)."""
+    def embedding_update(
+        self, table: Tensor, index: Tensor, data: Tensor, reduce: Optional[ComputeOp] = None
+    ) -> None:
+        """table[index[i]] = reduce(table[index[i]], data[i]) in index order (add by
+        default; max, min); indices past the table are skipped."""
+    def isa(
+        self,
+        hex_or_fields: Union[str, Dict[str, Any]],
+        bounds: Optional[Sequence[Any]] = None,
+        shapes: Optional[Sequence[Any]] = None,
+    ) -> None:
+        """One raw instruction (hex, or fields by name), with bound registers
+        [(reg, bound)] and shape registers [(reg, (x, y, z, w))]."""
+    def descriptors(self) -> np.ndarray:
+        """Every DGE descriptor so far: a structured array (op_index, replay, queue,
+        position, src, dst, bytes, op, dtype, flags)."""
+    def explain(self) -> Dict[str, Any]:
+        """The `hostsim explain --json` object of the ops so far."""
+    def save_scenario(self, dir: Union[str, PathLike]) -> None:
+        """dir/scenario.toml + .npy files + report.json that `hostsim run` reproduces."""
+
+def run(
+    path: Union[str, PathLike],
+    generation: Optional[str] = None,
+    mechanism: Optional[str] = None,
+    queues: Optional[int] = None,
+) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+    """Runs a scenario file as `hostsim run` does: (arrays by tensor name, report)."""

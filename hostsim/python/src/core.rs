@@ -1,0 +1,575 @@
+//! `Core`: one simulated core (a [`Session`]) with NKI's op names and arguments. Each op
+//! method maps its arguments onto the scenario's `[[op]]` table (NKI name -> schema field,
+//! a `Tensor` to its name, an `Ap` to its `.ap()` table), parses it with the scenario's
+//! own schema ([`scenario::parse_op`]) and runs it at once ([`Session::run`]).
+
+use std::path::PathBuf;
+
+use dma::{Generation, Space};
+use hostsim::runtime::Mechanism;
+use hostsim::scenario;
+use hostsim::scenario::session::{NewTensor, Session};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use serde_json::{json, Map, Value};
+
+use crate::convert;
+use crate::errors::{self, InvalidInput};
+use crate::tensor::{foreign, Ap, Tensor};
+
+/// Core(generation="cayman", mechanism="auto", queues=16)
+/// --
+///
+/// One simulated core: its fabric (HBM, SBUF, PSUM), its tensors and the ops run on it,
+/// in call order, by the runtime `hostsim run` uses. `generation` is sunda | cayman |
+/// mariana | maverick, v2..v5 or trn1..trn3; `mechanism` auto (the generation's route) |
+/// pool | dge | reference; `queues` the DMA queues, 1..16.
+#[pyclass(module = "hostsim")]
+pub struct Core {
+    pub session: Session,
+}
+
+/// How a tensor is made: from an array, or zeros of a shape and dtype.
+struct Made<'py> {
+    space: Space,
+    array: Option<Bound<'py, PyAny>>,
+    shape: Option<Vec<u64>>,
+    dtype: Option<Bound<'py, PyAny>>,
+    partition: Option<u32>,
+    name: Option<String>,
+}
+
+impl<'py> Made<'py> {
+    fn new(
+        space: Space,
+        array: Option<Bound<'py, PyAny>>,
+        shape: Option<Vec<u64>>,
+        dtype: Option<Bound<'py, PyAny>>,
+    ) -> Self {
+        Made {
+            space,
+            array,
+            shape,
+            dtype,
+            partition: None,
+            name: None,
+        }
+    }
+
+    /// With its first partition and name.
+    fn at(self, partition: Option<u32>, name: Option<String>) -> Self {
+        Made {
+            partition,
+            name,
+            ..self
+        }
+    }
+}
+
+#[pymethods]
+impl Core {
+    #[new]
+    #[pyo3(signature = (generation="cayman", mechanism="auto", queues=16))]
+    fn new(py: Python<'_>, generation: &str, mechanism: &str, queues: usize) -> PyResult<Self> {
+        let g = Generation::from_name(generation).map_err(|e| errors::raise(py, e.into()))?;
+        let m = Mechanism::from_name(mechanism).ok_or_else(|| {
+            InvalidInput::new_err(format!(
+                "mechanism {mechanism:?}: must be auto, pool, dge or reference"
+            ))
+        })?;
+        let session = Session::new(g, m, queues).map_err(|e| errors::raise(py, e))?;
+        Ok(Core { session })
+    }
+
+    /// The generation's name.
+    #[getter]
+    fn generation(&self) -> &'static str {
+        self.session.prepared().generation.name()
+    }
+
+    /// The mechanism's name.
+    #[getter]
+    fn mechanism(&self) -> &'static str {
+        self.session.prepared().mechanism.name()
+    }
+
+    /// The DMA queue count.
+    #[getter]
+    fn queues(&self) -> usize {
+        self.session.prepared().queues
+    }
+
+    /// hbm(array=None, *, shape=None, dtype=None, name=None)
+    /// --
+    ///
+    /// A tensor in HBM (one row-major block): a copy of `array`, or zeros of `shape` and
+    /// `dtype` (default float32). `name` (default `t<N>`) names its `.npy` file in
+    /// `save_scenario`.
+    #[pyo3(signature = (array=None, *, shape=None, dtype=None, name=None))]
+    fn hbm(
+        slf: &Bound<'_, Self>,
+        array: Option<Bound<'_, PyAny>>,
+        shape: Option<Vec<u64>>,
+        dtype: Option<Bound<'_, PyAny>>,
+        name: Option<String>,
+    ) -> PyResult<Tensor> {
+        let made = Made::new(Space::Hbm, array, shape, dtype);
+        add_tensor(slf, made.at(None, name))
+    }
+
+    /// sbuf(array=None, partition=None, *, shape=None, dtype=None, name=None)
+    /// --
+    ///
+    /// A tensor in SBUF, partition-major: `shape[0]` partitions from `partition`
+    /// (default 0), the free dims row-major inside each. A copy of `array`, or zeros of
+    /// `shape` and `dtype` (default float32).
+    #[pyo3(signature = (array=None, partition=None, *, shape=None, dtype=None, name=None))]
+    fn sbuf(
+        slf: &Bound<'_, Self>,
+        array: Option<Bound<'_, PyAny>>,
+        partition: Option<u32>,
+        shape: Option<Vec<u64>>,
+        dtype: Option<Bound<'_, PyAny>>,
+        name: Option<String>,
+    ) -> PyResult<Tensor> {
+        let made = Made::new(Space::Sbuf, array, shape, dtype);
+        add_tensor(slf, made.at(partition, name))
+    }
+
+    /// psum(array=None, partition=None, *, shape=None, dtype=None, name=None)
+    /// --
+    ///
+    /// A tensor in PSUM, laid out as `sbuf` lays one out.
+    #[pyo3(signature = (array=None, partition=None, *, shape=None, dtype=None, name=None))]
+    fn psum(
+        slf: &Bound<'_, Self>,
+        array: Option<Bound<'_, PyAny>>,
+        partition: Option<u32>,
+        shape: Option<Vec<u64>>,
+        dtype: Option<Bound<'_, PyAny>>,
+        name: Option<String>,
+    ) -> PyResult<Tensor> {
+        let made = Made::new(Space::Psum, array, shape, dtype);
+        add_tensor(slf, made.at(partition, name))
+    }
+
+    /// dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, unique_indices=None)
+    /// --
+    ///
+    /// NKI `dma_copy`: element k of `src`'s walk is copied to element k of `dst`'s (each a
+    /// Tensor, walked row by row, or a `Tensor.ap(...)`), cast through float32 when the
+    /// dtypes differ. `dst_rmw_op` (None, or add | multiply | max | min, by name or as
+    /// `np.add`, `np.multiply`, `np.maximum`, `np.minimum`) makes it `dst = op(dst, src)`
+    /// in float32. `oob_mode` ("error" or "skip"; default error) applies to a side with a
+    /// `vector_offset`; `unique_indices` (default True) to a `dst` with one.
+    #[pyo3(signature = (dst, src, dst_rmw_op=None, oob_mode=None, unique_indices=None))]
+    fn dma_copy(
+        slf: &Bound<'_, Self>,
+        dst: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+        dst_rmw_op: Option<&Bound<'_, PyAny>>,
+        oob_mode: Option<String>,
+        unique_indices: Option<bool>,
+    ) -> PyResult<()> {
+        let compute = dst_rmw_op.map(op_name).transpose()?.map(Value::from);
+        let fields = vec![
+            ("src", Some(side(slf, "src", src)?)),
+            ("dst", Some(side(slf, "dst", dst)?)),
+            ("compute", compute),
+            ("oob", oob_mode.map(Value::from)),
+            ("unique_indices", unique_indices.map(Value::from)),
+        ];
+        run_op(slf, "dma_copy", fields)
+    }
+
+    /// dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None)
+    /// --
+    ///
+    /// NKI `dma_compute` in its read-modify-write form: one of the two `srcs` is `dst`
+    /// itself (the same Tensor or an equal `.ap()`), and `dst = reduce_op(dst, other)`
+    /// in float32, as `dma_copy(dst, other, dst_rmw_op=reduce_op)`. `scales` must be
+    /// None or all 1.0 (as NKI requires).
+    #[pyo3(signature = (dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None))]
+    fn dma_compute(
+        slf: &Bound<'_, Self>,
+        dst: &Bound<'_, PyAny>,
+        srcs: Vec<Bound<'_, PyAny>>,
+        reduce_op: &Bound<'_, PyAny>,
+        scales: Option<Vec<f64>>,
+        unique_indices: Option<bool>,
+        oob_mode: Option<String>,
+    ) -> PyResult<()> {
+        if let Some(s) = scales.as_ref().filter(|s| s.iter().any(|&x| x != 1.0)) {
+            return Err(InvalidInput::new_err(format!(
+                "dma_compute: scales = {s:?}: must all be 1.0 (NKI)"
+            )));
+        }
+        let dst_side = side(slf, "dst", dst)?;
+        let other = match srcs.as_slice() {
+            [a, b] if side(slf, "srcs[0]", a)? == dst_side => b,
+            [a, b] if side(slf, "srcs[1]", b)? == dst_side => a,
+            _ => return Err(InvalidInput::new_err(
+                "dma_compute: srcs must be two, one of them dst itself (dst = reduce_op(dst, src))",
+            )),
+        };
+        Core::dma_copy(slf, dst, other, Some(reduce_op), oob_mode, unique_indices)
+    }
+
+    /// dma_transpose(dst, src, axes=None, oob_mode=None)
+    /// --
+    ///
+    /// NKI's indirect `dma_transpose` (trn2 and later): `src` is `t.ap([[D, N], [1, D]],
+    /// vector_offset=idx)` (N whole rows of an HBM tensor `t` of rows of D elements,
+    /// picked by the index tile), and `dst` (on core, `[D, N]`) gets them transposed.
+    /// `axes` may only be (1, 0); `oob_mode` "error" (default) or "skip".
+    #[pyo3(signature = (dst, src, axes=None, oob_mode=None))]
+    fn dma_transpose(
+        slf: &Bound<'_, Self>,
+        dst: &Bound<'_, PyAny>,
+        src: &Bound<'_, Ap>,
+        axes: Option<Vec<u32>>,
+        oob_mode: Option<String>,
+    ) -> PyResult<()> {
+        let (table, index) = transposed_rows(slf, src.get())?;
+        let fields = vec![
+            ("src", Some(table)),
+            ("index", Some(index)),
+            ("dst", Some(tensor_name(slf, "dst", dst)?)),
+            ("oob", oob_mode.map(Value::from)),
+            ("axes", axes.map(|a| json!(a))),
+        ];
+        run_op(slf, "dma_gather_transpose", fields)
+    }
+
+    /// nc_n_gather(dst, data, indices)
+    /// --
+    ///
+    /// NKI `nc_n_gather` (GATHER 0x68): within each partition, `dst[p, m] = data[p,
+    /// indices[p, m]]`, an index past the row reading 0. `indices` is uint32.
+    fn nc_n_gather(
+        slf: &Bound<'_, Self>,
+        dst: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        indices: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let fields = vec![
+            ("data", Some(tensor_name(slf, "data", data)?)),
+            ("index", Some(tensor_name(slf, "indices", indices)?)),
+            ("dst", Some(tensor_name(slf, "dst", dst)?)),
+        ];
+        run_op(slf, "nc_n_gather", fields)
+    }
+
+    /// local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None)
+    /// --
+    ///
+    /// NKI `local_gather` (INDIRECT_COPY 0xe7): per core of 16 partitions, runs of
+    /// `num_elem_per_idx` (1, 2, 4, .. 32) elements of `src_buffer` at the element offsets
+    /// `index` (uint16, read partition-first), the first `num_valid_indices` of them
+    /// (default all); a run past the buffer's end stays zero.
+    #[pyo3(signature = (dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None))]
+    fn local_gather(
+        slf: &Bound<'_, Self>,
+        dst: &Bound<'_, PyAny>,
+        src_buffer: &Bound<'_, PyAny>,
+        index: &Bound<'_, PyAny>,
+        num_elem_per_idx: u32,
+        num_valid_indices: Option<u32>,
+    ) -> PyResult<()> {
+        let fields = vec![
+            ("src", Some(tensor_name(slf, "src_buffer", src_buffer)?)),
+            ("index", Some(tensor_name(slf, "index", index)?)),
+            ("dst", Some(tensor_name(slf, "dst", dst)?)),
+            ("num_elem_per_idx", Some(json!(num_elem_per_idx))),
+            ("num_valid_indices", num_valid_indices.map(Value::from)),
+        ];
+        run_op(slf, "local_gather", fields)
+    }
+
+    /// embedding_update(table, index, data, reduce="add")
+    /// --
+    ///
+    /// `table[index[i], :] = reduce(table[index[i], :], data[i, :])` in index order, in
+    /// float32; indices at or past the table's rows are skipped. `reduce` is add | max |
+    /// min (or `np.add`, `np.maximum`, `np.minimum`).
+    #[pyo3(signature = (table, index, data, reduce=None))]
+    fn embedding_update(
+        slf: &Bound<'_, Self>,
+        table: &Bound<'_, PyAny>,
+        index: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        reduce: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let reduce = reduce.map_or(Ok("add".to_string()), op_name)?;
+        let fields = vec![
+            ("table", Some(tensor_name(slf, "table", table)?)),
+            ("index", Some(tensor_name(slf, "index", index)?)),
+            ("data", Some(tensor_name(slf, "data", data)?)),
+            ("reduce", Some(json!(reduce))),
+        ];
+        run_op(slf, "embedding_update", fields)
+    }
+
+    /// isa(hex_or_fields, bounds=None, shapes=None)
+    /// --
+    ///
+    /// One raw 64-byte instruction: 128 hex digits, or a dict of its fields by name (what
+    /// `hostsim isa decode --format json` prints). `bounds`: bound registers to set, as
+    /// `[{"reg": 0, "bound": 1000}]` or `[(0, 1000)]`; `shapes`: DMA_INDIRECT shape
+    /// registers, as `[{"reg": 8, "xyzw": [16, 4, 2, 1]}]` or `[(8, (16, 4, 2, 1))]`.
+    #[pyo3(signature = (hex_or_fields, bounds=None, shapes=None))]
+    fn isa(
+        slf: &Bound<'_, Self>,
+        hex_or_fields: &Bound<'_, PyAny>,
+        bounds: Option<&Bound<'_, PyAny>>,
+        shapes: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let form = match hex_or_fields.extract::<String>() {
+            Ok(_) => "hex",
+            Err(_) => "fields",
+        };
+        let json =
+            |v: Option<&Bound<'_, PyAny>>| v.map(|v| convert::from_python(py, v)).transpose();
+        let fields = vec![
+            (form, json(Some(hex_or_fields))?),
+            ("bounds", json(bounds)?),
+            ("shapes", json(shapes)?),
+        ];
+        run_op(slf, "isa", fields)
+    }
+
+    /// The report.json structure of the ops run so far, as a dict: per op its mechanism,
+    /// DGE, instructions, descriptors, bytes, skipped indices and estimated ns, and the
+    /// total.
+    #[getter]
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        convert::to_python(py, &self.session.report())
+    }
+
+    /// descriptors()
+    /// --
+    ///
+    /// Every descriptor the DGE route ran so far, as a numpy structured array with the
+    /// fields op_index, replay, queue, position, src, dst (fabric addresses), bytes, op
+    /// (copy | add | .. | fill), dtype (`src->dst` for a cast) and flags (as `hostsim
+    /// inspect` shows them). Empty when the ops ran on the POOL or reference route.
+    fn descriptors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let rows: Vec<_> = self
+            .session
+            .descriptors()
+            .map(|d| {
+                let x = d.descriptor;
+                let text = (
+                    x.op().name(),
+                    hostsim::inspect::dtype_text(x),
+                    hostsim::inspect::flags_text(x),
+                );
+                (
+                    d.op,
+                    d.replay,
+                    d.queue,
+                    d.position,
+                    x.src().0,
+                    x.dst().0,
+                    x.len(),
+                    text,
+                )
+            })
+            .collect();
+        let width = |f: fn(&(&str, String, String)) -> usize| {
+            rows.iter().map(|r| f(&r.7)).max().unwrap_or(1).max(1)
+        };
+        let dtype = vec![
+            ("op_index", "<u4".to_string()),
+            ("replay", "<u4".into()),
+            ("queue", "u1".into()),
+            ("position", "<u4".into()),
+            ("src", "<u8".into()),
+            ("dst", "<u8".into()),
+            ("bytes", "<u4".into()),
+            ("op", format!("<U{}", width(|t| t.0.len()))),
+            ("dtype", format!("<U{}", width(|t| t.1.len()))),
+            ("flags", format!("<U{}", width(|t| t.2.len()))),
+        ];
+        let tuples = rows
+            .into_iter()
+            .map(|(o, r, q, p, s, d, b, (op, dt, fl))| (o, r, q, p, s, d, b, op, dt, fl));
+        let list = PyList::new(py, tuples)?;
+        let np = py.import("numpy")?;
+        np.getattr("array")?.call1((list, dtype))
+    }
+
+    /// explain()
+    /// --
+    ///
+    /// The `hostsim explain --json` object of the ops run so far, as a dict: each op run
+    /// again on the DGE route from the initial tensors, with its lowering, DGE stages,
+    /// descriptors, estimate and lints.
+    fn explain<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let e = self.session.explain().map_err(|e| errors::raise(py, e))?;
+        convert::to_python(py, &e)
+    }
+
+    /// save_scenario(dir)
+    /// --
+    ///
+    /// Writes `dir/scenario.toml`, a `.npy` file per tensor made from an array and
+    /// `dir/report.json` (this session's report): `hostsim run dir/scenario.toml
+    /// --queues Q` (Q this Core's queues) runs the session again to the same tensors.
+    fn save_scenario(&self, py: Python<'_>, dir: PathBuf) -> PyResult<()> {
+        self.session.save(&dir).map_err(|e| errors::raise(py, e))
+    }
+
+    fn __repr__(&self) -> String {
+        let p = self.session.prepared();
+        format!(
+            "Core({:?}, mechanism={:?}, queues={}): {} tensors, {} ops",
+            p.generation.name(),
+            p.mechanism.name(),
+            p.queues,
+            p.tensors.len(),
+            p.ops.len()
+        )
+    }
+}
+
+/// Adds the tensor `m` describes to the Core.
+fn add_tensor(slf: &Bound<'_, Core>, m: Made<'_>) -> PyResult<Tensor> {
+    let py = slf.py();
+    let (dtype, shape, data) = match (m.array, m.shape, m.dtype) {
+        (Some(a), None, None) => {
+            let (d, shape, bytes) = convert::from_numpy(py, &a)?;
+            (d, shape, Some(bytes))
+        }
+        (None, Some(shape), d) => {
+            let d = d.map_or(Ok(dma::Dtype::F32), |d| convert::dtype(py, &d))?;
+            (d, shape, None)
+        }
+        _ => {
+            return Err(InvalidInput::new_err(
+                "give an array, or a shape (and a dtype, default float32)",
+            ))
+        }
+    };
+    let mut core = slf.borrow_mut();
+    let name = m.name.unwrap_or_else(|| free_name(&core.session));
+    let t = NewTensor {
+        name: name.clone(),
+        space: m.space,
+        dtype,
+        shape: shape.clone(),
+        partition: m.partition,
+        data,
+    };
+    let placed = core.session.add_tensor(t);
+    let placed = placed.map_err(|e| errors::raise(py, e))?;
+    let map = dma::AddressMap::new(core.session.prepared().generation);
+    let addr = placed.start(&map).map_err(|e| errors::raise(py, e))?;
+    Ok(Tensor {
+        core: slf.clone().unbind(),
+        index: placed.index,
+        name,
+        space: m.space,
+        dtype,
+        shape,
+        addr: addr.0,
+        location: hostsim::inspect::located(&map, addr),
+    })
+}
+
+/// The first `t<N>` no tensor of `session` is named, from N = its tensor count.
+fn free_name(session: &Session) -> String {
+    let n = session.prepared().tensors.len();
+    (n..)
+        .map(|k| format!("t{k}"))
+        .find(|name| session.tensor(name).is_none())
+        .unwrap_or_default()
+}
+
+/// The op `kind` with the given fields (those with a value) parsed with the scenario
+/// schema and run on the Core.
+fn run_op(slf: &Bound<'_, Core>, kind: &str, fields: Vec<(&str, Option<Value>)>) -> PyResult<()> {
+    let py = slf.py();
+    let mut op = Map::new();
+    op.insert("op".into(), json!(kind));
+    for (field, value) in fields {
+        if let Some(v) = value {
+            op.insert(field.into(), v);
+        }
+    }
+    let mut core = slf.borrow_mut();
+    let index = core.session.prepared().ops.len();
+    let op = scenario::parse_op(index, Value::Object(op)).map_err(|e| errors::raise(py, e))?;
+    core.session.run(op).map_err(|e| errors::raise(py, e))?;
+    Ok(())
+}
+
+/// `value` as field `field`'s tensor name: a Tensor of this Core.
+fn tensor_name(slf: &Bound<'_, Core>, field: &str, value: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let t = value
+        .cast::<Tensor>()
+        .map_err(|_| InvalidInput::new_err(format!("{field}: must be a Tensor of this Core")))?;
+    let t = t.get();
+    match t.core.is(slf) {
+        true => Ok(json!(t.name)),
+        false => Err(foreign(field, &t.name)),
+    }
+}
+
+/// `value` as a `dma_copy` side: a Tensor's name or an Ap's table, of this Core.
+fn side(slf: &Bound<'_, Core>, field: &str, value: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let Ok(ap) = value.cast::<Ap>() else {
+        return tensor_name(slf, field, value);
+    };
+    let ap = ap.get();
+    let t = ap.tensor.get();
+    if !t.core.is(slf) {
+        return Err(foreign(field, &t.name));
+    }
+    Ok(Value::Object(ap.table.clone()))
+}
+
+/// An indirect `dma_transpose` source: whole rows of its tensor picked by its
+/// `vector_offset`; returns the tensor's name and the index tile's.
+fn transposed_rows(slf: &Bound<'_, Core>, ap: &Ap) -> PyResult<(Value, Value)> {
+    let t = ap.tensor.get();
+    if !t.core.is(slf) {
+        return Err(foreign("src", &t.name));
+    }
+    let row: u64 = t.shape.iter().skip(1).product();
+    let (Some(index), Some(pattern)) = (ap.table.get("vector_offset"), ap.table.get("ap")) else {
+        return Err(InvalidInput::new_err(format!(
+            "dma_transpose: src = {}: must have a vector_offset (the rows to transpose)",
+            Value::Object(ap.table.clone())
+        )));
+    };
+    let whole_rows = pattern.get(1) == Some(&json!([1, row]))
+        && pattern.get(0).and_then(|p| p.get(0)) == Some(&json!(row))
+        && pattern.as_array().map(Vec::len) == Some(2)
+        && ap.table.get("offset") == Some(&json!(0))
+        && !ap.table.contains_key("scalar_offset")
+        && ap.table.get("indirect_dim").is_none_or(|d| d == &json!(0));
+    if !whole_rows {
+        return Err(InvalidInput::new_err(format!(
+            "dma_transpose: src = {}: must be {}.ap([[{row}, N], [1, {row}]], vector_offset=idx) (whole rows picked by the index tile)",
+            Value::Object(ap.table.clone()),
+            t.name
+        )));
+    }
+    Ok((json!(t.name), index.clone()))
+}
+
+/// A compute op's name: a string, or a function (`np.add`, `np.maximum`, ..) by its
+/// `__name__`.
+fn op_name(op: &Bound<'_, PyAny>) -> PyResult<String> {
+    let name: String = match op.extract::<String>() {
+        Ok(s) => s,
+        Err(_) => op.getattr("__name__")?.extract()?,
+    };
+    Ok(match name.as_str() {
+        "maximum" => "max".into(),
+        "minimum" => "min".into(),
+        _ => name,
+    })
+}

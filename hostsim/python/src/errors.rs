@@ -1,0 +1,50 @@
+//! The package's two exceptions and the mapping of a `hostsim` error onto them, by the
+//! CLI's exit status (`hostsim::scenario::exit_code`).
+
+use hostsim::Error;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+create_exception!(
+    hostsim,
+    InvalidInput,
+    PyValueError,
+    "Input that breaks a rule, caught before anything ran (the CLI's exit status 2); the message is the CLI's. No tensor has changed."
+);
+
+create_exception!(
+    hostsim,
+    Fault,
+    PyRuntimeError,
+    "An op that failed while it ran (the CLI's exit status 1): a hard out-of-bounds index, an index off the fabric, duplicate destinations under a compute op. Attributes: op (its kind), op_index, position, value, bound (None where the fault has none). No tensor has changed."
+);
+
+/// `e` as the exception of its class, with `Fault`'s attributes.
+pub fn raise(py: Python<'_>, e: Error) -> PyErr {
+    if hostsim::scenario::exit_code(&e) != 1 {
+        return InvalidInput::new_err(e.to_string());
+    }
+    let err = Fault::new_err(e.to_string());
+    match fault_attributes(err.value(py), &e) {
+        Ok(()) => err,
+        Err(failed) => failed,
+    }
+}
+
+/// Sets `Fault`'s attributes on `value` from `e`.
+fn fault_attributes(
+    value: &Bound<'_, pyo3::exceptions::PyBaseException>,
+    e: &Error,
+) -> PyResult<()> {
+    let (op, op_index) = match e {
+        Error::ScenarioOpFault { index, op, .. } => (Some(*op), Some(*index)),
+        _ => (None, None),
+    };
+    let at = e.index_fault();
+    value.setattr("op", op)?;
+    value.setattr("op_index", op_index)?;
+    value.setattr("position", at.position)?;
+    value.setattr("value", at.value)?;
+    value.setattr("bound", at.bound)
+}

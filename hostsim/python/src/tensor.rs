@@ -1,0 +1,150 @@
+//! `Tensor` (one tensor of a `Core`) and `Ap` (NKI's `tensor.ap(...)` over one): what an
+//! op argument names, turned into the scenario's tensor name or `.ap()` table.
+
+use dma::{Dtype, Space};
+use pyo3::prelude::*;
+use serde_json::{json, Map, Value};
+
+use crate::convert;
+use crate::core::Core;
+use crate::errors::{self, InvalidInput};
+
+/// A tensor of a Core: its name, space, dtype and shape, and its contents on the Core's
+/// fabric (`numpy()`). Made by `Core.hbm`, `Core.sbuf` and `Core.psum`.
+#[pyclass(module = "hostsim", frozen)]
+pub struct Tensor {
+    pub core: Py<Core>,
+    pub index: usize,
+    #[pyo3(get)]
+    pub name: String,
+    pub space: Space,
+    pub dtype: Dtype,
+    pub shape: Vec<u64>,
+    /// The fabric address of element 0 (what an `isa` instruction's address fields hold).
+    #[pyo3(get)]
+    pub addr: u64,
+    /// Where element 0 is, as `hostsim isa decode` writes an address: `hbm:0x..`, or
+    /// `sbuf:P:0x..` / `psum:P:0x..` (an ADDR4 field's value).
+    #[pyo3(get)]
+    pub location: String,
+}
+
+#[pymethods]
+impl Tensor {
+    /// The tensor's current contents as a numpy array of its dtype and shape (a copy;
+    /// bf16 as `ml_dtypes.bfloat16`).
+    fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let bytes = self.core.borrow(py).session.read(self.index);
+        let bytes = bytes.map_err(|e| errors::raise(py, e))?;
+        convert::to_numpy(py, self.dtype, &self.shape, bytes)
+    }
+
+    /// `"hbm"`, `"sbuf"` or `"psum"`.
+    #[getter]
+    fn space(&self) -> &'static str {
+        self.space.name()
+    }
+
+    /// The shape (on SBUF/PSUM `shape[0]` is the partition count).
+    #[getter]
+    fn shape(&self) -> Vec<u64> {
+        self.shape.clone()
+    }
+
+    /// The numpy dtype.
+    #[getter]
+    fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        convert::numpy_dtype(py, self.dtype)
+    }
+
+    /// ap(pattern, offset=0, vector_offset=None, indirect_dim=None, scalar_offset=None)
+    /// --
+    ///
+    /// NKI's access pattern over this tensor: `pattern` is 1 to 5 `[step, num]` pairs,
+    /// outermost first, in elements (on SBUF/PSUM the first pair steps partitions); the
+    /// element at position `(i0, ..)` is `offset + sum(i_k * step_k)`. `vector_offset`
+    /// is an index tile (`[1, N]` or `(N, 1)`, uint32 or int32, in SBUF) whose value
+    /// replaces dim `indirect_dim`'s term (default dim 0) by `index * prod(shape[d+1:])`;
+    /// `scalar_offset` a 1x1 int32 SBUF tensor whose value times the same stride is added
+    /// when the op runs.
+    #[pyo3(signature = (pattern, offset=0, vector_offset=None, indirect_dim=None, scalar_offset=None))]
+    fn ap(
+        slf: &Bound<'_, Self>,
+        pattern: Vec<[i64; 2]>,
+        offset: u64,
+        vector_offset: Option<Py<Tensor>>,
+        indirect_dim: Option<u32>,
+        scalar_offset: Option<Py<Tensor>>,
+    ) -> PyResult<Ap> {
+        let this = slf.get();
+        let mut table = Map::new();
+        table.insert("tensor".into(), json!(this.name));
+        table.insert("ap".into(), json!(pattern));
+        table.insert("offset".into(), json!(offset));
+        let tiles = [
+            ("vector_offset", &vector_offset),
+            ("scalar_offset", &scalar_offset),
+        ];
+        for (field, tile) in tiles {
+            if let Some(t) = tile {
+                this.same_core(t.get(), field)?;
+                table.insert(field.into(), json!(t.get().name));
+            }
+        }
+        if let Some(d) = indirect_dim {
+            table.insert("indirect_dim".into(), json!(d));
+        }
+        Ok(Ap {
+            tensor: slf.clone().unbind(),
+            table,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Tensor({:?}, {}, {}, {:?})",
+            self.name,
+            self.space.name(),
+            self.dtype,
+            self.shape
+        )
+    }
+}
+
+impl Tensor {
+    /// Refuses `other` (given as `field`) unless it belongs to this tensor's Core.
+    pub fn same_core(&self, other: &Tensor, field: &str) -> PyResult<()> {
+        match self.core.is(&other.core) {
+            true => Ok(()),
+            false => Err(foreign(field, &other.name)),
+        }
+    }
+}
+
+/// The error for a tensor of another Core.
+pub fn foreign(field: &str, name: &str) -> PyErr {
+    InvalidInput::new_err(format!(
+        "{field} = {name:?}: the tensor belongs to another Core"
+    ))
+}
+
+/// An access pattern over a tensor (`Tensor.ap(...)`), a `dma_copy` side.
+#[pyclass(module = "hostsim", frozen)]
+pub struct Ap {
+    pub tensor: Py<Tensor>,
+    /// The scenario's `.ap()` table.
+    pub table: Map<String, Value>,
+}
+
+#[pymethods]
+impl Ap {
+    /// The tensor it walks.
+    #[getter]
+    fn tensor(&self, py: Python<'_>) -> Py<Tensor> {
+        self.tensor.clone_ref(py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Ap({})", Value::Object(self.table.clone()))
+    }
+}

@@ -1,0 +1,401 @@
+"""The Python package against numpy, the CLI and itself across mechanisms.
+
+Run with `pytest hostsim/python/tests` after `pip install .` at the repository root. The
+save/run checks call the `hostsim` CLI: `$HOSTSIM_BIN` if set, else `cargo run --release
+-p hostsim --` from the repository root.
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hostsim
+
+ROOT = Path(__file__).resolve().parents[3]
+RNG = np.random.default_rng(7)
+
+
+def cli(*args, stdin=None):
+    """Runs the hostsim CLI and returns its stdout."""
+    binary = os.environ.get("HOSTSIM_BIN")
+    cmd = [binary] if binary else ["cargo", "run", "--release", "-q", "-p", "hostsim", "--"]
+    done = subprocess.run(cmd + list(args), cwd=ROOT, input=stdin, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def snapshot(tensors):
+    return [t.numpy().tobytes() for t in tensors]
+
+
+# --- the NKI idioms -------------------------------------------------------------------
+
+
+def embedding_lookup(mechanism):
+    """A (128, 1) int32 index tile picks rows of an HBM table into a [128, D] SBUF tile;
+    out-of-range and negative indices are skipped."""
+    rng = np.random.default_rng(3)
+    core = hostsim.Core("cayman", mechanism=mechanism)
+    table = rng.standard_normal((1000, 64)).astype(np.float32)
+    ids = rng.integers(0, 1000, size=(128, 1)).astype(np.int32)
+    ids[5, 0], ids[77, 0] = 1000, -3
+    t = core.hbm(table)
+    i = core.sbuf(ids)
+    out = core.sbuf(shape=(128, 64), dtype=np.float32)
+    core.dma_copy(dst=out, src=t.ap([[64, 128], [1, 64]], vector_offset=i, indirect_dim=0), oob_mode="skip")
+    want = np.zeros((128, 64), np.float32)
+    ok = (ids[:, 0] >= 0) & (ids[:, 0] < 1000)
+    want[ok] = table[ids[ok, 0]]
+    return core, out.numpy(), want
+
+
+def test_embedding_lookup_matches_numpy_on_every_mechanism():
+    results = []
+    for mechanism in ["auto", "dge", "reference"]:
+        core, got, want = embedding_lookup(mechanism)
+        assert np.array_equal(got, want)
+        assert core.report["ops"][0]["oob_skipped"] == 2
+        results.append(got.tobytes())
+    assert len(set(results)) == 1
+    with pytest.raises(hostsim.InvalidInput, match="pool mechanism is not available"):
+        embedding_lookup("pool")
+
+
+def scatter_add(core, op):
+    """Scatter-add of 64 rows into a 16-row table with duplicate indices."""
+    rng = np.random.default_rng(11)
+    table = rng.standard_normal((16, 8)).astype(np.float32)
+    rows = rng.standard_normal((64, 8)).astype(np.float32)
+    ids = rng.integers(0, 16, size=(64, 1)).astype(np.int32)
+    t, d, i = core.hbm(table), core.sbuf(rows), core.sbuf(ids)
+    dst = t.ap([[8, 64], [1, 8]], vector_offset=i)
+    if op == "dma_copy":
+        core.dma_copy(dst=dst, src=d, dst_rmw_op=np.add, unique_indices=False)
+    else:
+        core.dma_compute(dst=dst, srcs=[dst, d], reduce_op=np.add, unique_indices=False)
+    want = table.copy()
+    np.add.at(want, ids[:, 0], rows)
+    return t.numpy(), want
+
+
+def test_scatter_add_with_duplicates_is_np_add_at_in_f32():
+    seen = set()
+    for mechanism in ["auto", "dge", "reference"]:
+        for op in ["dma_copy", "dma_compute"]:
+            got, want = scatter_add(hostsim.Core("trn2", mechanism=mechanism, queues=4), op)
+            assert np.array_equal(got, want)
+            seen.add(got.tobytes())
+    assert len(seen) == 1
+
+
+def test_a_5d_copy_is_a_numpy_transpose():
+    core = hostsim.Core("cayman")
+    a = np.arange(2 * 3 * 4 * 5 * 6, dtype=np.int32).reshape(2, 3, 4, 5, 6)
+    src = core.hbm(a)
+    dst = core.hbm(shape=(6, 5, 4, 3, 2), dtype=np.int32)
+    # dst[i0..i4] = a[i4, i3, i2, i1, i0]: walk src with its steps reversed
+    core.dma_copy(dst=dst, src=src.ap([[1, 6], [6, 5], [30, 4], [120, 3], [360, 2]]))
+    assert np.array_equal(dst.numpy(), a.transpose(4, 3, 2, 1, 0))
+
+
+def test_a_window_and_a_scalar_offset():
+    core = hostsim.Core("cayman")
+    a = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
+    src = core.hbm(a)
+    win = core.hbm(shape=(4, 8), dtype=np.float32)
+    core.dma_copy(dst=win, src=src.ap([[32, 4], [1, 8]], offset=3 * 32 + 5))
+    assert np.array_equal(win.numpy(), a[3:7, 5:13])
+    k = core.sbuf(np.array([[9]], dtype=np.int32))
+    row = core.hbm(shape=(1, 32), dtype=np.float32)
+    core.dma_copy(dst=row, src=src.ap([[32, 1], [1, 32]], scalar_offset=k))
+    assert np.array_equal(row.numpy(), a[9:10])
+
+
+def test_a_cast_f32_to_bf16_rounds_like_ml_dtypes():
+    core = hostsim.Core("cayman")
+    a = (RNG.standard_normal((4, 33)) * 1000).astype(np.float32)
+    src = core.hbm(a)
+    dst = core.hbm(shape=(4, 33), dtype=ml_dtypes.bfloat16)
+    core.dma_copy(dst=dst, src=src)
+    got = dst.numpy()
+    assert got.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert np.array_equal(got.view(np.uint16), a.astype(ml_dtypes.bfloat16).view(np.uint16))
+    back = core.hbm(shape=(4, 33), dtype=np.float32)
+    core.dma_copy(dst=back, src=dst)
+    assert np.array_equal(back.numpy(), got.astype(np.float32))
+
+
+def test_bf16_arrays_go_in_and_out_bit_for_bit():
+    core = hostsim.Core("mariana")
+    bits = RNG.integers(0, 0x7F80, size=(3, 7), dtype=np.uint16)
+    t = core.sbuf(bits.view(ml_dtypes.bfloat16), partition=5)
+    assert t.shape == [3, 7] and t.space == "sbuf" and t.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert np.array_equal(t.numpy().view(np.uint16), bits)
+
+
+def test_nc_n_gather_reads_zero_past_the_row_on_every_route():
+    data = RNG.standard_normal((8, 40)).astype(np.float32)
+    idx = RNG.integers(0, 48, size=(8, 12)).astype(np.uint32)
+    want = np.where(idx < 40, np.take_along_axis(data, np.minimum(idx, 39).astype(np.int64), 1), 0)
+    seen = set()
+    for gen, mechanisms in [("sunda", ["auto", "pool", "reference"]), ("cayman", ["auto", "dge", "reference"])]:
+        for m in mechanisms:
+            core = hostsim.Core(gen, mechanism=m)
+            d, i = core.sbuf(data), core.sbuf(idx)
+            out = core.sbuf(shape=(8, 12), dtype=np.float32)
+            core.nc_n_gather(dst=out, data=d, indices=i)
+            assert np.array_equal(out.numpy(), want), (gen, m)
+            seen.add(out.numpy().tobytes())
+    assert len(seen) == 1
+
+
+def test_local_gather_copies_runs_at_element_offsets():
+    src = np.arange(16 * 8, dtype=np.uint16).reshape(16, 8)
+    index = np.zeros((16, 2), dtype=np.uint16)
+    index[0, 0], index[1, 0], index[0, 1] = 3, 7, 5
+    per, valid = 2, 3
+    # a core's 16 x K block is read partition-first; each index picks a run of `per`
+    offsets = index.T.reshape(-1)[:valid]
+    padded = np.concatenate([src, np.zeros((16, per), np.uint16)], axis=1)
+    want = np.concatenate([padded[:, o : o + per] for o in offsets], axis=1)
+    seen = set()
+    for gen, mechanisms in [("sunda", ["auto", "pool", "reference"]), ("cayman", ["auto", "dge", "reference"])]:
+        for m in mechanisms:
+            core = hostsim.Core(gen, mechanism=m)
+            s, i = core.sbuf(src), core.sbuf(index)
+            out = core.sbuf(shape=(16, per * valid), dtype=np.uint16)
+            core.local_gather(dst=out, src_buffer=s, index=i, num_elem_per_idx=per, num_valid_indices=valid)
+            assert np.array_equal(out.numpy(), want), (gen, m)
+            seen.add(out.numpy().tobytes())
+    assert len(seen) == 1
+
+
+def test_embedding_update_reduces_in_index_order_on_every_route():
+    table = RNG.standard_normal((10, 4)).astype(np.float32)
+    ids = np.array([[3, 12, 3, 0, 9, 3]], dtype=np.uint32)
+    data = RNG.standard_normal((1, 6, 4)).astype(np.float32)
+    want = table.copy()
+    for k, r in enumerate(ids[0]):
+        if r < 10:
+            want[r] = np.float32(want[r] + data[0, k])
+    seen = set()
+    for gen, mechanisms in [("sunda", ["auto", "pool", "reference"]), ("cayman", ["auto", "dge", "reference"])]:
+        for m in mechanisms:
+            core = hostsim.Core(gen, mechanism=m)
+            t, i, d = core.hbm(table), core.sbuf(ids), core.sbuf(data, partition=2)
+            core.embedding_update(table=t, index=i, data=d, reduce=np.add)
+            assert np.array_equal(t.numpy(), want), (gen, m)
+            assert core.report["ops"][0]["oob_skipped"] == 1
+            seen.add(t.numpy().tobytes())
+    assert len(seen) == 1
+    core = hostsim.Core("cayman")
+    t, i, d = core.hbm(table), core.sbuf(ids), core.sbuf(data, partition=2)
+    core.embedding_update(table=t, index=i, data=d, reduce="max")
+    want = table.copy()
+    for k, r in enumerate(ids[0]):
+        if r < 10:
+            want[r] = np.maximum(want[r], data[0, k])
+    assert np.array_equal(t.numpy(), want)
+
+
+def test_dma_transpose_gathers_rows_into_columns():
+    core = hostsim.Core("trn2")
+    a = np.arange(24, dtype=np.uint16).reshape(6, 4)
+    ids = np.array([[5, 0, 2]], dtype=np.uint32)
+    s, i = core.hbm(a), core.sbuf(ids)
+    d = core.sbuf(shape=(4, 3), dtype=np.uint16, partition=4)
+    core.dma_transpose(dst=d, src=s.ap([[4, 3], [1, 4]], vector_offset=i), axes=(1, 0))
+    assert np.array_equal(d.numpy(), a[ids[0]].T)
+    with pytest.raises(hostsim.InvalidInput, match="whole rows picked by the index tile"):
+        core.dma_transpose(dst=d, src=s.ap([[4, 3], [1, 2]], vector_offset=i))
+    with pytest.raises(hostsim.InvalidInput, match="needs trn2"):
+        c = hostsim.Core("trn1")
+        s1, i1 = c.hbm(a), c.sbuf(ids)
+        c.dma_transpose(dst=c.sbuf(shape=(4, 3), dtype=np.uint16), src=s1.ap([[4, 3], [1, 4]], vector_offset=i1))
+
+
+# --- isa, report, descriptors, explain ---------------------------------------------------
+
+
+def gather_fields(table, idx, out, n):
+    """A DMA_INDIRECT row gather of `n` rows of 4 f32 (the fields `hostsim isa decode`
+    prints), reading bound register 0."""
+    return {
+        "opcode": "DMA_INDIRECT", "struct": "DMA_INDIRECT1D", "header.inst_flags.tile": False,
+        "flags.indirect_mode": "src", "flags.idx_bound_is_err": True, "flags.non_unique_dst_idx": False,
+        "flags.gather_dim": "x", "flags.scatter_dim": "x",
+        "src_idx_bound_reg.bc_enabled": True, "src_idx_bound_reg.bc_reg": 0,
+        "src_idx_bound_reg.bc_disable_oob_error_notif": False,
+        "dst_idx_bound_reg.bc_enabled": False, "dst_idx_bound_reg.bc_reg": 0,
+        "dst_idx_bound_reg.bc_disable_oob_error_notif": False,
+        "compute_op": "none", "src_start_addr": hex(table.addr), "dst_start_addr": hex(out.addr),
+        "src_idx_start_addr": idx.location, "dst_idx_start_addr": idx.location,
+        "src_num_elem": n, "dst_num_elem": n, "src_elem_size": 16, "dst_elem_size": 16,
+        "src_step_elem": 0, "dst_step_elem": 1, "dtype": "f32",
+        "shape_reg.present": False, "shape_reg.reg": 0, "eng_mask": "0xffff", "reshape_kind": "rows",
+    }
+
+
+def test_isa_runs_a_raw_instruction_given_as_fields_or_hex():
+    table = RNG.standard_normal((100, 4)).astype(np.float32)
+    ids = np.array([[7, 99, 0, 42, 7, 1, 2, 3]], dtype=np.uint32)
+    seen = set()
+    for gen, mechanisms in [("sunda", ["auto", "pool", "reference"]), ("cayman", ["auto", "dge", "reference"])]:
+        for m in mechanisms:
+            core = hostsim.Core(gen, mechanism=m)
+            t, i, out = core.hbm(table), core.sbuf(ids), core.hbm(shape=(8, 4), dtype=np.float32)
+            fields = gather_fields(t, i, out, 8)
+            core.isa(fields, bounds=[(0, 100)])
+            assert np.array_equal(out.numpy(), table[ids[0]]), (gen, m)
+            assert core.report["ops"][0]["bytes"] == 8 * 16
+            seen.add(out.numpy().tobytes())
+            hex_text = cli("isa", "encode", "--format", "json", stdin=json.dumps(fields)).splitlines()[0]
+            core.isa(hex_text, bounds=[{"reg": 0, "bound": 100}])
+            # the bound register is the rule: index 42 fails under a bound of 40
+            before = snapshot([out])
+            with pytest.raises(hostsim.Fault) as e:
+                core.isa(hex_text, bounds=[(0, 40)])
+            assert (e.value.op, e.value.op_index, e.value.position, e.value.value, e.value.bound) == ("isa", 2, 1, 99, 40)
+            assert snapshot([out]) == before
+    assert len(seen) == 1
+    core = hostsim.Core("cayman")
+    with pytest.raises(hostsim.InvalidInput, match="instruction is 1 bytes"):
+        core.isa("b8")
+    with pytest.raises(hostsim.InvalidInput, match="has no field bogus"):
+        core.isa({"opcode": "DMA_INDIRECT", "struct": "DMA_INDIRECT1D", "bogus": 1})
+    assert core.report["ops"] == []
+
+
+def test_descriptors_agree_with_the_report():
+    core, _, _ = embedding_lookup("dge")
+    a = np.arange(64, dtype=np.float32).reshape(8, 8)
+    s = core.hbm(a)
+    core.dma_copy(dst=core.hbm(shape=(8, 8), dtype=np.float32), src=s.ap([[1, 8], [8, 8]]))
+    d = core.descriptors()
+    report = core.report
+    assert len(d) == report["total"]["descriptors"]
+    assert int(d["bytes"].sum()) == report["total"]["bytes"]
+    for k, op in enumerate(report["ops"]):
+        assert (d["op_index"] == k).sum() == op["descriptors"]
+    assert set(d["op"]) == {"copy"} and set(d["dtype"]) == {"f32"}
+    assert d["queue"].max() < core.queues
+    assert hostsim.Core("sunda").descriptors().shape == (0,)
+
+
+def test_explain_is_the_cli_explain_of_the_saved_session():
+    core, _, _ = embedding_lookup("auto")
+    explained = core.explain()
+    assert [o["op"] for o in explained["ops"]] == ["dma_copy"]
+    assert explained["ops"][0]["descriptors"] == core.report["total"]["descriptors"]
+    with tempfile.TemporaryDirectory() as d:
+        core.save_scenario(d)
+        cli_explained = json.loads(cli("explain", f"{d}/scenario.toml", "--json"))
+    assert cli_explained == explained
+
+
+# --- errors ----------------------------------------------------------------------------
+
+
+def test_invalid_input_changes_nothing():
+    core, _, _ = embedding_lookup("auto")
+    a = core.hbm(np.arange(16, dtype=np.float32).reshape(4, 4), name="a")
+    b = core.hbm(shape=(4, 4), dtype=np.float32, name="b")
+    before, ops = snapshot([a, b]), len(core.report["ops"])
+    cases = [
+        (lambda: core.dma_copy(dst=b, src=a, dst_rmw_op="mul"), "op 1 \\(dma_copy\\): compute: unknown variant `mul`"),
+        (lambda: core.dma_copy(dst=b, src=a, oob_mode="skip"), "oob = skip: applies to an indexed side"),
+        (lambda: core.dma_copy(dst=b, src=a.ap([[1, 20]])), "outside the 16 elements of a"),
+        (lambda: core.dma_copy(dst=b, src=hostsim.Core().hbm(np.zeros(1, np.float32))), "belongs to another Core"),
+        (lambda: core.hbm(np.zeros(3)), "dtype float64"),
+        (lambda: core.hbm(np.zeros(3, np.float32), name="a"), "already taken by tensor"),
+        (lambda: core.sbuf(shape=(129, 4)), "partitions 0..129 do not fit sbuf"),
+        (lambda: core.hbm(), "give an array, or a shape"),
+    ]
+    for call, message in cases:
+        with pytest.raises(hostsim.InvalidInput, match=message):
+            call()
+    assert issubclass(hostsim.InvalidInput, ValueError)
+    assert snapshot([a, b]) == before and len(core.report["ops"]) == ops
+    with pytest.raises(hostsim.InvalidInput, match="unknown generation"):
+        hostsim.Core("trn9")
+    with pytest.raises(hostsim.InvalidInput, match="queues = 0"):
+        hostsim.Core("v3", queues=0)
+
+
+def test_a_hard_oob_index_is_a_fault_naming_op_position_value_and_bound():
+    core = hostsim.Core("cayman")
+    table = core.hbm(RNG.standard_normal((50, 8)).astype(np.float32))
+    ids = np.arange(16, dtype=np.int32).reshape(16, 1)
+    ids[9, 0] = -1
+    i = core.sbuf(ids)
+    out = core.sbuf(RNG.standard_normal((16, 8)).astype(np.float32))
+    before = snapshot([table, i, out])
+    with pytest.raises(hostsim.Fault) as e:
+        core.dma_copy(dst=out, src=table.ap([[8, 16], [1, 8]], vector_offset=i))
+    f = e.value
+    assert isinstance(f, RuntimeError)
+    assert (f.op, f.op_index, f.position, f.value, f.bound) == ("dma_copy", 0, 9, -1, 50)
+    assert "index -1 at position 9" in str(f)
+    assert snapshot([table, i, out]) == before and core.report["ops"] == []
+
+
+def test_duplicates_under_a_compute_op_are_a_fault_and_change_nothing():
+    core = hostsim.Core("cayman")
+    t = core.hbm(np.zeros((4, 2), np.float32))
+    i = core.sbuf(np.array([[1], [2], [1]], dtype=np.uint32))
+    d = core.sbuf(np.ones((3, 2), np.float32))
+    with pytest.raises(hostsim.Fault) as e:
+        core.dma_copy(dst=t.ap([[2, 3], [1, 2]], vector_offset=i), src=d, dst_rmw_op="add")
+    assert (e.value.op, e.value.position, e.value.value, e.value.bound) == ("dma_copy", 2, 1, None)
+    assert not t.numpy().any()
+
+
+# --- scenarios ---------------------------------------------------------------------------
+
+
+def test_save_scenario_and_the_cli_reproduce_the_session_byte_for_byte():
+    core = hostsim.Core("cayman", queues=4)
+    table = core.hbm(RNG.standard_normal((100, 16)).astype(np.float32), name="table")
+    ids = core.sbuf(RNG.integers(0, 110, size=(32, 1)).astype(np.int32), name="ids")
+    rows = core.sbuf(shape=(32, 16), dtype=np.float32, name="rows")
+    half = core.hbm(shape=(32, 16), dtype=ml_dtypes.bfloat16, name="half")
+    core.dma_copy(dst=rows, src=table.ap([[16, 32], [1, 16]], vector_offset=ids), oob_mode="skip")
+    core.dma_copy(dst=table.ap([[16, 32], [1, 16]], vector_offset=ids), src=rows, dst_rmw_op=np.add, oob_mode="skip", unique_indices=False)
+    core.dma_copy(dst=half, src=rows)
+    tensors = {t.name: t for t in [table, ids, rows, half]}
+    with tempfile.TemporaryDirectory() as d:
+        core.save_scenario(d)
+        cli("run", f"{d}/scenario.toml", "--out", f"{d}/out", "--queues", "4")
+        report = json.loads(Path(f"{d}/out/report.json").read_text())
+        for name, t in tensors.items():
+            saved = np.load(f"{d}/out/{name}.npy")
+            assert saved.tobytes() == t.numpy().tobytes(), name
+        arrays, run_report = hostsim.run(f"{d}/scenario.toml", queues=4)
+    for name, t in tensors.items():
+        assert arrays[name].dtype == t.numpy().dtype
+        assert arrays[name].tobytes() == t.numpy().tobytes(), name
+    mine = core.report
+    for r in [report, run_report]:
+        assert r["ops"] == mine["ops"]
+
+
+def test_run_a_shipped_example_as_the_cli_does():
+    path = ROOT / "examples" / "embedding" / "scenario.toml"
+    arrays, report = hostsim.run(str(path))
+    assert sorted(arrays) == ["ids", "out", "table"]
+    assert [o["op"] for o in report["ops"]] == ["dma_gather", "dma_scatter"]
+    with tempfile.TemporaryDirectory() as d:
+        cli("run", str(path), "--out", d)
+        for name, a in arrays.items():
+            assert np.load(f"{d}/{name}.npy").tobytes() == a.tobytes(), name
+        assert json.loads(Path(f"{d}/report.json").read_text())["ops"] == report["ops"]
+    with pytest.raises(hostsim.InvalidInput, match="cannot be read"):
+        hostsim.run(str(ROOT / "examples" / "nope.toml"))
+    with pytest.raises(hostsim.InvalidInput, match="--mechanism bogus"):
+        hostsim.run(str(path), mechanism="bogus")
