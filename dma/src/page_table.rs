@@ -83,6 +83,12 @@ impl<P> PageTable<P> {
         leaf.get(i & (LEAF - 1))?.as_ref()
     }
 
+    /// The page at dense index `i` ([`PageTable::dense`]), if it has one.
+    pub(crate) fn get_dense_mut(&mut self, i: usize) -> Option<&mut P> {
+        let leaf = self.dir.get_mut(i >> LEAF_SHIFT)?.as_deref_mut()?;
+        leaf.get_mut(i & (LEAF - 1))?.as_mut()
+    }
+
     /// The page of `key`, made by `make` if it has none; `None` for a key in no window.
     pub(crate) fn get_or_insert_with(
         &mut self,
