@@ -37,7 +37,8 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{
-    Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError, TryLockResult,
+    Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError,
+    TryLockResult,
 };
 
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes};
@@ -125,15 +126,29 @@ const _: () = assert!(std::mem::size_of::<PageBytes>() == PAGE);
 unsafe impl Sync for PageBytes {}
 
 impl PageBytes {
-    /// A zeroed page (an allocation failure aborts, as for any `Arc`).
+    /// A zeroed page: a spare one zeroed, or a new one (an allocation failure aborts, as
+    /// for any `Arc`).
     fn zeroed() -> Arc<PageBytes> {
+        if let Some(mut page) = SparePages::take() {
+            if let Some(unique) = Arc::get_mut(&mut page) {
+                unique.0.get_mut().fill(0);
+                return page;
+            }
+        }
         // SAFETY: `PageBytes` is `FromZeros` (derived above), so all-zero bytes are a
         // valid value.
         unsafe { Arc::<PageBytes>::new_zeroed().assume_init() }
     }
 
-    /// A page holding a copy of `bytes`, a whole page's (not zeroed first).
+    /// A page holding a copy of `bytes`, a whole page's: a spare one, or a new one not
+    /// zeroed first.
     fn copied(bytes: &[u8; PAGE]) -> Arc<PageBytes> {
+        if let Some(mut page) = SparePages::take() {
+            if let Some(unique) = Arc::get_mut(&mut page) {
+                unique.0.get_mut().copy_from_slice(bytes);
+                return page;
+            }
+        }
         let mut page = Arc::<PageBytes>::new_uninit();
         let Some(slot) = Arc::get_mut(&mut page) else {
             unreachable!("a new Arc is unique");
@@ -154,6 +169,47 @@ impl PageBytes {
     /// Where the bytes start (never read through: only handed to the CPU's prefetch).
     fn start(&self) -> *const u8 {
         self.slice().cast::<u8>().as_ptr().cast_const()
+    }
+}
+
+/// The bytes of pages dropped lately, for new pages to reuse (at most [`SPARE_PAGES`],
+/// shared by every fabric of the process). Freed to the C heap, a page's 64 KiB went
+/// back to the OS at once (the heap's top is trimmed) and came back, zeroed by the
+/// kernel one 4 KiB fault at a time, with the next fabric's pages: a fuzzer makes and
+/// drops fabrics case after case.
+struct SparePages;
+
+/// Most page buffers [`SparePages`] keeps (64 MiB).
+const SPARE_PAGES: usize = 1024;
+
+static SPARE: Mutex<Vec<Arc<PageBytes>>> = Mutex::new(Vec::new());
+
+impl SparePages {
+    fn spares() -> MutexGuard<'static, Vec<Arc<PageBytes>>> {
+        // The list stays valid whatever a panicking holder did.
+        SPARE.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A spare page buffer (its bytes are stale), if one is kept.
+    fn take() -> Option<Arc<PageBytes>> {
+        SparePages::spares().pop()
+    }
+
+    /// Keeps the bytes of a page being dropped, if no other page holds them.
+    fn keep(bytes: &mut Arc<PageBytes>) {
+        if Arc::get_mut(bytes).is_none() {
+            return;
+        }
+        let mut spares = SparePages::spares();
+        if spares.len() < SPARE_PAGES {
+            spares.push(Arc::clone(bytes));
+        }
+    }
+}
+
+impl Drop for Page {
+    fn drop(&mut self) {
+        SparePages::keep(&mut self.bytes);
     }
 }
 
@@ -179,8 +235,15 @@ impl Page {
             // SAFETY: `&mut self` keeps every thread of this fabric off the page, and
             // the other holders of the bytes, shared, never write them (see `Page`).
             let copy = PageBytes::copied(unsafe { PageRef::new(self, None) }.page());
-            self.bytes = copy;
+            self.hold(copy);
         }
+    }
+
+    /// Replaces the bytes with `bytes` (the old ones are kept spare if no other page
+    /// holds them).
+    fn hold(&mut self, bytes: Arc<PageBytes>) {
+        SparePages::keep(&mut self.bytes);
+        self.bytes = bytes;
     }
 
     /// Whether no clone of the fabric shares the bytes (no `Weak` of them is ever made).
@@ -805,10 +868,54 @@ impl Fabric {
 
     // ---- writes through &mut self --------------------------------------------------
 
-    /// Writes `buf` at `addr`, allocating pages as needed.
+    /// Writes `buf` at `addr`, allocating pages as needed. A page whose bytes there
+    /// already equal `buf`'s (zeros into a page with no storage too) is left alone: it
+    /// stays shared with the fabric's clones, or without storage; a page `buf` covers
+    /// whole gets new bytes, neither zeroed nor copied first.
     pub fn write(&mut self, addr: FabricAddr, buf: &[u8]) -> Result<(), Error> {
-        self.log(addr, buf.len() as u64, AccessKind::Write);
-        self.with_open(addr, buf.len() as u64, |f| f.write_reserved(addr, buf))
+        let len = buf.len() as u64;
+        self.log(addr, len, AccessKind::Write);
+        self.check(addr, len)?;
+        for (off, n) in Walk::one(addr.0, len) {
+            // Walk pieces lie inside `buf` and inside one page, and inside the range
+            // checked above.
+            let (at, piece) = (
+                FabricAddr(addr.0 + off),
+                &buf[off as usize..off as usize + n],
+            );
+            if let Ok(whole) = <&[u8; PAGE]>::try_from(piece) {
+                self.replace_page(at, whole)?;
+            } else if !self.holds(at, piece) {
+                self.with_open(at, n as u64, |f| f.write_reserved(at, piece))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the bytes at `addr` (inside one page) equal `bytes`.
+    fn holds(&self, addr: FabricAddr, bytes: &[u8]) -> bool {
+        let (key, po) = split(addr.0);
+        match self.pages.get(key) {
+            Some(page) => self.engine_view(page).get(po..po + bytes.len()) == Some(bytes),
+            None => is_zero(bytes),
+        }
+    }
+
+    /// Gives the page starting at `addr` new bytes, a copy of `bytes` (open or closed as
+    /// it was; an open page holds its new bytes alone).
+    fn replace_page(&mut self, addr: FabricAddr, bytes: &[u8; PAGE]) -> Result<(), Error> {
+        let key = addr.0 >> PAGE_SHIFT;
+        let mut made = false;
+        let page = self.pages.get_or_insert_with(key, || {
+            made = true;
+            Page::holding(PageBytes::copied(bytes), DigestMemo::UNKNOWN)
+        });
+        let page = page.ok_or(Error::Unmapped { addr: addr.0 })?;
+        if !made {
+            page.hold(PageBytes::copied(bytes));
+            *page.memo.get_mut() = DigestMemo::UNKNOWN;
+        }
+        Ok(())
     }
 
     /// Writes a zerocopy value (a struct, an array or a slice) at `addr`.
@@ -2294,6 +2401,26 @@ mod tests {
         assert!(!g.closed_with_storage(keys.clone()));
         drop(g);
         assert!(f.closed_with_storage(keys));
+    }
+
+    /// Page bytes are reused from dropped fabrics (see `SparePages`): a new page reads
+    /// zero but where it is written, a copied one holds what it copied.
+    #[test]
+    fn pages_reused_from_dropped_fabrics_hold_only_what_is_written() {
+        for _ in 0..4 {
+            let mut old = fab();
+            old.fill(FabricAddr(0), 4 * P, &[0xee]).unwrap();
+        }
+        let mut f = fab();
+        f.write(FabricAddr(P + 5), &[1]).unwrap();
+        let mut want = vec![0u8; P as usize];
+        want[5] = 1;
+        assert_eq!(bytes(&f, P, P as usize), want);
+        let g = f.clone();
+        f.write(FabricAddr(P + 6), &[2]).unwrap();
+        assert_eq!(bytes(&g, P, P as usize), want);
+        want[6] = 2;
+        assert_eq!(bytes(&f, P, P as usize), want);
     }
 
     #[test]
