@@ -34,6 +34,7 @@
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{
@@ -68,8 +69,8 @@ const CLOSED: u64 = 0;
 
 /// One page of a fabric: its bytes, which clones of the fabric share until one of them
 /// writes the page, behind a read-write lock of this fabric's own, the epoch in which
-/// this fabric last opened the page for shared writes ([`Fabric::reserve`]) and the
-/// page's part of the digest as last found.
+/// this fabric last opened the page for shared writes ([`Fabric::reserve`]), where its
+/// bytes may be non-zero and the page's part of the digest as last found.
 ///
 /// The bytes are reached only through a [`PageRef`] or [`PageMut`] (or `&mut Page`): a
 /// writer always holds the write lock of a page opened in the fabric's current epoch; a
@@ -83,13 +84,19 @@ const CLOSED: u64 = 0;
 /// open pages instead of sharing them; so bytes two pages share are never written.
 struct Page {
     lock: RwLock<()>,
-    bytes: Arc<PageBytes>,
+    /// (Taken out as the page is dropped, to be kept spare: see [`SparePages`].)
+    bytes: ManuallyDrop<Arc<PageBytes>>,
     opened: u64,
     /// The page's part of the digest ([`DigestMemo`]): forgotten by every writer, as it
     /// takes the write lock ([`PageMut::new`]) or writes a closed page
     /// ([`Fabric::write_closed_piece`]); remembered by a reader holding the read lock or
     /// reading a closed page.
     memo: AtomicU64,
+    /// The [`Extent`] outside which every byte is zero ([`Extent::pack`]): widened as
+    /// the page is opened, to the range the opener writes or to the whole page, and by
+    /// [`Fabric::write_closed_piece`]. Copies, comparisons and digests of the page
+    /// read only it.
+    extent: AtomicU64,
 }
 
 /// The guard of a try-lock: `None` if taking it would have waited (poisoning is ignored
@@ -99,6 +106,72 @@ fn untried<G>(tried: TryLockResult<G>) -> Option<G> {
         Ok(guard) => Some(guard),
         Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
         Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+/// The bytes of a page that may be non-zero, `lo..hi` (every other byte is zero): what a
+/// copy, a comparison or a digest of the page reads. A fuzz case writes a few hundred
+/// bytes into each of many pages (an SBUF partition is 4 pages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Extent {
+    lo: usize,
+    hi: usize,
+}
+
+impl Extent {
+    const EMPTY: Extent = Extent { lo: 0, hi: 0 };
+    const FULL: Extent = Extent { lo: 0, hi: PAGE };
+
+    /// The bytes `range` (of a page) may hold, or nothing if it is empty.
+    fn of(range: std::ops::Range<usize>) -> Extent {
+        match range.is_empty() {
+            true => Extent::EMPTY,
+            false => Extent {
+                lo: range.start.min(PAGE),
+                hi: range.end.min(PAGE),
+            },
+        }
+    }
+
+    /// The smallest extent holding both.
+    fn union(self, other: Extent) -> Extent {
+        match (self.is_empty(), other.is_empty()) {
+            (true, _) => other,
+            (_, true) => self,
+            _ => Extent {
+                lo: self.lo.min(other.lo),
+                hi: self.hi.max(other.hi),
+            },
+        }
+    }
+
+    fn is_empty(self) -> bool {
+        self.lo >= self.hi
+    }
+
+    /// The parts of this extent outside `other`: below it and above it (either empty).
+    fn outside(self, other: Extent) -> [std::ops::Range<usize>; 2] {
+        let this = self.range();
+        match other.is_empty() {
+            true => [this, 0..0],
+            false => [
+                Extent::of(this.start..this.end.min(other.lo)).range(),
+                Extent::of(this.start.max(other.hi)..this.end).range(),
+            ],
+        }
+    }
+
+    fn range(self) -> std::ops::Range<usize> {
+        self.lo..self.hi.max(self.lo)
+    }
+
+    /// As one word (for [`Page::extent`]): `lo` above, `hi` below.
+    fn pack(self) -> u64 {
+        (self.lo as u64) << 32 | self.hi as u64
+    }
+
+    fn unpack(word: u64) -> Extent {
+        Extent::of((word >> 32) as usize..(word & 0xffff_ffff) as usize)
     }
 }
 
@@ -121,44 +194,52 @@ const _: () = assert!(std::mem::size_of::<PageBytes>() == PAGE);
 // opening; a fabric's clone copies its open pages); a `PageRef` holds the read lock or
 // views a page closed in the current epoch, which no `PageMut` can be made of while the
 // `PageRef` borrows the fabric; `write_closed_piece` writes only bytes no other thread
-// reaches meanwhile and no other fabric holds (`closed_with_storage`). So no thread
-// writes bytes another reads.
+// reaches meanwhile and no other fabric holds (`closed_with_storage`); spare bytes are
+// held by no page. So no thread writes bytes another reads.
 unsafe impl Sync for PageBytes {}
 
 impl PageBytes {
-    /// A zeroed page: a spare one zeroed, or a new one (an allocation failure aborts, as
-    /// for any `Arc`).
-    fn zeroed() -> Arc<PageBytes> {
-        if let Some(mut page) = SparePages::take() {
+    /// A page of `extent` of `bytes`, zero elsewhere: a spare page cleared where it was
+    /// written, or a new one (an allocation failure aborts, as for any `Arc`).
+    fn copied(bytes: &[u8; PAGE], extent: Extent) -> Arc<PageBytes> {
+        let range = extent.range();
+        if let Some((mut page, written)) = SparePages::take() {
             if let Some(unique) = Arc::get_mut(&mut page) {
-                unique.0.get_mut().fill(0);
+                let data = unique.0.get_mut();
+                for stale in written.outside(extent) {
+                    data[stale].fill(0);
+                }
+                data[range.clone()].copy_from_slice(&bytes[range]);
                 return page;
             }
         }
-        // SAFETY: `PageBytes` is `FromZeros` (derived above), so all-zero bytes are a
-        // valid value.
-        unsafe { Arc::<PageBytes>::new_zeroed().assume_init() }
+        PageBytes::new_copied(bytes, extent)
     }
 
-    /// A page holding a copy of `bytes`, a whole page's: a spare one, or a new one not
-    /// zeroed first.
-    fn copied(bytes: &[u8; PAGE]) -> Arc<PageBytes> {
-        if let Some(mut page) = SparePages::take() {
-            if let Some(unique) = Arc::get_mut(&mut page) {
-                unique.0.get_mut().copy_from_slice(bytes);
-                return page;
-            }
-        }
+    /// [`PageBytes::copied`] into a new allocation, each byte written once.
+    fn new_copied(bytes: &[u8; PAGE], extent: Extent) -> Arc<PageBytes> {
         let mut page = Arc::<PageBytes>::new_uninit();
         let Some(slot) = Arc::get_mut(&mut page) else {
             unreachable!("a new Arc is unique");
         };
-        // SAFETY: `slot` is valid for writes of a `PageBytes`, which is exactly `PAGE`
-        // bytes (asserted above), and does not overlap `bytes`, a live borrow.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), slot.as_mut_ptr().cast(), PAGE) };
+        let (at, range) = (slot.as_mut_ptr().cast::<u8>(), extent.range());
+        // SAFETY: `at` is valid for writes of a `PageBytes`, `PAGE` bytes, and `range`
+        // lies inside them (an extent is at most a page); `bytes` is a live borrow of
+        // another allocation.
+        unsafe {
+            at.write_bytes(0, range.start);
+            at.add(range.start)
+                .copy_from_nonoverlapping(bytes.as_ptr().add(range.start), range.len());
+            at.add(range.end).write_bytes(0, PAGE - range.end);
+        }
         // SAFETY: every byte was written just above, and any bytes are a valid
-        // `PageBytes` (plain `u8`s in an `UnsafeCell`).
+        // `PageBytes` (`u8`s in an `UnsafeCell`).
         unsafe { page.assume_init() }
+    }
+
+    /// A page of zeros.
+    fn zeroed() -> Arc<PageBytes> {
+        PageBytes::copied(&ZERO_PAGE, Extent::EMPTY)
     }
 
     /// The bytes, as a pointer (dereferenced only under the rules of [`Page`]).
@@ -172,60 +253,77 @@ impl PageBytes {
     }
 }
 
-/// The bytes of pages dropped lately, for new pages to reuse (at most [`SPARE_PAGES`],
-/// shared by every fabric of the process). Freed to the C heap, a page's 64 KiB went
-/// back to the OS at once (the heap's top is trimmed) and came back, zeroed by the
-/// kernel one 4 KiB fault at a time, with the next fabric's pages: a fuzzer makes and
-/// drops fabrics case after case.
+/// The bytes of pages dropped lately, with their extents, for new pages to reuse (at most
+/// [`SPARE_PAGES`], shared by every fabric of the process; clearing one costs its
+/// extent). Freed to the C heap, a page's 64 KiB went back to the OS at once (the heap's
+/// top is trimmed) and came back, zeroed by the kernel one 4 KiB fault at a time, with
+/// the next fabric's pages: a fuzzer makes and drops fabrics case after case.
 struct SparePages;
 
 /// Most page buffers [`SparePages`] keeps (64 MiB).
 const SPARE_PAGES: usize = 1024;
 
-static SPARE: Mutex<Vec<Arc<PageBytes>>> = Mutex::new(Vec::new());
+type Spare = (Arc<PageBytes>, Extent);
+
+static SPARE: Mutex<Vec<Spare>> = Mutex::new(Vec::new());
 
 impl SparePages {
-    fn spares() -> MutexGuard<'static, Vec<Arc<PageBytes>>> {
+    fn spares() -> MutexGuard<'static, Vec<Spare>> {
         // The list stays valid whatever a panicking holder did.
         SPARE.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A spare page buffer (its bytes are stale), if one is kept.
-    fn take() -> Option<Arc<PageBytes>> {
+    /// A spare page buffer and its extent (its bytes are stale there), if one is kept.
+    fn take() -> Option<Spare> {
         SparePages::spares().pop()
     }
 
-    /// Keeps the bytes of a page being dropped, if no other page holds them.
-    fn keep(bytes: &mut Arc<PageBytes>) {
-        if Arc::get_mut(bytes).is_none() {
+    /// Keeps `bytes`, zero outside `extent`, if no page holds them.
+    fn keep(mut bytes: Arc<PageBytes>, extent: Extent) {
+        if Arc::get_mut(&mut bytes).is_none() {
             return;
         }
         let mut spares = SparePages::spares();
         if spares.len() < SPARE_PAGES {
-            spares.push(Arc::clone(bytes));
+            spares.push((bytes, extent));
         }
     }
 }
 
 impl Drop for Page {
     fn drop(&mut self) {
-        SparePages::keep(&mut self.bytes);
+        // SAFETY: the field is taken once, here, and not used after.
+        let bytes = unsafe { ManuallyDrop::take(&mut self.bytes) };
+        SparePages::keep(bytes, Extent::unpack(*self.extent.get_mut()));
     }
 }
 
 impl Page {
     fn zeroed() -> Page {
-        Page::holding(PageBytes::zeroed(), DigestMemo::ZERO)
+        Page::holding(PageBytes::zeroed(), DigestMemo::ZERO, Extent::EMPTY)
     }
 
-    /// A closed page of `bytes`, whose digest part `memo` is known or not.
-    fn holding(bytes: Arc<PageBytes>, memo: u64) -> Page {
+    /// A closed page of `bytes`, zero outside `extent`, whose digest part `memo` is
+    /// known or not.
+    fn holding(bytes: Arc<PageBytes>, memo: u64, extent: Extent) -> Page {
         Page {
             lock: RwLock::new(()),
-            bytes,
+            bytes: ManuallyDrop::new(bytes),
             opened: CLOSED,
             memo: AtomicU64::new(memo),
+            extent: AtomicU64::new(extent.pack()),
         }
+    }
+
+    /// Where the bytes may be non-zero.
+    fn extent(&self) -> Extent {
+        Extent::unpack(self.extent.load(Ordering::Relaxed))
+    }
+
+    /// Widens the extent by `written`.
+    fn widen(&mut self, written: Extent) {
+        let extent = self.extent.get_mut();
+        *extent = Extent::unpack(*extent).union(written).pack();
     }
 
     /// Makes this page the only holder of its bytes, copying them if a clone of the fabric
@@ -234,16 +332,18 @@ impl Page {
         if Arc::get_mut(&mut self.bytes).is_none() {
             // SAFETY: `&mut self` keeps every thread of this fabric off the page, and
             // the other holders of the bytes, shared, never write them (see `Page`).
-            let copy = PageBytes::copied(unsafe { PageRef::new(self, None) }.page());
+            let page = unsafe { PageRef::new(self, None) };
+            let copy = PageBytes::copied(page.page(), self.extent());
+            drop(page);
             self.hold(copy);
         }
     }
 
-    /// Replaces the bytes with `bytes` (the old ones are kept spare if no other page
-    /// holds them).
+    /// Replaces the bytes with `bytes`, as non-zero as the old ones at most (the old
+    /// ones are kept spare if no other page holds them).
     fn hold(&mut self, bytes: Arc<PageBytes>) {
-        SparePages::keep(&mut self.bytes);
-        self.bytes = bytes;
+        let old = std::mem::replace(&mut *self.bytes, bytes);
+        SparePages::keep(old, self.extent());
     }
 
     /// Whether no clone of the fabric shares the bytes (no `Weak` of them is ever made).
@@ -524,15 +624,16 @@ impl Fabric {
     /// Contents do not change.
     pub fn reserve(&mut self, addr: FabricAddr, len: u64) -> Result<(), Error> {
         for key in self.page_keys(addr, len)? {
-            self.open_key(key)?;
+            self.open_key(key, Extent::FULL)?;
         }
         self.open.by_host = true;
         Ok(())
     }
 
     /// Materialises page `key`, makes it the only holder of its bytes (copy-on-write:
-    /// every write through `&self` goes to an open page) and opens it in the current epoch.
-    fn open_key(&mut self, key: u64) -> Result<(), Error> {
+    /// every write through `&self` goes to an open page) and opens it in the current epoch
+    /// for writes to `written` (of the page) at most.
+    fn open_key(&mut self, key: u64, written: Extent) -> Result<(), Error> {
         let epoch = self.epoch;
         // A checked range's keys are all in a window of the map.
         let unmapped = Error::Unmapped {
@@ -542,6 +643,7 @@ impl Fabric {
         let page = self.pages.get_or_insert_with(key, Page::zeroed);
         let page = page.ok_or(unmapped)?;
         page.make_unique();
+        page.widen(written);
         page.opened = epoch;
         self.open.insert(i, key);
         Ok(())
@@ -558,7 +660,14 @@ impl Fabric {
     ) -> Result<R, Error> {
         let mut keys = self.page_keys(dst, len)?;
         let before = self.open.set.len();
-        let opened = keys.try_for_each(|key| self.open_key(key));
+        // The range is checked (`dst + len` does not overflow, keys are below 2^48); the
+        // part of it in page `key` is at most a page.
+        let written = |key: u64| {
+            let start = key << PAGE_SHIFT;
+            let (lo, hi) = (dst.0.max(start), (dst.0 + len).min(start + PAGE_BYTES));
+            Extent::of((lo - start) as usize..(hi - start) as usize)
+        };
+        let opened = keys.try_for_each(|key| self.open_key(key, written(key)));
         let result = opened.and_then(|()| write(self));
         self.close_opened_since(before);
         result
@@ -591,7 +700,7 @@ impl Fabric {
             if self.pages.dense(key).is_some_and(|i| self.open.contains(i)) {
                 continue;
             }
-            self.open_key(key)?;
+            self.open_key(key, Extent::FULL)?;
         }
         Ok(())
     }
@@ -856,6 +965,12 @@ impl Fabric {
             return;
         }
         page.memo.store(DigestMemo::UNKNOWN, Ordering::Relaxed);
+        let written = Extent::of(po..po + bytes.len());
+        let widen = |e: u64| Some(Extent::unpack(e).union(written).pack());
+        // (`widen` always answers: the update cannot fail)
+        let _ = page
+            .extent
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, widen);
         // SAFETY: the piece lies inside the page (checked just above); by the caller's
         // contract no other thread reads the page or writes these bytes, no other fabric
         // holds them, and no reference to the page's bytes is made (other pieces of it
@@ -908,11 +1023,13 @@ impl Fabric {
         let mut made = false;
         let page = self.pages.get_or_insert_with(key, || {
             made = true;
-            Page::holding(PageBytes::copied(bytes), DigestMemo::UNKNOWN)
+            let bytes = PageBytes::copied(bytes, Extent::FULL);
+            Page::holding(bytes, DigestMemo::UNKNOWN, Extent::FULL)
         });
         let page = page.ok_or(Error::Unmapped { addr: addr.0 })?;
         if !made {
-            page.hold(PageBytes::copied(bytes));
+            page.hold(PageBytes::copied(bytes, Extent::FULL));
+            page.widen(Extent::FULL);
             *page.memo.get_mut() = DigestMemo::UNKNOWN;
         }
         Ok(())
@@ -1062,21 +1179,24 @@ impl Fabric {
                 return None;
             }
         }
+        // Outside both extents both pages are zero (a missing page is zero everywhere).
+        let extent = |p: Option<&Page>| p.map_or(Extent::EMPTY, Page::extent);
+        let range = extent(a).union(extent(b)).range();
         let (a, b) = (a.map(|p| self.view(p)), b.map(|p| other.view(p)));
-        let a = a.as_deref().map_or(&ZERO_PAGE[..], |p| p);
-        let b = b.as_deref().map_or(&ZERO_PAGE[..], |p| p);
+        let a = &a.as_ref().map_or(&ZERO_PAGE, |p| p.page())[range.clone()];
+        let b = &b.as_ref().map_or(&ZERO_PAGE, |p| p.page())[range.clone()];
         if a == b {
             return None;
         }
         let i = a.iter().zip(b).position(|(x, y)| x != y)?;
-        Some(FabricAddr(key << PAGE_SHIFT | i as u64))
+        Some(FabricAddr(key << PAGE_SHIFT | (range.start + i) as u64))
     }
 
-    /// A deterministic 64-bit digest of the contents: a word-wise multiply-xor hash of
-    /// every non-zero page and its key, in address order, with a splitmix64 finaliser.
-    /// Equal contents give equal digests whatever was allocated; not cryptographic. A
-    /// closed page's hash is remembered with its bytes, so only pages written since the
-    /// last digest (of this fabric or a clone sharing them) are read.
+    /// A deterministic 64-bit digest of the contents: a multiply-xor hash of every
+    /// non-zero page's part ([`page_part`]) and its key, in address order, with a
+    /// splitmix64 finaliser. Equal contents give equal digests whatever was allocated;
+    /// not cryptographic. A page's part is remembered in it, so only pages written since
+    /// the last digest (of this fabric, or of a clone then sharing them) are read.
     pub fn digest(&self) -> u64 {
         let mut h = DIGEST_SEED;
         for (key, page) in self.pages.iter() {
@@ -1095,7 +1215,7 @@ impl Fabric {
         if let Some(known) = DigestMemo::recall(&page.memo) {
             return known;
         }
-        let part = (!is_zero(&bytes)).then(|| page_hash(&bytes));
+        let part = Some(page_part(bytes.page(), page.extent())).filter(|&p| p != 0);
         DigestMemo::remember(&page.memo, part);
         part
     }
@@ -1103,13 +1223,12 @@ impl Fabric {
     /// The page of a clone: the same bytes if `page` is closed (copy-on-write), a copy
     /// of them if it is open (an open page holds the only `Arc` of its bytes); closed.
     fn page_for_clone(&self, page: &Page) -> Page {
+        // (under the read lock if the page is open: its bytes, extent and memo agree)
+        let bytes = self.view(page);
+        let (memo, extent) = (page.memo.load(Ordering::Relaxed), page.extent());
         match page.is_open(self.epoch) {
-            true => {
-                let bytes = self.view(page);
-                let memo = page.memo.load(Ordering::Relaxed);
-                Page::holding(PageBytes::copied(bytes.page()), memo)
-            }
-            false => Page::holding(Arc::clone(&page.bytes), page.memo.load(Ordering::Relaxed)),
+            true => Page::holding(PageBytes::copied(bytes.page(), extent), memo, extent),
+            false => Page::holding(Arc::clone(&page.bytes), memo, extent),
         }
     }
 }
@@ -1812,11 +1931,36 @@ fn finalise(mut h: u64) -> u64 {
     h ^ (h >> 31)
 }
 
-/// Four independent lanes over 32-byte blocks of little-endian words, then folded.
-fn page_hash(bytes: &[u8]) -> u64 {
-    let mut h = BlockHash::new();
-    h.update(bytes);
-    h.fold()
+/// A page's part of the digest: the wrapping sum over its non-zero 32-byte blocks of a
+/// [`mix`] chain of the block's place and its four little-endian words. A zero block
+/// adds nothing, so only the page's extent is read and the part does not depend on it;
+/// a change confined to one word of a block changes the block's term (each step is a
+/// bijection of the word), so almost surely the part. Not cryptographic.
+fn page_part(bytes: &[u8; PAGE], extent: Extent) -> u64 {
+    let blocks = match extent.is_empty() {
+        true => 0..0,
+        false => extent.lo / HASH_BLOCK..extent.hi.div_ceil(HASH_BLOCK),
+    };
+    let span = &bytes[blocks.start * HASH_BLOCK..blocks.end * HASH_BLOCK];
+    span.chunks_exact(HASH_BLOCK)
+        .zip(blocks)
+        .fold(0, |sum: u64, (block, i)| {
+            sum.wrapping_add(block_term(i, block))
+        })
+}
+
+/// Bytes per hashed block of a page.
+const HASH_BLOCK: usize = 32;
+const _: () = assert!(PAGE.is_multiple_of(HASH_BLOCK));
+
+/// The digest term of block `i` of a page: 0 for a zero block.
+fn block_term(i: usize, block: &[u8]) -> u64 {
+    let (mut h, mut any) = (i as u64 + 1, 0);
+    for word in block.chunks_exact(8) {
+        let w = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        (h, any) = (mix(h, w), any | w);
+    }
+    h & u64::from(any != 0).wrapping_neg()
 }
 
 /// A streaming word-wise hash over 32-byte blocks: four lanes of [`mix`], one 8-byte
@@ -2388,6 +2532,44 @@ mod tests {
         assert_eq!(bytes(f, 0, 2), [1, 1]);
         assert_eq!(bytes(f, 2 * P - 2, 2), [2, 2]);
         assert_eq!(bytes(g, 0, 2 * P as usize), table);
+    }
+
+    /// A write beside a replay widens the page's extent: clones, comparisons and digests
+    /// see it.
+    #[test]
+    fn a_write_beside_a_replay_is_seen_by_clones_comparisons_and_digests() {
+        let mut f = fab();
+        f.write(FabricAddr(P + 8), &[1; 8]).unwrap();
+        let keys = f.page_keys(FabricAddr(P + 4000), 4).unwrap();
+        assert!(f.closed_with_storage(keys));
+        // SAFETY: no other thread has the fabric.
+        unsafe { f.write_closed_piece(FabricAddr(P + 4000), &[7; 4]) };
+        let mut g = fab();
+        g.write(FabricAddr(P + 8), &[1; 8]).unwrap();
+        assert_eq!(f.first_difference(&g), Some(FabricAddr(P + 4000)));
+        g.write(FabricAddr(P + 4000), &[7; 4]).unwrap();
+        assert_eq!(f.first_difference(&g), None);
+        assert_eq!(f.digest(), g.digest());
+        let mut h = f.clone();
+        h.reserve(FabricAddr(P), 1).unwrap();
+        assert_eq!(bytes(&h, P + 4000, 4), [7; 4]);
+    }
+
+    #[test]
+    fn extents_join_split_and_pack() {
+        let e = |lo, hi| Extent::of(lo..hi);
+        assert_eq!(e(5, 5), Extent::EMPTY);
+        assert_eq!(e(9, 3), Extent::EMPTY);
+        assert_eq!(e(10, 20).union(e(30, 40)), e(10, 40));
+        assert_eq!(Extent::EMPTY.union(e(3, 4)), e(3, 4));
+        assert_eq!(e(10, 40).outside(e(20, 30)), [10..20, 30..40]);
+        assert_eq!(e(10, 40).outside(e(0, 30)), [0..0, 30..40]);
+        assert_eq!(e(10, 40).outside(e(20, PAGE)), [10..20, 0..0]);
+        assert_eq!(e(10, 40).outside(e(50, 60)), [10..40, 0..0]);
+        assert_eq!(e(10, 40).outside(Extent::EMPTY), [10..40, 0..0]);
+        for x in [Extent::EMPTY, Extent::FULL, e(7, 9)] {
+            assert_eq!(Extent::unpack(x.pack()), x);
+        }
     }
 
     #[test]
