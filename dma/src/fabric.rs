@@ -1193,7 +1193,7 @@ impl Fabric {
     }
 
     /// A deterministic 64-bit digest of the contents: a multiply-xor hash of every
-    /// non-zero page's part ([`page_part`]) and its key, in address order, with a
+    /// non-zero page's part (`page_part`) and its key, in address order, with a
     /// splitmix64 finaliser. Equal contents give equal digests whatever was allocated;
     /// not cryptographic. A page's part is remembered in it, so only pages written since
     /// the last digest (of this fabric, or of a clone then sharing them) are read.
