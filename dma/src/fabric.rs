@@ -1,75 +1,45 @@
 //! The fabric's storage: HBM, SBUF and PSUM bytes behind the one bounds-checked access path
 //! that every crate uses (the DMA engine, the DGE, the POOL kernels and the reference).
 //!
-//! # Storage
+//! # Storage: sparse, copy-on-write pages
 //!
-//! The whole unified address map (see [`crate::addr`]) is stored as sparse pages of
-//! [`PAGE_BYTES`] (64 KiB) of fabric address space, keyed by `address >> 16` in a
-//! two-level page table (no hashing; see the `page_table` module). A page exists only once something may have written it, so HBM (32–144 GiB) costs
-//! nothing until touched, and SBUF and PSUM are lazy in the same way. Pages are aligned in
-//! the map: an SBUF partition (stride 256 KiB) is 3, 3.5 or 4 pages; four 16 KiB PSUM
-//! partitions share one page. Bytes of a page outside every region (the SBUF partition
-//! gaps of v2/v3) are never reachable, because every access first passes
-//! [`AddressMap::check_range`]: an access that leaves its region, crosses a partition or
-//! overflows 64 bits is an error naming the address and the region, and nothing moves.
-//! Reads of bytes with no page return 0 and allocate nothing.
+//! The unified address map ([`crate::addr`]) is stored as pages of [`PAGE_BYTES`] (64 KiB)
+//! in a two-level page table (`page_table`). A page exists once something wrote it (or
+//! reserved it); bytes with no page read as 0. Every access first passes
+//! [`AddressMap::check_range`], so bytes outside every region are never reached. A clone
+//! shares its pages with the original until either writes one, so making, cloning,
+//! digesting and comparing fabrics costs in proportion to the pages written: fuzzers
+//! clone a case's fabric for every route they compare.
 //!
 //! # Concurrency: reserve, then execute through `&self`
 //!
-//! Each page's bytes sit behind a read-write lock. The page *table* is only changed
-//! through `&mut self` — [`Fabric::reserve`] materialises (zero) pages for a range and
-//! opens them for shared writes — so that the engine's single-threaded validation reserves
-//! every destination up front and its worker threads then share `&Fabric` (it is `Sync`)
-//! and call the `*_reserved` forms ([`Fabric::copy_reserved`], [`Fabric::fill_reserved`],
-//! [`Fabric::reduce_reserved`], [`Fabric::write_reserved`]). Those never mutate the table;
-//! a destination page that is not open is [`Error::NotReserved`], checked for the whole
-//! range before any byte is written. Sources with no page read as zeros.
+//! A page is written through `&self` only while *open*: [`Fabric::reserve`] (and the
+//! engine's reserve of a replay) opens pages through `&mut self`, making each the only
+//! holder of its bytes first, and the `*_reserved` forms and [`PageLocks`] then write
+//! open pages under their write locks from any thread; a destination page not open is
+//! [`Error::NotReserved`], before any byte moves. [`Fabric::close_pages`] closes every
+//! page; closed pages are read without a lock (nothing writes them while the fabric is
+//! shared), and only closed pages are shared with clones. The `&mut self` forms
+//! ([`Fabric::write`], [`Fabric::copy`], ...) open their destination, run the shared
+//! form and close again what they opened: one implementation serves both.
 //!
-//! [`Fabric::close_pages`] closes every page. A closed page cannot be written until it is
-//! reserved again, which takes `&mut self`; so while the fabric is shared its closed pages
-//! are read without their lock. A gather's table is read by every worker thread:
-//! read-locking its pages made the threads trade the lock words' cache lines on every
-//! descriptor. The engine opens a replay's destinations through `Fabric::reopen`, which
-//! closes every other page first unless the pages open are a previous replay's, few, and
-//! unread by this one (a scatter over one table then leaves its pages open from replay
-//! to replay).
+//! Locks are only ever waited for in ascending page order (see [`PageLocks`]), and an
+//! operation is atomic per piece (inside one page on each side), not as a whole.
 //!
-//! Work is split into *pieces* that stay inside one source page and one destination page.
-//! A piece read-locks its source page and write-locks its destination page (one write
-//! lock when they are one page) through a [`PageLocks`] cache, which keeps the last
-//! piece's pages locked until a piece needs another page: a run of operations on the same
-//! pages (the engine runs a queue's descriptors through one cache) pays one lock pair per
-//! page pair, not one per piece. Locks are only ever waited for in ascending page order
-//! whatever their roles (a page is tried without waiting first; held pages above a page
-//! to wait for are released first), so two
-//! queues working on the same pages in opposite directions cannot deadlock. An operation
-//! is therefore atomic per piece, not as a whole: the engine's ordering rules keep
-//! concurrent operations off each other's bytes.
+//! # Overlap and comparison
 //!
-//! The `&mut self` forms ([`Fabric::copy`], [`Fabric::fill`], [`Fabric::reduce`],
-//! [`Fabric::write`]) validate, reserve the destination and run the shared form: one
-//! implementation serves both.
-//!
-//! # Overlap
-//!
-//! `copy` and `reduce` behave as if the whole source range were snapshotted before any
-//! destination byte is written (memmove semantics): when the destination starts inside
-//! the source, pieces run from the end backwards, and a `reduce` whose source and
-//! destination overlap in one page snapshots the source piece on the stack (pieces of such
-//! an operation are capped at [`SCRATCH_BYTES`]).
-//!
-//! # Comparison
-//!
-//! [`Fabric::first_difference`] and [`Fabric::digest`] treat a missing page and an
-//! all-zero page alike, so reservation never changes either.
+//! `copy` and `reduce` behave as if the source were snapshotted first (memmove
+//! semantics). [`Fabric::first_difference`] and [`Fabric::digest`] treat a missing page
+//! and an all-zero page alike.
 
-use std::alloc::Layout;
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{
-    PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError, TryLockResult,
+    Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError,
+    TryLockResult,
 };
 
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes};
@@ -94,9 +64,13 @@ const OFFSET_MASK: u64 = PAGE_BYTES - 1;
 /// What a page with no storage reads as.
 static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 
-/// One page of storage: exactly [`PAGE_BYTES`] bytes behind a read-write lock, where they
-/// live (for [`PageLocks::prefetch`], which only hints the CPU and never reads through it)
-/// and the epoch in which the page was last opened for shared writes ([`Fabric::reserve`]).
+/// The `opened` epoch of a page closed in every epoch (epochs start at 1).
+const CLOSED: u64 = 0;
+
+/// One page of a fabric: its bytes, which clones of the fabric share until one of them
+/// writes the page, behind a read-write lock of this fabric's own, the epoch in which
+/// this fabric last opened the page for shared writes ([`Fabric::reserve`]), where its
+/// bytes may be non-zero and the page's part of the digest as last found.
 ///
 /// The bytes are reached only through a [`PageRef`] or [`PageMut`] (or `&mut Page`): a
 /// writer always holds the write lock of a page opened in the fabric's current epoch; a
@@ -104,19 +78,26 @@ static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 /// ([`Fabric::engine_view`]), since then no writer can exist until the fabric is next
 /// borrowed mutably, except [`Fabric::write_closed_piece`], whose caller guarantees that no
 /// other thread reads the page or writes the bytes it writes meanwhile.
+///
+/// Copy-on-write: a page is made the only holder of its bytes ([`Page::make_unique`])
+/// whenever it is opened, which takes `&mut Fabric`, and a clone of the fabric copies its
+/// open pages instead of sharing them; so bytes two pages share are never written.
 struct Page {
     lock: RwLock<()>,
-    bytes: UnsafeCell<Box<PageBytes>>,
-    at: usize,
+    /// (Taken out as the page is dropped, to be kept spare: see [`SparePages`].)
+    bytes: ManuallyDrop<Arc<PageBytes>>,
     opened: u64,
+    /// The page's part of the digest ([`DigestMemo`]): forgotten by every writer, as it
+    /// takes the write lock ([`PageMut::new`]) or writes a closed page
+    /// ([`Fabric::write_closed_piece`]); remembered by a reader holding the read lock or
+    /// reading a closed page.
+    memo: AtomicU64,
+    /// The [`Extent`] outside which every byte is zero ([`Extent::pack`]): widened as
+    /// the page is opened, to the range the opener writes or to the whole page, and by
+    /// [`Fabric::write_closed_piece`]. Copies, comparisons and digests of the page
+    /// read only it.
+    extent: AtomicU64,
 }
-
-// SAFETY: the bytes in the `UnsafeCell` are only reached through `&mut Page` (exclusive),
-// a `PageMut` (holds the write lock), or a `PageRef`, which holds the read lock or is a
-// frozen view of a page closed in the current epoch; a `PageMut` is only made for a page
-// opened in the current epoch, and the epoch and `opened` change only through `&mut
-// Fabric`, which no `PageRef` outlives. So no thread writes bytes another reads.
-unsafe impl Sync for Page {}
 
 /// The guard of a try-lock: `None` if taking it would have waited (poisoning is ignored
 /// as in [`Page::write`]).
@@ -128,6 +109,72 @@ fn untried<G>(tried: TryLockResult<G>) -> Option<G> {
     }
 }
 
+/// The bytes of a page that may be non-zero, `lo..hi` (every other byte is zero): what a
+/// copy, a comparison or a digest of the page reads. A fuzz case writes a few hundred
+/// bytes into each of many pages (an SBUF partition is 4 pages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Extent {
+    lo: usize,
+    hi: usize,
+}
+
+impl Extent {
+    const EMPTY: Extent = Extent { lo: 0, hi: 0 };
+    const FULL: Extent = Extent { lo: 0, hi: PAGE };
+
+    /// The bytes `range` (of a page) may hold, or nothing if it is empty.
+    fn of(range: std::ops::Range<usize>) -> Extent {
+        match range.is_empty() {
+            true => Extent::EMPTY,
+            false => Extent {
+                lo: range.start.min(PAGE),
+                hi: range.end.min(PAGE),
+            },
+        }
+    }
+
+    /// The smallest extent holding both.
+    fn union(self, other: Extent) -> Extent {
+        match (self.is_empty(), other.is_empty()) {
+            (true, _) => other,
+            (_, true) => self,
+            _ => Extent {
+                lo: self.lo.min(other.lo),
+                hi: self.hi.max(other.hi),
+            },
+        }
+    }
+
+    fn is_empty(self) -> bool {
+        self.lo >= self.hi
+    }
+
+    /// The parts of this extent outside `other`: below it and above it (either empty).
+    fn outside(self, other: Extent) -> [std::ops::Range<usize>; 2] {
+        let this = self.range();
+        match other.is_empty() {
+            true => [this, 0..0],
+            false => [
+                Extent::of(this.start..this.end.min(other.lo)).range(),
+                Extent::of(this.start.max(other.hi)..this.end).range(),
+            ],
+        }
+    }
+
+    fn range(self) -> std::ops::Range<usize> {
+        self.lo..self.hi.max(self.lo)
+    }
+
+    /// As one word (for [`Page::extent`]): `lo` above, `hi` below.
+    fn pack(self) -> u64 {
+        (self.lo as u64) << 32 | self.hi as u64
+    }
+
+    fn unpack(word: u64) -> Extent {
+        Extent::of((word >> 32) as usize..(word & 0xffff_ffff) as usize)
+    }
+}
+
 /// A page's bytes, aligned to a cache line. Each host cache line then holds one
 /// 64-byte-aligned piece of fabric address space, so an access touches as many cache
 /// lines as its fabric range spans (a 256-byte row is 4 lines, not 5), and
@@ -136,39 +183,172 @@ fn untried<G>(tried: TryLockResult<G>) -> Option<G> {
 /// 4 KiB: 32 MiB more peak memory for `hostsim bench`'s 512 MiB copy.)
 #[derive(FromZeros)]
 #[repr(C, align(64))]
-struct PageBytes([u8; PAGE]);
+struct PageBytes(UnsafeCell<[u8; PAGE]>);
 
 const _: () = assert!(std::mem::align_of::<PageBytes>() == CACHE_LINE);
+const _: () = assert!(std::mem::size_of::<PageBytes>() == PAGE);
+
+// SAFETY: the bytes in the `UnsafeCell` are reached only through a `Page` (see there): a
+// `PageMut` holds the page's write lock and is made only for a page open in its fabric's
+// current epoch, which holds the only `Arc` of the bytes (`Page::make_unique` at every
+// opening; a fabric's clone copies its open pages); a `PageRef` holds the read lock or
+// views a page closed in the current epoch, which no `PageMut` can be made of while the
+// `PageRef` borrows the fabric; `write_closed_piece` writes only bytes no other thread
+// reaches meanwhile and no other fabric holds (`closed_with_storage`); spare bytes are
+// held by no page. So no thread writes bytes another reads.
+unsafe impl Sync for PageBytes {}
 
 impl PageBytes {
-    /// A zeroed page on the heap (an allocation failure aborts, as for any `Box`).
-    fn boxed() -> Box<PageBytes> {
-        PageBytes::new_box_zeroed()
-            .unwrap_or_else(|_| std::alloc::handle_alloc_error(Layout::new::<PageBytes>()))
+    /// A page of `extent` of `bytes`, zero elsewhere: a spare page cleared where it was
+    /// written, or a new one (an allocation failure aborts, as for any `Arc`).
+    fn copied(bytes: &[u8; PAGE], extent: Extent) -> Arc<PageBytes> {
+        let range = extent.range();
+        if let Some((mut page, written)) = SparePages::take() {
+            if let Some(unique) = Arc::get_mut(&mut page) {
+                let data = unique.0.get_mut();
+                for stale in written.outside(extent) {
+                    data[stale].fill(0);
+                }
+                data[range.clone()].copy_from_slice(&bytes[range]);
+                return page;
+            }
+        }
+        PageBytes::new_copied(bytes, extent)
+    }
+
+    /// [`PageBytes::copied`] into a new allocation, each byte written once.
+    fn new_copied(bytes: &[u8; PAGE], extent: Extent) -> Arc<PageBytes> {
+        let mut page = Arc::<PageBytes>::new_uninit();
+        let Some(slot) = Arc::get_mut(&mut page) else {
+            unreachable!("a new Arc is unique");
+        };
+        let (at, range) = (slot.as_mut_ptr().cast::<u8>(), extent.range());
+        // SAFETY: `at` is valid for writes of a `PageBytes`, `PAGE` bytes, and `range`
+        // lies inside them (an extent is at most a page); `bytes` is a live borrow of
+        // another allocation.
+        unsafe {
+            at.write_bytes(0, range.start);
+            at.add(range.start)
+                .copy_from_nonoverlapping(bytes.as_ptr().add(range.start), range.len());
+            at.add(range.end).write_bytes(0, PAGE - range.end);
+        }
+        // SAFETY: every byte was written just above, and any bytes are a valid
+        // `PageBytes` (`u8`s in an `UnsafeCell`).
+        unsafe { page.assume_init() }
+    }
+
+    /// A page of zeros.
+    fn zeroed() -> Arc<PageBytes> {
+        PageBytes::copied(&ZERO_PAGE, Extent::EMPTY)
+    }
+
+    /// The bytes, as a pointer (dereferenced only under the rules of [`Page`]).
+    fn slice(&self) -> NonNull<[u8; PAGE]> {
+        NonNull::from(&self.0).cast()
+    }
+
+    /// Where the bytes start (never read through: only handed to the CPU's prefetch).
+    fn start(&self) -> *const u8 {
+        self.slice().cast::<u8>().as_ptr().cast_const()
+    }
+}
+
+/// The bytes of pages dropped lately, with their extents, for new pages to reuse (at most
+/// [`SPARE_PAGES`], shared by every fabric of the process; clearing one costs its
+/// extent). Freed to the C heap, a page's 64 KiB went back to the OS at once (the heap's
+/// top is trimmed) and came back, zeroed by the kernel one 4 KiB fault at a time, with
+/// the next fabric's pages: a fuzzer makes and drops fabrics case after case.
+struct SparePages;
+
+/// Most page buffers [`SparePages`] keeps (64 MiB).
+const SPARE_PAGES: usize = 1024;
+
+type Spare = (Arc<PageBytes>, Extent);
+
+static SPARE: Mutex<Vec<Spare>> = Mutex::new(Vec::new());
+
+impl SparePages {
+    fn spares() -> MutexGuard<'static, Vec<Spare>> {
+        // The list stays valid whatever a panicking holder did.
+        SPARE.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A spare page buffer and its extent (its bytes are stale there), if one is kept.
+    fn take() -> Option<Spare> {
+        SparePages::spares().pop()
+    }
+
+    /// Keeps `bytes`, zero outside `extent`, if no page holds them.
+    fn keep(mut bytes: Arc<PageBytes>, extent: Extent) {
+        if Arc::get_mut(&mut bytes).is_none() {
+            return;
+        }
+        let mut spares = SparePages::spares();
+        if spares.len() < SPARE_PAGES {
+            spares.push((bytes, extent));
+        }
+    }
+}
+
+impl Drop for Page {
+    fn drop(&mut self) {
+        // SAFETY: the field is taken once, here, and not used after.
+        let bytes = unsafe { ManuallyDrop::take(&mut self.bytes) };
+        SparePages::keep(bytes, Extent::unpack(*self.extent.get_mut()));
     }
 }
 
 impl Page {
     fn zeroed() -> Page {
-        Page::from_bytes(PageBytes::boxed(), 0)
+        Page::holding(PageBytes::zeroed(), DigestMemo::ZERO, Extent::EMPTY)
     }
 
-    /// A page holding a copy of `bytes` (a whole page's).
-    fn copied(bytes: &[u8], opened: u64) -> Page {
-        let mut page = PageBytes::boxed();
-        page.0.copy_from_slice(bytes);
-        Page::from_bytes(page, opened)
-    }
-
-    fn from_bytes(bytes: Box<PageBytes>, opened: u64) -> Page {
-        // The boxed bytes never move or get replaced while the page exists.
-        let at = bytes.0.as_ptr() as usize;
+    /// A closed page of `bytes`, zero outside `extent`, whose digest part `memo` is
+    /// known or not.
+    fn holding(bytes: Arc<PageBytes>, memo: u64, extent: Extent) -> Page {
         Page {
             lock: RwLock::new(()),
-            bytes: UnsafeCell::new(bytes),
-            at,
-            opened,
+            bytes: ManuallyDrop::new(bytes),
+            opened: CLOSED,
+            memo: AtomicU64::new(memo),
+            extent: AtomicU64::new(extent.pack()),
         }
+    }
+
+    /// Where the bytes may be non-zero.
+    fn extent(&self) -> Extent {
+        Extent::unpack(self.extent.load(Ordering::Relaxed))
+    }
+
+    /// Widens the extent by `written`.
+    fn widen(&mut self, written: Extent) {
+        let extent = self.extent.get_mut();
+        *extent = Extent::unpack(*extent).union(written).pack();
+    }
+
+    /// Makes this page the only holder of its bytes, copying them if a clone of the fabric
+    /// shares them: the page is about to be opened.
+    fn make_unique(&mut self) {
+        if Arc::get_mut(&mut self.bytes).is_none() {
+            // SAFETY: `&mut self` keeps every thread of this fabric off the page, and
+            // the other holders of the bytes, shared, never write them (see `Page`).
+            let page = unsafe { PageRef::new(self, None) };
+            let copy = PageBytes::copied(page.page(), self.extent());
+            drop(page);
+            self.hold(copy);
+        }
+    }
+
+    /// Replaces the bytes with `bytes`, as non-zero as the old ones at most (the old
+    /// ones are kept spare if no other page holds them).
+    fn hold(&mut self, bytes: Arc<PageBytes>) {
+        let old = std::mem::replace(&mut *self.bytes, bytes);
+        SparePages::keep(old, self.extent());
+    }
+
+    /// Whether no clone of the fabric shares the bytes (no `Weak` of them is ever made).
+    fn is_unique(&self) -> bool {
+        Arc::strong_count(&self.bytes) == 1
     }
 
     /// The bytes under the read lock.
@@ -214,7 +394,7 @@ impl Page {
 /// Read access to a page's bytes: under its read lock, or without a lock for a page
 /// closed in the fabric's current epoch (see [`Page`]).
 struct PageRef<'a> {
-    bytes: NonNull<[u8]>,
+    bytes: NonNull<[u8; PAGE]>,
     _lock: Option<RwLockReadGuard<'a, ()>>,
     _page: PhantomData<&'a Page>,
 }
@@ -224,51 +404,66 @@ impl<'a> PageRef<'a> {
     ///
     /// `lock` is the page's read lock, or no thread writes the page while the result lives.
     unsafe fn new(page: &'a Page, lock: Option<RwLockReadGuard<'a, ()>>) -> PageRef<'a> {
-        // SAFETY: the box is never replaced while the page exists; by the caller's
-        // contract only shared references to it are made while the result lives.
-        let bytes = NonNull::from(unsafe { &(**page.bytes.get()).0[..] });
+        // The bytes live as long as the page holds their `Arc`, which it does while
+        // borrowed; by the caller's contract only shared references to them are made
+        // while the result lives (see `deref`).
         PageRef {
-            bytes,
+            bytes: page.bytes.slice(),
             _lock: lock,
             _page: PhantomData,
         }
     }
 }
 
-impl std::ops::Deref for PageRef<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
+impl PageRef<'_> {
+    /// The whole page.
+    fn page(&self) -> &[u8; PAGE] {
         // SAFETY: no thread writes the bytes while this `PageRef` lives (see `new`).
         unsafe { self.bytes.as_ref() }
     }
 }
 
+impl std::ops::Deref for PageRef<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.page()
+    }
+}
+
 /// Write access to a page's bytes under its write lock.
 struct PageMut<'a> {
-    bytes: NonNull<[u8]>,
+    bytes: NonNull<[u8; PAGE]>,
     _lock: RwLockWriteGuard<'a, ()>,
 }
 
 impl<'a> PageMut<'a> {
+    /// `lock` is the page's write lock; the page is open in its fabric's current epoch.
+    /// Forgets the page's digest part: the bytes are about to change.
     fn new(page: &'a Page, lock: RwLockWriteGuard<'a, ()>) -> PageMut<'a> {
-        // SAFETY: the write lock is held, so no other reference to the bytes exists (a
-        // lock-free `PageRef` is only made of a page no `PageMut` can be made of).
-        let bytes = NonNull::from(unsafe { &mut (**page.bytes.get()).0[..] });
-        PageMut { bytes, _lock: lock }
+        page.memo.store(DigestMemo::UNKNOWN, Ordering::Relaxed);
+        // The write lock is held, so no other reference to the bytes exists in this
+        // fabric (a lock-free `PageRef` is only made of a page no `PageMut` can be made
+        // of), and none in another: an open page holds the only `Arc` of its bytes (see
+        // `Page`). The bytes live while the page is borrowed.
+        PageMut {
+            bytes: page.bytes.slice(),
+            _lock: lock,
+        }
     }
 }
 
 impl std::ops::Deref for PageMut<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: the write lock is held (see `new`).
+        // SAFETY: the write lock is held, and no other fabric holds the bytes (see `new`).
         unsafe { self.bytes.as_ref() }
     }
 }
 
 impl std::ops::DerefMut for PageMut<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: the write lock is held (see `new`) and `&mut self` is exclusive.
+        // SAFETY: the write lock is held, no other fabric holds the bytes (see `new`),
+        // and `&mut self` is exclusive.
         unsafe { self.bytes.as_mut() }
     }
 }
@@ -361,6 +556,22 @@ impl OpenKeys {
         self.hull.is_some_and(|(a, b)| a <= hi && lo <= b)
     }
 
+    /// The dense indices marked since the set held `before` of them.
+    fn since(&self, before: usize) -> &[usize] {
+        self.set.get(before..).unwrap_or_default()
+    }
+
+    /// Unmarks the pages marked since the set held `before` of them. (The hull stays as
+    /// it was: wider than the keys, it only closes pages sooner.)
+    fn truncate(&mut self, before: usize) {
+        for &i in self.set.get(before..).unwrap_or_default() {
+            if let Some(w) = self.bits.get_mut(i / 64) {
+                *w &= !(1 << (i % 64));
+            }
+        }
+        self.set.truncate(before);
+    }
+
     fn clear(&mut self) {
         for &i in &self.set {
             if let Some(w) = self.bits.get_mut(i / 64) {
@@ -379,7 +590,7 @@ impl Fabric {
         Fabric {
             map: AddressMap::new(generation),
             pages: PageTable::new(generation.hbm_bytes()),
-            epoch: 1,
+            epoch: CLOSED + 1,
             open_reads: AtomicU64::new(0),
             open: OpenKeys::default(),
             watch: None,
@@ -413,14 +624,16 @@ impl Fabric {
     /// Contents do not change.
     pub fn reserve(&mut self, addr: FabricAddr, len: u64) -> Result<(), Error> {
         for key in self.page_keys(addr, len)? {
-            self.open_key(key)?;
+            self.open_key(key, Extent::FULL)?;
         }
         self.open.by_host = true;
         Ok(())
     }
 
-    /// Materialises page `key` and opens it in the current epoch.
-    fn open_key(&mut self, key: u64) -> Result<(), Error> {
+    /// Materialises page `key`, makes it the only holder of its bytes (copy-on-write:
+    /// every write through `&self` goes to an open page) and opens it in the current epoch
+    /// for writes to `written` (of the page) at most.
+    fn open_key(&mut self, key: u64, written: Extent) -> Result<(), Error> {
         let epoch = self.epoch;
         // A checked range's keys are all in a window of the map.
         let unmapped = Error::Unmapped {
@@ -428,9 +641,46 @@ impl Fabric {
         };
         let i = self.pages.dense(key).ok_or(unmapped.clone())?;
         let page = self.pages.get_or_insert_with(key, Page::zeroed);
-        page.ok_or(unmapped)?.opened = epoch;
+        let page = page.ok_or(unmapped)?;
+        page.make_unique();
+        page.widen(written);
+        page.opened = epoch;
         self.open.insert(i, key);
         Ok(())
+    }
+
+    /// Runs `write` (a `*_reserved` form) with the pages of `[dst, dst + len)` open, then
+    /// closes those it opened: the `&mut self` forms leave every page open or closed as
+    /// they found it (a closed page is shared by clones and read without a lock).
+    fn with_open<R>(
+        &mut self,
+        dst: FabricAddr,
+        len: u64,
+        write: impl FnOnce(&Fabric) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let mut keys = self.page_keys(dst, len)?;
+        let before = self.open.set.len();
+        // The range is checked (`dst + len` does not overflow, keys are below 2^48); the
+        // part of it in page `key` is at most a page.
+        let written = |key: u64| {
+            let start = key << PAGE_SHIFT;
+            let (lo, hi) = (dst.0.max(start), (dst.0 + len).min(start + PAGE_BYTES));
+            Extent::of((lo - start) as usize..(hi - start) as usize)
+        };
+        let opened = keys.try_for_each(|key| self.open_key(key, written(key)));
+        let result = opened.and_then(|()| write(self));
+        self.close_opened_since(before);
+        result
+    }
+
+    /// Closes the pages opened since the open set held `before` of them.
+    fn close_opened_since(&mut self, before: usize) {
+        for &i in self.open.since(before) {
+            if let Some(page) = self.pages.get_dense_mut(i) {
+                page.opened = CLOSED;
+            }
+        }
+        self.open.truncate(before);
     }
 
     /// [`Fabric::reserve`] of one byte at each of `addrs`: reserves the pages holding them
@@ -450,7 +700,7 @@ impl Fabric {
             if self.pages.dense(key).is_some_and(|i| self.open.contains(i)) {
                 continue;
             }
-            self.open_key(key)?;
+            self.open_key(key, Extent::FULL)?;
         }
         Ok(())
     }
@@ -511,9 +761,10 @@ impl Fabric {
             true => page.read(),
             // SAFETY: a closed page gets no `PageMut` (`Page::write` checks the epoch),
             // and the epoch and `opened` only change through `&mut self`, which cannot
-            // happen while the result borrows `self`. (`write_closed_piece` writes a closed
-            // page only where no other thread reaches it, and returns before this thread
-            // reads it.)
+            // happen while the result borrows `self`; a clone sharing the bytes writes
+            // them only after copying them (`Page::make_unique`). (`write_closed_piece`
+            // writes a closed page only where no other thread reaches it, and returns
+            // before this thread reads it.)
             false => unsafe { PageRef::new(page, None) },
         }
     }
@@ -672,10 +923,14 @@ impl Fabric {
     }
 
     /// Whether the pages `keys` (of [`Fabric::page_keys`]) may be written through `&self`
-    /// beside a replay ([`Fabric::write_closed_piece`]): every one has storage and is
-    /// closed.
+    /// beside a replay ([`Fabric::write_closed_piece`]): every one has storage of its own
+    /// (shared with no clone) and is closed.
     pub(crate) fn closed_with_storage(&self, mut keys: std::ops::Range<u64>) -> bool {
-        keys.all(|k| self.pages.get(k).is_some_and(|p| !p.is_open(self.epoch)))
+        keys.all(|k| {
+            self.pages
+                .get(k)
+                .is_some_and(|p| !p.is_open(self.epoch) && p.is_unique())
+        })
     }
 
     /// The pieces of the `len` bytes at `addr`, each inside one page and at most
@@ -695,12 +950,12 @@ impl Fabric {
     ///
     /// # Safety
     ///
-    /// While this runs no other thread reads the page, or writes these bytes (others may
-    /// copy other pieces of it, through this function): the engine proves it for the
-    /// work beside a replay, whose threads reach only its footprint (see
-    /// [`crate::engine::Beside::write`]), each piece being copied by one thread. And the
-    /// page is as `closed_with_storage` found it (the fabric was not borrowed mutably
-    /// since).
+    /// While this runs no other thread reads the page, clones the fabric or writes these
+    /// bytes (others may copy other pieces of it, through this function): the engine
+    /// proves it for the work beside a replay, whose threads reach only its footprint
+    /// (see [`crate::engine::Beside::write`]), each piece being copied by one thread. And
+    /// the page is as `closed_with_storage` found it (the fabric was not borrowed mutably
+    /// since), so no clone holds its bytes.
     pub(crate) unsafe fn write_closed_piece(&self, addr: FabricAddr, bytes: &[u8]) {
         let (key, po) = split(addr.0);
         let Some(page) = self.pages.get(key) else {
@@ -709,23 +964,75 @@ impl Fabric {
         if po + bytes.len() > PAGE {
             return;
         }
+        page.memo.store(DigestMemo::UNKNOWN, Ordering::Relaxed);
+        let written = Extent::of(po..po + bytes.len());
+        let widen = |e: u64| Some(Extent::unpack(e).union(written).pack());
+        // (`widen` always answers: the update cannot fail)
+        let _ = page
+            .extent
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, widen);
         // SAFETY: the piece lies inside the page (checked just above); by the caller's
-        // contract no other thread reads the page or writes these bytes, and no
-        // reference to the page's bytes is made (other pieces of it may be copied
-        // meanwhile, through this function).
+        // contract no other thread reads the page or writes these bytes, no other fabric
+        // holds them, and no reference to the page's bytes is made (other pieces of it
+        // may be copied meanwhile, through this function).
         unsafe {
-            let base = std::ptr::addr_of_mut!((**page.bytes.get()).0).cast::<u8>();
+            let base = page.bytes.slice().cast::<u8>().as_ptr();
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(po), bytes.len());
         }
     }
 
     // ---- writes through &mut self --------------------------------------------------
 
-    /// Writes `buf` at `addr`, allocating pages as needed.
+    /// Writes `buf` at `addr`, allocating pages as needed. A page whose bytes there
+    /// already equal `buf`'s (zeros into a page with no storage too) is left alone: it
+    /// stays shared with the fabric's clones, or without storage; a page `buf` covers
+    /// whole gets new bytes, neither zeroed nor copied first.
     pub fn write(&mut self, addr: FabricAddr, buf: &[u8]) -> Result<(), Error> {
-        self.log(addr, buf.len() as u64, AccessKind::Write);
-        self.reserve(addr, buf.len() as u64)?;
-        self.write_reserved(addr, buf)
+        let len = buf.len() as u64;
+        self.log(addr, len, AccessKind::Write);
+        self.check(addr, len)?;
+        for (off, n) in Walk::one(addr.0, len) {
+            // Walk pieces lie inside `buf` and inside one page, and inside the range
+            // checked above.
+            let (at, piece) = (
+                FabricAddr(addr.0 + off),
+                &buf[off as usize..off as usize + n],
+            );
+            if let Ok(whole) = <&[u8; PAGE]>::try_from(piece) {
+                self.replace_page(at, whole)?;
+            } else if !self.holds(at, piece) {
+                self.with_open(at, n as u64, |f| f.write_reserved(at, piece))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the bytes at `addr` (inside one page) equal `bytes`.
+    fn holds(&self, addr: FabricAddr, bytes: &[u8]) -> bool {
+        let (key, po) = split(addr.0);
+        match self.pages.get(key) {
+            Some(page) => self.engine_view(page).get(po..po + bytes.len()) == Some(bytes),
+            None => is_zero(bytes),
+        }
+    }
+
+    /// Gives the page starting at `addr` new bytes, a copy of `bytes` (open or closed as
+    /// it was; an open page holds its new bytes alone).
+    fn replace_page(&mut self, addr: FabricAddr, bytes: &[u8; PAGE]) -> Result<(), Error> {
+        let key = addr.0 >> PAGE_SHIFT;
+        let mut made = false;
+        let page = self.pages.get_or_insert_with(key, || {
+            made = true;
+            let bytes = PageBytes::copied(bytes, Extent::FULL);
+            Page::holding(bytes, DigestMemo::UNKNOWN, Extent::FULL)
+        });
+        let page = page.ok_or(Error::Unmapped { addr: addr.0 })?;
+        if !made {
+            page.hold(PageBytes::copied(bytes, Extent::FULL));
+            page.widen(Extent::FULL);
+            *page.memo.get_mut() = DigestMemo::UNKNOWN;
+        }
+        Ok(())
     }
 
     /// Writes a zerocopy value (a struct, an array or a slice) at `addr`.
@@ -745,19 +1052,20 @@ impl Fabric {
         let size = core::mem::size_of::<E::Bytes>();
         let len = elems_bytes(addr, elems.len(), size)?;
         self.log(addr, len, AccessKind::Write);
-        self.reserve(addr, len)?;
-        let mut buf = [0u8; SCRATCH_BYTES];
-        let mut at = addr;
-        for chunk in elems.chunks(SCRATCH_BYTES / size) {
-            let bytes = &mut buf[..chunk.len() * size];
-            for (e, image) in chunk.iter().zip(compute::images_mut::<E>(bytes)?) {
-                *image = e.to_le();
+        self.with_open(addr, len, |f| {
+            let mut buf = [0u8; SCRATCH_BYTES];
+            let mut at = addr;
+            for chunk in elems.chunks(SCRATCH_BYTES / size) {
+                let bytes = &mut buf[..chunk.len() * size];
+                for (e, image) in chunk.iter().zip(compute::images_mut::<E>(bytes)?) {
+                    *image = e.to_le();
+                }
+                f.write_reserved(at, bytes)?;
+                // inside the range opened above
+                at = FabricAddr(at.0 + bytes.len() as u64);
             }
-            self.write_reserved(at, bytes)?;
-            // inside the range reserved above
-            at = FabricAddr(at.0 + bytes.len() as u64);
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Copies `len` bytes from `src` to `dst` (memmove semantics), allocating as needed.
@@ -765,16 +1073,14 @@ impl Fabric {
         self.log(src, len, AccessKind::Read);
         self.log(dst, len, AccessKind::Write);
         self.check(src, len)?;
-        self.reserve(dst, len)?;
-        self.copy_reserved(src, dst, len)
+        self.with_open(dst, len, |f| f.copy_reserved(src, dst, len))
     }
 
     /// Fills `len` bytes at `dst` with `pattern` repeated, allocating as needed.
     pub fn fill(&mut self, dst: FabricAddr, len: u64, pattern: &[u8]) -> Result<(), Error> {
         check_pattern(dst, len, pattern)?;
         self.log(dst, len, AccessKind::Write);
-        self.reserve(dst, len)?;
-        self.fill_reserved(dst, len, pattern)
+        self.with_open(dst, len, |f| f.fill_reserved(dst, len, pattern))
     }
 
     /// `dst op= src` over `len` bytes of `dtype` elements, allocating as needed.
@@ -793,8 +1099,7 @@ impl Fabric {
         }
         self.log(dst, len, AccessKind::Write);
         self.check(src, len)?;
-        self.reserve(dst, len)?;
-        self.reduce_reserved(src, dst, len, dtype, op)
+        self.with_open(dst, len, |f| f.reduce_reserved(src, dst, len, dtype, op))
     }
 
     // ---- shared execution through &self (destination reserved) ----------------------
@@ -851,7 +1156,8 @@ impl Fabric {
     // ---- comparison ----------------------------------------------------------------
 
     /// The lowest address whose byte differs between the two fabrics (pages with no
-    /// storage compare as zeros), or `None` if their contents are equal.
+    /// storage compare as zeros), or `None` if their contents are equal. Pages the two
+    /// share (one is a clone of the other and neither wrote them since) are not read.
     pub fn first_difference(&self, other: &Fabric) -> Option<FabricAddr> {
         let mut keys: Vec<u64> = self
             .pages
@@ -861,46 +1167,84 @@ impl Fabric {
             .collect();
         keys.sort_unstable();
         keys.dedup();
-        keys.into_iter().find_map(|key| {
-            let (a, b) = (
-                self.pages.get(key).map(|p| self.view(p)),
-                other.pages.get(key).map(|p| other.view(p)),
-            );
-            let a = a.as_deref().map_or(&ZERO_PAGE[..], |p| p);
-            let b = b.as_deref().map_or(&ZERO_PAGE[..], |p| p);
-            if a == b {
-                return None;
-            }
-            let i = a.iter().zip(b).position(|(x, y)| x != y)?;
-            Some(FabricAddr(key << PAGE_SHIFT | i as u64))
-        })
+        keys.into_iter()
+            .find_map(|key| self.page_difference(other, key))
     }
 
-    /// A deterministic 64-bit digest of the contents: a word-wise multiply-xor hash of
-    /// every non-zero page and its key, in address order, with a splitmix64 finaliser.
-    /// Equal contents give equal digests whatever was allocated; not cryptographic.
+    /// [`Fabric::first_difference`] inside page `key`.
+    fn page_difference(&self, other: &Fabric, key: u64) -> Option<FabricAddr> {
+        let (a, b) = (self.pages.get(key), other.pages.get(key));
+        if let (Some(a), Some(b)) = (a, b) {
+            if Arc::ptr_eq(&a.bytes, &b.bytes) {
+                return None;
+            }
+        }
+        // Outside both extents both pages are zero (a missing page is zero everywhere).
+        let extent = |p: Option<&Page>| p.map_or(Extent::EMPTY, Page::extent);
+        let range = extent(a).union(extent(b)).range();
+        let (a, b) = (a.map(|p| self.view(p)), b.map(|p| other.view(p)));
+        let a = &a.as_ref().map_or(&ZERO_PAGE, |p| p.page())[range.clone()];
+        let b = &b.as_ref().map_or(&ZERO_PAGE, |p| p.page())[range.clone()];
+        if a == b {
+            return None;
+        }
+        let i = a.iter().zip(b).position(|(x, y)| x != y)?;
+        Some(FabricAddr(key << PAGE_SHIFT | (range.start + i) as u64))
+    }
+
+    /// A deterministic 64-bit digest of the contents: a multiply-xor hash of every
+    /// non-zero page's part (`page_part`) and its key, in address order, with a
+    /// splitmix64 finaliser. Equal contents give equal digests whatever was allocated;
+    /// not cryptographic. A page's part is remembered in it, so only pages written since
+    /// the last digest (of this fabric, or of a clone then sharing them) are read.
     pub fn digest(&self) -> u64 {
         let mut h = DIGEST_SEED;
         for (key, page) in self.pages.iter() {
-            let bytes = self.view(page);
-            if is_zero(&bytes) {
-                continue;
+            if let Some(part) = self.page_digest(page) {
+                h = mix(mix(h, key), part);
             }
-            h = mix(mix(h, key), page_hash(&bytes));
         }
         finalise(h)
     }
+
+    /// A page's part of the digest: the hash of its bytes, `None` if they are all zero;
+    /// remembered in the page until a writer forgets it (see [`Page`]).
+    fn page_digest(&self, page: &Page) -> Option<u64> {
+        // (under the read lock if the page is open: no writer forgets the part meanwhile)
+        let bytes = self.view(page);
+        if let Some(known) = DigestMemo::recall(&page.memo) {
+            return known;
+        }
+        let part = Some(page_part(bytes.page(), page.extent())).filter(|&p| p != 0);
+        DigestMemo::remember(&page.memo, part);
+        part
+    }
+
+    /// The page of a clone: the same bytes if `page` is closed (copy-on-write), a copy
+    /// of them if it is open (an open page holds the only `Arc` of its bytes); closed.
+    fn page_for_clone(&self, page: &Page) -> Page {
+        // (under the read lock if the page is open: its bytes, extent and memo agree)
+        let bytes = self.view(page);
+        let (memo, extent) = (page.memo.load(Ordering::Relaxed), page.extent());
+        match page.is_open(self.epoch) {
+            true => Page::holding(PageBytes::copied(bytes.page(), extent), memo, extent),
+            false => Page::holding(Arc::clone(&page.bytes), memo, extent),
+        }
+    }
 }
 
+/// A clone shares every closed page with the original until one of them writes it, and
+/// copies the open ones (so it costs a page table entry per page, and a page copy per
+/// open page). Every page of the clone is closed: reserve a range to write it through
+/// the `*_reserved` forms.
 impl Clone for Fabric {
     fn clone(&self) -> Fabric {
-        let pages = self.pages.map(|p| Page::copied(&self.view(p), p.opened));
         Fabric {
             map: self.map,
-            pages,
+            pages: self.pages.map(|p| self.page_for_clone(p)),
             epoch: self.epoch,
             open_reads: AtomicU64::new(0),
-            open: self.open.clone(),
+            open: OpenKeys::default(),
             watch: None,
         }
     }
@@ -970,15 +1314,16 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
     #[inline]
     pub fn prefetch(&mut self, addr: FabricAddr, len: u32) {
         let (key, off) = split(addr.0);
-        let Some(at) = self.page(key).map(|p| p.at) else {
+        let Some(start) = self.page(key).map(|p| p.bytes.start()) else {
             return;
         };
-        // The line of the first byte, then the further lines the range reaches.
-        prefetch_line(at + off);
-        let end = at + PAGE.min(off + (len as usize).min(PREFETCH_BYTES));
-        let mut line = at + (off & !(CACHE_LINE - 1)) + CACHE_LINE;
+        // The line of the first byte, then the further lines the range reaches (offsets
+        // inside the page).
+        prefetch_line(start.wrapping_add(off));
+        let end = PAGE.min(off + (len as usize).min(PREFETCH_BYTES));
+        let mut line = (off & !(CACHE_LINE - 1)) + CACHE_LINE;
         while line < end {
-            prefetch_line(line);
+            prefetch_line(start.wrapping_add(line));
             line += CACHE_LINE;
         }
     }
@@ -1111,8 +1456,9 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         match self.page(key) {
             None => Some(&ZERO_PAGE[..]),
             // SAFETY: a closed page gets no `PageMut` and stays closed, with its storage,
-            // for as long as `fabric` is borrowed (as in `Fabric::view`).
-            Some(page) if !page.is_open(epoch) => Some(unsafe { &(**page.bytes.get()).0[..] }),
+            // for as long as `fabric` is borrowed, and clones sharing the bytes do not
+            // write them (as in `Fabric::engine_view`).
+            Some(page) if !page.is_open(epoch) => Some(unsafe { page.bytes.slice().as_ref() }),
             Some(_) => None,
         }
     }
@@ -1312,17 +1658,17 @@ fn copy_bytes(dst: &mut [u8], src: &[u8], n: usize) {
     }
 }
 
-/// Asks the CPU to load the cache line holding the byte at address `at`.
+/// Asks the CPU to load the cache line holding the byte at `at`.
 #[inline(always)]
-fn prefetch_line(at: usize) {
-    #[cfg(target_arch = "x86_64")]
+fn prefetch_line(at: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: a prefetch is only a hint to the cache: it never faults, reads nothing into
     // the program and writes nothing, whatever the address.
     unsafe {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>(at as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(at.cast());
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
     let _ = at;
 }
 
@@ -1545,6 +1891,32 @@ impl Iterator for Walk {
     }
 }
 
+/// A page's part of the digest as [`Page::memo`] holds it: not known, all zero, or
+/// the hash (a hash equal to either marker is not remembered).
+struct DigestMemo;
+
+impl DigestMemo {
+    const UNKNOWN: u64 = 0;
+    const ZERO: u64 = 1;
+
+    /// The part remembered (`Some(None)`: an all-zero page), if any.
+    fn recall(memo: &AtomicU64) -> Option<Option<u64>> {
+        match memo.load(Ordering::Relaxed) {
+            DigestMemo::UNKNOWN => None,
+            DigestMemo::ZERO => Some(None),
+            hash => Some(Some(hash)),
+        }
+    }
+
+    fn remember(memo: &AtomicU64, part: Option<u64>) {
+        match part {
+            None => memo.store(DigestMemo::ZERO, Ordering::Relaxed),
+            Some(hash) if hash > DigestMemo::ZERO => memo.store(hash, Ordering::Relaxed),
+            Some(_) => {}
+        }
+    }
+}
+
 const DIGEST_SEED: u64 = 0x6a09_e667_f3bc_c908;
 const DIGEST_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 
@@ -1559,11 +1931,36 @@ fn finalise(mut h: u64) -> u64 {
     h ^ (h >> 31)
 }
 
-/// Four independent lanes over 32-byte blocks of little-endian words, then folded.
-fn page_hash(bytes: &[u8]) -> u64 {
-    let mut h = BlockHash::new();
-    h.update(bytes);
-    h.fold()
+/// A page's part of the digest: the wrapping sum over its non-zero 32-byte blocks of a
+/// [`mix`] chain of the block's place and its four little-endian words. A zero block
+/// adds nothing, so only the page's extent is read and the part does not depend on it;
+/// a change confined to one word of a block changes the block's term (each step is a
+/// bijection of the word), so almost surely the part. Not cryptographic.
+fn page_part(bytes: &[u8; PAGE], extent: Extent) -> u64 {
+    let blocks = match extent.is_empty() {
+        true => 0..0,
+        false => extent.lo / HASH_BLOCK..extent.hi.div_ceil(HASH_BLOCK),
+    };
+    let span = &bytes[blocks.start * HASH_BLOCK..blocks.end * HASH_BLOCK];
+    span.chunks_exact(HASH_BLOCK)
+        .zip(blocks)
+        .fold(0, |sum: u64, (block, i)| {
+            sum.wrapping_add(block_term(i, block))
+        })
+}
+
+/// Bytes per hashed block of a page.
+const HASH_BLOCK: usize = 32;
+const _: () = assert!(PAGE.is_multiple_of(HASH_BLOCK));
+
+/// The digest term of block `i` of a page: 0 for a zero block.
+fn block_term(i: usize, block: &[u8]) -> u64 {
+    let (mut h, mut any) = (i as u64 + 1, 0);
+    for word in block.chunks_exact(8) {
+        let w = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        (h, any) = (mix(h, w), any | w);
+    }
+    h & u64::from(any != 0).wrapping_neg()
 }
 
 /// A streaming word-wise hash over 32-byte blocks: four lanes of [`mix`], one 8-byte
@@ -1637,18 +2034,18 @@ mod tests {
     fn page_storage_is_aligned_to_cache_lines() {
         let mut f = fab();
         for k in 0..8 {
-            f.write(FabricAddr(k * P + 3), &[k as u8]).unwrap();
+            f.write(FabricAddr(k * P + 3), &[k as u8 + 1]).unwrap();
         }
         let clone = f.clone();
         for fabric in [&f, &clone] {
             let starts: Vec<usize> = fabric
                 .pages
                 .iter()
-                .map(|(_, p)| p.at % CACHE_LINE)
+                .map(|(_, p)| p.bytes.start() as usize % CACHE_LINE)
                 .collect();
             assert_eq!(starts, vec![0; 8]);
         }
-        assert_eq!(bytes(&clone, 7 * P + 3, 1), vec![7]);
+        assert_eq!(bytes(&clone, 7 * P + 3, 1), vec![8]);
     }
 
     #[test]
@@ -1732,8 +2129,11 @@ mod tests {
         // one that reads between the lowest and the highest open page closes them
         f.reopen(at(&[4]), Some((2, 2)), 1).unwrap();
         assert_eq!(open_keys(&f, 8), [4]);
-        // a page a host write opened closes them too
+        // a host write leaves them so (and its own page closed)
         f.write(FabricAddr(6 * P), &[1]).unwrap();
+        assert_eq!(open_keys(&f, 8), [4]);
+        // a page the host reserved closes them
+        f.reserve(FabricAddr(7 * P), 1).unwrap();
         f.reopen(at(&[5]), None, 1).unwrap();
         assert_eq!(open_keys(&f, 8), [5]);
         // and so do more than twice the replay's pages and 64
@@ -1743,10 +2143,11 @@ mod tests {
         assert_eq!(open_keys(&f, 400), [300]);
         // contents never change
         assert_eq!(bytes(&f, 6 * P, 1), [1]);
-        // a clone keeps the open pages it was made with
+        // a clone has every page closed; the original keeps its open pages
         f.reopen(at(&[301]), None, 1).unwrap();
         let mut g = f.clone();
-        assert_eq!(open_keys(&g, 400), [300, 301]);
+        assert_eq!(open_keys(&g, 400), []);
+        assert_eq!(open_keys(&f, 400), [300, 301]);
         g.reopen(at(&[302]), Some((300, 300)), 1).unwrap();
         assert_eq!(open_keys(&g, 400), [302]);
     }
@@ -2059,10 +2460,12 @@ mod tests {
             .unwrap();
         drop(locks);
         assert_eq!(bytes(&f, 3 * P, 4), vec![2, 4, 6, 8]);
-        // a clone keeps which pages are open; reserving reopens a page
-        let g = f.clone();
-        assert!(g.write_reserved(FabricAddr(P), &[9]).is_err());
-        assert!(g.write_reserved(FabricAddr(3 * P), &[9]).is_ok());
+        // a clone has every page closed; reserving opens a page of its own
+        let mut g = f.clone();
+        assert!(g.write_reserved(FabricAddr(3 * P), &[9]).is_err());
+        g.reserve(FabricAddr(3 * P), 1).unwrap();
+        g.write_reserved(FabricAddr(3 * P), &[9]).unwrap();
+        assert_eq!(bytes(&f, 3 * P, 1), vec![2]);
         f.reserve(FabricAddr(P), 1).unwrap();
         f.write_reserved(FabricAddr(P), &[7]).unwrap();
         assert_eq!(bytes(&f, P - 2, 4), vec![1, 2, 7, 4]);
@@ -2095,6 +2498,111 @@ mod tests {
                 assert_eq!(got, table[from..from + 256]);
             }
         }
+    }
+
+    /// Reserving makes a page the fabric's own: threads write the original's reserved
+    /// pages while others read the clone that shared them.
+    #[test]
+    fn threads_write_reserved_pages_while_others_read_the_clone_sharing_them() {
+        let mut f = fab();
+        let table: Vec<u8> = (0..2 * P).map(|i| (i % 253) as u8).collect();
+        f.write(FabricAddr(0), &table).unwrap();
+        let g = f.clone();
+        f.reserve(FabricAddr(0), 2 * P).unwrap();
+        let (f, g, want) = (&f, &g, &table);
+        std::thread::scope(|s| {
+            for t in 0..2u64 {
+                s.spawn(move || {
+                    let mut locks = f.page_locks();
+                    for k in 0..P / 256 {
+                        let at = FabricAddr(t * P + k * 256);
+                        locks.fill(at, 256, &[t as u8 + 1]).unwrap();
+                    }
+                });
+                s.spawn(move || {
+                    for _ in 0..8 {
+                        assert_eq!(
+                            bytes(g, t * P, P as usize),
+                            want[(t * P) as usize..][..P as usize]
+                        );
+                    }
+                });
+            }
+        });
+        assert_eq!(bytes(f, 0, 2), [1, 1]);
+        assert_eq!(bytes(f, 2 * P - 2, 2), [2, 2]);
+        assert_eq!(bytes(g, 0, 2 * P as usize), table);
+    }
+
+    /// A write beside a replay widens the page's extent: clones, comparisons and digests
+    /// see it.
+    #[test]
+    fn a_write_beside_a_replay_is_seen_by_clones_comparisons_and_digests() {
+        let mut f = fab();
+        f.write(FabricAddr(P + 8), &[1; 8]).unwrap();
+        let keys = f.page_keys(FabricAddr(P + 4000), 4).unwrap();
+        assert!(f.closed_with_storage(keys));
+        // SAFETY: no other thread has the fabric.
+        unsafe { f.write_closed_piece(FabricAddr(P + 4000), &[7; 4]) };
+        let mut g = fab();
+        g.write(FabricAddr(P + 8), &[1; 8]).unwrap();
+        assert_eq!(f.first_difference(&g), Some(FabricAddr(P + 4000)));
+        g.write(FabricAddr(P + 4000), &[7; 4]).unwrap();
+        assert_eq!(f.first_difference(&g), None);
+        assert_eq!(f.digest(), g.digest());
+        let mut h = f.clone();
+        h.reserve(FabricAddr(P), 1).unwrap();
+        assert_eq!(bytes(&h, P + 4000, 4), [7; 4]);
+    }
+
+    #[test]
+    fn extents_join_split_and_pack() {
+        let e = |lo, hi| Extent::of(lo..hi);
+        assert_eq!(e(5, 5), Extent::EMPTY);
+        assert_eq!(e(9, 3), Extent::EMPTY);
+        assert_eq!(e(10, 20).union(e(30, 40)), e(10, 40));
+        assert_eq!(Extent::EMPTY.union(e(3, 4)), e(3, 4));
+        assert_eq!(e(10, 40).outside(e(20, 30)), [10..20, 30..40]);
+        assert_eq!(e(10, 40).outside(e(0, 30)), [0..0, 30..40]);
+        assert_eq!(e(10, 40).outside(e(20, PAGE)), [10..20, 0..0]);
+        assert_eq!(e(10, 40).outside(e(50, 60)), [10..40, 0..0]);
+        assert_eq!(e(10, 40).outside(Extent::EMPTY), [10..40, 0..0]);
+        for x in [Extent::EMPTY, Extent::FULL, e(7, 9)] {
+            assert_eq!(Extent::unpack(x.pack()), x);
+        }
+    }
+
+    #[test]
+    fn a_page_shared_with_a_clone_is_not_written_beside_a_replay() {
+        let mut f = fab();
+        f.write(FabricAddr(0), &[1; 8]).unwrap();
+        let keys = f.page_keys(FabricAddr(0), 8).unwrap();
+        assert!(f.closed_with_storage(keys.clone()));
+        let g = f.clone();
+        assert!(!f.closed_with_storage(keys.clone()));
+        assert!(!g.closed_with_storage(keys.clone()));
+        drop(g);
+        assert!(f.closed_with_storage(keys));
+    }
+
+    /// Page bytes are reused from dropped fabrics (see `SparePages`): a new page reads
+    /// zero but where it is written, a copied one holds what it copied.
+    #[test]
+    fn pages_reused_from_dropped_fabrics_hold_only_what_is_written() {
+        for _ in 0..4 {
+            let mut old = fab();
+            old.fill(FabricAddr(0), 4 * P, &[0xee]).unwrap();
+        }
+        let mut f = fab();
+        f.write(FabricAddr(P + 5), &[1]).unwrap();
+        let mut want = vec![0u8; P as usize];
+        want[5] = 1;
+        assert_eq!(bytes(&f, P, P as usize), want);
+        let g = f.clone();
+        f.write(FabricAddr(P + 6), &[2]).unwrap();
+        assert_eq!(bytes(&g, P, P as usize), want);
+        want[6] = 2;
+        assert_eq!(bytes(&f, P, P as usize), want);
     }
 
     #[test]
@@ -2236,7 +2744,8 @@ mod tests {
     fn a_lock_cache_serves_mixed_operations() {
         let mut f = fab();
         f.write(FabricAddr(P), &[7; 8]).unwrap();
-        f.reserve(FabricAddr(0), 8).unwrap();
+        // pages 0 and 1 (a host write leaves its page closed)
+        f.reserve(FabricAddr(0), P + 8).unwrap();
         let mut locks = f.page_locks();
         // page 1 -> page 0 keeps both locked; then a source page with no storage reads 0
         locks.copy(FabricAddr(P), FabricAddr(0), 8).unwrap();
@@ -2270,6 +2779,7 @@ mod tests {
         for k in 0..4u64 {
             f.fill(FabricAddr(k * P), P, &[k as u8 + 1]).unwrap();
         }
+        f.reserve(FabricAddr(0), 4 * P).unwrap();
         let f = f;
         // Each thread owns 64 bytes of every page (lanes A and B of 32) and cycles, from its
         // own phase, through pairs locked ascending and descending, some keeping a held page
@@ -2362,6 +2872,9 @@ mod tests {
         prop_oneof![
             (addr(), proptest::collection::vec(any::<u8>(), 1..600))
                 .prop_map(|(a, v)| Op::Write(a, v)),
+            // a whole page of one byte (zeros too)
+            (0..4u64, prop_oneof![Just(0u8), any::<u8>()])
+                .prop_map(|(k, b)| Op::Write(k * P, vec![b; P as usize])),
             (addr(), addr(), len.clone()).prop_map(|(s, d, n)| Op::Copy(s, d, n)),
             (
                 addr(),
@@ -2437,6 +2950,95 @@ mod tests {
         }
     }
 
+    /// One step on one of several fabrics (indices modulo their count).
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// The operation through the `&mut` forms.
+        Run(usize, Op),
+        /// The operation through a lock cache, its destination reserved first.
+        Reserved(usize, Op),
+        /// The operation through a lock cache if its destination pages are open.
+        Shared(usize, Op),
+        /// Fabric `to` becomes a clone of fabric `from`.
+        Clone { from: usize, to: usize },
+        /// Every page closed.
+        Close(usize),
+        /// The digest taken (page parts remembered).
+        Digest(usize),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            3 => (0..3usize, op()).prop_map(|(at, op)| Step::Run(at, op)),
+            3 => (0..3usize, op()).prop_map(|(at, op)| Step::Reserved(at, op)),
+            3 => (0..3usize, op()).prop_map(|(at, op)| Step::Shared(at, op)),
+            2 => (0..3usize, 0..3usize).prop_map(|(from, to)| Step::Clone { from, to }),
+            1 => (0..3usize).prop_map(Step::Close),
+            2 => (0..3usize).prop_map(Step::Digest),
+        ]
+    }
+
+    /// The destination range of `op`.
+    fn destination(op: &Op) -> (u64, u64) {
+        match op {
+            Op::Write(a, v) => (*a, v.len() as u64),
+            Op::Fill(a, n, _) => (*a, *n),
+            Op::Copy(_, d, n) | Op::Reduce(_, d, n, ..) => (*d, *n),
+        }
+    }
+
+    /// Takes `step` on the fabrics and their models.
+    fn take(fabrics: &mut [(Fabric, Vec<u8>)], step: &Step) -> Result<(), TestCaseError> {
+        match step {
+            Step::Run(at, op) => {
+                let (f, m) = &mut fabrics[*at];
+                if model(m, op) {
+                    prop_assert!(run(f, op).is_ok());
+                }
+            }
+            Step::Reserved(at, op) => {
+                let (f, m) = &mut fabrics[*at];
+                if model(m, op) {
+                    let (dst, len) = destination(op);
+                    f.reserve(FabricAddr(dst), len).unwrap();
+                    prop_assert!(run_locked(&mut f.page_locks(), op).is_ok());
+                }
+            }
+            Step::Shared(at, op) => {
+                let (f, m) = &mut fabrics[*at];
+                let (dst, len) = destination(op);
+                let keys = dst / P..=(dst + len - 1) / P;
+                let open = dst + len <= SPAN && keys.clone().all(|k| f.open_page(k).is_some());
+                if open && model(m, op) {
+                    prop_assert!(run_locked(&mut f.page_locks(), op).is_ok());
+                }
+            }
+            Step::Clone { from, to } => {
+                fabrics[*to] = (fabrics[*from].0.clone(), fabrics[*from].1.clone())
+            }
+            Step::Close(at) => fabrics[*at].0.close_pages(),
+            Step::Digest(at) => {
+                fabrics[*at].0.digest();
+            }
+        }
+        Ok(())
+    }
+
+    /// A new fabric holding `m` at 0: every page written whole, or (`sparse`) only the
+    /// non-zero bytes written.
+    fn fresh(m: &[u8], sparse: bool) -> Fabric {
+        let mut f = fab();
+        match sparse {
+            false => f.write(FabricAddr(0), m).unwrap(),
+            true => {
+                for (i, &b) in m.iter().enumerate().filter(|(_, &b)| b != 0) {
+                    f.write(FabricAddr(i as u64), &[b]).unwrap();
+                }
+            }
+        }
+        f
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -2478,7 +3080,6 @@ mod tests {
                 m[*a as usize..][..v.len()].copy_from_slice(v);
             }
             f.close_pages();
-            f.reserve(FabricAddr(open_page * P), P).unwrap();
             let ops: Vec<Op> = copies.iter().map(|&(src, off, n)| {
                 let dst = open_page * P + off.min(P - n);
                 match reduce {
@@ -2492,7 +3093,11 @@ mod tests {
             let ops: Vec<Op> = ops.into_iter().filter(|op| model(&mut m, op)).collect();
             // the same through a lock cache remembering one page, two (the four pages
             // share their slots) and a run's
-            let (one, two, run) = (f.clone(), f.clone(), f);
+            // (clones, each reserving its open page: a clone's pages are all closed)
+            let (mut one, mut two, mut run) = (f.clone(), f.clone(), f);
+            for g in [&mut one, &mut two, &mut run] {
+                g.reserve(FabricAddr(open_page * P), P).unwrap();
+            }
             let mut locks = one.page_locks();
             for op in &ops {
                 prop_assert!(run_locked(&mut locks, op).is_ok());
@@ -2511,6 +3116,62 @@ mod tests {
             for g in [&one, &two, &run] {
                 prop_assert_eq!(bytes(g, 0, SPAN as usize), m.clone());
             }
+        }
+
+        /// Three fabrics that clone one another, each written through the `&mut` forms
+        /// and through reserved pages, closed and digested in any order: each holds what
+        /// its own flat model says (a write to one never shows in a clone sharing its
+        /// pages), its digest is that of a fresh fabric of the same bytes (a remembered
+        /// page part is forgotten by every write), and the lowest difference between two
+        /// is the models'.
+        #[test]
+        fn clones_diverge_by_their_own_writes_only(
+            steps in proptest::collection::vec(step(), 1..24),
+        ) {
+            let mut fabrics: Vec<(Fabric, Vec<u8>)> =
+                (0..3).map(|_| (fab(), vec![0u8; SPAN as usize])).collect();
+            for step in &steps {
+                take(&mut fabrics, step)?;
+            }
+            for (f, m) in &fabrics {
+                prop_assert_eq!(&bytes(f, 0, SPAN as usize), m);
+                prop_assert_eq!(f.digest(), fresh(m, false).digest());
+            }
+            for (a, ma) in &fabrics {
+                for (b, mb) in &fabrics {
+                    let want = ma.iter().zip(mb).position(|(x, y)| x != y);
+                    prop_assert_eq!(a.first_difference(b), want.map(|i| FabricAddr(i as u64)));
+                }
+            }
+        }
+
+        /// A page never touched, one reserved but not written, one written with zeros
+        /// and one written and then zeroed again compare and digest alike.
+        #[test]
+        fn untouched_reserved_and_zeroed_pages_are_alike(
+            data in proptest::collection::vec(any::<u8>(), 1..3000),
+            at in 0..SPAN - 3000,
+            how in 0..3u8,
+        ) {
+            let mut m = vec![0u8; SPAN as usize];
+            m[at as usize..][..data.len()].copy_from_slice(&data);
+            let sparse = fresh(&m, true);
+            let mut f = fresh(&m, false);
+            let rest = (0..SPAN / P).filter(|k| !(at / P..=(at + 2999) / P).contains(k));
+            for k in rest {
+                match how {
+                    0 => f.reserve(FabricAddr(k * P), 1).unwrap(),
+                    1 => f.write(FabricAddr(k * P + 17), &[0; 100]).unwrap(),
+                    _ => {
+                        f.write(FabricAddr(k * P), &[9; 100]).unwrap();
+                        f.digest();
+                        f.fill(FabricAddr(k * P), 100, &[0]).unwrap();
+                    }
+                }
+            }
+            prop_assert_eq!(f.first_difference(&sparse), None);
+            prop_assert_eq!(sparse.first_difference(&f), None);
+            prop_assert_eq!(f.digest(), sparse.digest());
         }
 
         #[test]

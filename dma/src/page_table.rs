@@ -1,9 +1,10 @@
 //! The fabric's page table: where the storage of each 64 KiB page lives, by page key
 //! (`fabric address >> 16`).
 //!
-//! The keys of the three windows of the address map are folded onto one dense index: HBM
-//! keys first (`0..hbm_pages`), then the 512 keys of the SBUF window (128 partitions at a
-//! 256 KiB stride), then the 32 of the PSUM window (128 partitions at 16 KiB). A two-level
+//! The keys of the three windows of the address map are folded onto one dense index: the
+//! 512 keys of the SBUF window (128 partitions at a 256 KiB stride) first, then the 32 of
+//! the PSUM window (128 partitions at 16 KiB), then the HBM keys: a fabric using SBUF and
+//! the low HBM needs one leaf, and dense-indexed bitmaps of its pages stay short. A two-level
 //! table over the dense index, a directory of leaves of [`LEAF`] entries (64 MiB of address
 //! space each, allocated when a page in them first is), turns a lookup into a few compares
 //! and two indexed loads, with no hashing: the engine looks a page up for nearly every
@@ -25,6 +26,8 @@ const SBUF_KEYS: u64 = (PARTITIONS as u64 * SBUF_STRIDE) >> PAGE_SHIFT;
 const PSUM_KEY: u64 = PSUM_BASE >> PAGE_SHIFT;
 const PSUM_KEYS: u64 = (PARTITIONS as u64 * PSUM_STRIDE).div_ceil(1 << PAGE_SHIFT);
 const _: () = assert!(SBUF_KEY + SBUF_KEYS <= PSUM_KEY);
+/// Dense indices of the SBUF and PSUM windows, before the HBM keys'.
+const WINDOW_KEYS: u64 = SBUF_KEYS + PSUM_KEYS;
 
 /// Pages of type `P` by page key.
 pub(crate) struct PageTable<P> {
@@ -52,11 +55,11 @@ impl<P> PageTable<P> {
     #[inline(always)]
     pub(crate) fn dense(&self, key: u64) -> Option<usize> {
         let i = if key < self.hbm_keys {
-            key
+            WINDOW_KEYS + key
         } else if key.wrapping_sub(SBUF_KEY) < SBUF_KEYS {
-            self.hbm_keys + (key - SBUF_KEY)
+            key - SBUF_KEY
         } else if key.wrapping_sub(PSUM_KEY) < PSUM_KEYS {
-            self.hbm_keys + SBUF_KEYS + (key - PSUM_KEY)
+            SBUF_KEYS + (key - PSUM_KEY)
         } else {
             return None;
         };
@@ -66,12 +69,12 @@ impl<P> PageTable<P> {
     /// The key of dense index `i` (the inverse of [`PageTable::dense`]).
     fn key(&self, i: usize) -> u64 {
         let i = i as u64;
-        if i < self.hbm_keys {
-            i
-        } else if i < self.hbm_keys + SBUF_KEYS {
-            SBUF_KEY + (i - self.hbm_keys)
+        if i < SBUF_KEYS {
+            SBUF_KEY + i
+        } else if i < WINDOW_KEYS {
+            PSUM_KEY + (i - SBUF_KEYS)
         } else {
-            PSUM_KEY + (i - self.hbm_keys - SBUF_KEYS)
+            i - WINDOW_KEYS
         }
     }
 
@@ -81,6 +84,12 @@ impl<P> PageTable<P> {
         let i = self.dense(key)?;
         let leaf = self.dir.get(i >> LEAF_SHIFT)?.as_deref()?;
         leaf.get(i & (LEAF - 1))?.as_ref()
+    }
+
+    /// The page at dense index `i` ([`PageTable::dense`]), if it has one.
+    pub(crate) fn get_dense_mut(&mut self, i: usize) -> Option<&mut P> {
+        let leaf = self.dir.get_mut(i >> LEAF_SHIFT)?.as_deref_mut()?;
+        leaf.get_mut(i & (LEAF - 1))?.as_mut()
     }
 
     /// The page of `key`, made by `make` if it has none; `None` for a key in no window.
@@ -105,15 +114,26 @@ impl<P> PageTable<P> {
         Some(slot.get_or_insert_with(make))
     }
 
-    /// Every page with its key, in ascending key order.
+    /// Every page with its key, in ascending key order: the HBM keys', then the SBUF
+    /// and PSUM windows' (which lie above them).
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &P)> + '_ {
+        let windows = WINDOW_KEYS as usize;
+        self.dense_range(windows..usize::MAX)
+            .chain(self.dense_range(0..windows))
+    }
+
+    /// The pages of dense indices `range`, in dense order, with their keys.
+    fn dense_range(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = (u64, &P)> + '_ {
         self.dir
             .iter()
             .enumerate()
             .filter_map(|(d, leaf)| Some((d, leaf.as_deref()?)))
             .flat_map(move |(d, leaf)| {
+                let range = range.clone();
                 leaf.iter().enumerate().filter_map(move |(j, page)| {
-                    Some((self.key((d << LEAF_SHIFT) + j), page.as_ref()?))
+                    let i = (d << LEAF_SHIFT) + j;
+                    range.contains(&i).then_some(())?;
+                    Some((self.key(i), page.as_ref()?))
                 })
             })
     }
@@ -152,6 +172,8 @@ mod tests {
             0..hbm,
             (hbm - 3..hbm + 3),
             (0..4u64).prop_map(|k| k * LEAF as u64 + 1023),
+            // the HBM keys at the edges of a leaf of dense indices
+            (1..4u64, 0..2u64).prop_map(|(k, d)| k * LEAF as u64 - WINDOW_KEYS - d),
             SBUF_KEY - 2..SBUF_KEY + SBUF_KEYS + 2,
             PSUM_KEY - 2..PSUM_KEY + PSUM_KEYS + 2,
             Just(u64::MAX),

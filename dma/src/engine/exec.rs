@@ -1191,8 +1191,10 @@ mod tests {
         assert!(!claimable(&queues, (false, false), &config(64, 4)));
         assert!(claimable(&queues, (false, true), &config(64, 4)));
         let mut fed = Fabric::new(Generation::Cayman);
-        fed.reserve(FabricAddr(0), 0x10000).unwrap();
         let (mut claimed, mut alone) = (fed.clone(), fed.clone());
+        for f in [&mut fed, &mut claimed, &mut alone] {
+            f.reserve(FabricAddr(0), 0x10000).unwrap();
+        }
         let a = execute(&rt, 2, &mut fed, &mut Slices::new(&queues), &cfg).unwrap();
         let spare = Spare::default();
         let b = run_claimed(Some(&crew), &mut claimed, (&queues, false), &cfg, &spare).unwrap();
