@@ -25,7 +25,8 @@ use crate::error::Error;
 use crate::pattern::{ByteDim, MAX_DIMS};
 use dma::addr::region_slot;
 use dma::fabric::Fabric;
-use ivp::{ElemSize, Gr, LaneView, MemPort, MemTable, SuperGather, VBool, VecReg, Width};
+use ivp::port::decode_run;
+use ivp::{ElemSize, Gr, LaneView, MemPort, SuperGather, VBool, VecReg, Width};
 use smallvec::SmallVec;
 
 /// An index tensor's element dtype (INDEX_DTYPE UINT8 = 0x3, UINT16 = 0x5, UINT32 = 0x9).
@@ -200,10 +201,23 @@ fn odometer(dims: &[ByteDim], idx: &mut [u64; MAX_DIMS]) {
 const WINDOW_GAP: u64 = 256;
 
 /// The gathers' memory port over an index tensor: windows of the fabric, read once, sorted
-/// by base. A lane outside every window is refused (it drains as a dead lane).
+/// by base, their bytes one after another in one table (a tile of indices spread over
+/// many partitions is many windows, but one allocation). A lane outside every window is
+/// refused (it drains as a dead lane).
 #[derive(Clone, Debug, Default)]
 pub struct IndexPort {
-    windows: SmallVec<[(u64, MemTable); 4]>,
+    /// Every window's bytes, in window order.
+    bytes: Vec<u8>,
+    windows: SmallVec<[Window; 4]>,
+}
+
+/// One window of an [`IndexPort`]: `len` bytes of the fabric from `base`, held from
+/// `start` in the port's table.
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    base: u64,
+    start: usize,
+    len: u64,
 }
 
 impl IndexPort {
@@ -243,6 +257,9 @@ impl IndexPort {
         let Some(first) = iter.next() else {
             return Ok(port);
         };
+        // enough for windows without gaps (each element its own bytes)
+        let room = sorted.len().saturating_mul(size as usize);
+        port.bytes.reserve_exact(room);
         let (mut lo, mut hi) = (first, first.saturating_add(size));
         for a in iter {
             if a <= hi.saturating_add(WINDOW_GAP) && region_slot(a) == region_slot(lo) {
@@ -256,34 +273,60 @@ impl IndexPort {
         Ok(port)
     }
 
+    /// Reads the fabric's bytes `lo .. hi` into a window after the last one.
     fn push(&mut self, fabric: &Fabric, lo: u64, hi: u64) -> Result<(), Error> {
-        let len = usize::try_from(hi - lo).map_err(|_| dma::Error::AddressOverflow {
+        let table = self.bytes.len();
+        let len = usize::try_from(hi - lo).ok();
+        let end = len.and_then(|len| table.checked_add(len));
+        let end = end.ok_or(dma::Error::AddressOverflow {
             addr: lo,
             len: hi - lo,
         })?;
-        let mut bytes = vec![0u8; len];
-        fabric.read(dma::FabricAddr(lo), &mut bytes)?;
-        self.windows.push((lo, MemTable::window_at(lo, bytes)));
+        self.bytes.resize(end, 0);
+        fabric.read(dma::FabricAddr(lo), &mut self.bytes[table..])?;
+        self.windows.push(Window {
+            base: lo,
+            start: table,
+            len: hi - lo,
+        });
         Ok(())
+    }
+
+    /// The `bytes` bytes from `addr`, if they all lie in one window.
+    #[inline]
+    fn span(&self, addr: u64, bytes: u64) -> Option<&[u8]> {
+        let w = match self.windows.as_slice() {
+            // the contiguous case: one window, no search
+            [only] => only,
+            all => all.get(all.partition_point(|w| w.base <= addr).checked_sub(1)?)?,
+        };
+        let offset = addr.checked_sub(w.base)?;
+        if offset.checked_add(bytes)? > w.len {
+            return None;
+        }
+        // the window's bytes lie in the table from w.start, the span inside them
+        let at = w.start + offset as usize;
+        self.bytes.get(at..at + bytes as usize)
     }
 }
 
 impl MemPort for IndexPort {
     #[inline]
     fn load(&self, addr: u64, elem_sz: ElemSize) -> Option<u32> {
-        if let [(_, only)] = self.windows.as_slice() {
-            // the contiguous case: one window, no search
-            return only.load(addr, elem_sz);
-        }
-        let at = self.windows.partition_point(|(base, _)| *base <= addr);
-        self.windows.get(at.checked_sub(1)?)?.1.load(addr, elem_sz)
+        let mut value = [0];
+        decode_run(self.span(addr, elem_sz.bytes())?, elem_sz, &mut value);
+        Some(value[0])
     }
 
     #[inline]
     fn load_run(&self, addr: u64, elem_sz: ElemSize, out: &mut [u32]) -> bool {
-        match self.windows.as_slice() {
-            [(_, only)] => only.load_run(addr, elem_sz, out),
-            _ => ivp::port::load_each(self, addr, elem_sz, out),
+        let run = (out.len() as u64).checked_mul(elem_sz.bytes());
+        match run.and_then(|n| self.span(addr, n)) {
+            Some(bytes) => {
+                decode_run(bytes, elem_sz, out);
+                true
+            }
+            None => ivp::port::load_each(self, addr, elem_sz, out),
         }
     }
 
