@@ -265,6 +265,13 @@ impl QueueState {
         self.pending.is_empty() && !self.closed && d.wait().is_none() && d.signal().is_none()
     }
 
+    /// Empty and open again, its buffer of held descriptors kept.
+    fn clear(&mut self) {
+        self.timing = QueueTiming::default();
+        self.pending.clear();
+        self.closed = false;
+    }
+
     /// Whether the queue may still time a descriptor (open, or holding some).
     fn active(&self) -> bool {
         !self.closed || !self.pending.is_empty()
@@ -345,22 +352,41 @@ pub struct QueueTimeline {
 impl QueueTimeline {
     /// A timeline of `queues` (1..=16) empty queues; `spans` records every descriptor's span.
     pub fn new(model: TimingModel, queues: usize, spans: bool) -> Result<QueueTimeline, Error> {
-        if !(1..=MAX_QUEUES).contains(&queues) {
-            return Err(Error::QueueCount {
-                count: queues,
-                max: MAX_QUEUES,
-            });
-        }
-        Ok(QueueTimeline {
+        let mut timeline = QueueTimeline {
             model,
-            queues: (0..queues).map(|_| QueueState::default()).collect(),
+            queues: Vec::new(),
             signal_ends: Default::default(),
             ledger: SemaphoreLedger::new(),
             costs: CostMemo::default(),
             spans,
             pending: 0,
             max_pending: 0,
-        })
+        };
+        timeline.reset(model, queues)?;
+        Ok(timeline)
+    }
+
+    /// Empties the timeline into one of `queues` (1..=16) queues timed by `model`, as
+    /// [`QueueTimeline::new`] makes it (spans as it kept them), keeping its buffers.
+    pub fn reset(&mut self, model: TimingModel, queues: usize) -> Result<(), Error> {
+        if !(1..=MAX_QUEUES).contains(&queues) {
+            return Err(Error::QueueCount {
+                count: queues,
+                max: MAX_QUEUES,
+            });
+        }
+        self.queues.truncate(queues);
+        self.queues.iter_mut().for_each(QueueState::clear);
+        self.queues.resize_with(queues, QueueState::default);
+        for ends in &mut self.signal_ends {
+            ends.dropped = 0;
+            ends.ends.clear();
+        }
+        self.model = model;
+        self.ledger = SemaphoreLedger::new();
+        self.costs = CostMemo::default();
+        (self.pending, self.max_pending) = (0, 0);
+        Ok(())
     }
 
     /// Appends `d` to queue `queue` and times whatever that unblocks.
@@ -547,7 +573,13 @@ impl QueueTimeline {
 
     /// The report, or the first queue (lowest index) left waiting for a signal that never
     /// comes (a wait cycle or a missing signal).
-    pub fn finish(self) -> Result<TimelineReport, Error> {
+    pub fn finish(mut self) -> Result<TimelineReport, Error> {
+        self.take_report()
+    }
+
+    /// [`QueueTimeline::finish`] keeping the timeline, its timings taken out: it is fed
+    /// again only after a [`QueueTimeline::reset`].
+    pub(crate) fn take_report(&mut self) -> Result<TimelineReport, Error> {
         for (queue, state) in self.queues.iter().enumerate() {
             if let Some(w) = state.pending.front().and_then(|p| p.wait) {
                 return Err(Error::SemaphoreDeadlock {
@@ -559,7 +591,11 @@ impl QueueTimeline {
                 });
             }
         }
-        let queues: Vec<QueueTiming> = self.queues.into_iter().map(|s| s.timing).collect();
+        let timings = self
+            .queues
+            .iter_mut()
+            .map(|s| std::mem::take(&mut s.timing));
+        let queues: Vec<QueueTiming> = timings.collect();
         let makespan_ps = queues.iter().map(|q| q.end_ps).max().unwrap_or(0);
         Ok(TimelineReport {
             queues,

@@ -301,9 +301,9 @@ pub struct Engine {
     crew: crew::Crew,
     /// The buffers dealt runs deal their page buckets into.
     spare: exec::Spare,
-    /// The destination page set of the last replay, emptied: the next one's validation
-    /// fills it without growing its table again.
-    kept_pages: std::sync::Mutex<Option<validate::PageSet>>,
+    /// The validation buffers of the last replay (its page set, timeline and per-queue
+    /// counters), emptied: the next one's validation fills them without allocating again.
+    kept: std::sync::Mutex<Option<validate::Kept>>,
 }
 
 impl Engine {
@@ -333,7 +333,7 @@ impl Engine {
             caller,
             crew,
             spare: exec::Spare::default(),
-            kept_pages: std::sync::Mutex::new(None),
+            kept: std::sync::Mutex::new(None),
         })
     }
 
@@ -491,14 +491,14 @@ impl Engine {
     }
 
     /// The queues of `validated`, given back (to be filled again); the engine keeps its
-    /// page set for the next validation.
+    /// validation buffers for the next validation.
     pub fn recycle(&self, validated: Validated) -> Vec<Vec<Descriptor>> {
         let dealt = validated
             .dealt
             .into_inner()
             .unwrap_or_else(|p| p.into_inner());
         self.spare.put(dealt.unwrap_or_default());
-        self.keep_pages(validated.plan);
+        self.keep(validated.plan);
         validated.queues
     }
 
@@ -540,24 +540,22 @@ impl Engine {
         let plan = self.plan(fabric, source)?;
         let no_beside = (false, |_: &mut Beside<'_>| ());
         let (report, ()) = self.execute(fabric, source, (&plan, None), no_beside)?;
-        self.keep_pages(plan);
+        self.keep(plan);
         Ok(report)
     }
 
-    /// The validation pass over `source` (left at its end), with the page set kept from
+    /// The validation pass over `source` (left at its end), with the buffers kept from
     /// the last replay.
     fn plan<S: QueueSource>(&self, fabric: &Fabric, source: &mut S) -> Result<Plan, Error> {
         self.check_queue_count(source.queues())?;
-        let kept = lock(&self.kept_pages).take();
+        let kept = lock(&self.kept).take();
         let on = (&self.config, &self.crew);
         validate::validate(fabric, source, on, kept.unwrap_or_default())
     }
 
-    /// Keeps `plan`'s page set, emptied, for the next replay's validation.
-    fn keep_pages(&self, plan: Plan) {
-        let mut pages = plan.pages;
-        pages.clear();
-        *lock(&self.kept_pages) = Some(pages);
+    /// Keeps `plan`'s buffers, emptied, for the next replay's validation.
+    fn keep(&self, plan: Plan) {
+        *lock(&self.kept) = Some(plan.into_kept());
     }
 
     /// Reserves `plan`'s destinations and executes `source` (validated into `plan`), and

@@ -61,6 +61,20 @@ pub(crate) struct Plan {
     /// which deals it too, so that its first run does not ([`Plan::deals_by_page`]; a
     /// second run of the same queues deals them again on its own path).
     pub ahead: bool,
+    /// The validator's timeline, its report taken, and its per-queue counters: kept for
+    /// the next validation ([`Plan::into_kept`]).
+    timeline_kept: QueueTimeline,
+    next_kept: Vec<u64>,
+}
+
+/// What one validation leaves for the next to fill again without allocating: its page
+/// set, timeline and per-queue counters (`Default`: nothing kept yet).
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    pub pages: PageSet,
+    timeline: Option<QueueTimeline>,
+    next: Vec<u64>,
+    skipped: Vec<Skipped>,
 }
 
 /// Where a replay's checked descriptors read and write: the hulls (lowest and highest
@@ -154,6 +168,18 @@ impl Footprint {
 }
 
 impl Plan {
+    /// The plan's buffers, emptied, for the next validation.
+    pub(crate) fn into_kept(self) -> Kept {
+        let mut pages = self.pages;
+        pages.clear();
+        Kept {
+            pages,
+            timeline: Some(self.timeline_kept),
+            next: self.next_kept,
+            skipped: self.skipped,
+        }
+    }
+
     /// Whether a claimed run of this replay is best dealt by destination page: its pages
     /// fall in two buckets or more (pages in one would be one bucket, run by one thread
     /// after a pass over every descriptor: `hostsim bench`'s elem_gather, 4096-element
@@ -245,21 +271,20 @@ pub(crate) const SPLIT_MIN: usize = 32 * 1024;
 /// Runs the whole validation pass over `source` (which it leaves at the end), with the
 /// `crew`'s help for in-memory queues ([`validate_split`]).
 ///
-/// The destination page set is filled into `pages` (an emptied set whose table is kept
-/// from an earlier replay, or a new one).
+/// The plan is filled into `kept` (buffers kept from an earlier replay, or new ones).
 pub(crate) fn validate<S: QueueSource>(
     fabric: &Fabric,
     source: &mut S,
     (config, crew): (&EngineConfig, &Crew),
-    mut pages: PageSet,
+    mut kept: Kept,
 ) -> Result<Plan, Error> {
     if let Some(plan) = source
         .in_memory()
-        .and_then(|queues| validate_split(fabric, queues, (config, crew), (SPLIT_MIN, &mut pages)))
+        .and_then(|queues| validate_split(fabric, queues, (config, crew), (SPLIT_MIN, &mut kept)))
     {
         return plan;
     }
-    validate_in_order(fabric, source, config, pages)
+    validate_in_order(fabric, source, config, kept)
 }
 
 /// Validation of in-memory queues split over two threads, the even-numbered queues and
@@ -269,19 +294,19 @@ pub(crate) fn validate<S: QueueSource>(
 /// give exactly the plan of [`validate_in_order`]. `None` (validate in order instead) when
 /// the split does not apply, when some queue has a semaphore, and when a half finds an
 /// error (or panics): the error reported is then the one the in-order pass meets first,
-/// whatever the split. The even half takes `pages` (left empty then).
+/// whatever the split. The even half takes `kept` (left empty then).
 fn validate_split(
     fabric: &Fabric,
     queues: &[Vec<Descriptor>],
     (config, crew): (&EngineConfig, &Crew),
-    (min, pages): (usize, &mut PageSet),
+    (min, kept): (usize, &mut Kept),
 ) -> Option<Result<Plan, Error>> {
     let total: usize = queues.iter().map(Vec::len).sum();
     let alone = crew.helpers() == 0;
     if total < min || queues.len() < 2 || alone || config.race_check == RaceCheck::On {
         return None;
     }
-    let even_pages = Mutex::new(Some(std::mem::take(pages)));
+    let even_kept = Mutex::new(Some(std::mem::take(kept)));
     let halves: [Mutex<Option<Plan>>; 2] = Default::default();
     let next = AtomicUsize::new(0);
     crew.run(&|| loop {
@@ -289,11 +314,11 @@ fn validate_split(
         let Some(half) = halves.get(parity) else {
             return;
         };
-        let pages = match parity {
-            0 => lock(&even_pages).take().unwrap_or_default(),
-            _ => PageSet::default(),
+        let kept = match parity {
+            0 => lock(&even_kept).take().unwrap_or_default(),
+            _ => Kept::default(),
         };
-        *lock(half) = validate_half(fabric, queues, config, (parity, pages));
+        *lock(half) = validate_half(fabric, queues, config, (parity, kept));
     });
     let [even, odd] = halves.map(|h| h.into_inner().unwrap_or_else(|p| p.into_inner()));
     let (mut plan, odd) = (even?, odd?);
@@ -317,9 +342,9 @@ fn validate_half(
     fabric: &Fabric,
     queues: &[Vec<Descriptor>],
     config: &EngineConfig,
-    (parity, pages): (usize, PageSet),
+    (parity, kept): (usize, Kept),
 ) -> Option<Plan> {
-    let mut v = Validator::new(fabric, queues.len(), config, pages).ok()?;
+    let mut v = Validator::new(fabric, queues.len(), config, kept).ok()?;
     let mine = || (parity..queues.len()).step_by(2);
     for q in (0..queues.len()).filter(|q| q % 2 != parity) {
         v.timeline.close(q).ok()?;
@@ -351,9 +376,9 @@ fn validate_in_order<S: QueueSource>(
     fabric: &Fabric,
     source: &mut S,
     config: &EngineConfig,
-    pages: PageSet,
+    kept: Kept,
 ) -> Result<Plan, Error> {
-    let mut v = Validator::new(fabric, source.queues(), config, pages)?;
+    let mut v = Validator::new(fabric, source.queues(), config, kept)?;
     let mut done = vec![false; source.queues()];
     while v.timed_pass(source, &mut done)? {}
     for (queue, finished) in done.iter_mut().enumerate() {
@@ -380,23 +405,27 @@ struct Validator<'f> {
 }
 
 impl<'f> Validator<'f> {
-    /// A validator collecting the destination pages into `pages` (empty).
+    /// A validator filling the buffers of `kept` (its page set empty).
     fn new(
         fabric: &'f Fabric,
         queues: usize,
         config: &EngineConfig,
-        pages: PageSet,
+        kept: Kept,
     ) -> Result<Validator<'f>, Error> {
         let model = TimingModel::new(fabric.generation());
+        let timeline = match kept.timeline {
+            Some(mut timeline) => timeline.reset(model, queues).map(|()| timeline),
+            None => QueueTimeline::new(model, queues, false),
+        };
         Ok(Validator {
             fabric,
             skip_invalid: config.invalid == InvalidPolicy::Skip,
-            next: vec![0; queues],
+            next: refilled(kept.next, queues, 0),
             ledger: SemaphoreLedger::new(),
-            timeline: QueueTimeline::new(model, queues, false)?,
+            timeline: timeline?,
             race: (config.race_check == RaceCheck::On).then(|| RaceRecorder::new(queues)),
-            skipped: vec![Skipped::default(); queues],
-            pages,
+            skipped: refilled(kept.skipped, queues, Skipped::default()),
+            pages: kept.pages,
             footprint: Footprint::default(),
             ranges: RangeRule::default(),
         })
@@ -499,9 +528,9 @@ impl<'f> Validator<'f> {
     }
 
     /// The checks that need every descriptor: reachable waits, no stall, no race.
-    fn finish(self) -> Result<Plan, Error> {
+    fn finish(mut self) -> Result<Plan, Error> {
         self.ledger.check_complete()?;
-        let timeline = self.timeline.finish()?;
+        let timeline = self.timeline.take_report()?;
         if let Some(race) = self.race {
             race.check()?;
         }
@@ -512,8 +541,17 @@ impl<'f> Validator<'f> {
             semaphores: !self.ledger.is_empty(),
             footprint: self.footprint,
             ahead: false,
+            timeline_kept: self.timeline,
+            next_kept: self.next,
         })
     }
+}
+
+/// `v` holding `len` copies of `value`, in its own buffer.
+fn refilled<T: Clone>(mut v: Vec<T>, len: usize, value: T) -> Vec<T> {
+    v.clear();
+    v.resize(len, value);
+    v
 }
 
 /// The fabric pages the replay writes: each page with one address inside both the page and
@@ -770,7 +808,7 @@ mod tests {
                 invalid: if skip { InvalidPolicy::Skip } else { InvalidPolicy::Reject },
                 ..EngineConfig::default()
             };
-            let new = || Validator::new(&fabric, 3, &config, PageSet::default()).unwrap();
+            let new = || Validator::new(&fabric, 3, &config, Kept::default()).unwrap();
             let (mut whole, mut each) = (new(), new());
             for (queue, regions, batch) in batches {
                 let batch: Vec<Descriptor> =
@@ -801,7 +839,7 @@ mod tests {
     fn a_batch_is_checked_whole_when_each_side_stays_in_one_region_and_nothing_waits() {
         let fabric = Fabric::new(Generation::Cayman);
         let config = EngineConfig::default();
-        let mut v = Validator::new(&fabric, 2, &config, PageSet::default()).unwrap();
+        let mut v = Validator::new(&fabric, 2, &config, Kept::default()).unwrap();
         let in_hbm = [copy(0, 5 * P, 64), copy(3 * P, 9 * P + 8, 4)];
         assert!(v.check_whole(0, &in_hbm));
         assert_eq!(v.pages.len(), 2);
@@ -895,9 +933,17 @@ mod tests {
             let policy = if skip { InvalidPolicy::Skip } else { InvalidPolicy::Reject };
             let config = EngineConfig { workers: 2, ..config(policy) };
             let in_order =
-                validate_in_order(&f, &mut Slices::new(&queues), &config, PageSet::default());
+                validate_in_order(&f, &mut Slices::new(&queues), &config, Kept::default());
+            // buffers kept from another replay (fewer queues, some skipped) change nothing
+            let other: Vec<_> = queues[1..].iter().rev().cloned().collect();
+            let skipping = EngineConfig { invalid: InvalidPolicy::Skip, ..config };
+            let kept = validate_in_order(&f, &mut Slices::new(&other), &skipping, Kept::default())
+                .map_or_else(|_| Kept::default(), Plan::into_kept);
+            let again = validate_in_order(&f, &mut Slices::new(&queues), &config, kept);
+            let want = format!("{:?}", in_order.as_ref().map(summary));
+            prop_assert_eq!(format!("{:?}", again.map(|p| summary(&p))), want);
             let crew = Crew::new(1, std::time::Duration::from_micros(50)).unwrap();
-            let split = validate_split(&f, &queues, (&config, &crew), (0, &mut PageSet::default()));
+            let split = validate_split(&f, &queues, (&config, &crew), (0, &mut Kept::default()));
             let semaphores = queues.iter().flatten().any(|d| d.signal().is_some());
             match (&in_order, split) {
                 (Ok(want), Some(Ok(got))) => prop_assert_eq!(summary(&got), summary(want)),
@@ -907,10 +953,10 @@ mod tests {
             }
             // no crew, or fewer descriptors than asked: no split
             let alone = Crew::new(0, std::time::Duration::ZERO).unwrap();
-            let none = validate_split(&f, &queues, (&config, &alone), (0, &mut PageSet::default()));
+            let none = validate_split(&f, &queues, (&config, &alone), (0, &mut Kept::default()));
             prop_assert!(none.is_none());
             let total: usize = queues.iter().map(Vec::len).sum();
-            let more = (total + 1, &mut PageSet::default());
+            let more = (total + 1, &mut Kept::default());
             prop_assert!(validate_split(&f, &queues, (&config, &crew), more).is_none());
         }
     }
@@ -1049,7 +1095,7 @@ mod tests {
         let skip = config(InvalidPolicy::Skip);
         let crew = Crew::new(1, std::time::Duration::ZERO).unwrap();
         let on = (&skip, &crew);
-        let plan = validate(&f, &mut Slices::new(&queues), on, PageSet::default()).unwrap();
+        let plan = validate(&f, &mut Slices::new(&queues), on, Kept::default()).unwrap();
         let want = [
             Skipped {
                 descriptors: 1,
@@ -1068,7 +1114,7 @@ mod tests {
             &f,
             &mut Slices::new(&queues),
             (&config(InvalidPolicy::Reject), &crew),
-            PageSet::default(),
+            Kept::default(),
         );
         let Err(Error::ReplayDescriptor {
             queue, index, what, ..
