@@ -456,8 +456,11 @@ impl Engine {
     /// Runs `validated` on `fabric` (as [`Engine::run`] would have run its queues) and
     /// calls `beside` on this thread while the queues run: a claimed replay starts on the
     /// engine's crew and this thread joins it once `beside` returns; any other replay runs
-    /// first. `beside` gets a [`Beside`]: the fabric to read, and to write where the replay
-    /// neither reads nor writes. So the next replay's inputs can be written, and its
+    /// first. A replay within [`EngineConfig::inline`] runs on this thread alone: after
+    /// `beside` if it is claimed, else before (either is one schedule of the overlap, so
+    /// `beside` sees what it may see of a replay running beside it). `beside` gets a
+    /// [`Beside`]: the fabric to read, and to write where the replay neither reads nor
+    /// writes. So the next replay's inputs can be written, and its
     /// descriptors generated and validated, while this one runs; what `beside` read of the
     /// pages the replay writes may be stale ([`Beside::read_the_replay`]).
     ///
@@ -482,12 +485,7 @@ impl Engine {
         }
         let mut source = Slices::new(&validated.queues);
         let dealt = lock(&validated.dealt).take();
-        self.execute(
-            fabric,
-            &mut source,
-            (&validated.plan, dealt),
-            (true, beside),
-        )
+        self.execute(fabric, &mut source, (&validated.plan, dealt), beside)
     }
 
     /// The queues of `validated`, given back (to be filled again); the engine keeps its
@@ -538,7 +536,7 @@ impl Engine {
         source: &mut S,
     ) -> Result<ReplayReport, Error> {
         let plan = self.plan(fabric, source)?;
-        let no_beside = (false, |_: &mut Beside<'_>| ());
+        let no_beside = |_: &mut Beside<'_>| ();
         let (report, ()) = self.execute(fabric, source, (&plan, None), no_beside)?;
         self.keep(plan);
         Ok(report)
@@ -559,14 +557,13 @@ impl Engine {
     }
 
     /// Reserves `plan`'s destinations and executes `source` (validated into `plan`), and
-    /// calls `beside`: while the queues run where `overlap` (see [`Engine::run_beside`]),
-    /// else after.
+    /// calls `beside` (see [`Engine::run_beside`]).
     fn execute<S: QueueSource, R>(
         &self,
         fabric: &mut Fabric,
         source: &mut S,
         (plan, dealt): (&Plan, Option<exec::Buckets>),
-        (overlap, beside): (bool, impl FnOnce(&mut Beside<'_>) -> R),
+        beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ReplayReport, R), Error> {
         // This replay's destinations are opened; every page it reads is closed, so read
         // without a lock while the queues run (Fabric::reopen).
@@ -575,8 +572,9 @@ impl Engine {
         // A replay small enough for the caller alone runs there, claimed if it can be
         // (no channels, no tasks), else on the current-thread runtime; a larger one is
         // claimed by the caller and the crew if it can be, else fed to the workers. Work
-        // beside a replay runs on the caller while the crew starts a claimed one.
-        let inline = self.inline(&plan.timeline) && !overlap;
+        // beside a replay runs on the caller while the crew starts a claimed one, before
+        // a claimed one on the caller alone, and after any other.
+        let inline = self.inline(&plan.timeline);
         let crew = (!inline).then_some(&self.crew);
         let reads = plan.footprint.read_pages();
         let claimed = |queues| Some((queues, self.claims(queues, plan, inline)?));
