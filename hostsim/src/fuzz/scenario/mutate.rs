@@ -148,7 +148,7 @@ impl Base {
         let ops = self.loaded.scenario.ops.len() as u64;
         if ops > 0 && rng.chance(25) {
             let op = rng.below(ops) as usize;
-            m.edits.push(self.draw_option(rng, op));
+            m.edits.extend(self.draw_option(rng, op));
         }
         m
     }
@@ -185,17 +185,19 @@ impl Base {
         }
     }
 
-    /// A change of op `op`'s options that its kind has. An `isa` op's bound or shape
+    /// A change of op `op`'s options that its kind has (none for the kinds without any). An
+    /// `isa` op's bound or shape
     /// extent only ever shrinks: a looser register than the user's would make an overrun
     /// of the fuzzer's own, not of the user's kernel.
-    fn draw_option(&self, rng: &mut Rng, op: usize) -> Edit {
-        if let OpSpec::Isa(o) = &self.loaded.scenario.ops[op] {
+    fn draw_option(&self, rng: &mut Rng, op: usize) -> Option<Edit> {
+        let spec = &self.loaded.scenario.ops[op];
+        if let OpSpec::Isa(o) = spec {
             if !o.shapes.is_empty() && (o.bounds.is_empty() || rng.chance(50)) {
                 let k = rng.below(o.shapes.len() as u64) as usize;
                 let d = rng.below(4) as usize;
                 let was = u64::from(o.shapes[k].xyzw[d]).max(1);
                 let extent = 1 + rng.below(was) as u32;
-                return Edit::Shape { op, k, d, extent };
+                return Some(Edit::Shape { op, k, d, extent });
             }
             if !o.bounds.is_empty() {
                 let k = rng.below(o.bounds.len() as u64) as usize;
@@ -208,18 +210,22 @@ impl Base {
                         .filter(|&r| r <= b),
                 );
                 let bound = rng.pick_from(&choices).unwrap_or(b);
-                return Edit::Bound { op, k, bound };
+                return Some(Edit::Bound { op, k, bound });
             }
         }
-        match rng.chance(50) {
-            true => Edit::Oob {
-                op,
-                skip: rng.chance(50),
-            },
-            false => Edit::Unique {
+        let has_unique = matches!(spec, OpSpec::DmaScatter(_) | OpSpec::DmaCopy(_));
+        let has_oob =
+            has_unique || matches!(spec, OpSpec::DmaGather(_) | OpSpec::DmaGatherTranspose(_));
+        match (has_oob, has_unique && rng.chance(50)) {
+            (_, true) => Some(Edit::Unique {
                 op,
                 unique: rng.chance(50),
-            },
+            }),
+            (true, false) => Some(Edit::Oob {
+                op,
+                skip: rng.chance(50),
+            }),
+            (false, false) => None,
         }
     }
 
