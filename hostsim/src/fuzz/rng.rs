@@ -98,11 +98,9 @@ impl Rng {
 
     /// `n` random bytes.
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(n);
-        while out.len() < n {
-            let word = self.next_u64().to_le_bytes();
-            let take = (n - out.len()).min(8);
-            out.extend_from_slice(&word[..take]);
+        let mut out = vec![0u8; n];
+        for chunk in out.chunks_mut(8) {
+            chunk.copy_from_slice(&self.next_u64().to_le_bytes()[..chunk.len()]);
         }
         out
     }
@@ -231,6 +229,11 @@ mod tests {
         assert_eq!(r.next_u64(), 0x6e78_9e6a_a1b9_65f4);
         let (mut a, mut b) = (Rng::new(99), Rng::new(99));
         assert_eq!(a.bytes(13), b.bytes(13));
+        // bytes are the draws' little-endian bytes in order, the last one cut short
+        let (mut a, mut b) = (Rng::new(3), Rng::new(3));
+        let want: Vec<u8> = (0..3).flat_map(|_| b.next_u64().to_le_bytes()).collect();
+        assert_eq!(a.bytes(21), want[..21]);
+        assert_eq!(a.next_u64(), b.next_u64());
         assert_ne!(Rng::case_seed(1, 0), Rng::case_seed(1, 1));
         assert_eq!(Rng::case_seed(5, 7), Rng::case_seed(5, 7));
     }

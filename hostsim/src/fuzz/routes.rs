@@ -242,8 +242,7 @@ impl Routes {
         };
         let mut failed = None;
         for (i, op) in case.stream.iter().enumerate() {
-            let before: Vec<u64> = lanes.iter().map(|l| l.fabric.digest()).collect();
-            let results: Vec<StepResult> = lanes.iter_mut().map(|l| l.step(op)).collect();
+            let (results, before) = step_all(lanes, op);
             let label = case.labels.get(i).copied().unwrap_or("op");
             if judge(lanes, op, &results, (i, label), &mut stats)? {
                 fail_closed(lanes, &before, i)?;
@@ -265,14 +264,17 @@ impl Routes {
             let lane = Lane::new(generation, Mechanism::Dge)?;
             self.programs.push((generation, lane.runtime));
         }
-        let lanes = self.lanes_for(generation)?;
-        let Some(dge) = lanes.iter().find(|l| l.mechanism == Mechanism::Dge) else {
+        // The lanes and the programs are apart: the DGE lane is read where it is.
+        let dge = self
+            .lanes
+            .iter()
+            .filter(|(g, _)| *g == generation)
+            .flat_map(|(_, lanes)| lanes)
+            .find(|l| l.mechanism == Mechanism::Dge);
+        let Some(dge) = dge.filter(|l| l.active && !l.stood_in) else {
             return Ok(());
         };
-        if !dge.active || dge.stood_in {
-            return Ok(());
-        }
-        let (fabric, state) = (dge.fabric.clone(), dge.runtime.state().clone());
+        let (fabric, state) = (&dge.fabric, dge.runtime.state());
         let Some((_, runtime)) = self.programs.iter_mut().find(|(g, _)| *g == generation) else {
             return Ok(());
         };
@@ -303,13 +305,13 @@ impl Routes {
                 "stopped at {at:?}, the DGE route at {failed:?}"
             )));
         }
-        if let Some(addr) = got.first_difference(&fabric) {
+        if let Some(addr) = got.first_difference(fabric) {
             return Err(differ(format!(
                 "leaves a fabric unlike the DGE route's at {:#x}",
                 addr.0
             )));
         }
-        if *runtime.state() != state {
+        if runtime.state() != state {
             return Err(differ("leaves a core state unlike the DGE route's".into()));
         }
         Ok(())
@@ -395,6 +397,28 @@ impl Lane {
             false => self.active = false,
         }
     }
+}
+
+/// Runs `op` on every lane, the reference (lane 0) first; returns the results and, if
+/// the reference failed, each lane's fabric digest from before it ran `op`: only then
+/// must the lanes fail closed (when the reference succeeds, a lane that fails disagrees
+/// whatever its fabric holds), so only then are the other lanes digested.
+fn step_all(lanes: &mut [Lane], op: &Op) -> (Vec<StepResult>, Vec<u64>) {
+    let Some((reference, rest)) = lanes.split_first_mut() else {
+        return (Vec::new(), Vec::new());
+    };
+    let reference_before = reference.fabric.digest();
+    let first = reference.step(op);
+    let before = match first {
+        StepResult::Failed(_) => std::iter::once(reference_before)
+            .chain(rest.iter().map(|l| l.fabric.digest()))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let results = std::iter::once(first)
+        .chain(rest.iter_mut().map(|l| l.step(op)))
+        .collect();
+    (results, before)
 }
 
 /// Compares every lane's result at op `i` (labelled `label`) with the reference's
@@ -555,6 +579,27 @@ mod tests {
         assert_eq!(stats.stand_in_total(), 0);
         let kind = format!("{:?}", ErrorKind::Rule(crate::isa::Rule::EngineMask));
         assert_eq!(stats.rejected, BTreeMap::from([(kind, 1)]));
+    }
+
+    #[test]
+    fn lanes_are_digested_only_when_the_reference_fails_and_a_change_then_is_caught() {
+        let mut lanes: Vec<Lane> = MECHANISMS
+            .into_iter()
+            .map(|m| Lane::new(Generation::Cayman, m).unwrap())
+            .collect();
+        let ok = Op::Inst(memcpy(0x1000, 0x2000).into());
+        let (results, before) = step_all(&mut lanes, &ok);
+        assert_eq!(results.len(), 3);
+        assert!(before.is_empty(), "no digest when the reference succeeds");
+        let rejected = Op::Inst(memcpy(0x1000, 0x3000).with_eng_mask(0).into());
+        let (results, before) = step_all(&mut lanes, &rejected);
+        assert!(results.iter().all(|r| matches!(r, StepResult::Failed(_))));
+        assert_eq!(before.len(), 3);
+        assert_eq!(fail_closed(&lanes, &before, 1), Ok(()));
+        // a route that wrote before failing is caught, by name
+        lanes[2].fabric.write(FabricAddr(0x3000), &[1]).unwrap();
+        let e = fail_closed(&lanes, &before, 1).unwrap_err();
+        assert_eq!(e.what, "op 1 was rejected but dge changed the fabric");
     }
 
     #[test]
