@@ -149,6 +149,14 @@ impl Extent {
         self.lo >= self.hi
     }
 
+    /// The part of fabric range `range` inside page `key`, as an extent of that page.
+    fn in_page(key: u64, range: std::ops::Range<u64>) -> Extent {
+        let start = key << PAGE_SHIFT;
+        let end = start.saturating_add(PAGE_BYTES);
+        let (lo, hi) = (range.start.clamp(start, end), range.end.clamp(start, end));
+        Extent::of((lo - start) as usize..(hi - start) as usize)
+    }
+
     /// The parts of this extent outside `other`: below it and above it (either empty).
     fn outside(self, other: Extent) -> [std::ops::Range<usize>; 2] {
         let this = self.range();
@@ -660,13 +668,8 @@ impl Fabric {
     ) -> Result<R, Error> {
         let mut keys = self.page_keys(dst, len)?;
         let before = self.open.set.len();
-        // The range is checked (`dst + len` does not overflow, keys are below 2^48); the
-        // part of it in page `key` is at most a page.
-        let written = |key: u64| {
-            let start = key << PAGE_SHIFT;
-            let (lo, hi) = (dst.0.max(start), (dst.0 + len).min(start + PAGE_BYTES));
-            Extent::of((lo - start) as usize..(hi - start) as usize)
-        };
+        // The range is checked: `dst + len` does not overflow.
+        let written = |key: u64| Extent::in_page(key, dst.0..dst.0 + len);
         let opened = keys.try_for_each(|key| self.open_key(key, written(key)));
         let result = opened.and_then(|()| write(self));
         self.close_opened_since(before);
@@ -683,30 +686,38 @@ impl Fabric {
         self.open.truncate(before);
     }
 
-    /// [`Fabric::reserve`] of one byte at each of `addrs`: reserves the pages holding them
-    /// (the engine's reserve of a replay's pages). Checks through one [`RegionCache`], so
-    /// hundreds of pages in one region are checked by compares, not by decoding the region
-    /// each time. An address off the fabric is an error; the pages before it stay
-    /// reserved, their contents unchanged.
+    /// Reserves the pages holding each of `addrs` (the engine's reserve of a replay's
+    /// pages), for writes inside fabric range `written` at most: a page's extent widens
+    /// by its part of `written`, so copies, comparisons and digests of the pages a small
+    /// replay writes read what it wrote, not whole pages. Checks through one
+    /// [`RegionCache`], so hundreds of pages in one region are checked by compares, not
+    /// by decoding the region each time. An address off the fabric is an error; the
+    /// pages before it stay reserved, their contents unchanged.
     pub(crate) fn reserve_each(
         &mut self,
         addrs: impl IntoIterator<Item = FabricAddr>,
+        written: std::ops::Range<u64>,
     ) -> Result<(), Error> {
         let mut region = RegionCache::default();
         for addr in addrs {
             region.check(&self.map, addr, 1)?;
             let key = addr.0 >> PAGE_SHIFT;
-            // an open page is left alone: its entry is the engine threads' cache line
-            if self.pages.dense(key).is_some_and(|i| self.open.contains(i)) {
-                continue;
+            let extent = Extent::in_page(key, written.clone());
+            // an open page's entry is the engine threads' cache line: written only if
+            // its extent must widen
+            let open = self.pages.dense(key).filter(|&i| self.open.contains(i));
+            match open.and_then(|i| self.pages.get_dense_mut(i)) {
+                Some(page) if page.extent().union(extent) != page.extent() => page.widen(extent),
+                Some(_) => {}
+                None => self.open_key(key, extent)?,
             }
-            self.open_key(key, Extent::FULL)?;
         }
         Ok(())
     }
 
     /// Opens the pages holding each of `addrs` for a replay that writes those `writes`
-    /// pages and reads pages `reads` (the keys of its lowest and highest byte read),
+    /// pages, inside fabric range `written`, and reads pages `reads` (the keys of its
+    /// lowest and highest byte read),
     /// closing every other page first ([`Fabric::close_pages`]) unless the pages open
     /// now were all opened so, the replay reads none of them, and they are at most
     /// twice its own (and 64 more). Pages a replay leaves open are only locked where
@@ -717,13 +728,14 @@ impl Fabric {
         addrs: impl IntoIterator<Item = FabricAddr>,
         reads: Option<(u64, u64)>,
         writes: usize,
+        written: std::ops::Range<u64>,
     ) -> Result<(), Error> {
         let few = self.open.set.len() <= writes.saturating_mul(2).saturating_add(64);
         let unread = !reads.is_some_and(|r| self.open.may_meet(r));
         if self.open.by_host || !few || !unread {
             self.close_pages();
         }
-        self.reserve_each(addrs)
+        self.reserve_each(addrs, written)
     }
 
     /// Closes every page for the `*_reserved` forms until it is reserved again. Reads of
@@ -1151,6 +1163,23 @@ impl Fabric {
         op: ComputeOp,
     ) -> Result<(), Error> {
         self.page_locks().reduce(src, dst, len, dtype, op)
+    }
+
+    /// Panics unless every page is zero outside its extent (the invariant copies,
+    /// comparisons and digests rely on), for tests.
+    #[cfg(test)]
+    pub(crate) fn assert_zero_outside_extents(&self) {
+        for (key, page) in self.pages.iter() {
+            let bytes = self.view(page);
+            for stale in Extent::FULL.outside(page.extent()) {
+                let at = bytes.page()[stale.clone()].iter().position(|&b| b != 0);
+                assert!(
+                    at.is_none(),
+                    "page {key}: byte {:?} outside its extent",
+                    at.map(|a| a + stale.start)
+                );
+            }
+        }
     }
 
     // ---- comparison ----------------------------------------------------------------
@@ -2065,7 +2094,7 @@ mod tests {
         f.write(FabricAddr(P + 5), &[9]).unwrap();
         f.close_pages();
         let addrs = [FabricAddr(P + 100), FabricAddr(3 * P + 7), FabricAddr(P)];
-        f.reserve_each(addrs).unwrap();
+        f.reserve_each(addrs, 0..u64::MAX).unwrap();
         assert_eq!(
             f.allocated_bytes(),
             2 * P,
@@ -2079,7 +2108,7 @@ mod tests {
         f.close_pages();
         let cap = 96u64 << 30;
         let e = f
-            .reserve_each([FabricAddr(P), FabricAddr(cap)])
+            .reserve_each([FabricAddr(P), FabricAddr(cap)], 0..u64::MAX)
             .unwrap_err();
         assert_eq!(e, Error::Unmapped { addr: cap });
         assert_eq!(f.allocated_bytes(), 2 * P);
@@ -2121,35 +2150,64 @@ mod tests {
                 .map(|k| FabricAddr(k * P + 8))
                 .collect::<Vec<_>>()
         };
-        f.reopen(at(&[1, 2]), None, 2).unwrap();
+        f.reopen(at(&[1, 2]), None, 2, 0..u64::MAX).unwrap();
         assert_eq!(open_keys(&f, 8), [1, 2]);
         // a replay that reads none of them leaves them open beside its own
-        f.reopen(at(&[3]), Some((5, 6)), 1).unwrap();
+        f.reopen(at(&[3]), Some((5, 6)), 1, 0..u64::MAX).unwrap();
         assert_eq!(open_keys(&f, 8), [1, 2, 3]);
         // one that reads between the lowest and the highest open page closes them
-        f.reopen(at(&[4]), Some((2, 2)), 1).unwrap();
+        f.reopen(at(&[4]), Some((2, 2)), 1, 0..u64::MAX).unwrap();
         assert_eq!(open_keys(&f, 8), [4]);
         // a host write leaves them so (and its own page closed)
         f.write(FabricAddr(6 * P), &[1]).unwrap();
         assert_eq!(open_keys(&f, 8), [4]);
         // a page the host reserved closes them
         f.reserve(FabricAddr(7 * P), 1).unwrap();
-        f.reopen(at(&[5]), None, 1).unwrap();
+        f.reopen(at(&[5]), None, 1, 0..u64::MAX).unwrap();
         assert_eq!(open_keys(&f, 8), [5]);
         // and so do more than twice the replay's pages and 64
         let many: Vec<u64> = (100..200).collect();
-        f.reopen(at(&many), None, many.len()).unwrap();
-        f.reopen(at(&[300]), None, 1).unwrap();
+        f.reopen(at(&many), None, many.len(), 0..u64::MAX).unwrap();
+        f.reopen(at(&[300]), None, 1, 0..u64::MAX).unwrap();
         assert_eq!(open_keys(&f, 400), [300]);
         // contents never change
         assert_eq!(bytes(&f, 6 * P, 1), [1]);
         // a clone has every page closed; the original keeps its open pages
-        f.reopen(at(&[301]), None, 1).unwrap();
+        f.reopen(at(&[301]), None, 1, 0..u64::MAX).unwrap();
         let mut g = f.clone();
         assert_eq!(open_keys(&g, 400), []);
         assert_eq!(open_keys(&f, 400), [300, 301]);
-        g.reopen(at(&[302]), Some((300, 300)), 1).unwrap();
+        g.reopen(at(&[302]), Some((300, 300)), 1, 0..u64::MAX)
+            .unwrap();
         assert_eq!(open_keys(&g, 400), [302]);
+    }
+
+    #[test]
+    fn a_reserved_page_widens_only_by_its_part_of_the_written_range() {
+        let mut f = fab();
+        let extent = |f: &mut Fabric, key: u64| {
+            let i = f.pages.dense(key).unwrap();
+            f.pages.get_dense_mut(i).unwrap().extent()
+        };
+        f.write(FabricAddr(P + 100), &[5; 4]).unwrap();
+        // a replay writing P+96..P+104 and 3P-8..3P+16 (its hull spans pages 1 to 3)
+        let pages = [FabricAddr(P + 96), FabricAddr(3 * P - 8), FabricAddr(3 * P)];
+        f.reopen(pages, None, 3, P + 96..3 * P + 16).unwrap();
+        assert_eq!(extent(&mut f, 1), Extent { lo: 96, hi: PAGE });
+        assert_eq!(extent(&mut f, 2), Extent::FULL);
+        assert_eq!(extent(&mut f, 3), Extent { lo: 0, hi: 16 });
+        // a page left open widens by the next replay's part, and only then
+        f.reopen(
+            [FabricAddr(3 * P + 40)],
+            Some((9, 9)),
+            1,
+            3 * P + 40..3 * P + 48,
+        )
+        .unwrap();
+        assert_eq!(open_keys(&f, 8), [1, 2, 3]);
+        assert_eq!(extent(&mut f, 3), Extent { lo: 0, hi: 48 });
+        assert_eq!(bytes(&f, P + 100, 4), [5; 4], "contents unchanged");
+        f.assert_zero_outside_extents();
     }
 
     #[test]

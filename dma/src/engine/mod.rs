@@ -1449,6 +1449,7 @@ mod tests {
                         "{queues} {workers} {batch}"
                     );
                     assert_eq!(f.digest(), baseline.digest());
+                    f.assert_zero_outside_extents();
                     summaries.push(report);
                 }
             }
