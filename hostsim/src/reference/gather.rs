@@ -77,10 +77,7 @@ pub(super) fn gather(
         check_window(window, idx.partition(k), out_dtype)?;
         plan_channel(fabric, g, (&idx, &dst, k), window, &mut stores)?;
     }
-    let size = out_dtype.size();
-    for (addr, value) in stores.addrs.iter().zip(stores.values.chunks_exact(size)) {
-        fabric.write(*addr, value)?;
-    }
+    super::write_each(fabric, &stores.addrs, &stores.values, out_dtype.size())?;
     if g.free_pool_buffer() {
         // The plan resolved every channel's window, so every channel number exists.
         for k in 0..channels {

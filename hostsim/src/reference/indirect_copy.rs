@@ -52,9 +52,7 @@ pub(super) fn indirect_copy(fabric: &mut Fabric, ic: &S4d4Ic) -> Result<Outcome,
         for addr in dst.addrs(fabric, k) {
             addrs.push(addr?);
         }
-        for (addr, value) in addrs.iter().zip(row.chunks_exact(geo.size)) {
-            fabric.write(*addr, value)?;
-        }
+        super::write_each(fabric, &addrs, row, geo.size)?;
     }
     Ok(Outcome {
         bytes_written: out.len() as u64,

@@ -37,8 +37,9 @@
 //!   `P + k` of each pattern, `P` being that pattern's own ADDR4 partition.
 //! - DMA_INDIRECT checks position by position, src side before dst side; the first
 //!   failure (hard OOB, an index row off the fabric, a duplicate) is the error.
-//! - DMA_INDIRECT's shape register and gather/scatter dims do not change the 1-D memory
-//!   effect the contract defines (row `idx` at `start + idx * elem_size`).
+//! - DMA_INDIRECT with a shape register walks the 4-D tensor it gives along its gather or
+//!   scatter dim (`dma_indirect`'s module docs); without one, row `idx` is at
+//!   `start + idx * elem_size`.
 
 mod ap_dma;
 mod direct2d;
@@ -211,9 +212,82 @@ fn row_addr(base: FabricAddr, index: u64, size: u64) -> Result<FabricAddr, dma::
         })
 }
 
+/// Writes `values` (`size` bytes each) at `addrs` in order, as one write per element
+/// would: a run of consecutive addresses is one write, and a run whose write is refused
+/// (it leaves the fabric as it was) is written element by element, so an error is the
+/// one its first refused element gives.
+fn write_each(
+    fabric: &mut Fabric,
+    addrs: &[FabricAddr],
+    values: &[u8],
+    size: usize,
+) -> Result<(), Error> {
+    let mut rest = addrs.iter().zip(values.chunks_exact(size)).peekable();
+    let mut start = 0;
+    while let Some((&first, _)) = rest.next() {
+        let mut n = 1;
+        while rest
+            .next_if(|(a, _)| first.0.checked_add((n * size) as u64) == Some(a.0))
+            .is_some()
+        {
+            n += 1;
+        }
+        let run = &values[start * size..(start + n) * size];
+        if fabric.write(first, run).is_err() {
+            for (k, value) in run.chunks_exact(size).enumerate() {
+                fabric.write(addrs[start + k], value)?;
+            }
+        }
+        start += n;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Runs written whole leave what one write per element leaves, and fail alike.
+        #[test]
+        fn write_each_is_one_write_per_element(
+            steps in proptest::collection::vec((0..3u64, any::<bool>()), 1..40),
+            size in prop_oneof![Just(1usize), Just(2), Just(4)],
+            near_end in any::<bool>(),
+        ) {
+            let g = dma::Generation::Cayman;
+            let base = match near_end {
+                true => g.hbm_bytes() - 40,
+                false => 0x1000,
+            };
+            // mostly consecutive addresses, with repeats and jumps
+            let mut at = base;
+            let addrs: Vec<FabricAddr> = steps
+                .iter()
+                .map(|&(jump, back)| {
+                    at = match (jump, back) {
+                        (0, true) => at,
+                        (0, false) => at + size as u64,
+                        (j, _) => at + j * 7,
+                    };
+                    FabricAddr(at)
+                })
+                .collect();
+            let values: Vec<u8> = (0..addrs.len() * size).map(|i| i as u8 ^ 0x5a).collect();
+            let (mut runs, mut each) = (Fabric::new(g), Fabric::new(g));
+            let got = write_each(&mut runs, &addrs, &values, size);
+            let mut want = Ok(());
+            for (a, v) in addrs.iter().zip(values.chunks_exact(size)) {
+                if let Err(e) = each.write(*a, v) {
+                    want = Err(Error::from(e));
+                    break;
+                }
+            }
+            prop_assert_eq!(got.map_err(|e| e.to_string()), want.map_err(|e| e.to_string()));
+            prop_assert_eq!(runs.first_difference(&each), None);
+        }
+    }
 
     #[test]
     fn element_order_is_dim0_innermost() {
