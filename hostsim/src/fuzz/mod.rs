@@ -255,11 +255,20 @@ impl Checker {
                     None => Err(Failure::plain("no DMA engine".to_string())),
                 }
             }
-            Input::Oob(c) => self.routes.compare(c).map(|_| ()).map_err(|d| Failure {
-                mechanism: Some(d.mechanism),
-                op: d.op,
-                what: d.what,
-            }),
+            Input::Oob(c) => {
+                let stats = self.routes.compare(c).map_err(|d| Failure {
+                    mechanism: Some(d.mechanism),
+                    op: d.op,
+                    what: d.what,
+                })?;
+                match stats.unexpected_stand_in() {
+                    None => Ok(()),
+                    Some((route, label)) => Err(Failure::plain(format!(
+                        "the reference stood in for {route} on a {label} op, which {route} should serve (allowed stand-ins: {:?})",
+                        routes::STAND_INS
+                    ))),
+                }
+            }
         }
     }
 }

@@ -50,6 +50,19 @@ use crate::runtime::{Mechanism, Runtime, Step};
 /// The compared mechanisms, the reference first.
 pub const MECHANISMS: [Mechanism; 3] = [Mechanism::Reference, Mechanism::Pool, Mechanism::Dge];
 
+/// Where the reference may stand in on the `oob` target's streams, by route and op
+/// label: the POOL route has no kernel for DMA_MEMCPY (`dma_memcpy`, `window_overwrite`)
+/// or the access-pattern DMAs; the DGE route refuses, by design, a GATHER whose window
+/// was overwritten since its LOAD and a GATHER_TRANSPOSE reading rows it writes (an index
+/// past its table reaching the destination).
+pub const STAND_INS: [(&str, &str); 5] = [
+    ("pool", "dma_memcpy"),
+    ("pool", "window_overwrite"),
+    ("pool", "dma_copy_ap"),
+    ("dge", "gather"),
+    ("dge", "gather_transpose"),
+];
+
 /// What one op did on one route.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepResult {
@@ -164,6 +177,15 @@ impl Stats {
     /// Stand-ins, every route and label.
     pub fn stand_in_total(&self) -> u64 {
         self.stand_ins.values().sum()
+    }
+
+    /// The first stand-in of an `oob` stream that [`STAND_INS`] does not allow: a route
+    /// that stopped serving an op it should serve.
+    pub fn unexpected_stand_in(&self) -> Option<(&'static str, &'static str)> {
+        self.stand_ins
+            .keys()
+            .copied()
+            .find(|at| !STAND_INS.contains(at))
     }
 
     /// Counts op `label`'s results: the reference's `reference`, judged.
@@ -565,6 +587,10 @@ mod tests {
         );
         assert_eq!(stats.by_label, BTreeMap::from([("dma_memcpy", 1)]));
         assert!(stats.bytes_compared >= 2 * 16, "{stats:?}");
+        assert_eq!(stats.unexpected_stand_in(), None);
+        let mut odd = stats.clone();
+        odd.stand_ins.insert(("dge", "dma_indirect"), 1);
+        assert_eq!(odd.unexpected_stand_in(), Some(("dge", "dma_indirect")));
     }
 
     #[test]
