@@ -99,8 +99,13 @@ impl Rng {
     /// `n` random bytes.
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {
         let mut out = vec![0u8; n];
-        for chunk in out.chunks_mut(8) {
-            chunk.copy_from_slice(&self.next_u64().to_le_bytes()[..chunk.len()]);
+        let mut words = out.chunks_exact_mut(8);
+        for word in &mut words {
+            word.copy_from_slice(&self.next_u64().to_le_bytes());
+        }
+        let tail = words.into_remainder();
+        if !tail.is_empty() {
+            tail.copy_from_slice(&self.next_u64().to_le_bytes()[..tail.len()]);
         }
         out
     }
