@@ -96,7 +96,7 @@ pub struct Workload {
 }
 
 /// Every workload, in the order `hostsim bench` runs them.
-pub static WORKLOADS: [Workload; 10] = [
+pub static WORKLOADS: [Workload; 11] = [
     Workload {
         name: "copy_contiguous",
         target: Target::Ratio(0.8),
@@ -114,6 +114,12 @@ pub static WORKLOADS: [Workload; 10] = [
         target: Target::Ratio(0.5),
         about: "row_gather as NKI writes it: 128 rows per dma_copy into a [128, 64] SBUF tile by a (128, 1) i32 index tile, each tile stored to HBM",
         measure: row_gather_tile,
+    },
+    Workload {
+        name: "tile_loop",
+        target: Target::Baseline,
+        about: "row_gather_tile's floor: the same rows moved as the idiom moves them, 128 into a tile (rows a partition apart) and the tile out, plain slices on two threads",
+        measure: tile_loop_row,
     },
     Workload {
         name: "row_scatter_add",
@@ -375,6 +381,52 @@ fn row_gather_tile(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
             run_steps(&mut rt, &mut fabric, lowered.iter().map(Step::Run))
         }))
     })
+}
+
+fn tile_loop_row(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
+    let bytes = INDICES as u64 * ROW_BYTES;
+    measure(w, repeat, (bytes, row_tensor_bytes()), || {
+        let row = ROW_BYTES as usize;
+        let table: Vec<u8> = (0..u64::from(ROWS) * ROW_BYTES).map(|i| i as u8).collect();
+        let indices = Xorshift(SEED).below(INDICES, ROWS);
+        let mut out = vec![0u8; INDICES * row];
+        Ok(Box::new(move || {
+            let t = std::time::Instant::now();
+            tile_loop(&table, &indices, &mut out, row, 2);
+            std::hint::black_box(&mut out);
+            Ok(RunStats {
+                descriptors: 0,
+                seconds: Some(t.elapsed().as_secs_f64()),
+            })
+        }))
+    })
+}
+
+/// Moves row `idx[i]` of `table` (rows of `row` bytes) to row `i` of `out` as the NKI
+/// tile idiom moves it: [`TILE_ROWS`] rows at a time into a tile whose rows lie an SBUF
+/// partition stride apart, then the tile out; on `threads` threads, each with its own
+/// tile. An index past the table moves nothing.
+pub fn tile_loop(table: &[u8], idx: &[u32], out: &mut [u8], row: usize, threads: usize) {
+    let stride = SBUF_STRIDE as usize;
+    let per = TILE_ROWS * idx.len().div_ceil(TILE_ROWS * threads.max(1)).max(1);
+    std::thread::scope(|s| {
+        for (idx, out) in idx.chunks(per).zip(out.chunks_mut(per * row)) {
+            s.spawn(move || {
+                let mut tile = vec![0u8; (TILE_ROWS - 1) * stride + row];
+                for (idx, out) in idx.chunks(TILE_ROWS).zip(out.chunks_mut(TILE_ROWS * row)) {
+                    for (p, &i) in idx.iter().enumerate() {
+                        let from = table.get(i as usize * row..(i as usize + 1) * row);
+                        if let Some(from) = from {
+                            tile[p * stride..p * stride + row].copy_from_slice(from);
+                        }
+                    }
+                    for (p, o) in out.chunks_mut(row).enumerate() {
+                        o.copy_from_slice(&tile[p * stride..p * stride + row]);
+                    }
+                }
+            });
+        }
+    });
 }
 
 /// The tile workload's ops, its indices staged: index tile `k` is column `k` of a
@@ -739,6 +791,7 @@ mod tests {
                 "copy_contiguous",
                 "row_gather",
                 "row_gather_tile",
+                "tile_loop",
                 "row_scatter_add",
                 "embedding_update",
                 "elem_gather",
@@ -748,6 +801,22 @@ mod tests {
                 "replay_workers"
             ]
         );
+    }
+
+    #[test]
+    fn tile_loop_moves_row_idx_i_to_row_i_and_nothing_for_an_index_past_the_table() {
+        let row = 3;
+        let table: Vec<u8> = (0..5 * row as u8).collect();
+        let idx: Vec<u32> = (0..300).map(|i| [4, 0, 2, 9][i % 4]).collect();
+        let mut out = vec![0xee; idx.len() * row];
+        tile_loop(&table, &idx, &mut out, row, 2);
+        for (i, &k) in idx.iter().enumerate() {
+            let want = match k {
+                9 => vec![0; row], // the tile row, still zero from the first tile
+                k => table[k as usize * row..][..row].to_vec(),
+            };
+            assert_eq!(out[i * row..][..row], want[..], "row {i}");
+        }
     }
 
     #[test]
