@@ -344,6 +344,11 @@ impl Error {
                 ErrorKind::IndexOutOfBounds(*side)
             }
             Error::IndexAddress { side, .. } => ErrorKind::IndexAddress(*side),
+            // a run-time value that takes its side out of its tensor, as an index does
+            Error::ApScalarOffset { side, .. } => ErrorKind::IndexOutOfBounds(match *side {
+                "dst" => crate::core_state::IndexSide::Dst,
+                _ => crate::core_state::IndexSide::Src,
+            }),
             Error::DuplicateDestination { .. } => ErrorKind::DuplicateDestination,
             Error::PoolChannel { .. }
             | Error::PoolWindowStart { .. }
@@ -429,6 +434,10 @@ impl Error {
             Error::DuplicateDestination { value, second, .. } => {
                 IndexFault::at(*second, *value, None)
             }
+            Error::ApScalarOffset { value, .. } => IndexFault {
+                value: Some(*value),
+                ..IndexFault::default()
+            },
             Error::Dge(e) => dge_index_fault(e),
             Error::Stopped { source, .. }
             | Error::ProgramStep { source, .. }

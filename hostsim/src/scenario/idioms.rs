@@ -43,6 +43,30 @@ fn arange(n: usize) -> Vec<f32> {
 }
 
 #[test]
+fn whole_one_partition_tensors_copy_and_gather_row_by_row() {
+    // a [1, R, C] on-core tensor as a whole side is its R rows inside one partition
+    let there = format!(
+        "{}{}[[op]]\nop = \"dma_copy\"\nsrc = \"h\"\ndst = \"t\"\n",
+        iota("h", "[6, 4]"),
+        tensor("t", "sbuf", "f32", "[1, 6, 4]", None),
+    );
+    check(&there, &[], "t", &arange(24));
+    // and back, rows 4, 0, 5 of it gathered to HBM
+    let idx = [4, 0, 5];
+    let back = format!(
+        "{there}{}{}[[op]]\nop = \"dma_gather\"\nsrc = \"t\"\nindex = \"idx\"\ndst = \"o\"\n",
+        tensor("idx", "sbuf", "i32", "[3, 1]", Some("idx.npy")),
+        tensor("o", "hbm", "f32", "[3, 4]", None),
+    );
+    let want: Vec<f32> = idx
+        .iter()
+        .flat_map(|&r| arange(24)[r * 4..r * 4 + 4].to_vec())
+        .collect();
+    let files = [("idx.npy", i32_array(&[3, 1], &[4, 0, 5]))];
+    check(&back, &files, "o", &want);
+}
+
+#[test]
 fn embedding_lookup_into_an_sbuf_tile_with_oob_skip() {
     // tile[p, :] = table[idx[p], :] for in-bounds idx[p]; -1 and 10 are skipped
     let idx = [3, -1, 0, 10, 3, 9, 2, 1];
@@ -170,6 +194,17 @@ fn a_column_window_and_a_scalar_offset_row_block() {
         "blk",
         &(40..56).map(|i| i as f32).collect::<Vec<_>>(),
     );
+    // row0 = 6 takes the 2-row block past the table's 7 rows: a run-time fault (exit 1)
+    let files = [
+        ("rows.npy", i32_array(&[3, 1], &rows)),
+        ("row0.npy", i32_array(&[1, 1], &[6])),
+    ];
+    let p = prepared(&text, &files, Overrides::default()).unwrap();
+    let e = p.execute().unwrap_err();
+    assert_eq!(super::exit_code(&e), 1, "{e}");
+    assert!(e.to_string().contains("op 1 (dma_copy"), "{e}");
+    assert!(e.to_string().contains("scalar_offset 6"), "{e}");
+    assert_eq!(e.index_fault().value, Some(6));
 }
 
 #[test]

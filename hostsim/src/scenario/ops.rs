@@ -470,7 +470,8 @@ pub(super) fn rows_side(t: ApTensor, index: Option<(ApTensor, u32)>) -> ApSide {
         tensor: t,
         offset: 0,
         dims,
-        indirect_dim: row_dim,
+        // (the row dim only when rows are picked: an indirect dim goes with an index)
+        indirect_dim: if index.is_some() { row_dim } else { 0 },
         vector_offset: index.map(|(i, _)| i),
         scalar_offset: None,
     }
