@@ -155,7 +155,7 @@ mod tests {
         let e = r.set_shape(61, [1; 4]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "BOUND_REGISTERS.reg = 61: a shape register reads reg..reg+4, so reg must be <= 60"
+            "BOUND_REGISTERS.reg = 61: a shape reads the four registers reg..=reg+3, so reg must be <= 60"
         );
         assert_eq!(r.get(61).unwrap(), 3, "a refused shape sets nothing");
     }

@@ -176,7 +176,7 @@ impl Rule {
             UnusedBoundReg => "the bound register of a side without indirection must be disabled",
             WideBoundRegister => "an enabled bound reads bc_reg and bc_reg + 1, so bc_reg must be <= 62",
             IndirectDimWithoutShapeReg => "without a shape register the indirect dim must be X (0)",
-            ShapeRegisterRange => "a shape register reads reg..reg+4, so reg must be <= 60",
+            ShapeRegisterRange => "a shape reads the four registers reg..=reg+3, so reg must be <= 60",
             UnusedIndirectDim => "the indirect dim of a side without indices must be X (0)",
             ShapeDimsDiffer => "with a shape register and both sides indexed, scatter_dim must equal gather_dim (one walk, one indexed dim)",
             ShapeExtent => "a shape's extents X, Y, Z, W (registers reg..reg+3) must each be at least 1",

@@ -97,7 +97,7 @@ pub fn kernel_missing(opcode: Opcode) -> Option<Error> {
 pub fn kernel_missing_ap() -> Error {
     Error::MechanismUnavailable {
         mechanism: "pool",
-        reason: "an access-pattern DMA (.ap() side, (P, 1) or i32 index tile) runs on the software DGE; there is no POOL kernel for it",
+        reason: "an access-pattern DMA (an .ap() side, a (P, 1) or i32 index tile, or a plain dma_scatter under unique_indices = true) runs on the software DGE; there is no POOL kernel for it",
     }
 }
 

@@ -684,7 +684,7 @@ pub(crate) mod tests {
         let rejected = [
             (
                 "shapes = [{ reg = 61, xyzw = [2, 3, 2, 2] }]\n",
-                "op 0 (isa): BOUND_REGISTERS.reg = 61: a shape register reads reg..reg+4, so reg must be <= 60",
+                "op 0 (isa): shapes[0]: BOUND_REGISTERS.reg = 61: a shape reads the four registers reg..=reg+3, so reg must be <= 60",
             ),
             (
                 "shapes = [{ reg = 8, xyzw = [2, 3, 2, 2], w = 1 }]\n",

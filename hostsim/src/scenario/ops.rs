@@ -399,8 +399,16 @@ impl Cx<'_> {
             ..Lowered::default()
         };
         // every setting is made on a scratch file now, so that a register it cannot be
-        // set in is refused before anything runs
-        lowered.apply_registers(&mut BoundRegisters::new())?;
+        // set in is refused, naming the setting, before anything runs
+        let mut scratch = BoundRegisters::new();
+        for (k, b) in lowered.bounds.iter().enumerate() {
+            let named = |e: Error| self.error(format!("bounds[{k}]: {e}"));
+            scratch.set_bound(b.reg, b.bound).map_err(named)?;
+        }
+        for (k, s) in lowered.shapes.iter().enumerate() {
+            let named = |e: Error| self.error(format!("shapes[{k}]: {e}"));
+            scratch.set_shape(s.reg, s.xyzw).map_err(named)?;
+        }
         self.registers_set_once(o)?;
         Ok(lowered)
     }
@@ -582,7 +590,7 @@ mod tests {
             ),
             (
                 &format!("op = \"isa\"\nhex = \"{GATHER_HEX}\"\nbounds = [{{ reg = 63, bound = 1 }}]"),
-                "op 0 (isa): BOUND_REGISTERS.reg = 63",
+                "op 0 (isa): bounds[0]: BOUND_REGISTERS.reg = 63",
             ),
         ];
         for (op, want) in cases {
