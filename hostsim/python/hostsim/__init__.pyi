@@ -55,7 +55,8 @@ class Tensor:
         """NKI's access pattern: 1 to 5 [step, num] pairs, outermost first, in elements
         (on SBUF/PSUM the first pair steps partitions); an index tile `vector_offset`
         ([1, N] or (N, 1), uint32/int32, SBUF) replaces dim `indirect_dim`'s term (default
-        0); `scalar_offset` is a 1x1 int32 SBUF tensor added at run time."""
+        0); `scalar_offset` is a 1x1 int32 or int64 tensor in SBUF or HBM added at run
+        time (int64 only on an HBM tensor's pattern; on SBUF/PSUM it must be int32)."""
 
 class Ap:
     """An access pattern over a tensor: a dma_copy / dma_compute side."""

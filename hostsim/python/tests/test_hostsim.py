@@ -117,6 +117,20 @@ def test_a_window_and_a_scalar_offset():
     assert np.array_equal(row.numpy(), a[9:10])
 
 
+def test_an_int64_scalar_offset_in_hbm_and_its_sbuf_rule():
+    core = hostsim.Core("cayman")
+    a = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
+    src = core.hbm(a)
+    k = core.hbm(np.array([[13]], dtype=np.int64))
+    assert k.dtype == np.dtype(np.int64)
+    blk = core.sbuf(shape=(2, 32), dtype=np.float32)
+    core.dma_copy(dst=blk, src=src.ap([[32, 2], [1, 32]], scalar_offset=k))
+    assert np.array_equal(blk.numpy(), a[13:15])
+    # on an SBUF side the offset must be int32
+    with pytest.raises(hostsim.InvalidInput, match="scalar offset must be i32"):
+        core.dma_copy(dst=blk.ap([[32, 1], [1, 32]], scalar_offset=k), src=src.ap([[32, 1], [1, 32]]))
+
+
 def test_a_cast_f32_to_bf16_rounds_like_ml_dtypes():
     core = hostsim.Core("cayman")
     a = (RNG.standard_normal((4, 33)) * 1000).astype(np.float32)

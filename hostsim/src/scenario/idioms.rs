@@ -172,6 +172,101 @@ fn a_column_window_and_a_scalar_offset_row_block() {
     );
 }
 
+/// A `.npy` array of i64 values.
+fn i64_array(shape: &[u64], v: &[i64]) -> NpyArray {
+    NpyArray {
+        descr: "<i8".into(),
+        shape: shape.to_vec(),
+        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+#[test]
+fn int64_and_hbm_resident_scalar_offsets() {
+    // a = table[r64:r64 + 3, :] with an i64 scalar in HBM (NKI: int64 for an HBM
+    // pattern); b = table[r32:r32 + 2, 1:3] with an i32 scalar in HBM; c = table[s64, :]
+    // with an i64 scalar in SBUF, still on the HBM source
+    let text = format!(
+        r#"{}{}{}{}{}{}{}
+[[op]]
+op = "dma_copy"
+src = {{ tensor = "table", ap = [[4, 3], [1, 4]], scalar_offset = "r64" }}
+dst = "a"
+[[op]]
+op = "dma_copy"
+src = {{ tensor = "table", ap = [[4, 2], [1, 2]], offset = 1, scalar_offset = "r32" }}
+dst = "b"
+[[op]]
+op = "dma_copy"
+src = {{ tensor = "table", ap = [[4, 1], [1, 4]], scalar_offset = "s64" }}
+dst = "c"
+"#,
+        iota("table", "[40, 4]"),
+        tensor("r64", "hbm", "i64", "[1, 1]", Some("r64.npy")),
+        tensor("r32", "hbm", "i32", "[1, 1]", Some("r32.npy")),
+        tensor("s64", "sbuf", "i64", "[1, 1]", Some("s64.npy")),
+        tensor("a", "sbuf", "f32", "[3, 4]", None),
+        tensor("b", "hbm", "f32", "[2, 2]", None),
+        tensor("c", "sbuf", "f32", "[1, 4]", None),
+    );
+    let files = [
+        ("r64.npy", i64_array(&[1, 1], &[33])),
+        ("r32.npy", i32_array(&[1, 1], &[38])),
+        ("s64.npy", i64_array(&[1, 1], &[39])),
+    ];
+    let table = arange(160);
+    let rows = |r: usize, n: usize, cols: std::ops::Range<usize>| -> Vec<f32> {
+        (r..r + n)
+            .flat_map(|i| table[i * 4 + cols.start..i * 4 + cols.end].to_vec())
+            .collect()
+    };
+    check(&text, &files, "a", &rows(33, 3, 0..4));
+    check(&text, &files, "b", &rows(38, 2, 1..3));
+    check(&text, &files, "c", &rows(39, 1, 0..4));
+    // one row further and the block leaves the table: a run-time error, nothing written
+    let files = [
+        ("r64.npy", i64_array(&[1, 1], &[38])),
+        files[1].clone(),
+        files[2].clone(),
+    ];
+    for m in [Mechanism::Dge, Mechanism::Reference] {
+        let over = Overrides {
+            mechanism: Some(m),
+            ..Overrides::default()
+        };
+        let e = prepared(&text, &files, over)
+            .unwrap()
+            .execute()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("scalar_offset 38"),
+            "{}: {e}",
+            m.name()
+        );
+    }
+}
+
+#[test]
+fn an_int64_scalar_offset_on_an_sbuf_side_is_refused() {
+    // NKI: "on an SBUF or PSUM operand the offset must be nl.int32"
+    let text = format!(
+        r#"{}{}{}
+[[op]]
+op = "dma_copy"
+src = "x"
+dst = {{ tensor = "tile", ap = [[4, 2], [1, 4]], scalar_offset = "k" }}
+"#,
+        tensor("x", "hbm", "f32", "[2, 4]", None),
+        tensor("k", "hbm", "i64", "[1, 1]", None),
+        tensor("tile", "sbuf", "f32", "[8, 4]", None),
+    );
+    let e = prepared(&text, &[], Overrides::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "op 0 (dma_copy src=x dst=tile dst.scalar_offset=k): dma_copy: dst: scalar_offset k is i64 but tile is in sbuf; on an SBUF or PSUM operand the scalar offset must be i32 (i64 is for HBM access patterns)"
+    );
+}
+
 #[test]
 fn a_5d_strided_copy() {
     // dst = np.transpose(src) for src [2, 3, 2, 2, 3]

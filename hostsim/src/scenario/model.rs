@@ -108,7 +108,7 @@ by_name!(
 );
 
 by_name!(
-    /// An element dtype by name (`u8 i8 u16 i16 u32 i32 f16 bf16 f32`).
+    /// An element dtype by name (`u8 i8 u16 i16 u32 i32 i64 f16 bf16 f32`).
     DtypeName(Dtype),
     |s| Dtype::from_name(s).map_err(|e| e.to_string())
 );

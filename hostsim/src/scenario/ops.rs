@@ -544,7 +544,7 @@ mod tests {
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, 2], [1, 4]], scalar_offset = \"idx\" }\ndst = \"out\"",
-                "op 0 (dma_copy src=tab dst=out src.scalar_offset=idx): dma_copy: src: scalar_offset idx is a [1, 2] u32 tensor in sbuf; it must be a 1x1 i32 tensor in SBUF",
+                "op 0 (dma_copy src=tab dst=out src.scalar_offset=idx): dma_copy: src: scalar_offset idx is a [1, 2] u32 tensor in sbuf; it must be a 1x1 i32 or i64 tensor in SBUF or HBM",
             ),
             (
                 "op = \"dma_copy\"\nsrc = \"out\"\ndst = \"out\"\noob = \"skip\"",

@@ -473,7 +473,7 @@ fn signed(dtype: Dtype, c: &[u8]) -> i64 {
     b[..c.len()].copy_from_slice(c);
     let v = u64::from_le_bytes(b);
     let bits = 8 * c.len() as u32;
-    match matches!(dtype, Dtype::I8 | Dtype::I16 | Dtype::I32) {
+    match matches!(dtype, Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64) {
         true => ((v << (64 - bits)) as i64) >> (64 - bits),
         false => v as i64,
     }
