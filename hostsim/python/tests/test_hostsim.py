@@ -218,6 +218,23 @@ def test_embedding_update_reduces_in_index_order_on_every_route():
     assert np.array_equal(t.numpy(), want)
 
 
+def test_dma_transpose_in_3d_and_4d_is_numpy_take_then_transpose():
+    core = hostsim.Core("trn2")
+    a = np.arange(6 * 3 * 4, dtype=np.uint16).reshape(6, 3, 4)
+    ids = np.array([[5, 0, 2, 5]], dtype=np.uint32)
+    s, i = core.hbm(a), core.sbuf(ids)
+    d = core.sbuf(shape=(4, 3, 4), dtype=np.uint16)
+    core.dma_transpose(dst=d, src=s.ap([[12, 4], [1, 12]], vector_offset=i), axes=(2, 1, 0))
+    assert np.array_equal(d.numpy(), a[ids[0]].transpose(2, 1, 0))
+    b = a.reshape(6, 3, 1, 4)
+    s4 = core.hbm(b)
+    d4 = core.hbm(shape=(4, 3, 1, 4), dtype=np.uint16)
+    core.dma_transpose(dst=d4, src=s4.ap([[12, 4], [1, 12]], vector_offset=i), axes=(3, 1, 2, 0))
+    assert np.array_equal(d4.numpy(), b[ids[0]].transpose(3, 1, 2, 0))
+    with pytest.raises(hostsim.InvalidInput, match="not a permutation NKI's dma_transpose documents"):
+        core.dma_transpose(dst=d, src=s.ap([[12, 4], [1, 12]], vector_offset=i), axes=(2, 0, 1))
+
+
 def test_dma_transpose_gathers_rows_into_columns():
     core = hostsim.Core("trn2")
     a = np.arange(24, dtype=np.uint16).reshape(6, 4)

@@ -172,6 +172,18 @@ fn a_column_window_and_a_scalar_offset_row_block() {
     );
 }
 
+/// Runs `text` on the DGE and the reference: each fails with an error containing `rule`.
+fn fails_when_run(text: &str, files: &[(&str, NpyArray)], rule: &str) {
+    for m in [Mechanism::Dge, Mechanism::Reference] {
+        let over = Overrides {
+            mechanism: Some(m),
+            ..Overrides::default()
+        };
+        let e = prepared(text, files, over).unwrap().execute().unwrap_err();
+        assert!(e.to_string().contains(rule), "{}: {e}", m.name());
+    }
+}
+
 /// A `.npy` array of i64 values.
 fn i64_array(shape: &[u64], v: &[i64]) -> NpyArray {
     NpyArray {
@@ -229,21 +241,7 @@ dst = "c"
         files[1].clone(),
         files[2].clone(),
     ];
-    for m in [Mechanism::Dge, Mechanism::Reference] {
-        let over = Overrides {
-            mechanism: Some(m),
-            ..Overrides::default()
-        };
-        let e = prepared(&text, &files, over)
-            .unwrap()
-            .execute()
-            .unwrap_err();
-        assert!(
-            e.to_string().contains("scalar_offset 38"),
-            "{}: {e}",
-            m.name()
-        );
-    }
+    fails_when_run(&text, &files, "scalar_offset 38");
 }
 
 #[test]
@@ -414,5 +412,113 @@ fn a_cast_from_f32_to_bf16_rounds_to_nearest_even() {
         &files,
         ("tile", 2),
         &want,
+    );
+}
+
+/// `np.take(src, idx, axis=0).transpose(axes)` for an iota `src` of `shape` (its first
+/// dim gathered, its last moved first, the gathered one last), as u16 words, an index
+/// `>= shape[0]` leaving its elements 0 (`oob = "skip"` into zeros).
+fn gather_transposed(shape: &[u64], idx: &[u32]) -> Vec<u64> {
+    let (n, k) = (shape[0], shape[shape.len() - 1]);
+    let j: u64 = shape[1..shape.len() - 1].iter().product();
+    let mut out = vec![0u64; (k * j) as usize * idx.len()];
+    for kk in 0..k {
+        for jj in 0..j {
+            for (i, &r) in idx.iter().enumerate() {
+                if u64::from(r) < n {
+                    let at = (kk * j + jj) as usize * idx.len() + i;
+                    out[at] = u64::from(r) * j * k + jj * k + kk;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// An N-D `dma_gather_transpose` of a u16 iota `src` in HBM by `idx` into `dst`, as
+/// scenario text.
+fn transpose_text(src: &str, idx: usize, dst: (&str, &str), axes: &str, oob: &str) -> String {
+    format!(
+        "[[tensor]]\nname = \"src\"\nspace = \"hbm\"\ndtype = \"u16\"\nshape = {src}\ninit = \"iota\"\n{}{}\
+         [[op]]\nop = \"dma_gather_transpose\"\nsrc = \"src\"\nindex = \"idx\"\ndst = \"dst\"\naxes = {axes}\noob = \"{oob}\"\n",
+        tensor("idx", "sbuf", "u32", &format!("[1, {idx}]"), Some("idx.npy")),
+        tensor("dst", dst.0, "u16", dst.1, None),
+    )
+}
+
+#[test]
+fn gather_transposes_in_3d_and_reduced_4d_with_an_oob_skip() {
+    // dst = src[idx].transpose(axes); index 9 is past the 6 rows and skipped
+    let idx = [5u32, 0, 9, 2, 5];
+    let files = [("idx.npy", super::exec::tests::u32_array(&[1, 5], &idx))];
+    let trn2_on = [
+        Generation::Cayman,
+        Generation::Mariana,
+        Generation::Maverick,
+    ];
+    let mechanisms = [Mechanism::Auto, Mechanism::Dge, Mechanism::Reference];
+    let cases = [
+        ("[6, 3, 4]", "[4, 3, 5]", "[2, 1, 0]"),
+        ("[6, 1, 3, 4]", "[4, 1, 3, 5]", "[3, 1, 2, 0]"),
+        ("[6, 3, 1, 4]", "[4, 3, 1, 5]", "[3, 1, 2, 0]"),
+    ];
+    for (src, dst, axes) in cases {
+        let shape: Vec<u64> = src
+            .trim_matches(['[', ']'])
+            .split(", ")
+            .map(|d| d.parse().unwrap())
+            .collect();
+        let want = gather_transposed(&shape, &idx);
+        for space in ["sbuf", "hbm"] {
+            let text = transpose_text(src, 5, (space, dst), axes, "skip");
+            check_with(&trn2_on, &mechanisms, &text, &files, ("dst", 2), &want);
+        }
+    }
+    // the expectation spelled out for one element: dst[1][2][3] = src[2][2][1]
+    let want = gather_transposed(&[6, 3, 4], &idx);
+    assert_eq!(want[(3 + 2) * 5 + 3], 2 * 12 + 2 * 4 + 1);
+    // oob = "error": the op fails naming the index
+    let text = transpose_text("[6, 3, 4]", 5, ("sbuf", "[4, 3, 5]"), "[2, 1, 0]", "error");
+    let rule = "src index 9 at position 2 of idx is out of bounds for dim 0 of src (size 6)";
+    fails_when_run(&text, &files, rule);
+}
+
+#[test]
+fn gather_transposes_nki_does_not_document_are_refused() {
+    let files = [("idx.npy", super::exec::tests::u32_array(&[1, 2], &[0, 1]))];
+    let refused = |src: &str, dst: (&str, &str), axes: &str, rule: &str| {
+        let text = transpose_text(src, 2, dst, axes, "error");
+        let e = prepared(&text, &files, Overrides::default()).unwrap_err();
+        assert!(e.to_string().contains(rule), "{src} {axes}: {e}");
+    };
+    refused(
+        "[4, 2, 3, 5]",
+        ("hbm", "[5, 2, 3, 2]"),
+        "[3, 1, 2, 0]",
+        "dma_gather_transpose: src: src has shape [4, 2, 3, 5]; NKI: when src is 4-D, src.shape[1] or src.shape[2] must be 1",
+    );
+    refused(
+        "[4, 3, 5]",
+        ("hbm", "[3, 5, 2]"),
+        "[1, 2, 0]",
+        "dma_gather_transpose: axes: [1, 2, 0] is not a permutation NKI's dma_transpose documents: [1, 0] (2-D), [2, 1, 0] (3-D) or [3, 1, 2, 0] (4-D)",
+    );
+    refused(
+        "[4, 15]",
+        ("hbm", "[15, 2]"),
+        "[2, 1, 0]",
+        "src has shape [4, 15] (2 dims) but axes [2, 1, 0] permutes 3 dims",
+    );
+    refused(
+        "[4, 3, 5]",
+        ("hbm", "[5, 3, 3]"),
+        "[2, 1, 0]",
+        "dst has shape [5, 3, 3]; src [4, 3, 5] gathered by 2 indices and transposed is [5, 3, 2]",
+    );
+    refused(
+        "[4, 3, 129]",
+        ("hbm", "[129, 3, 2]"),
+        "[2, 1, 0]",
+        "NKI: src.shape[-1] must be <= 128",
     );
 }

@@ -236,10 +236,14 @@ impl Cx<'_> {
             OpSpec::DmaGather(o) => self.row_dma(o, false),
             OpSpec::DmaScatter(o) => self.row_dma(o, true),
             OpSpec::DmaGatherTranspose(o) => {
-                if let Some(axes) = o.axes.as_ref().filter(|a| **a != [1, 0]) {
-                    return Err(self.error(format!(
-                        "axes = {axes:?}: the DGE's GATHER TRANSPOSE kind swaps the two axes of the gathered [rows, cols] (axes = [1, 0]); other permutations are not a DGE transpose"
-                    )));
+                if let Some(axes) = o.axes.as_deref().filter(|a| *a != [1, 0]) {
+                    let t = nki::Transpose {
+                        axes,
+                        src: &self.ap_tensor("src", &o.src)?,
+                        index: &self.ap_tensor("index", &o.index)?,
+                        dst: &self.ap_tensor("dst", &o.dst)?,
+                    };
+                    return nki::dma_gather_transpose_nd(g, t, o.oob.into());
                 }
                 // dst rows are partitions on core (the transpose's layout).
                 let s = self.rows("src", &o.src)?;
