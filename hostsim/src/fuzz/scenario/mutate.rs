@@ -444,6 +444,10 @@ fn index_tensor(
         let b = b as i64;
         edges.extend([b - 1, b, b + 1]);
     }
+    if placed.dtype == Dtype::I64 {
+        // an int64 scalar_offset: past 32 bits, where an i32 read would wrap back
+        edges.extend([i64::MIN, i64::MAX, 1 << 32, (1 << 32) + 1]);
+    }
     edges.sort_unstable();
     edges.dedup();
     Ok(IndexTensor {
