@@ -9,7 +9,7 @@ pub enum Error {
     DimCount { side: &'static str, dims: usize },
     #[error("{side} pattern dimension {dim} has count 0 (every count must be at least 1)")]
     ZeroCount { side: &'static str, dim: usize },
-    #[error("{side} pattern element size {size} is not 1, 2 or 4 bytes")]
+    #[error("{side} pattern element size {size} is not 1, 2, 4 or 8 bytes")]
     ElemSize { side: &'static str, size: u32 },
     #[error("{side} pattern dimension {dim} (step {step}, count {count}) overflows 64-bit address arithmetic")]
     PatternOverflow {

@@ -550,7 +550,8 @@ fn check_policies(req: &Request) -> Result<(), Error> {
         return Err(Error::FillOnDestination);
     }
     if let Some(value) = fill(req.src_indirection) {
-        if u64::from(value) >> (8 * req.dtype.size()) != 0 {
+        let shift = 8 * req.dtype.size() as u32;
+        if u64::from(value).checked_shr(shift).unwrap_or(0) != 0 {
             return Err(Error::FillValue {
                 value,
                 dtype: req.dtype,

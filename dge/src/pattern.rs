@@ -29,7 +29,8 @@ pub struct Dim {
 pub struct AccessPattern {
     /// Fabric address of element `[0, 0, ...]`.
     pub start: FabricAddr,
-    /// Bytes per element (1, 2 or 4).
+    /// Bytes per element (1, 2, 4 or 8: seed 000's send_gather_request maps the DTYPE
+    /// enum to a 1/2/4/8-byte width).
     pub elem_size: u32,
     /// Dimensions, outermost first.
     pub dims: SmallVec<[Dim; MAX_DIMS]>,
@@ -162,7 +163,7 @@ impl AccessPattern {
                 dims: self.dims.len(),
             });
         }
-        if !matches!(self.elem_size, 1 | 2 | 4) {
+        if !matches!(self.elem_size, 1 | 2 | 4 | 8) {
             return Err(Error::ElemSize {
                 side,
                 size: self.elem_size,

@@ -26,7 +26,7 @@ use dma::descriptor::MAX_DESCRIPTOR_LEN;
 pub const MAX_RUN_BYTES: u64 = MAX_DESCRIPTOR_LEN as u64;
 
 /// How a run's source bytes follow from its destination bytes: the sides' element sizes
-/// (1, 2 or 4 bytes) as `log2(src size) - log2(dst size)`, 0 (the same bytes) unless the
+/// (1, 2, 4 or 8 bytes) as `log2(src size) - log2(dst size)`, 0 (the same bytes) unless the
 /// request casts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Scale(i8);

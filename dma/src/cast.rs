@@ -7,8 +7,8 @@
 //! # Exact semantics (`S` the source dtype, `D` the destination's, `S != D`)
 //!
 //! 1. **To f32**, both the source element and (for a compute op) the destination
-//!    element: integers convert exactly up to 16 bits, u32 and i32 round to nearest even
-//!    (`2^24 + 1` becomes `2^24`); f16 and bf16 widen exactly, and a NaN becomes a quiet
+//!    element: integers convert exactly up to 16 bits, u32, i32 and i64 round to nearest
+//!    even, once (`2^24 + 1` becomes `2^24`); f16 and bf16 widen exactly, and a NaN becomes a quiet
 //!    NaN (quiet bit `0x0040_0000` set) with its sign and payload; f32 stays as it is.
 //! 2. **The op**, in f32: NONE takes the source's value; ADD, MULTIPLY, MAX and MIN are
 //!    [`crate::compute`]'s f32 rule on `(f32(dst), f32(src))` (NaN results settled as
@@ -18,7 +18,8 @@
 //!    sign and top payload bits, quieted); f32 keeps the value.
 //!
 //! So f32 -> bf16 rounds to nearest even, bf16 -> f32 and u8 -> f16 are exact, f32 -> i32
-//! rounds and saturates (NaN -> 0), i32 -> u8 saturates. With `S == D` nothing is
+//! rounds and saturates (NaN -> 0), i32 -> u8 saturates, f32 -> i64 saturates at
+//! `i64::MIN`/`i64::MAX` (an f32 of 2^63 or more gives `i64::MAX`). With `S == D` nothing is
 //! converted: [`cast`] is [`crate::compute::apply`] (a COPY is a byte copy).
 
 use half::{bf16, f16};
@@ -113,14 +114,14 @@ macro_rules! int_element {
     ($($t:ty),*) => {$(
         impl IntElement for $t {
             fn to_f32(self) -> f32 {
-                // exact up to 16 bits; 32-bit values round to nearest even
+                // exact up to 16 bits; wider values round to nearest even, once
                 self as f32
             }
         }
     )*};
 }
 
-int_element!(u8, i8, u16, i16, u32, i32);
+int_element!(u8, i8, u16, i16, u32, i32, i64);
 
 /// The elements of `bytes` (whole `dtype` elements, `out.len()` of them) as f32.
 fn widen(dtype: Dtype, bytes: &[u8], out: &mut [f32]) {
@@ -131,6 +132,7 @@ fn widen(dtype: Dtype, bytes: &[u8], out: &mut [f32]) {
         Dtype::I16 => widen_int::<i16>(bytes, out),
         Dtype::U32 => widen_int::<u32>(bytes, out),
         Dtype::I32 => widen_int::<i32>(bytes, out),
+        Dtype::I64 => widen_int::<i64>(bytes, out),
         Dtype::F16 => widen_half::<f16>(bytes, out),
         Dtype::Bf16 => widen_half::<bf16>(bytes, out),
         Dtype::F32 => {
@@ -150,6 +152,7 @@ fn narrow(dtype: Dtype, vals: &[f32], bytes: &mut [u8]) {
         Dtype::I16 => narrow_int::<i16>(vals, bytes),
         Dtype::U32 => narrow_int::<u32>(vals, bytes),
         Dtype::I32 => narrow_int::<i32>(vals, bytes),
+        Dtype::I64 => narrow_int::<i64>(vals, bytes),
         Dtype::F16 => narrow_half::<f16>(vals, bytes),
         Dtype::Bf16 => narrow_half::<bf16>(vals, bytes),
         Dtype::F32 => {
@@ -244,7 +247,7 @@ mod tests {
     fn int_range(d: Dtype) -> (i128, i128) {
         let bits = 8 * d.size() as u32;
         match d {
-            Dtype::I8 | Dtype::I16 | Dtype::I32 => {
+            Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64 => {
                 (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
             }
             _ => (0, (1i128 << bits) - 1),
@@ -273,7 +276,7 @@ mod tests {
                 } else {
                     v
                 };
-                V::Num(f64::from((v as f64) as f32))
+                V::Num(f64::from(nearest_f32(v)))
             }
             Some(f) => {
                 let exp_mask = ((1u64 << (f.bits - f.mant - 1)) - 1) << f.mant;
@@ -293,6 +296,20 @@ mod tests {
                 })
             }
         }
+    }
+
+    /// `v` rounded once to f32, ties to even, by integer arithmetic: the top 24
+    /// significant bits kept, the rest rounded off (`v as f64 as f32` would round twice
+    /// past 2^53).
+    fn nearest_f32(v: i128) -> f32 {
+        let a = v.unsigned_abs();
+        let drop = (128 - a.leading_zeros()).saturating_sub(24);
+        let (kept, rest) = (a >> drop, a & ((1u128 << drop) - 1));
+        let half = if drop == 0 { 0 } else { 1u128 << (drop - 1) };
+        let up = rest > half || (rest == half && half != 0 && kept & 1 == 1);
+        // `kept + up` has at most 25 bits and `drop` is at most 104: exact in f64
+        let m = ((kept + u128::from(up)) as f64) * 2f64.powi(drop as i32);
+        (if v < 0 { -m } else { m }) as f32
     }
 
     /// numpy's f32 rule (step 2) on `(dst, src)`.
@@ -453,12 +470,19 @@ mod tests {
                 0x0100_0001,
                 0x0200_0003,
                 0xffff_ff80,
+                0x7fff_ffff_ffff_ffff,
+                0x8000_0000_0000_0000,
+                0x0000_0080_0000_0001, // 2^39 + 1: rounds down to 2^39
+                0x0000_0100_0001_0000, // 2^40 + 2^16: a tie, even below
+                0x0000_0100_0003_0000, // 2^40 + 3 * 2^16: a tie, odd below
+                0xffff_ff7f_ffff_ffff, // -(2^39) - 1
+                0x7fff_ff80_0000_0000, // 2^63 - 2^39: rounds up to 2^63, saturates
             ],
         }
     }
 
     fn mask(d: Dtype) -> u64 {
-        (1u64 << (8 * d.size())) - 1
+        u64::MAX >> (64 - 8 * d.size())
     }
 
     /// A value of `d` from a raw draw: an edge, a small integer, or any bits.
@@ -594,6 +618,31 @@ mod tests {
         assert_eq!(one(Dtype::U16, Dtype::I16, 40_000), i16::MAX as u64);
         assert_eq!(one(Dtype::F16, Dtype::I8, 0x5bf8), 127);
         assert_eq!(one(Dtype::F16, Dtype::Bf16, 0x7c00), 0x7f80);
+        // i64: one rounding to f32, saturation at its range, NaN -> 0
+        let i = |v: i64| v as u64;
+        assert_eq!(
+            one(Dtype::I64, Dtype::F32, i((1 << 40) + (1 << 16))),
+            f(2f32.powi(40))
+        );
+        assert_eq!(
+            one(Dtype::I64, Dtype::F32, i((1 << 40) + (3 << 16))),
+            f(2f32.powi(40) + 2f32.powi(18))
+        );
+        assert_eq!(
+            one(Dtype::I64, Dtype::I32, i(-(1 << 40))),
+            i32::MIN as u32 as u64
+        );
+        assert_eq!(one(Dtype::F32, Dtype::I64, f(2.5)), 2);
+        assert_eq!(one(Dtype::F32, Dtype::I64, f(-3.5)), i(-4));
+        assert_eq!(one(Dtype::F32, Dtype::I64, f(2f32.powi(63))), i(i64::MAX));
+        assert_eq!(one(Dtype::F32, Dtype::I64, f(-2f32.powi(63))), i(i64::MIN));
+        assert_eq!(
+            one(Dtype::F32, Dtype::I64, f(f32::NEG_INFINITY)),
+            i(i64::MIN)
+        );
+        assert_eq!(one(Dtype::F32, Dtype::I64, f(f32::NAN)), 0);
+        assert_eq!(one(Dtype::I32, Dtype::I64, i(-7) & 0xffff_ffff), i(-7));
+        assert_eq!(one(Dtype::I64, Dtype::U8, i(-7)), 0);
     }
 
     #[test]

@@ -15,12 +15,13 @@
 //! # Exact semantics
 //!
 //! - **NONE**: `B = A`, a byte copy whatever the dtype.
-//! - **Integers** (u8 i8 u16 i16 u32 i32): `b = B as f32`, `a = A as f32` (exact up to 16
-//!   bits; 32-bit values round to nearest even, so i32 `2^25 + 1` is `2^25`), `r = b + a`,
+//! - **Integers** (u8 i8 u16 i16 u32 i32 i64): `b = B as f32`, `a = A as f32` (exact up to
+//!   16 bits; wider values round to nearest even, once, so i32 `2^25 + 1` is `2^25`), `r = b + a`,
 //!   `b * a`, `max(b, a)` or `min(b, a)` in f32 (rounded to nearest even), then `r` goes
 //!   back rounding to nearest even and saturating at the dtype's range (NaN would give 0;
 //!   integer operands never make one). So i32 `(2^25 + 1) + 1 = 33554432`, u32
-//!   `u32::MAX + 1 = u32::MAX`, i8 `-128 * -1 = 127`, and MAX/MIN return the chosen
+//!   `u32::MAX + 1 = u32::MAX`, i64 `i64::MAX + 0 = i64::MAX` (2^63 saturates), i8
+//!   `-128 * -1 = 127`, and MAX/MIN return the chosen
 //!   operand's f32 value converted back (u32 `max(2^24 + 1, 0) = 2^24`). MAX/MIN keep `B`
 //!   on equal f32 values as the float rule does, which cannot be seen: the result is that
 //!   value either way. Up to 16 bits every operand and sum is exact in f32 and a product
@@ -148,7 +149,7 @@ pub(crate) const F32_QUIET_BIT: u32 = 0x0040_0000;
 
 /// One element type of the fabric: its little-endian encoding and the four reductions of
 /// DGE_COMPUTE_OP (with the semantics in the module docs). Implemented for `u8`, `i8`,
-/// `u16`, `i16`, `u32`, `i32`, [`half::f16`], [`half::bf16`] and `f32`.
+/// `u16`, `i16`, `u32`, `i32`, `i64`, [`half::f16`], [`half::bf16`] and `f32`.
 pub trait Element: Copy + PartialEq + std::fmt::Debug + Send + Sync + 'static {
     /// The dtype this type stores.
     const DTYPE: Dtype;
@@ -221,7 +222,7 @@ macro_rules! narrow_int_element {
 
 narrow_int_element!(u8 => U8, u16, i8 => I8, i16, u16 => U16, u32, i16 => I16, i32);
 
-/// u32 i32: both operands to f32 (`as` rounds to nearest even), the op in f32, and
+/// u32 i32 i64: both operands to f32 (`as` rounds to nearest even), the op in f32, and
 /// [`FromF32::from_f32`] back. MAX/MIN keep `B` on equal f32 values.
 macro_rules! wide_int_element {
     ($($t:ty => $d:ident),*) => {$(
@@ -263,7 +264,16 @@ macro_rules! from_f32_int {
 }
 
 from_f32_int!(u8, i8, u16, i16, u32, i32);
-wide_int_element!(u32 => U32, i32 => I32);
+
+impl FromF32 for i64 {
+    fn from_f32(r: f32) -> Self {
+        // i64's range is past `nearest_in_range`'s 2^51: round in f32 (exact, and every f32
+        // from 2^23 up is an integer already), then the saturating cast (NaN to 0)
+        r.round_ties_even() as i64
+    }
+}
+
+wide_int_element!(u32 => U32, i32 => I32, i64 => I64);
 
 /// `r` rounded to the nearest integer (ties to even) and clamped to `lo..=hi`, NaN to 0,
 /// where `lo` and `hi` are integers of magnitude below 2^51. No float-to-int cast (the
@@ -384,6 +394,7 @@ pub fn apply(op: ComputeOp, dtype: Dtype, dst: &mut [u8], src: &[u8]) -> Result<
         Dtype::I16 => run::<i16>(op, dst, src),
         Dtype::U32 => run::<u32>(op, dst, src),
         Dtype::I32 => run::<i32>(op, dst, src),
+        Dtype::I64 => run::<i64>(op, dst, src),
         Dtype::F16 => run_widened::<f16>(op, dst, src),
         Dtype::Bf16 => run_widened::<bf16>(op, dst, src),
         Dtype::F32 => run_f32(op, dst, src),
@@ -1010,6 +1021,7 @@ mod tests {
             Dtype::I16 => ref_int(op, 16, true, a, b),
             Dtype::U32 => ref_int(op, 32, false, a, b),
             Dtype::I32 => ref_int(op, 32, true, a, b),
+            Dtype::I64 => ref_int(op, 64, true, a, b),
             Dtype::F16 => ref_float(op, &F16, a, b),
             Dtype::Bf16 => ref_float(op, &BF16, a, b),
             Dtype::F32 => ref_float(op, &F32, a, b),
@@ -1041,6 +1053,7 @@ mod tests {
             Dtype::I16 => scalar::<i16>(op, dst, src),
             Dtype::U32 => scalar::<u32>(op, dst, src),
             Dtype::I32 => scalar::<i32>(op, dst, src),
+            Dtype::I64 => scalar::<i64>(op, dst, src),
             Dtype::F16 => scalar::<f16>(op, dst, src),
             Dtype::Bf16 => scalar::<bf16>(op, dst, src),
             Dtype::F32 => scalar::<f32>(op, dst, src),
@@ -1086,13 +1099,15 @@ mod tests {
                 0x8000_0001,
                 0xffff_ff7f,
                 0xffff_ff80,
+                0x7fff_ffff_ffff_ffff,
+                0x8000_0000_0000_0000,
+                0x0100_0000_0000_0001,
+                0x0000_0000_0100_0001,
+                0xffff_ffff_ff00_0001,
+                0x8000_0080_0000_0000,
             ],
         };
-        let mask = if dtype.size() == 4 {
-            u32::MAX as u64
-        } else {
-            (1u64 << (8 * dtype.size())) - 1
-        };
+        let mask = u64::MAX >> (64 - 8 * dtype.size());
         // small magnitudes too, so that 32-bit products do not all saturate
         let small = (-70_000i64..70_000).prop_map(|v| v as u64);
         prop_oneof![any::<u64>(), proptest::sample::select(edges), small]
@@ -1189,13 +1204,14 @@ mod tests {
     }
 
     proptest! {
-        /// The conversion back to u32 and i32, on any f32 (fractions, halves,
+        /// The conversion back to u32, i32 and i64, on any f32 (fractions, halves,
         /// out-of-range values, infinities, NaNs), against [`ref_to_int`].
         #[test]
         fn from_f32_matches_reference(bits in any::<u32>(), small in -300.0f32..300.0) {
             for r in [f32::from_bits(bits), small, small.round() + 0.5] {
                 prop_assert_eq!(u64::from(u32::from_f32(r)), ref_to_int(r, 32, false));
                 prop_assert_eq!(i32::from_f32(r) as u32 as u64, ref_to_int(r, 32, true));
+                prop_assert_eq!(i64::from_f32(r) as u64, ref_to_int(r, 64, true));
             }
         }
     }

@@ -369,7 +369,8 @@ impl Descriptor {
         let casts = src_dtype != dtype;
         let bad_len = len == 0 || len > MAX_DESCRIPTOR_LEN;
         let partial = (casts || op.needs_whole_elements()) && !len.is_multiple_of(size);
-        let wide_fill = op == DescOp::Fill && src.0 >> (8 * size) != 0;
+        // an 8-byte dtype holds any u64 (a shift by 64 would overflow)
+        let wide_fill = op == DescOp::Fill && src.0.checked_shr(8 * size).unwrap_or(0) != 0;
         let bad_cast = casts
             && (op == DescOp::Fill
                 || cast_source_len(len, src_dtype, dtype) > u64::from(MAX_DESCRIPTOR_LEN));
@@ -868,7 +869,7 @@ pub(crate) mod tests {
 
     #[test]
     fn rejects_unknown_dtype() {
-        for code in [0u8, 1, 0xb, 0xff] {
+        for code in [0u8, 1, 0xc, 0xff] {
             let mut b = valid_bytes();
             b[20] = code;
             let (field, value, _) = reject(&b);
@@ -978,7 +979,7 @@ pub(crate) mod tests {
 
     #[test]
     fn rejects_bad_source_dtype_bytes() {
-        for code in [0xbu8, 1, 0xff] {
+        for code in [0xcu8, 1, 0xff] {
             let mut b = [0u8; 32];
             b.copy_from_slice(cast_add().encode().as_bytes());
             b[26] = code;

@@ -2,6 +2,9 @@
 //!
 //! UINT8 = 0x3, UINT16 = 0x5 and UINT32 = 0x9 are the seed's values (seed 000 section 8);
 //! every other code is the project's own choice, made once here and used by every crate.
+//! I64 (0xb, 8 bytes) exists for NKI's int64 `scalar_offset` tiles and DMA copies and casts;
+//! the POOL engine's instructions take 1-, 2- and 4-byte elements only (their validators
+//! refuse it).
 
 use crate::error::Error;
 
@@ -14,13 +17,14 @@ pub enum Dtype {
     I16,
     U32,
     I32,
+    I64,
     F16,
     Bf16,
     F32,
 }
 
 /// `(dtype, ISA code, name, from the seed?)`: the one table of dtype codes.
-pub const DTYPE_TABLE: [(Dtype, u8, &str, bool); 9] = [
+pub const DTYPE_TABLE: [(Dtype, u8, &str, bool); 10] = [
     (Dtype::I8, 0x2, "i8", false),
     (Dtype::U8, 0x3, "u8", true),
     (Dtype::I16, 0x4, "i16", false),
@@ -30,11 +34,15 @@ pub const DTYPE_TABLE: [(Dtype, u8, &str, bool); 9] = [
     (Dtype::I32, 0x8, "i32", false),
     (Dtype::U32, 0x9, "u32", true),
     (Dtype::F32, 0xa, "f32", false),
+    (Dtype::I64, 0xb, "i64", false),
 ];
 
 impl Dtype {
+    /// The widest element, in bytes (I64).
+    pub const MAX_SIZE: usize = 8;
+
     /// Every dtype, in code order.
-    pub const ALL: [Dtype; 9] = [
+    pub const ALL: [Dtype; 10] = [
         Dtype::I8,
         Dtype::U8,
         Dtype::I16,
@@ -44,6 +52,7 @@ impl Dtype {
         Dtype::I32,
         Dtype::U32,
         Dtype::F32,
+        Dtype::I64,
     ];
 
     fn row(self) -> (Dtype, u8, &'static str, bool) {
@@ -91,6 +100,7 @@ impl Dtype {
             Dtype::U8 | Dtype::I8 => 1,
             Dtype::U16 | Dtype::I16 | Dtype::F16 | Dtype::Bf16 => 2,
             Dtype::U32 | Dtype::I32 | Dtype::F32 => 4,
+            Dtype::I64 => 8,
         }
     }
 
@@ -130,7 +140,7 @@ mod tests {
 
     #[test]
     fn unknown_codes_and_names_are_rejected() {
-        for code in [0u8, 1, 0xb, 0xff] {
+        for code in [0u8, 1, 0xc, 0xff] {
             let e = Dtype::from_code(code).unwrap_err().to_string();
             assert!(e.contains(&format!("{code:#x}")), "{e}");
         }
@@ -143,6 +153,7 @@ mod tests {
     #[test]
     fn sizes() {
         let s: Vec<usize> = Dtype::ALL.iter().map(|d| d.size()).collect();
-        assert_eq!(s, vec![1, 1, 2, 2, 2, 2, 4, 4, 4]);
+        assert_eq!(s, vec![1, 1, 2, 2, 2, 2, 4, 4, 4, 8]);
+        assert_eq!(s.iter().max(), Some(&Dtype::MAX_SIZE));
     }
 }

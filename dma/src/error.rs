@@ -25,7 +25,7 @@ pub enum Error {
     UnknownGeneration { name: String },
     #[error("unknown dtype code {code:#x} (known: 0x2..=0xa, see DTYPE_TABLE)")]
     UnknownDtypeCode { code: u8 },
-    #[error("unknown dtype {name:?} (expected u8 i8 u16 i16 u32 i32 f16 bf16 f32)")]
+    #[error("unknown dtype {name:?} (expected u8 i8 u16 i16 u32 i32 i64 f16 bf16 f32)")]
     UnknownDtypeName { name: String },
     #[error("unknown memory space {name:?} (expected hbm, sbuf or psum)")]
     UnknownSpace { name: String },

@@ -1639,7 +1639,8 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         )?
     }
 
-    /// A single element (at most 4 bytes) that crosses a page edge on either side.
+    /// A single element (at most [`Dtype::MAX_SIZE`] bytes) that crosses a page edge on
+    /// either side.
     fn reduce_straddling(
         &mut self,
         s: u64,
@@ -1648,7 +1649,7 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         dtype: Dtype,
         op: ComputeOp,
     ) -> Result<(), Error> {
-        let (mut a, mut b) = ([0u8; 4], [0u8; 4]);
+        let (mut a, mut b) = ([0u8; Dtype::MAX_SIZE], [0u8; Dtype::MAX_SIZE]);
         let (acc, val) = (&mut a[..n], &mut b[..n]);
         // Fabric::read locks on its own: hold nothing meanwhile (RwLock is not reentrant).
         self.release();

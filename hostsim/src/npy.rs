@@ -39,6 +39,7 @@ pub fn storage_descr(dtype: Dtype) -> &'static str {
         Dtype::I16 => "<i2",
         Dtype::U32 => "<u4",
         Dtype::I32 => "<i4",
+        Dtype::I64 => "<i8",
         Dtype::F16 => "<f2",
         Dtype::F32 => "<f4",
     }

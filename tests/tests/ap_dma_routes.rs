@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use dma::{Dtype, Space};
 use hostsim::error::ErrorKind;
 use hostsim::fuzz::case::Op;
 use hostsim::fuzz::routes::Routes;
@@ -29,14 +30,19 @@ impl Outcomes {
         *self.by_kind.entry(kind).or_default() += 1;
     }
 
+    /// Counts a feature of an op (not an outcome: `ops` stays).
+    fn note(&mut self, kind: &str) {
+        *self.by_kind.entry(kind.into()).or_default() += 1;
+    }
+
     fn count(&self, kind: &str) -> u64 {
         self.by_kind.get(kind).copied().unwrap_or(0)
     }
 }
 
 /// Seeds 0..300: every case agrees across the routes, and the corpus reaches plain
-/// copies, soft skips, hard OOB errors on either side, duplicate destinations and scalar
-/// offsets out of range.
+/// copies, soft skips, hard OOB errors on either side, duplicate destinations, scalar
+/// offsets out of range, int64 scalar offsets and scalars in HBM.
 #[test]
 fn access_pattern_dmas_agree_across_routes_on_the_fixed_corpus() {
     let mut routes = Routes::new();
@@ -49,6 +55,13 @@ fn access_pattern_dmas_agree_across_routes_on_the_fixed_corpus() {
         let mut fabric = case.fabric.clone();
         for op in &case.stream {
             let Op::Ap(dma) = op else { continue };
+            for s in [&dma.src.scalar_offset, &dma.dst.scalar_offset] {
+                match s.as_ref().map(|t| (t.dtype, t.space)) {
+                    Some((Dtype::I64, _)) => seen.note("i64 scalar"),
+                    Some((_, Space::Hbm)) => seen.note("HBM i32 scalar"),
+                    _ => {}
+                }
+            }
             match reference::ap_dma(&mut fabric, dma) {
                 Ok(o) if o.skipped.is_empty() => seen.add("done".into()),
                 Ok(_) => seen.add("skips".into()),
@@ -70,6 +83,9 @@ fn access_pattern_dmas_agree_across_routes_on_the_fixed_corpus() {
     ] {
         assert!(seen.count(kind) >= 10, "{kind}: {seen:?}");
     }
+    // int64 scalar offsets (on HBM sides) and HBM-resident int32 ones
+    assert!(seen.count("i64 scalar") >= 10, "{seen:?}");
+    assert!(seen.count("HBM i32 scalar") >= 5, "{seen:?}");
     // a scalar offset out of range
     assert!(
         seen.count(&format!("{:?}", ErrorKind::Runtime)) >= 10,

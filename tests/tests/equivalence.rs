@@ -42,12 +42,12 @@ fn check(s: &Stats) {
     assert_eq!(s.unexpected_stand_in(), None, "{STAND_INS:?}: {s:?}");
 }
 
-/// Seeds 0..64: a fixed corpus, the same on every run; it covers every datapath label.
+/// Seeds 0..128: a fixed corpus, the same on every run; it covers every datapath label.
 #[test]
 fn routes_agree_on_the_fixed_corpus() {
     let mut routes = Routes::new();
     let mut stats = Stats::default();
-    for seed in 0..64 {
+    for seed in 0..128 {
         let s = routes
             .compare(&oob::case(Rng::new(seed), None))
             .unwrap_or_else(|d| panic!("seed {seed}: {} {}", d.mechanism.name(), d.what));
@@ -55,7 +55,7 @@ fn routes_agree_on_the_fixed_corpus() {
     }
     print("fixed corpus", &stats);
     check(&stats);
-    assert_eq!(stats.cases, 64);
+    assert_eq!(stats.cases, 128);
     assert!(stats.ops >= 100, "{stats:?}");
     assert!(stats.comparisons >= stats.ops, "{stats:?}");
     let labels: Vec<&str> = stats.by_label.keys().copied().collect();

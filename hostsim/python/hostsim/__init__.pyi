@@ -55,7 +55,8 @@ class Tensor:
         """NKI's access pattern: 1 to 5 [step, num] pairs, outermost first, in elements
         (on SBUF/PSUM the first pair steps partitions); an index tile `vector_offset`
         ([1, N] or (N, 1), uint32/int32, SBUF) replaces dim `indirect_dim`'s term (default
-        0); `scalar_offset` is a 1x1 int32 SBUF tensor added at run time."""
+        0); `scalar_offset` is a 1x1 int32 or int64 tensor in SBUF or HBM added at run
+        time (int64 only on an HBM tensor's pattern; on SBUF/PSUM it must be int32)."""
 
 class Ap:
     """An access pattern over a tensor: a dma_copy / dma_compute side."""
@@ -132,7 +133,9 @@ class Core:
         axes: Optional[Sequence[int]] = None,
         oob_mode: Optional[str] = None,
     ) -> None:
-        """src = t.ap([[D, N], [1, D]], vector_offset=idx): dst (on core) = t[idx].T."""
+        """src = t.ap([[D, N], [1, D]], vector_offset=idx) (D = prod(t.shape[1:])):
+        dst = t[idx].transpose(axes), axes (1, 0) (default), (2, 1, 0) for a 3-D t or
+        (3, 1, 2, 0) for a 4-D t whose shape[1] or shape[2] is 1."""
     def nc_n_gather(self, dst: Tensor, data: Tensor, indices: Tensor) -> None:
         """dst[p, m] = data[p, indices[p, m]] within each partition (0 past the row)."""
     def local_gather(

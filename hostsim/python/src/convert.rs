@@ -11,13 +11,14 @@ use serde::Serialize;
 use crate::errors::InvalidInput;
 
 /// numpy's names of the fabric dtypes (`dtype.name`), in [`Dtype`] order of the table.
-const NAMES: [(&str, Dtype); 9] = [
+const NAMES: [(&str, Dtype); 10] = [
     ("uint8", Dtype::U8),
     ("int8", Dtype::I8),
     ("uint16", Dtype::U16),
     ("int16", Dtype::I16),
     ("uint32", Dtype::U32),
     ("int32", Dtype::I32),
+    ("int64", Dtype::I64),
     ("float16", Dtype::F16),
     ("bfloat16", Dtype::Bf16),
     ("float32", Dtype::F32),
@@ -31,7 +32,7 @@ pub fn dtype(py: Python<'_>, d: &Bound<'_, PyAny>) -> PyResult<Dtype> {
     let found = NAMES.iter().find(|(n, _)| *n == name);
     found.map(|&(_, t)| t).ok_or_else(|| {
         InvalidInput::new_err(format!(
-            "dtype {name}: the fabric holds uint8 int8 uint16 int16 uint32 int32 float16 bfloat16 (ml_dtypes) float32"
+            "dtype {name}: the fabric holds uint8 int8 uint16 int16 uint32 int32 int64 float16 bfloat16 (ml_dtypes) float32"
         ))
     })
 }

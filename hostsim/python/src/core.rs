@@ -219,9 +219,11 @@ impl Core {
     /// --
     ///
     /// NKI's indirect `dma_transpose` (trn2 and later): `src` is `t.ap([[D, N], [1, D]],
-    /// vector_offset=idx)` (N whole rows of an HBM tensor `t` of rows of D elements,
-    /// picked by the index tile), and `dst` (on core, `[D, N]`) gets them transposed.
-    /// `axes` may only be (1, 0); `oob_mode` "error" (default) or "skip".
+    /// vector_offset=idx)` (N whole rows of an HBM tensor `t`, `D = prod(t.shape[1:])`,
+    /// picked by the index tile), and `dst` gets them transposed: `[D, N]` with `axes`
+    /// (1, 0) (the default), `[K, J, N]` for a `[., J, K]` `t` with (2, 1, 0), `[K, A, B,
+    /// N]` for a `[., A, B, K]` `t` (A or B 1) with (3, 1, 2, 0). `oob_mode` "error"
+    /// (default) or "skip".
     #[pyo3(signature = (dst, src, axes=None, oob_mode=None))]
     fn dma_transpose(
         slf: &Bound<'_, Self>,

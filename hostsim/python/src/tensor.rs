@@ -65,8 +65,9 @@ impl Tensor {
     /// element at position `(i0, ..)` is `offset + sum(i_k * step_k)`. `vector_offset`
     /// is an index tile (`[1, N]` or `(N, 1)`, uint32 or int32, in SBUF) whose value
     /// replaces dim `indirect_dim`'s term (default dim 0) by `index * prod(shape[d+1:])`;
-    /// `scalar_offset` a 1x1 int32 SBUF tensor whose value times the same stride is added
-    /// when the op runs.
+    /// `scalar_offset` a 1x1 int32 or int64 tensor in SBUF or HBM whose value times the
+    /// same stride is added when the op runs (int64 only on an HBM tensor's pattern: on
+    /// SBUF/PSUM the offset must be int32, as NKI says).
     #[pyo3(signature = (pattern, offset=0, vector_offset=None, indirect_dim=None, scalar_offset=None))]
     fn ap(
         slf: &Bound<'_, Self>,

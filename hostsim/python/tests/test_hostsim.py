@@ -117,6 +117,20 @@ def test_a_window_and_a_scalar_offset():
     assert np.array_equal(row.numpy(), a[9:10])
 
 
+def test_an_int64_scalar_offset_in_hbm_and_its_sbuf_rule():
+    core = hostsim.Core("cayman")
+    a = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
+    src = core.hbm(a)
+    k = core.hbm(np.array([[13]], dtype=np.int64))
+    assert k.dtype == np.dtype(np.int64)
+    blk = core.sbuf(shape=(2, 32), dtype=np.float32)
+    core.dma_copy(dst=blk, src=src.ap([[32, 2], [1, 32]], scalar_offset=k))
+    assert np.array_equal(blk.numpy(), a[13:15])
+    # on an SBUF side the offset must be int32
+    with pytest.raises(hostsim.InvalidInput, match="scalar offset must be i32"):
+        core.dma_copy(dst=blk.ap([[32, 1], [1, 32]], scalar_offset=k), src=src.ap([[32, 1], [1, 32]]))
+
+
 def test_a_cast_f32_to_bf16_rounds_like_ml_dtypes():
     core = hostsim.Core("cayman")
     a = (RNG.standard_normal((4, 33)) * 1000).astype(np.float32)
@@ -202,6 +216,23 @@ def test_embedding_update_reduces_in_index_order_on_every_route():
         if r < 10:
             want[r] = np.maximum(want[r], data[0, k])
     assert np.array_equal(t.numpy(), want)
+
+
+def test_dma_transpose_in_3d_and_4d_is_numpy_take_then_transpose():
+    core = hostsim.Core("trn2")
+    a = np.arange(6 * 3 * 4, dtype=np.uint16).reshape(6, 3, 4)
+    ids = np.array([[5, 0, 2, 5]], dtype=np.uint32)
+    s, i = core.hbm(a), core.sbuf(ids)
+    d = core.sbuf(shape=(4, 3, 4), dtype=np.uint16)
+    core.dma_transpose(dst=d, src=s.ap([[12, 4], [1, 12]], vector_offset=i), axes=(2, 1, 0))
+    assert np.array_equal(d.numpy(), a[ids[0]].transpose(2, 1, 0))
+    b = a.reshape(6, 3, 1, 4)
+    s4 = core.hbm(b)
+    d4 = core.hbm(shape=(4, 3, 1, 4), dtype=np.uint16)
+    core.dma_transpose(dst=d4, src=s4.ap([[12, 4], [1, 12]], vector_offset=i), axes=(3, 1, 2, 0))
+    assert np.array_equal(d4.numpy(), b[ids[0]].transpose(3, 1, 2, 0))
+    with pytest.raises(hostsim.InvalidInput, match="not a permutation NKI's dma_transpose documents"):
+        core.dma_transpose(dst=d, src=s.ap([[12, 4], [1, 12]], vector_offset=i), axes=(2, 0, 1))
 
 
 def test_dma_transpose_gathers_rows_into_columns():

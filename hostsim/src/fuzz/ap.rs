@@ -15,7 +15,8 @@
 //!   vector or an `(N, 1)` tile (one index per partition), u32 or i32, with indices at
 //!   bound - 1, bound, bound + 1, 2^31 - 1, 2^31, u32::MAX, -1 and other negatives, and
 //!   repeats;
-//! - `scalar_offset` values in range and just out of it, and i32's extremes;
+//! - `scalar_offset` tiles in SBUF or HBM, i32 or (on an HBM side) i64, with values in
+//!   range and just out of it, i32's and i64's extremes and values past 32 bits;
 //! - every compute op, `oob` error or skip, `unique_indices` true or false.
 //!
 //! A candidate is checked by `dma_copy_ap` before anything is allocated: a refused one is
@@ -175,8 +176,11 @@ fn side(rng: &mut Rng, counts: &[u32], dtype: Dtype, names: &mut Names) -> Optio
     }
     if scalar {
         s.indirect_dim = index.unwrap_or_else(|| rng.below(k as u64) as usize);
-        let shape = vec![1, 1];
-        s.scalar_offset = Some(unplaced(names.next(), Space::Sbuf, shape, Dtype::I32));
+        let at = rng.pick(&[Space::Sbuf, Space::Sbuf, Space::Hbm]);
+        // NKI: an int64 offset only on an HBM side
+        let wide = space == Space::Hbm && rng.chance(50);
+        let dtype = if wide { Dtype::I64 } else { Dtype::I32 };
+        s.scalar_offset = Some(unplaced(names.next(), at, vec![1, 1], dtype));
     }
     Some(s)
 }
@@ -451,10 +455,11 @@ fn index_tile_at(b: &mut Builder, t: &ApTensor, values: &[u32]) -> Option<Fabric
     Some(at)
 }
 
-/// A 1x1 i32 tensor holding `value`.
-fn one_at(b: &mut Builder, t: &ApTensor, value: i32) -> Option<FabricAddr> {
+/// A 1x1 i32 or i64 tensor holding `value` (its low 32 bits for i32).
+fn one_at(b: &mut Builder, t: &ApTensor, value: i64) -> Option<FabricAddr> {
     let at = alloc(b, t)?;
-    fill(b, t, at, &value.to_le_bytes())?;
+    let bytes = value.to_le_bytes();
+    fill(b, t, at, bytes.get(..t.dtype.size())?)?;
     Some(at)
 }
 
@@ -501,19 +506,27 @@ fn index_value(rng: &mut Rng, bound: u32) -> u32 {
 }
 
 /// A scalar offset for `s`: one that keeps the walk inside the tensor, the first one
-/// below or above those, or i32's extremes, or small values either way.
-fn scalar_value(rng: &mut Rng, s: &ApSide) -> i32 {
+/// below or above those, its dtype's extremes (an i64 also an in-range value plus 2^32,
+/// which an i32 read would bring back in range), or small values either way.
+fn scalar_value(rng: &mut Rng, s: &ApSide) -> i64 {
     let extent = i64::try_from(s.index_bound()).unwrap_or(0);
-    let ok: SmallVec<[i32; 64]> = (-extent..=extent)
+    let ok: SmallVec<[i64; 64]> = (-extent..=extent)
         .filter(|&v| s.check_scalar("src", v).is_ok())
-        .map(|v| v as i32)
         .collect();
+    let wide = s
+        .scalar_offset
+        .as_ref()
+        .is_some_and(|t| t.dtype == Dtype::I64);
     match rng.below(10) {
         0..=5 if !ok.is_empty() => rng.pick_from(&ok).unwrap_or(0),
         6 => ok.first().map_or(-1, |v| v - 1),
         7 => ok.last().map_or(1, |v| v + 1),
-        8 => rng.pick(&[i32::MIN, i32::MAX]),
-        _ => rng.range(0, 8) as i32 - 4,
+        8 if wide => match rng.below(3) {
+            0 => rng.pick(&[i64::MIN, i64::MAX]),
+            _ => ok.first().map_or(0, |v| v + (1 << 32)),
+        },
+        8 => i64::from(rng.pick(&[i32::MIN, i32::MAX])),
+        _ => rng.range(0, 8) as i64 - 4,
     }
 }
 

@@ -268,7 +268,7 @@ impl Builder {
         offset: u32,
         elems: u32,
     ) -> Option<()> {
-        let dtype = self.rng.dtype();
+        let dtype = self.rng.pool_dtype();
         for q in p..p.checked_add(n)? {
             let bytes = self.rng.edge_data(dtype, elems as usize);
             self.write_at(space, q, offset, &bytes)?;

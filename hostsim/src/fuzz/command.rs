@@ -273,7 +273,7 @@ mod tests {
     fn a_finding_is_reported_with_its_reproducer_and_replay_commands() {
         let plan = Plan {
             target: Target::Oob,
-            seed: 2,
+            seed: 3,
             budget: Budget::Iters(1),
             generation: Some(Generation::Mariana),
         };

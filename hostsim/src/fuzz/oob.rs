@@ -99,7 +99,7 @@ struct Window {
 fn gather_fragment(b: &mut Builder) -> Option<()> {
     let channels = b.rng.pick(&[1, 1, 2, 7, 16, 128]);
     let partition = b.rng.edge_partition(channels, 128);
-    let dtype = b.rng.dtype();
+    let dtype = pool_element(&mut b.rng);
     let size = dtype.size() as u32;
     let len = b.rng.pick(&[1, 2, 17, 511, 512, 100]);
     let start = 512 * b.rng.below(3) as u32;
@@ -178,7 +178,7 @@ fn gather(b: &mut Builder, w: &Window) -> Option<()> {
         b.write_at(Space::Sbuf, q, idx_off, &pack(&values, isize))?;
     }
     let out_dtype = match b.rng.chance(5) {
-        true => b.rng.dtype(),
+        true => pool_element(&mut b.rng),
         false => same_size(&mut b.rng, w.dtype),
     };
     let dst = gather_dst(b, w.channels, m, out_dtype.size() as u32)?;
@@ -198,6 +198,15 @@ fn gather(b: &mut Builder, w: &Window) -> Option<()> {
         .with_free_pool_buffer(b.rng.chance(50));
     b.push("gather", g);
     Some(())
+}
+
+/// A POOL instruction's element dtype: 1, 2 or 4 bytes, and now and then I64, which
+/// every route must refuse (`Rule::PoolElementDtype`).
+fn pool_element(rng: &mut Rng) -> Dtype {
+    match rng.chance(2) {
+        true => Dtype::I64,
+        false => rng.pool_dtype(),
+    }
 }
 
 /// A dtype of the same size as `d`.
@@ -459,7 +468,7 @@ fn fill(b: &mut Builder, start: FabricAddr, bytes: u64) -> Option<FabricAddr> {
 fn indirect_copy_fragment(b: &mut Builder) -> Option<()> {
     let ch = 16 * b.rng.pick(&[1, 1, 2, 8]);
     let p_data = 16 * b.rng.range(0, (128 - ch) / 16);
-    let dtype = b.rng.dtype();
+    let dtype = pool_element(&mut b.rng);
     let size = dtype.size() as u32;
     let per = b.rng.pick(&[1u32, 2, 4, 8, 16, 32]);
     let f = b.rng.range(1, 160);

@@ -8,6 +8,7 @@
 //! seeded with the tape's length, and a case stays a pure function of its bytes.
 
 use dma::Dtype;
+use smallvec::SmallVec;
 
 /// A deterministic source of random choices (module docs).
 #[derive(Clone, Debug)]
@@ -115,6 +116,14 @@ impl Rng {
         self.pick(&Dtype::ALL)
     }
 
+    /// One dtype of at most 4 bytes (what the POOL instructions move), each equally
+    /// likely.
+    pub fn pool_dtype(&mut self) -> Dtype {
+        let pool: SmallVec<[Dtype; 10]> =
+            Dtype::ALL.into_iter().filter(|d| d.size() <= 4).collect();
+        self.pick_from(&pool).unwrap_or(Dtype::U8)
+    }
+
     /// An index near the edges of the valid range `[lo, lo + len)`, at most `max` (the
     /// index dtype's all-ones sentinel): inside, at `end - 1`, at `end`, just past it,
     /// below `lo`, the sentinel itself, or any value.
@@ -183,17 +192,19 @@ impl Rng {
         for _ in 0..n {
             let v = match self.chance(30) {
                 true => self.pick_from(specials).unwrap_or(0),
-                false => self.next_u32(),
+                // 32 random bits per element up to 4 bytes (the streams of seeds stay)
+                false if size > 4 => self.next_u64(),
+                false => u64::from(self.next_u32()),
             };
-            out.extend_from_slice(&v.to_le_bytes()[..size.min(4)]);
+            out.extend_from_slice(&v.to_le_bytes()[..size.min(8)]);
         }
         out
     }
 }
 
 /// The special bit patterns of `dtype` (low bytes of each value are used).
-fn specials(dtype: Dtype) -> &'static [u32] {
-    const F32: [u32; 10] = [
+fn specials(dtype: Dtype) -> &'static [u64] {
+    const F32: [u64; 10] = [
         0x7fc0_0000, // quiet NaN
         0xffc0_0001, // negative NaN with payload
         0x7f80_0001, // signalling NaN
@@ -205,19 +216,30 @@ fn specials(dtype: Dtype) -> &'static [u32] {
         0x7f7f_ffff, // largest finite
         0x3f80_0000, // 1.0
     ];
-    const HALF: [u32; 8] = [
+    const HALF: [u64; 8] = [
         0x7e00, 0xfe01, 0x7c01, 0x8000, 0x0000, 0x7c00, 0xfc00, 0x0001,
     ];
-    const BF16: [u32; 8] = [
+    const BF16: [u64; 8] = [
         0x7fc0, 0xffc1, 0x7f81, 0x8000, 0x0000, 0x7f80, 0xff80, 0x0001,
     ];
-    const INT: [u32; 6] = [0, 1, 0x7f, 0x80, 0x7fff_ffff, 0xffff_ffff];
-    const INT16: [u32; 5] = [0, 1, 0x7fff, 0x8000, 0xffff];
+    const INT: [u64; 6] = [0, 1, 0x7f, 0x80, 0x7fff_ffff, 0xffff_ffff];
+    const INT16: [u64; 5] = [0, 1, 0x7fff, 0x8000, 0xffff];
+    const INT64: [u64; 8] = [
+        0,
+        1,
+        0x7fff_ffff_ffff_ffff, // i64::MAX
+        0x8000_0000_0000_0000, // i64::MIN
+        u64::MAX,              // -1
+        0x0000_0000_0100_0001, // 2^24 + 1: rounds in f32
+        0x0000_0000_ffff_ffff, // past i32
+        0xffff_ffff_8000_0000, // i32::MIN sign-extended
+    ];
     match dtype {
         Dtype::F32 => &F32,
         Dtype::F16 => &HALF,
         Dtype::Bf16 => &BF16,
         Dtype::U16 | Dtype::I16 => &INT16,
+        Dtype::I64 => &INT64,
         _ => &INT,
     }
 }

@@ -65,6 +65,8 @@ pub enum Rule {
     PoolBufferCapacity,
     /// The Pool_Buffer window starts at a multiple of 512.
     PoolBufferStartAlign,
+    /// POOL instructions move 1-, 2- or 4-byte elements (no I64).
+    PoolElementDtype,
     /// GATHER index dtype must be UINT8, UINT16 or UINT32.
     GatherIndexDtype,
     /// GATHER src and dst patterns must have the same element count.
@@ -156,6 +158,7 @@ impl Rule {
             EngineMask => "eng_mask must enable at least one DMA queue",
             PoolBufferCapacity => "the Pool_Buffer holds at most 512 elements per channel",
             PoolBufferStartAlign => "the Pool_Buffer start index must be a multiple of 512",
+            PoolElementDtype => "POOL_BUFFER_LOAD, GATHER and INDIRECT_COPY move 1-, 2- or 4-byte elements (the IVP lanes are 8, 16 or 32 bits): the element dtype may not be I64 (0xb)",
             GatherIndexDtype => "GATHER index dtype must be UINT8 (0x3), UINT16 (0x5) or UINT32 (0x9)",
             GatherElementCount => "GATHER src and dst patterns must have the same element count",
             ImmediateWidth => "immediate has bits above the out_dtype width",

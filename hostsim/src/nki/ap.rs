@@ -31,7 +31,11 @@
 //!   u32 or i32 in SBUF, `N` the indirect dim's count, at most 4096 (the copy is one DGE
 //!   request, and the DGE takes at most 4096 indices per indexed side); a negative i32
 //!   is out of bounds (read as u32 it is at least 2^31, above any tensor dim);
-//! - a scalar offset is a 1x1 i32 tensor in SBUF.
+//! - a scalar offset is a 1x1 i32 or i64 tensor in SBUF or HBM (NKI's `scalar_load` of
+//!   an `NkiScalar`); i64 only when the side's tensor is in HBM (NKI: "on an SBUF or PSUM
+//!   operand the offset must be nl.int32"; int64 exists to reach HBM past a 32-bit byte
+//!   offset). The value is read at its dtype when the op runs (an i64 exactly, no float
+//!   conversion) and must keep every position inside the tensor.
 //!
 //! The copy runs on the software DGE (the GpSimd core generating descriptors from the
 //! whole pattern) or the closed-form reference; there is no POOL kernel for it.
@@ -126,7 +130,7 @@ pub struct ApSide {
     pub indirect_dim: usize,
     /// `vector_offset`: one index per position of `indirect_dim`.
     pub vector_offset: Option<ApTensor>,
-    /// `scalar_offset`: a 1x1 i32 tensor whose value times `stride_d` is added.
+    /// `scalar_offset`: a 1x1 i32 or i64 tensor whose value times `stride_d` is added.
     pub scalar_offset: Option<ApTensor>,
 }
 
@@ -301,10 +305,21 @@ impl ApSide {
         let Some(t) = &self.scalar_offset else {
             return Ok(0);
         };
-        let mut v = [0i32];
-        fabric.read_elems(t.start, &mut v)?;
-        self.check_scalar(side, i64::from(v[0]))?;
-        Ok(i64::from(v[0]))
+        // validation proved the dtype is i32 or i64
+        let value = match t.dtype {
+            Dtype::I64 => {
+                let mut v = [0i64];
+                fabric.read_elems(t.start, &mut v)?;
+                v[0]
+            }
+            _ => {
+                let mut v = [0i32];
+                fabric.read_elems(t.start, &mut v)?;
+                i64::from(v[0])
+            }
+        };
+        self.check_scalar(side, value)?;
+        Ok(value)
     }
 }
 
@@ -534,7 +549,7 @@ fn check_side(op: &'static str, name: &'static str, s: &ApSide) -> Result<(), Er
         check_index_tile(s, t).map_err(err)?;
     }
     if let Some(t) = &s.scalar_offset {
-        check_scalar_tile(t).map_err(err)?;
+        check_scalar_tile(&s.tensor, t).map_err(err)?;
     }
     match s.extent_error(0) {
         Some(rule) => Err(err(rule)),
@@ -574,19 +589,28 @@ fn check_index_tile(s: &ApSide, t: &ApTensor) -> Result<(), String> {
     }
 }
 
-/// A 1x1 i32 tensor in SBUF.
-fn check_scalar_tile(t: &ApTensor) -> Result<(), String> {
+/// A 1x1 i32 or i64 tensor in SBUF or HBM; i64 only on a side whose tensor is in HBM.
+fn check_scalar_tile(tensor: &ApTensor, t: &ApTensor) -> Result<(), String> {
     let single = t.shape.iter().all(|&d| d == 1);
-    match (single, t.dtype, t.space) {
-        (true, Dtype::I32, Space::Sbuf) => Ok(()),
-        _ => Err(format!(
-            "scalar_offset {} is a {:?} {} tensor in {}; it must be a 1x1 i32 tensor in SBUF (int64 is not a modelled dtype)",
+    let dtype_ok = matches!(t.dtype, Dtype::I32 | Dtype::I64);
+    if !single || !dtype_ok || t.space == Space::Psum {
+        return Err(format!(
+            "scalar_offset {} is a {:?} {} tensor in {}; it must be a 1x1 i32 or i64 tensor in SBUF or HBM",
             t.name,
             t.shape,
             t.dtype,
             t.space.name()
-        )),
+        ));
     }
+    if t.dtype == Dtype::I64 && tensor.space != Space::Hbm {
+        return Err(format!(
+            "scalar_offset {} is i64 but {} is in {}; on an SBUF or PSUM operand the scalar offset must be i32 (i64 is for HBM access patterns)",
+            t.name,
+            tensor.name,
+            tensor.space.name()
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -716,7 +740,11 @@ mod tests {
         s.vector_offset = None;
         s.scalar_offset = Some(sbuf(&[1, 1], Dtype::U32));
         let e = check_side("dma_copy", "src", &s).unwrap_err();
-        assert!(e.to_string().contains("1x1 i32"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("1x1 i32 or i64 tensor in SBUF or HBM"),
+            "{e}"
+        );
         s.scalar_offset = Some(sbuf(&[1, 1], Dtype::I32));
         s.indirect_dim = 2;
         let e = check_side("dma_copy", "src", &s).unwrap_err();
@@ -742,6 +770,83 @@ mod tests {
                 ),
             }
         }
+    }
+
+    #[test]
+    fn a_scalar_offset_is_i32_or_i64_in_sbuf_or_hbm_and_i64_only_for_hbm() {
+        let scalar = |space: Space, dtype: Dtype| {
+            let mut t = sbuf(&[1, 1], dtype);
+            t.space = space;
+            if space == Space::Hbm {
+                t.start = FabricAddr(0x100);
+            }
+            t
+        };
+        let hbm_side = side(hbm(&[100, 8]), 0, &[(8, 4), (1, 8)]);
+        let sbuf_side = side(sbuf(&[4, 8], Dtype::F32), 0, &[(8, 4), (1, 8)]);
+        for (s, space, dtype, ok) in [
+            (&hbm_side, Space::Sbuf, Dtype::I32, true),
+            (&hbm_side, Space::Hbm, Dtype::I32, true),
+            (&hbm_side, Space::Sbuf, Dtype::I64, true),
+            (&hbm_side, Space::Hbm, Dtype::I64, true),
+            (&sbuf_side, Space::Hbm, Dtype::I32, true),
+            (&sbuf_side, Space::Sbuf, Dtype::I64, false),
+            (&sbuf_side, Space::Hbm, Dtype::I64, false),
+            (&hbm_side, Space::Psum, Dtype::I32, false),
+            (&hbm_side, Space::Sbuf, Dtype::U32, false),
+        ] {
+            let mut s = s.clone();
+            s.scalar_offset = Some(scalar(space, dtype));
+            let got = check_side("dma_copy", "src", &s);
+            assert_eq!(
+                got.is_ok(),
+                ok,
+                "{space:?} {dtype} on {:?}: {got:?}",
+                s.tensor.space
+            );
+        }
+        let mut s = sbuf_side;
+        s.scalar_offset = Some(scalar(Space::Hbm, Dtype::I64));
+        let e = check_side("dma_copy", "src", &s).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "dma_copy: src: scalar_offset s is i64 but s is in sbuf; on an SBUF or PSUM operand the scalar offset must be i32 (i64 is for HBM access patterns)"
+        );
+    }
+
+    /// An i64 scalar is read exactly: 2^32 + 2^24 + 1 rows down (a float32 would drop the
+    /// 1, an i32 read the 2^32).
+    #[test]
+    fn an_i64_scalar_is_read_at_its_dtype() {
+        let mut f = Fabric::new(dma::Generation::Cayman);
+        let rows = (1u64 << 32) + (1 << 24) + 2;
+        let mut s = side(hbm(&[rows, 1]), 0, &[(1, 1)]);
+        let mut t = hbm(&[1, 1]);
+        t.start = FabricAddr(0x100);
+        t.dtype = Dtype::I64;
+        s.scalar_offset = Some(t);
+        let v = (1i64 << 32) + (1 << 24) + 1;
+        f.write_elems(FabricAddr(0x100), &[v]).unwrap();
+        assert_eq!(s.scalar_value(&f, "src").unwrap(), v);
+        f.write_elems(FabricAddr(0x100), &[v + 1]).unwrap();
+        let e = s.scalar_value(&f, "src").unwrap_err();
+        assert!(e.to_string().contains("scalar_offset 4311744514"), "{e}");
+        let mut t = hbm(&[1, 1]);
+        t.start = FabricAddr(0x100);
+        t.dtype = Dtype::I32;
+        s.scalar_offset = Some(t);
+        f.write_elems(FabricAddr(0x100), &[-1i64]).unwrap();
+        assert!(
+            s.scalar_value(&f, "src").is_err(),
+            "i32 -1 is below the tensor"
+        );
+        f.write_elems(FabricAddr(0x100), &[(1i64 << 32) + 3])
+            .unwrap();
+        assert_eq!(
+            s.scalar_value(&f, "src").unwrap(),
+            3,
+            "i32 reads the low word"
+        );
     }
 
     #[test]

@@ -107,10 +107,7 @@ pub fn dma_gather_transpose(
 ) -> Result<Lowered, Error> {
     let op = "dma_gather_transpose";
     if generation == Generation::Sunda {
-        return Err(Error::NkiUnsupported {
-            op,
-            reason: "an indirect dma_transpose needs trn2 (cayman) or later; NeuronCore-v2 (sunda) has none",
-        });
+        return Err(trn2_only(op));
     }
     nonempty(op, ["src.shape[0]", "src.shape[1]"], src)?;
     let cast = "must equal src.dtype (elements move without a cast)";
@@ -182,6 +179,15 @@ pub fn dma_gather_transpose(
         ..Lowered::default()
     }
     .validated(generation)
+}
+
+/// NKI's indirect `dma_transpose` is TRN2 and later: the error for sunda.
+pub(super) fn trn2_only(op: &'static str) -> Error {
+    Error::NkiUnsupported {
+        op,
+        reason:
+            "an indirect dma_transpose needs trn2 (cayman) or later; NeuronCore-v2 (sunda) has none",
+    }
 }
 
 /// A checked `dma_gather` / `dma_scatter`.

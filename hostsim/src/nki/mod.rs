@@ -14,7 +14,9 @@
 //! - [`mod@dma_ops`]: [`dma_gather`], [`dma_scatter`], [`dma_gather_transpose`],
 //!   [`dma_copy`] and [`embedding_update`];
 //! - [`mod@ap`]: NKI access patterns (`.ap()`) and [`dma_copy_ap`], the DMAs that go to
-//!   the software DGE as a [`ApDma`] instead of ISA instructions.
+//!   the software DGE as a [`ApDma`] instead of ISA instructions;
+//! - [`mod@transpose`]: [`dma_gather_transpose_nd`], the 3-D and 4-D permutations of
+//!   NKI's indirect `dma_transpose`, as access-pattern DMAs.
 //!
 //! # How a tensor is laid out
 //!
@@ -30,6 +32,7 @@
 pub mod ap;
 pub mod dma_ops;
 pub mod pool_ops;
+pub mod transpose;
 
 pub use ap::{dma_copy_ap, ApDim, ApDma, ApOptions, ApSide, ApTensor};
 pub use dma_ops::{
@@ -37,6 +40,7 @@ pub use dma_ops::{
     DmaOptions, OobMode,
 };
 pub use pool_ops::{local_gather, nc_n_gather};
+pub use transpose::{dma_gather_transpose_nd, Transpose, TRANSPOSE_AXES};
 
 use dma::{Addr4, AddressMap, Dtype, FabricAddr, Generation};
 

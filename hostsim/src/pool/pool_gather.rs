@@ -71,7 +71,7 @@ impl<'a> PoolBuffer<'a> {
 
 /// The gather width of an element or index dtype.
 fn width(dtype: Dtype) -> Width {
-    // Every dtype is 1, 2 or 4 bytes wide (dma::Dtype::size).
+    // Validation refused 8-byte dtypes (Rule::PoolElementDtype): 1, 2 or 4 bytes here.
     width_of(dtype.size()).unwrap_or(Width::N2x32)
 }
 

@@ -15,7 +15,7 @@
 //! destinations are an error only with a compute op under `unique_indices`; a plain copy
 //! lands last-index-wins.
 
-use dma::{ComputeOp, Fabric, FabricAddr};
+use dma::{ComputeOp, Dtype, Fabric, FabricAddr};
 
 use crate::core_state::{IndexSide, Outcome, SkippedIndex};
 use crate::error::Error;
@@ -60,7 +60,7 @@ pub fn ap_dma(fabric: &mut Fabric, c: &ApDma) -> Result<Outcome, Error> {
 /// the bytes written.
 fn element(fabric: &mut Fabric, c: &ApDma, a: FabricAddr, b: FabricAddr) -> Result<u64, Error> {
     let (from, to) = (c.src.tensor.dtype, c.dst.tensor.dtype);
-    let (mut value, mut image) = ([0u8; 4], [0u8; 4]);
+    let (mut value, mut image) = ([0u8; Dtype::MAX_SIZE], [0u8; Dtype::MAX_SIZE]);
     let (value, image) = (&mut value[..from.size()], &mut image[..to.size()]);
     fabric.read(a, value)?;
     if c.op != ComputeOp::None {

@@ -14,7 +14,9 @@
 //!   the table, one repeat);
 //! - `column_window/`: `rows.npy` (`(32, 1)` i32) and `row0.npy` (1x1 i32);
 //! - `bound_register/`: `idx.npy` and `idx_overrun.npy` (u32 `[1, 8]`, the second with
-//!   one index past the table but under the bound register).
+//!   one index past the table but under the bound register);
+//! - `gather_transpose/`: `idx.npy` ([`GATHER_TRANSPOSE_INDICES`], u32 `[1, 8]`, one past
+//!   the 64-row tables).
 
 use std::path::{Path, PathBuf};
 
@@ -24,7 +26,7 @@ use crate::error::Error;
 use crate::npy::{self, storage_descr, NpyArray};
 
 /// The example folders under `examples/`.
-pub const EXAMPLES: [&str; 7] = [
+pub const EXAMPLES: [&str; 8] = [
     "embedding",
     "pool_gathers",
     "copy_update",
@@ -32,6 +34,7 @@ pub const EXAMPLES: [&str; 7] = [
     "column_window",
     "copy_5d",
     "bound_register",
+    "gather_transpose",
 ];
 
 /// Rows of the embedding example's table.
@@ -186,6 +189,16 @@ fn bound_register() -> Vec<(&'static str, NpyArray)> {
     ]
 }
 
+/// The `gather_transpose/` example's row indices into its 64-row tables: position 5 is
+/// past them, and 9 repeats.
+pub const GATHER_TRANSPOSE_INDICES: [u32; 8] = [9, 0, 63, 17, 9, 64, 32, 1];
+
+/// `gather_transpose/idx.npy`: [`GATHER_TRANSPOSE_INDICES`] as a `[1, 8]` u32 vector.
+fn gather_transpose() -> Vec<(&'static str, NpyArray)> {
+    let a = array(Dtype::U32, &[1, 8], u32s(GATHER_TRANSPOSE_INDICES));
+    vec![("gather_transpose/idx.npy", a)]
+}
+
 /// Every example `.npy` file: its path under `examples/` and its array.
 pub fn example_files() -> Vec<(&'static str, NpyArray)> {
     let mut files = vec![("embedding/ids.npy", embedding_ids())];
@@ -194,6 +207,7 @@ pub fn example_files() -> Vec<(&'static str, NpyArray)> {
     files.extend(embedding_tile());
     files.extend(column_window());
     files.extend(bound_register());
+    files.extend(gather_transpose());
     files
 }
 
@@ -230,7 +244,7 @@ mod tests {
     fn the_committed_files_are_what_the_generator_makes() {
         let dir = std::env::temp_dir().join(format!("hostsim-examples-{}", std::process::id()));
         let written = write_examples(&dir).unwrap();
-        assert_eq!(written.len(), 12);
+        assert_eq!(written.len(), 13);
         for (rel, _) in example_files() {
             let fresh = std::fs::read(dir.join(rel)).unwrap();
             let committed = std::fs::read(repo_examples().join(rel)).unwrap();

@@ -562,7 +562,7 @@ pub(crate) mod tests {
         let e = prepared(&axes, &files, Overrides::default()).unwrap_err();
         assert!(
             e.to_string()
-                .contains("axes = [0, 1]: the DGE's GATHER TRANSPOSE kind swaps the two axes"),
+                .contains("dma_gather_transpose: axes: [0, 1] is not a permutation NKI's dma_transpose documents: [1, 0] (2-D), [2, 1, 0] (3-D) or [3, 1, 2, 0] (4-D)"),
             "{e}"
         );
     }

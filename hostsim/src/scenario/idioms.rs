@@ -207,6 +207,99 @@ fn a_column_window_and_a_scalar_offset_row_block() {
     assert_eq!(e.index_fault().value, Some(6));
 }
 
+/// Runs `text` on the DGE and the reference: each fails with an error containing `rule`.
+fn fails_when_run(text: &str, files: &[(&str, NpyArray)], rule: &str) {
+    for m in [Mechanism::Dge, Mechanism::Reference] {
+        let over = Overrides {
+            mechanism: Some(m),
+            ..Overrides::default()
+        };
+        let e = prepared(text, files, over).unwrap().execute().unwrap_err();
+        assert!(e.to_string().contains(rule), "{}: {e}", m.name());
+    }
+}
+
+/// A `.npy` array of i64 values.
+fn i64_array(shape: &[u64], v: &[i64]) -> NpyArray {
+    NpyArray {
+        descr: "<i8".into(),
+        shape: shape.to_vec(),
+        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+#[test]
+fn int64_and_hbm_resident_scalar_offsets() {
+    // a = table[r64:r64 + 3, :] with an i64 scalar in HBM (NKI: int64 for an HBM
+    // pattern); b = table[r32:r32 + 2, 1:3] with an i32 scalar in HBM; c = table[s64, :]
+    // with an i64 scalar in SBUF, still on the HBM source
+    let text = format!(
+        r#"{}{}{}{}{}{}{}
+[[op]]
+op = "dma_copy"
+src = {{ tensor = "table", ap = [[4, 3], [1, 4]], scalar_offset = "r64" }}
+dst = "a"
+[[op]]
+op = "dma_copy"
+src = {{ tensor = "table", ap = [[4, 2], [1, 2]], offset = 1, scalar_offset = "r32" }}
+dst = "b"
+[[op]]
+op = "dma_copy"
+src = {{ tensor = "table", ap = [[4, 1], [1, 4]], scalar_offset = "s64" }}
+dst = "c"
+"#,
+        iota("table", "[40, 4]"),
+        tensor("r64", "hbm", "i64", "[1, 1]", Some("r64.npy")),
+        tensor("r32", "hbm", "i32", "[1, 1]", Some("r32.npy")),
+        tensor("s64", "sbuf", "i64", "[1, 1]", Some("s64.npy")),
+        tensor("a", "sbuf", "f32", "[3, 4]", None),
+        tensor("b", "hbm", "f32", "[2, 2]", None),
+        tensor("c", "sbuf", "f32", "[1, 4]", None),
+    );
+    let files = [
+        ("r64.npy", i64_array(&[1, 1], &[33])),
+        ("r32.npy", i32_array(&[1, 1], &[38])),
+        ("s64.npy", i64_array(&[1, 1], &[39])),
+    ];
+    let table = arange(160);
+    let rows = |r: usize, n: usize, cols: std::ops::Range<usize>| -> Vec<f32> {
+        (r..r + n)
+            .flat_map(|i| table[i * 4 + cols.start..i * 4 + cols.end].to_vec())
+            .collect()
+    };
+    check(&text, &files, "a", &rows(33, 3, 0..4));
+    check(&text, &files, "b", &rows(38, 2, 1..3));
+    check(&text, &files, "c", &rows(39, 1, 0..4));
+    // one row further and the block leaves the table: a run-time error, nothing written
+    let files = [
+        ("r64.npy", i64_array(&[1, 1], &[38])),
+        files[1].clone(),
+        files[2].clone(),
+    ];
+    fails_when_run(&text, &files, "scalar_offset 38");
+}
+
+#[test]
+fn an_int64_scalar_offset_on_an_sbuf_side_is_refused() {
+    // NKI: "on an SBUF or PSUM operand the offset must be nl.int32"
+    let text = format!(
+        r#"{}{}{}
+[[op]]
+op = "dma_copy"
+src = "x"
+dst = {{ tensor = "tile", ap = [[4, 2], [1, 4]], scalar_offset = "k" }}
+"#,
+        tensor("x", "hbm", "f32", "[2, 4]", None),
+        tensor("k", "hbm", "i64", "[1, 1]", None),
+        tensor("tile", "sbuf", "f32", "[8, 4]", None),
+    );
+    let e = prepared(&text, &[], Overrides::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "op 0 (dma_copy src=x dst=tile dst.scalar_offset=k): dma_copy: dst: scalar_offset k is i64 but tile is in sbuf; on an SBUF or PSUM operand the scalar offset must be i32 (i64 is for HBM access patterns)"
+    );
+}
+
 #[test]
 fn a_5d_strided_copy() {
     // dst = np.transpose(src) for src [2, 3, 2, 2, 3]
@@ -354,5 +447,113 @@ fn a_cast_from_f32_to_bf16_rounds_to_nearest_even() {
         &files,
         ("tile", 2),
         &want,
+    );
+}
+
+/// `np.take(src, idx, axis=0).transpose(axes)` for an iota `src` of `shape` (its first
+/// dim gathered, its last moved first, the gathered one last), as u16 words, an index
+/// `>= shape[0]` leaving its elements 0 (`oob = "skip"` into zeros).
+fn gather_transposed(shape: &[u64], idx: &[u32]) -> Vec<u64> {
+    let (n, k) = (shape[0], shape[shape.len() - 1]);
+    let j: u64 = shape[1..shape.len() - 1].iter().product();
+    let mut out = vec![0u64; (k * j) as usize * idx.len()];
+    for kk in 0..k {
+        for jj in 0..j {
+            for (i, &r) in idx.iter().enumerate() {
+                if u64::from(r) < n {
+                    let at = (kk * j + jj) as usize * idx.len() + i;
+                    out[at] = u64::from(r) * j * k + jj * k + kk;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// An N-D `dma_gather_transpose` of a u16 iota `src` in HBM by `idx` into `dst`, as
+/// scenario text.
+fn transpose_text(src: &str, idx: usize, dst: (&str, &str), axes: &str, oob: &str) -> String {
+    format!(
+        "[[tensor]]\nname = \"src\"\nspace = \"hbm\"\ndtype = \"u16\"\nshape = {src}\ninit = \"iota\"\n{}{}\
+         [[op]]\nop = \"dma_gather_transpose\"\nsrc = \"src\"\nindex = \"idx\"\ndst = \"dst\"\naxes = {axes}\noob = \"{oob}\"\n",
+        tensor("idx", "sbuf", "u32", &format!("[1, {idx}]"), Some("idx.npy")),
+        tensor("dst", dst.0, "u16", dst.1, None),
+    )
+}
+
+#[test]
+fn gather_transposes_in_3d_and_reduced_4d_with_an_oob_skip() {
+    // dst = src[idx].transpose(axes); index 9 is past the 6 rows and skipped
+    let idx = [5u32, 0, 9, 2, 5];
+    let files = [("idx.npy", super::exec::tests::u32_array(&[1, 5], &idx))];
+    let trn2_on = [
+        Generation::Cayman,
+        Generation::Mariana,
+        Generation::Maverick,
+    ];
+    let mechanisms = [Mechanism::Auto, Mechanism::Dge, Mechanism::Reference];
+    let cases = [
+        ("[6, 3, 4]", "[4, 3, 5]", "[2, 1, 0]"),
+        ("[6, 1, 3, 4]", "[4, 1, 3, 5]", "[3, 1, 2, 0]"),
+        ("[6, 3, 1, 4]", "[4, 3, 1, 5]", "[3, 1, 2, 0]"),
+    ];
+    for (src, dst, axes) in cases {
+        let shape: Vec<u64> = src
+            .trim_matches(['[', ']'])
+            .split(", ")
+            .map(|d| d.parse().unwrap())
+            .collect();
+        let want = gather_transposed(&shape, &idx);
+        for space in ["sbuf", "hbm"] {
+            let text = transpose_text(src, 5, (space, dst), axes, "skip");
+            check_with(&trn2_on, &mechanisms, &text, &files, ("dst", 2), &want);
+        }
+    }
+    // the expectation spelled out for one element: dst[1][2][3] = src[2][2][1]
+    let want = gather_transposed(&[6, 3, 4], &idx);
+    assert_eq!(want[(3 + 2) * 5 + 3], 2 * 12 + 2 * 4 + 1);
+    // oob = "error": the op fails naming the index
+    let text = transpose_text("[6, 3, 4]", 5, ("sbuf", "[4, 3, 5]"), "[2, 1, 0]", "error");
+    let rule = "src index 9 at position 2 of idx is out of bounds for dim 0 of src (size 6)";
+    fails_when_run(&text, &files, rule);
+}
+
+#[test]
+fn gather_transposes_nki_does_not_document_are_refused() {
+    let files = [("idx.npy", super::exec::tests::u32_array(&[1, 2], &[0, 1]))];
+    let refused = |src: &str, dst: (&str, &str), axes: &str, rule: &str| {
+        let text = transpose_text(src, 2, dst, axes, "error");
+        let e = prepared(&text, &files, Overrides::default()).unwrap_err();
+        assert!(e.to_string().contains(rule), "{src} {axes}: {e}");
+    };
+    refused(
+        "[4, 2, 3, 5]",
+        ("hbm", "[5, 2, 3, 2]"),
+        "[3, 1, 2, 0]",
+        "dma_gather_transpose: src: src has shape [4, 2, 3, 5]; NKI: when src is 4-D, src.shape[1] or src.shape[2] must be 1",
+    );
+    refused(
+        "[4, 3, 5]",
+        ("hbm", "[3, 5, 2]"),
+        "[1, 2, 0]",
+        "dma_gather_transpose: axes: [1, 2, 0] is not a permutation NKI's dma_transpose documents: [1, 0] (2-D), [2, 1, 0] (3-D) or [3, 1, 2, 0] (4-D)",
+    );
+    refused(
+        "[4, 15]",
+        ("hbm", "[15, 2]"),
+        "[2, 1, 0]",
+        "src has shape [4, 15] (2 dims) but axes [2, 1, 0] permutes 3 dims",
+    );
+    refused(
+        "[4, 3, 5]",
+        ("hbm", "[5, 3, 3]"),
+        "[2, 1, 0]",
+        "dst has shape [5, 3, 3]; src [4, 3, 5] gathered by 2 indices and transposed is [5, 3, 2]",
+    );
+    refused(
+        "[4, 3, 129]",
+        ("hbm", "[129, 3, 2]"),
+        "[2, 1, 0]",
+        "NKI: src.shape[-1] must be <= 128",
     );
 }

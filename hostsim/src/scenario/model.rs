@@ -108,7 +108,7 @@ by_name!(
 );
 
 by_name!(
-    /// An element dtype by name (`u8 i8 u16 i16 u32 i32 f16 bf16 f32`).
+    /// An element dtype by name (`u8 i8 u16 i16 u32 i32 i64 f16 bf16 f32`).
     DtypeName(Dtype),
     |s| Dtype::from_name(s).map_err(|e| e.to_string())
 );
@@ -346,8 +346,9 @@ pub struct DmaGatherTranspose {
     pub dst: String,
     #[serde(default)]
     pub oob: Oob,
-    /// NKI `dma_transpose`'s permutation of the gathered `[rows, cols]` (only `[1, 0]`:
-    /// the DGE's GATHER TRANSPOSE kind is 2-D).
+    /// NKI `dma_transpose`'s permutation: `[1, 0]` (the default: the gathered
+    /// `[rows, cols]` swapped, DMA_INDIRECT GATHER_TRANSPOSE), `[2, 1, 0]` for a 3-D `src`
+    /// or `[3, 1, 2, 0]` for a 4-D one (`crate::nki::transpose` has the semantics).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub axes: Option<Vec<u32>>,
 }

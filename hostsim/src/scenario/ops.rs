@@ -236,10 +236,14 @@ impl Cx<'_> {
             OpSpec::DmaGather(o) => self.row_dma(o, false),
             OpSpec::DmaScatter(o) => self.row_dma(o, true),
             OpSpec::DmaGatherTranspose(o) => {
-                if let Some(axes) = o.axes.as_ref().filter(|a| **a != [1, 0]) {
-                    return Err(self.error(format!(
-                        "axes = {axes:?}: the DGE's GATHER TRANSPOSE kind swaps the two axes of the gathered [rows, cols] (axes = [1, 0]); other permutations are not a DGE transpose"
-                    )));
+                if let Some(axes) = o.axes.as_deref().filter(|a| *a != [1, 0]) {
+                    let t = nki::Transpose {
+                        axes,
+                        src: &self.ap_tensor("src", &o.src)?,
+                        index: &self.ap_tensor("index", &o.index)?,
+                        dst: &self.ap_tensor("dst", &o.dst)?,
+                    };
+                    return nki::dma_gather_transpose_nd(g, t, o.oob.into());
                 }
                 // dst rows are partitions on core (the transpose's layout).
                 let s = self.rows("src", &o.src)?;
@@ -553,7 +557,7 @@ mod tests {
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, 2], [1, 4]], scalar_offset = \"idx\" }\ndst = \"out\"",
-                "op 0 (dma_copy src=tab dst=out src.scalar_offset=idx): dma_copy: src: scalar_offset idx is a [1, 2] u32 tensor in sbuf; it must be a 1x1 i32 tensor in SBUF",
+                "op 0 (dma_copy src=tab dst=out src.scalar_offset=idx): dma_copy: src: scalar_offset idx is a [1, 2] u32 tensor in sbuf; it must be a 1x1 i32 or i64 tensor in SBUF or HBM",
             ),
             (
                 "op = \"dma_copy\"\nsrc = \"out\"\ndst = \"out\"\noob = \"skip\"",

@@ -484,6 +484,7 @@ pub fn iota(dtype: Dtype, n: u64) -> Vec<u8> {
             Dtype::U8 | Dtype::I8 => out.push(i as u8),
             Dtype::U16 | Dtype::I16 => out.extend_from_slice(&(i as u16).to_le_bytes()),
             Dtype::U32 | Dtype::I32 => out.extend_from_slice(&(i as u32).to_le_bytes()),
+            Dtype::I64 => out.extend_from_slice(&i.to_le_bytes()),
             Dtype::F16 => out.extend_from_slice(&half::f16::from_f64(i as f64).to_le_bytes()),
             Dtype::Bf16 => out.extend_from_slice(&half::bf16::from_f64(i as f64).to_le_bytes()),
             Dtype::F32 => out.extend_from_slice(&(i as f32).to_le_bytes()),

@@ -444,6 +444,10 @@ fn index_tensor(
         let b = b as i64;
         edges.extend([b - 1, b, b + 1]);
     }
+    if placed.dtype == Dtype::I64 {
+        // an int64 scalar_offset: past 32 bits, where an i32 read would wrap back
+        edges.extend([i64::MIN, i64::MAX, 1 << 32, (1 << 32) + 1]);
+    }
     edges.sort_unstable();
     edges.dedup();
     Ok(IndexTensor {
@@ -473,7 +477,7 @@ fn signed(dtype: Dtype, c: &[u8]) -> i64 {
     b[..c.len()].copy_from_slice(c);
     let v = u64::from_le_bytes(b);
     let bits = 8 * c.len() as u32;
-    match matches!(dtype, Dtype::I8 | Dtype::I16 | Dtype::I32) {
+    match matches!(dtype, Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64) {
         true => ((v << (64 - bits)) as i64) >> (64 - bits),
         false => v as i64,
     }

@@ -143,13 +143,13 @@ mod tests {
             Dtype::U8
         );
         let mut b = good;
-        b[24] = 0xb;
+        b[24] = 0xc;
         let e = PoolBufferLoad::decode_from(&b).unwrap_err();
         assert!(
             matches!(
                 e,
                 Error::Field {
-                    source: dma::Error::UnknownDtypeCode { code: 0xb },
+                    source: dma::Error::UnknownDtypeCode { code: 0xc },
                     ..
                 }
             ),

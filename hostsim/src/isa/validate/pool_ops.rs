@@ -41,8 +41,10 @@ pub fn pool_buffer_load(generation: Generation, p: &PoolBufferLoad) -> Result<()
         start,
         Rule::PoolBufferStartAlign,
     )?;
+    let dtype = p.dtype()?;
+    pool_element(at("dtype"), dtype)?;
     let map = AddressMap::new(generation);
-    let (_, partition) = tensor_span(&map, at("src_mem_pattern"), &t, p.dtype()?.size())?;
+    let (_, partition) = tensor_span(&map, at("src_mem_pattern"), &t, dtype.size())?;
     channel_range(
         p.header(),
         at("src_mem_pattern.start_addr"),
@@ -67,9 +69,10 @@ pub fn gather(generation: Generation, g: &S4d4Gt) -> Result<(), Error> {
         Rule::GatherIndexDtype,
     )?;
     let out_dtype = g.out_dtype()?;
+    pool_element(at("out_dtype"), out_dtype)?;
     let imm = u64::from(g.immediate());
     ensure(
-        imm >> (8 * out_dtype.size()) == 0,
+        imm.checked_shr(8 * out_dtype.size() as u32).unwrap_or(0) == 0,
         at("immediate"),
         imm,
         Rule::ImmediateWidth,
@@ -89,6 +92,13 @@ pub fn gather(generation: Generation, g: &S4d4Gt) -> Result<(), Error> {
         Rule::IndexCount,
     )?;
     gather_patterns(generation, g, channels, [in_dtype.size(), out_dtype.size()])
+}
+
+/// A POOL instruction's element dtype: 1, 2 or 4 bytes, the IVP lane widths (seed 000:
+/// the POOL kernels size elements 1/2/4 from the dtype enum).
+fn pool_element(at: FieldPath, dtype: Dtype) -> Result<(), Error> {
+    let ok = dtype.size() <= 4;
+    ensure(ok, at, dtype.code(), Rule::PoolElementDtype)
 }
 
 /// Both GATHER patterns on the fabric for every channel (`sizes`: index and element
@@ -189,6 +199,7 @@ fn gather_sub_mode(ic: &S4d4Ic) -> Result<(), Error> {
         zero,
     )?;
     rule::equal(at("dst_buffer_size"), ic.dst_buffer_size(), 0, zero)?;
+    pool_element(at("in_dtype"), ic.in_dtype()?)?;
     let (out, input) = (ic.out_dtype()?.code(), ic.in_dtype()?.code());
     rule::equal(at("out_dtype"), out, input, Rule::IndirectCopyNoCast)?;
     let index = ic.index_dtype()?.code();
@@ -359,6 +370,31 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn pool_ops_refuse_eight_byte_elements() {
+        let code = u64::from(Dtype::I64.code());
+        let p = PoolBufferLoad::new(Tensor4d::contiguous(sbuf(0, 0), 4), Dtype::I64, 1);
+        let rule = Rule::PoolElementDtype;
+        assert_rule(
+            pool_buffer_load(SUNDA, &p),
+            "POOL_BUFFER_LOAD.dtype",
+            code,
+            rule,
+        );
+        let g = gt_typed(8, Dtype::U32, Dtype::I64);
+        assert_rule(gather(SUNDA, &g), "S4D4_GT.out_dtype", code, rule);
+        let p = Indirect::new(sbuf(0, 0), sbuf(0, 0x1000), 16);
+        let i = S4d4Ic::gather(
+            p,
+            Tensor4d::contiguous(sbuf(0, 0x8000), 16),
+            Dtype::I64,
+            1,
+            64,
+            16,
+        );
+        assert_rule(indirect_copy(SUNDA, &i), "S4D4_IC.in_dtype", code, rule);
     }
 
     #[test]
