@@ -98,8 +98,13 @@
 mod cast;
 mod crew;
 mod exec;
+// not yet on every path (dma/EXECUTOR_PLAN.md)
+#[allow(dead_code)]
+mod executor;
 mod race;
 mod report;
+#[allow(dead_code)]
+mod schedule;
 mod sequential;
 mod session;
 mod share;

@@ -1,0 +1,296 @@
+//! A validated replay compiled into a schedule: units of work and the order between them.
+//!
+//! Two shapes (issue 32):
+//!
+//! - [`Schedule::segments`]: each queue cut into segments at its semaphore points (a
+//!   segment starts at a WAIT and ends at a SIGNAL). A segment runs after the segment
+//!   before it in its queue and, if it starts with WAIT(s, n), after the segment ending
+//!   with the n-th SIGNAL of `s`. Without semaphores each queue is one unit.
+//! - [`Schedule::page_buckets`]: for a replay whose pages are independent, the
+//!   descriptors dealt by destination page into [`PAGE_BUCKETS`] buckets, with no order
+//!   between them.
+//!
+//! Every unit keeps the (queue, index) of each of its descriptors, so an error names the
+//! descriptor without searching the replay again.
+
+use std::borrow::Cow;
+
+use crate::descriptor::{Descriptor, SEMAPHORES};
+use crate::error::Error;
+use crate::fabric::PAGE_BYTES;
+
+/// Buckets of destination pages a replay is dealt into: page `k` goes to bucket
+/// `k % PAGE_BUCKETS`.
+pub(crate) const PAGE_BUCKETS: usize = 16;
+
+/// Groups of pages inside a bucket: page `k` is in group `(k / PAGE_BUCKETS) % PAGE_GROUPS`.
+const PAGE_GROUPS: u64 = 64;
+
+/// Where a unit's descriptors come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Origin {
+    /// Descriptors `first..` of `queue`, in order.
+    Queue { queue: usize, first: u64 },
+    /// Each descriptor's queue and index.
+    Dealt(Vec<(u32, u32)>),
+}
+
+/// One unit of work: descriptors run in order by one worker.
+#[derive(Debug, Clone)]
+pub(crate) struct Unit<'q> {
+    descs: Cow<'q, [Descriptor]>,
+    origin: Origin,
+}
+
+impl Unit<'_> {
+    /// The descriptors, in the order they run.
+    pub(crate) fn descriptors(&self) -> &[Descriptor] {
+        &self.descs
+    }
+
+    /// The queue and index in the replay of descriptor `i` of the unit.
+    pub(crate) fn at(&self, i: usize) -> (usize, u64) {
+        match &self.origin {
+            Origin::Queue { queue, first } => (*queue, first + i as u64),
+            Origin::Dealt(at) => at
+                .get(i)
+                .map_or((usize::MAX, i as u64), |&(q, x)| (q as usize, u64::from(x))),
+        }
+    }
+}
+
+/// Units of work and the order between them.
+#[derive(Debug, Clone)]
+pub(crate) struct Schedule<'q> {
+    units: Vec<Unit<'q>>,
+    /// Per unit, how many units must finish before it may start.
+    before: Vec<u32>,
+    /// Per unit, the units waiting for it.
+    then: Vec<Vec<u32>>,
+    /// Whether the units are page buckets.
+    dealt: bool,
+}
+
+impl<'q> Schedule<'q> {
+    /// `queues` cut at their semaphore points (see the module docs). A WAIT no SIGNAL can
+    /// meet is [`Error::SemaphoreDeadlock`] (validation has rejected it already).
+    pub(crate) fn segments(queues: &'q [Vec<Descriptor>]) -> Result<Schedule<'q>, Error> {
+        let mut s = Schedule {
+            units: Vec::with_capacity(queues.len()),
+            before: Vec::new(),
+            then: Vec::new(),
+            dealt: false,
+        };
+        // per semaphore, the unit of each of its signals in order
+        let mut signals: [Vec<u32>; SEMAPHORES as usize] = Default::default();
+        // (unit, queue, index, wait)
+        let mut waits = Vec::new();
+        for (queue, descs) in queues.iter().enumerate() {
+            let mut start = 0;
+            let mut previous: Option<u32> = None;
+            let mut cut = |s: &mut Schedule<'q>, start: usize, end: usize| {
+                let unit = s.push(Unit {
+                    descs: Cow::Borrowed(descs.get(start..end).unwrap_or_default()),
+                    origin: Origin::Queue {
+                        queue,
+                        first: start as u64,
+                    },
+                });
+                if let Some(p) = previous.replace(unit) {
+                    s.order(p, unit);
+                }
+                unit
+            };
+            for (i, d) in descs.iter().enumerate() {
+                if i > start && d.wait().is_some() {
+                    cut(&mut s, start, i);
+                    start = i;
+                }
+                if let Some(w) = d.wait().filter(|_| i == start) {
+                    waits.push((s.units.len() as u32, queue, i as u64, w));
+                }
+                if let Some(sem) = d.signal() {
+                    let unit = cut(&mut s, start, i + 1);
+                    start = i + 1;
+                    if let Some(list) = signals.get_mut(sem.index()) {
+                        list.push(unit);
+                    }
+                }
+            }
+            if start < descs.len() || descs.is_empty() {
+                cut(&mut s, start, descs.len());
+            }
+        }
+        for (unit, queue, index, w) in waits {
+            let list = signals.get(w.sem.index()).map_or(&[][..], Vec::as_slice);
+            let Some(&signaller) = list.get(w.count.get() as usize - 1) else {
+                return Err(Error::SemaphoreDeadlock {
+                    queue,
+                    index,
+                    sem: w.sem.get(),
+                    count: w.count.get(),
+                    reached: list.len() as u64,
+                });
+            };
+            s.order(signaller, unit);
+        }
+        Ok(s)
+    }
+
+    /// `queues` dealt by destination page into [`PAGE_BUCKETS`] unordered units, each in
+    /// round order (descriptor `r` of every queue, in queue order, then `r + 1`), or, if
+    /// `grouped`, group of pages by group, each group in round order. Only for a replay
+    /// whose pages are independent: then any order of the buckets gives the memory the
+    /// queues give.
+    pub(crate) fn page_buckets(queues: &[Vec<Descriptor>], grouped: bool) -> Schedule<'static> {
+        let mut buckets: Vec<(Vec<Descriptor>, Vec<(u32, u32)>)> =
+            (0..PAGE_BUCKETS).map(|_| Default::default()).collect();
+        let longest = queues.iter().map(Vec::len).max().unwrap_or(0);
+        for r in 0..longest {
+            for (q, list) in queues.iter().enumerate() {
+                if let Some(d) = list.get(r) {
+                    let (bucket, _) = page_slot(d);
+                    if let Some((descs, at)) = buckets.get_mut(bucket) {
+                        descs.push(*d);
+                        at.push((q as u32, r as u32));
+                    }
+                }
+            }
+        }
+        let mut s = Schedule {
+            units: Vec::with_capacity(PAGE_BUCKETS),
+            before: Vec::new(),
+            then: Vec::new(),
+            dealt: true,
+        };
+        for (descs, at) in buckets {
+            let (descs, at) = match grouped {
+                true => group(descs, at),
+                false => (descs, at),
+            };
+            s.push(Unit {
+                descs: Cow::Owned(descs),
+                origin: Origin::Dealt(at),
+            });
+        }
+        s
+    }
+
+    fn push(&mut self, unit: Unit<'q>) -> u32 {
+        self.units.push(unit);
+        self.before.push(0);
+        self.then.push(Vec::new());
+        (self.units.len() - 1) as u32
+    }
+
+    /// `later` runs after `first` has finished.
+    fn order(&mut self, first: u32, later: u32) {
+        if let Some(then) = self.then.get_mut(first as usize) {
+            then.push(later);
+        }
+        if let Some(n) = self.before.get_mut(later as usize) {
+            *n += 1;
+        }
+    }
+
+    /// The units.
+    pub(crate) fn units(&self) -> &[Unit<'q>] {
+        &self.units
+    }
+
+    /// How many units must finish before each may start.
+    pub(crate) fn before(&self) -> &[u32] {
+        &self.before
+    }
+
+    /// The units that wait for unit `u`.
+    pub(crate) fn then(&self, u: usize) -> &[u32] {
+        self.then.get(u).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether the units are page buckets.
+    pub(crate) fn dealt(&self) -> bool {
+        self.dealt
+    }
+
+    /// The descriptors of every unit.
+    pub(crate) fn descriptors(&self) -> usize {
+        self.units.iter().map(|u| u.descs.len()).sum()
+    }
+}
+
+/// The bucket of the page `d` writes, and the page's group in the bucket.
+fn page_slot(d: &Descriptor) -> (usize, u64) {
+    let page = d.dest_range().0 .0 / PAGE_BYTES;
+    let group = (page / PAGE_BUCKETS as u64) % PAGE_GROUPS;
+    ((page % PAGE_BUCKETS as u64) as usize, group)
+}
+
+/// A bucket ordered group by group, keeping the order inside each group.
+fn group(descs: Vec<Descriptor>, at: Vec<(u32, u32)>) -> (Vec<Descriptor>, Vec<(u32, u32)>) {
+    let mut both: Vec<(Descriptor, (u32, u32))> = descs.into_iter().zip(at).collect();
+    // stable: round order inside a group
+    both.sort_by_key(|(d, _)| page_slot(d).1);
+    both.into_iter().unzip()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::FabricAddr;
+    use crate::descriptor::{SemId, SemWait};
+    use crate::dtype::Dtype;
+    use std::num::NonZeroU32;
+
+    fn fill(dst: u64) -> Descriptor {
+        Descriptor::fill(FabricAddr(dst), 8, Dtype::U8, 1).unwrap()
+    }
+
+    fn wait(sem: u8, count: u32) -> SemWait {
+        SemWait {
+            sem: SemId::new(sem).unwrap(),
+            count: NonZeroU32::new(count).unwrap(),
+        }
+    }
+
+    #[test]
+    fn queues_are_cut_at_their_semaphore_points_and_ordered_by_them() {
+        let s0 = SemId::new(0).unwrap();
+        let queues = vec![
+            vec![fill(0), fill(8).with_signal(s0), fill(16), fill(24).with_signal(s0)],
+            vec![fill(64), fill(72).with_wait(wait(0, 2)), fill(80)],
+        ];
+        let s = Schedule::segments(&queues).unwrap();
+        let shape: Vec<_> = s
+            .units()
+            .iter()
+            .map(|u| (u.at(0), u.descriptors().len()))
+            .collect();
+        assert_eq!(shape, [((0, 0), 2), ((0, 2), 2), ((1, 0), 1), ((1, 1), 2)]);
+        assert_eq!(s.before(), [0, 1, 0, 2]);
+        assert_eq!(s.then(1), [3]);
+        assert_eq!(s.units()[3].at(1), (1, 2));
+    }
+
+    #[test]
+    fn a_wait_no_signal_meets_is_a_deadlock() {
+        let queues = vec![vec![fill(0).with_wait(wait(3, 1))]];
+        let e = Schedule::segments(&queues).unwrap_err();
+        assert!(matches!(e, Error::SemaphoreDeadlock { queue: 0, index: 0, sem: 3, .. }));
+    }
+
+    #[test]
+    fn page_buckets_keep_each_descriptors_queue_and_index() {
+        let queues = vec![
+            vec![fill(0), fill(PAGE_BYTES)],
+            vec![fill(8), fill(PAGE_BYTES * 17)],
+        ];
+        let s = Schedule::page_buckets(&queues, true);
+        assert_eq!(s.units().len(), PAGE_BUCKETS);
+        assert!(s.before().iter().all(|&n| n == 0));
+        let b1 = &s.units()[1];
+        assert_eq!((b1.at(0), b1.at(1)), ((0, 1), (1, 1)));
+        assert_eq!(s.units()[0].at(1), (1, 0));
+        assert_eq!(s.descriptors(), 4);
+    }
+}
