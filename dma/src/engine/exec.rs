@@ -316,6 +316,41 @@ impl Shared {
     }
 }
 
+/// Runs one unit of a [`super::schedule::Schedule`] on `fabric` (its destinations
+/// reserved, see `Shared::execute_run`, whose body this is without the semaphore board:
+/// the schedule orders the units). The locks are released at each SIGNAL, since the unit
+/// waiting for it likely touches these pages next. An error names the descriptor's queue
+/// and index ([`super::schedule::Unit::at`]).
+pub(crate) fn run_unit(
+    fabric: &Fabric,
+    skip_invalid: bool,
+    unit: &super::schedule::Unit<'_>,
+) -> Result<(), ((usize, u64), Error)> {
+    let run = unit.descriptors();
+    let mut locks = fabric.run_locks();
+    let mut ranges = RangeRule::default();
+    for d in run.iter().take(PREFETCH_AHEAD) {
+        prefetch(&mut locks, d);
+    }
+    for (i, d) in run.iter().enumerate() {
+        if let Some(next) = run.get(i + PREFETCH_AHEAD) {
+            prefetch(&mut locks, next);
+        }
+        // Validation proved the ranges (or, under the Skip policy, the same check fails
+        // here for exactly the descriptors it counted as skipped) and reserved the pages.
+        if !(skip_invalid && ranges.check(fabric, d).is_err()) {
+            execute_descriptor(&mut locks, d).map_err(|e| {
+                let (queue, index) = unit.at(i);
+                ((queue, index), replay_error(queue, index, "execution", e))
+            })?;
+        }
+        if d.signal().is_some() {
+            locks.release();
+        }
+    }
+    Ok(())
+}
+
 /// Aborts the run when a queue task ends without reaching its normal end (an error or a
 /// panic), so that no other queue waits forever for its signals.
 struct AbortOnDrop<'a> {

@@ -596,6 +596,13 @@ impl Engine {
                 );
                 (stats?, other)
             }
+            _ if source.in_memory().is_some() => {
+                self.spare.put(dealt.unwrap_or_default());
+                let queues = source.in_memory().unwrap_or_default();
+                let stats = self.execute_schedule(fabric, schedule::Schedule::segments(queues)?, inline)?;
+                let alone = WriteShare::default();
+                (stats, beside(&mut Beside::new(fabric, reads, &alone)))
+            }
             _ => {
                 let (runtime, workers) = match inline {
                     true => (&self.caller, 1),
@@ -613,6 +620,38 @@ impl Engine {
             execution,
         };
         Ok((report, other))
+    }
+}
+
+impl Engine {
+    /// Runs `schedule` (validated, its destinations reserved) on the executor: on the
+    /// caller alone if `inline`, else on the caller and the crew.
+    fn execute_schedule(
+        &self,
+        fabric: &Fabric,
+        schedule: schedule::Schedule<'_>,
+        inline: bool,
+    ) -> Result<ExecutionStats, Error> {
+        let started = std::time::Instant::now();
+        let skip = self.config.invalid == InvalidPolicy::Skip;
+        let run = |unit: &schedule::Unit<'_>| exec::run_unit(fabric, skip, unit);
+        let mut workers = 1;
+        executor::execute(&schedule, run, |job| match inline {
+            true => job(),
+            false => {
+                if self.crew.run(job) {
+                    workers = self.crew.helpers() + 1;
+                }
+            }
+        })?;
+        Ok(ExecutionStats {
+            wall: started.elapsed(),
+            workers,
+            batches: schedule.units().len() as u64,
+            max_buffered: 0,
+            claimed: false,
+            dealt_by_page: schedule.dealt(),
+        })
     }
 }
 
