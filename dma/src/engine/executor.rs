@@ -34,14 +34,15 @@ struct State {
 
 /// Runs `schedule`: every unit through `run`, on the caller and on whatever threads
 /// `spread` runs its job on (`spread` calls the job on this thread and on each worker it
-/// adds, returning once all have returned; `|job| job()` is sequential execution).
+/// adds, returning once all have returned; `|job| job()` is sequential execution), and
+/// what `spread` returned.
 /// `run` gets the unit; an error it returns should name the unit's descriptor
 /// ([`Unit::at`]), its position given as `(queue, index)` for choosing the first error.
-pub(crate) fn execute<'q, F>(
+pub(crate) fn execute<'q, F, T>(
     schedule: &Schedule<'q>,
     run: F,
-    spread: impl FnOnce(&(dyn Fn() + Sync)),
-) -> Result<(), Error>
+    spread: impl FnOnce(&(dyn Fn() + Sync)) -> T,
+) -> (Result<(), Error>, T)
 where
     F: Fn(&Unit<'q>) -> Result<(), ((usize, u64), Error)> + Sync,
 {
@@ -60,13 +61,14 @@ where
     });
     let wake = Condvar::new();
     let job = || work(schedule, &run, (&state, &wake));
-    spread(&job);
+    let spread = spread(&job);
     let state = state.into_inner().unwrap_or_else(|p| p.into_inner());
-    match state.failed {
+    let outcome = match state.failed {
         Some((_, e)) => Err(e),
         None if state.finished == units.len() => Ok(()),
         None => Err(Error::RunAborted),
-    }
+    };
+    (outcome, spread)
 }
 
 /// One worker: claims ready units until every unit has run or the run stops.
@@ -195,7 +197,7 @@ mod tests {
         let queues = sem_queues(4);
         let s = Schedule::segments(&queues).unwrap();
         let log = Mutex::new(Vec::new());
-        execute(&s, log_run(&log), |job| job()).unwrap();
+        execute(&s, log_run(&log), |job| job()).0.unwrap();
         let log = log.into_inner().unwrap();
         assert_eq!(log.len(), 12);
         for q in 1..4 {
@@ -213,7 +215,7 @@ mod tests {
             0 => Ok(()),
             q => Err((u.at(0), Error::QueueCount { count: q, max: 0 })),
         };
-        let e = execute(&s, run, scoped(1)).unwrap_err();
+        let e = execute(&s, run, scoped(1)).0.unwrap_err();
         assert!(matches!(e, Error::QueueCount { count: 1, .. }));
     }
 
@@ -225,7 +227,7 @@ mod tests {
             1 => panic!("unit panics"),
             _ => Ok(()),
         };
-        let e = execute(&s, run, scoped(2)).unwrap_err();
+        let e = execute(&s, run, scoped(2)).0.unwrap_err();
         assert!(matches!(e, Error::RunAborted));
     }
 
@@ -236,7 +238,7 @@ mod tests {
             let queues = sem_queues(chain);
             let s = Schedule::segments(&queues).unwrap();
             let log = Mutex::new(Vec::new());
-            execute(&s, log_run(&log), scoped(workers)).unwrap();
+            execute(&s, log_run(&log), scoped(workers)).0.unwrap();
             let log = log.into_inner().unwrap();
             prop_assert_eq!(log.len(), chain * 3);
             for q in 0..chain {

@@ -97,6 +97,9 @@
 
 mod cast;
 mod crew;
+// The claimed execution (`execute_claimed`, `Claims`, dealing by page) is replaced by the
+// executor and kept only for its tests until they move (dma/EXECUTOR_PLAN.md).
+#[allow(dead_code)]
 mod exec;
 // not yet on every path (dma/EXECUTOR_PLAN.md)
 #[allow(dead_code)]
@@ -304,8 +307,6 @@ pub struct Engine {
     caller: Runtime,
     /// The threads that run claimed replays with the caller.
     crew: crew::Crew,
-    /// The buffers dealt runs deal their page buckets into.
-    spare: exec::Spare,
     /// The validation buffers of the last replay (its page set, timeline and per-queue
     /// counters), emptied: the next one's validation fills them without allocating again.
     kept: std::sync::Mutex<Option<validate::Kept>>,
@@ -337,7 +338,6 @@ impl Engine {
             runtime,
             caller,
             crew,
-            spare: exec::Spare::default(),
             kept: std::sync::Mutex::new(None),
         })
     }
@@ -446,7 +446,7 @@ impl Engine {
         // A run that will be claimed by the caller and the crew and dealt by page is dealt
         // now, so that the dealing too is done beside the replay before it.
         let dealt = match self.claims(&queues, &plan, false) {
-            Some(Dealing::Pages { grouped }) => Some(exec::deal(&queues, &self.spare, grouped)),
+            Some(Dealing::Pages { grouped }) => Some(schedule::Schedule::page_buckets(&queues, grouped)),
             _ => None,
         };
         Ok(Validated {
@@ -496,11 +496,6 @@ impl Engine {
     /// The queues of `validated`, given back (to be filled again); the engine keeps its
     /// validation buffers for the next validation.
     pub fn recycle(&self, validated: Validated) -> Vec<Vec<Descriptor>> {
-        let dealt = validated
-            .dealt
-            .into_inner()
-            .unwrap_or_else(|p| p.into_inner());
-        self.spare.put(dealt.unwrap_or_default());
         self.keep(validated.plan);
         validated.queues
     }
@@ -567,48 +562,43 @@ impl Engine {
         &self,
         fabric: &mut Fabric,
         source: &mut S,
-        (plan, dealt): (&Plan, Option<exec::Buckets>),
+        (plan, dealt): (&Plan, Option<schedule::Schedule<'static>>),
         beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ReplayReport, R), Error> {
         // This replay's destinations are opened; every page it reads is closed, so read
         // without a lock while the queues run (Fabric::reopen).
         plan.pages.reopen(fabric, plan.footprint.read_pages())?;
         source.rewind();
-        // A replay small enough for the caller alone runs there, claimed if it can be
-        // (no channels, no tasks), else on the current-thread runtime; a larger one is
-        // claimed by the caller and the crew if it can be, else fed to the workers. Work
-        // beside a replay runs on the caller while the crew starts a claimed one, before
-        // a claimed one on the caller alone, and after any other.
+        // In-memory queues compile into a schedule (page buckets where they are dealt by
+        // page, else queue segments) run by the executor: on the caller alone if small
+        // enough, else on the caller and the crew; work beside the replay runs on the
+        // caller while the crew starts, or alone before it. A streamed source is fed to
+        // the tokio workers (or the current-thread runtime), work beside after it.
         let inline = self.inline(&plan.timeline);
-        let crew = (!inline).then_some(&self.crew);
         let reads = plan.footprint.read_pages();
-        let claimed = |queues| Some((queues, self.claims(queues, plan, inline)?));
-        let (execution, other) = match source.in_memory().and_then(claimed) {
-            Some((queues, dealing)) => {
-                let queues = (queues, dealing, dealt);
+        let (execution, other) = match source.in_memory() {
+            Some(queues) => {
+                let claimed = self.claims(queues, plan, inline);
+                let schedule = match (claimed, dealt) {
+                    (Some(Dealing::Pages { .. }), Some(dealt)) => dealt,
+                    (Some(Dealing::Pages { grouped }), None) => {
+                        schedule::Schedule::page_buckets(queues, grouped)
+                    }
+                    _ => schedule::Schedule::segments(queues)?,
+                };
                 let beside = |f: &Fabric, share: &_| beside(&mut Beside::new(f, reads, share));
-                let (stats, other) = exec::execute_claimed(
-                    crew,
-                    fabric,
-                    queues,
-                    (&self.config, &self.spare),
-                    beside,
-                );
+                let (stats, other) = self.execute_schedule(fabric, &schedule, inline, beside);
+                let stats = stats.map(|s| ExecutionStats {
+                    claimed: claimed.is_some(),
+                    ..s
+                });
                 (stats?, other)
-            }
-            _ if source.in_memory().is_some() => {
-                self.spare.put(dealt.unwrap_or_default());
-                let queues = source.in_memory().unwrap_or_default();
-                let stats = self.execute_schedule(fabric, schedule::Schedule::segments(queues)?, inline)?;
-                let alone = WriteShare::default();
-                (stats, beside(&mut Beside::new(fabric, reads, &alone)))
             }
             _ => {
                 let (runtime, workers) = match inline {
                     true => (&self.caller, 1),
                     false => (&self.runtime, self.config.workers),
                 };
-                self.spare.put(dealt.unwrap_or_default());
                 let stats = exec::execute(runtime, workers, fabric, source, &self.config)?;
                 let alone = WriteShare::default();
                 (stats, beside(&mut Beside::new(fabric, reads, &alone)))
@@ -625,33 +615,53 @@ impl Engine {
 
 impl Engine {
     /// Runs `schedule` (validated, its destinations reserved) on the executor: on the
-    /// caller alone if `inline`, else on the caller and the crew.
-    fn execute_schedule(
+    /// caller alone if `inline`, else on the caller and the crew; and calls `beside` on
+    /// the caller with the fabric: while the crew starts the run, before the caller joins
+    /// it (alone: before the run). A crew thread out of units meanwhile helps with the
+    /// writes `beside` makes through the [`WriteShare`] it is given, until `beside`
+    /// returns. A panic of `beside` unwinds from here once the run is over.
+    fn execute_schedule<R>(
         &self,
         fabric: &Fabric,
-        schedule: schedule::Schedule<'_>,
+        schedule: &schedule::Schedule<'_>,
         inline: bool,
-    ) -> Result<ExecutionStats, Error> {
+        beside: impl FnOnce(&Fabric, &WriteShare) -> R,
+    ) -> (Result<ExecutionStats, Error>, R) {
         let started = std::time::Instant::now();
         let skip = self.config.invalid == InvalidPolicy::Skip;
         let run = |unit: &schedule::Unit<'_>| exec::run_unit(fabric, skip, unit);
-        let mut workers = 1;
-        executor::execute(&schedule, run, |job| match inline {
-            true => job(),
-            false => {
-                if self.crew.run(job) {
-                    workers = self.crew.helpers() + 1;
-                }
+        let share = WriteShare::default();
+        let (outcome, (workers, other)) = executor::execute(schedule, run, |job| {
+            let job = || {
+                job();
+                // SAFETY: `job` returned, so this thread runs no more of the replay's
+                // units (the executor hands a worker out only when it claims nothing more).
+                unsafe { share.help(fabric) };
+            };
+            let meanwhile = || {
+                let _end = share::EndHelping(&share);
+                beside(fabric, &share)
+            };
+            match inline {
+                true => (1, crew::beside_then_job(&job, meanwhile)),
+                false => match self.crew.run_beside(&job, meanwhile) {
+                    (true, other) => (self.crew.helpers() + 1, other),
+                    (false, other) => (1, other),
+                },
             }
-        })?;
-        Ok(ExecutionStats {
+        });
+        let stats = outcome.map(|()| ExecutionStats {
             wall: started.elapsed(),
             workers,
             batches: schedule.units().len() as u64,
-            max_buffered: 0,
+            max_buffered: match schedule.dealt() {
+                true => schedule.descriptors(),
+                false => 0,
+            },
             claimed: false,
             dealt_by_page: schedule.dealt(),
-        })
+        });
+        (stats, other)
     }
 }
 
@@ -666,7 +676,7 @@ pub struct Validated {
     queues: Vec<Vec<Descriptor>>,
     plan: Plan,
     /// The queues dealt by destination page, for the first run (see [`Engine::validate`]).
-    dealt: std::sync::Mutex<Option<exec::Buckets>>,
+    dealt: std::sync::Mutex<Option<schedule::Schedule<'static>>>,
     generation: crate::Generation,
     config: EngineConfig,
 }
