@@ -995,27 +995,44 @@ pub(crate) fn execute<S: QueueSource>(
 mod tests {
     use super::*;
 
-    /// [`execute_claimed`] with nothing beside the run (`deal`: by page, grouped).
+    /// What [`execute_claimed`] did, now on the executor: the queues (or, if `deal`,
+    /// their page buckets, grouped) as a schedule, run by the caller and the `crew`.
     fn run_claimed(
         crew: Option<&Crew>,
         fabric: &mut Fabric,
         queues: (&[Vec<Descriptor>], bool),
         config: &EngineConfig,
-        spare: &Spare,
+        _spare: &Spare,
     ) -> Result<ExecutionStats, Error> {
+        use crate::engine::executor;
+        use crate::engine::schedule::{Schedule, Unit};
         let (queues, deal) = queues;
-        let dealing = match deal {
-            true => Dealing::Pages { grouped: true },
-            false => Dealing::Queues,
+        let schedule = match deal {
+            true => Schedule::page_buckets(queues, true),
+            false => Schedule::segments(queues)?,
         };
-        execute_claimed(
-            crew,
-            fabric,
-            (queues, dealing, None),
-            (config, spare),
-            |_, _| (),
-        )
-        .0
+        let skip = config.invalid == InvalidPolicy::Skip;
+        let f: &Fabric = fabric;
+        let run = |u: &Unit<'_>| run_unit(f, skip, u);
+        let (outcome, workers) = executor::execute(&schedule, run, |job| match crew {
+            Some(c) if c.run(job) => c.helpers() + 1,
+            Some(_) => 1,
+            None => {
+                job();
+                1
+            }
+        });
+        let units = schedule.units().iter();
+        outcome.map(|()| ExecutionStats {
+            wall: std::time::Duration::ZERO,
+            workers,
+            batches: units
+                .map(|u| u.descriptors().len().div_ceil(config.batch) as u64)
+                .sum(),
+            max_buffered: if deal { schedule.descriptors() } else { 0 },
+            claimed: true,
+            dealt_by_page: deal,
+        })
     }
     use crate::addr::FabricAddr;
     use crate::descriptor::DescOp;
