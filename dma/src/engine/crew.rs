@@ -1,5 +1,5 @@
-//! The crew: helper threads an [`Engine`](super::Engine) keeps between replays to run a
-//! claimed replay with the caller ([`super::exec::execute_claimed`]).
+//! The crew: the thread pool an [`Engine`](super::Engine) keeps between replays to run a
+//! schedule with the caller ([`super::executor::execute`]).
 //!
 //! A DGE instruction's replay takes about a hundred microseconds, and a thread that sleeps
 //! in the kernel takes tens of microseconds to wake on a virtual machine (29-30 µs measured

@@ -13,7 +13,6 @@
 //! and dense unless it was validated ahead, buckets of destination pages, each page's
 //! descriptors together where pages hold several ([`deal_by_page`]).
 
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -27,14 +26,11 @@ use tracing::Instrument;
 use crate::compute::ComputeOp;
 use crate::descriptor::{Descriptor, SemId, SemWait, SEMAPHORES};
 use crate::error::Error;
-use crate::fabric::{Fabric, PageLocks, PAGE_BYTES};
-use crate::FabricAddr;
+use crate::fabric::{Fabric, PageLocks};
 
 use super::cast::execute_cast;
-use super::crew::{beside_then_job, Crew};
 use super::lock;
 use super::report::ExecutionStats;
-use super::share::{EndHelping, WriteShare};
 use super::source::QueueSource;
 use super::validate::{replay_error, RangeRule};
 use super::{EngineConfig, InvalidPolicy};
@@ -536,7 +532,6 @@ impl Running {
             workers: self.workers,
             batches: self.counters.batches,
             max_buffered: self.counters.max_in_flight,
-            claimed: false,
             dealt_by_page: false,
         };
         let aborted = self.shared.is_aborted();
@@ -590,386 +585,6 @@ fn first_error(
     Ok(())
 }
 
-/// Whether a validated in-memory replay may run by claiming ([`execute_claimed`]): it has
-/// no semaphore, and every queue fits the batches its channel would hold at once (a longer
-/// queue is fed, so that its batches spread over the workers), or it is `dealt` by page
-/// (which copies it into the buckets, so at most [`DEALT_MAX`] descriptors are; fed queue
-/// by queue, its threads would meet on every page).
-pub(crate) fn claimable(
-    queues: &[Vec<Descriptor>],
-    (semaphores, dealt): (bool, bool),
-    config: &EngineConfig,
-) -> bool {
-    let at_once = config.batch.saturating_mul(config.channel_depth);
-    let fits = || queues.iter().all(|q| q.len() <= at_once);
-    !semaphores && (fits() || dealt)
-}
-
-/// The most descriptors a run dealt by page copies (32 MiB of them at most in the
-/// [`Spare`] buffers).
-pub(crate) const DEALT_MAX: usize = 1 << 20;
-
-/// The descriptor buffers a dealt run deals its page buckets into, kept between runs: fresh buffers of a few MiB cost their page faults on every run
-/// (measured 1.2 ms for 2 MiB on this project's VM, a quarter of a 256 MiB replay of 4 KiB
-/// copies on two workers).
-#[derive(Debug, Default)]
-pub(crate) struct Spare(Mutex<Vec<Vec<Descriptor>>>);
-
-impl Spare {
-    /// `units` buffers, empty (fresh ones where too few are kept).
-    fn take(&self, units: usize) -> Vec<Vec<Descriptor>> {
-        let mut held = lock(&self.0);
-        let kept = units.min(held.len());
-        let mut buffers: Vec<_> = held.drain(..kept).collect();
-        buffers.iter_mut().for_each(Vec::clear);
-        buffers.resize_with(units, Vec::new);
-        buffers
-    }
-
-    /// Keeps `buffers` for the next runs.
-    pub(crate) fn put(&self, buffers: Vec<Vec<Descriptor>>) {
-        lock(&self.0).extend(buffers);
-    }
-}
-
-/// Executes a validated, [`claimable`] replay whose destination pages are reserved: the
-/// calling thread and the `crew`'s threads each claim the next queue not yet claimed and
-/// run it to its end, in batches of [`EngineConfig::batch`]. The caller works from the
-/// start instead of sleeping while the others wake, and waits at most for the last queue
-/// another thread runs. Queues still execute in order, each on one thread; the first
-/// failing queue's error (in queue order) is returned, as in [`execute`]. The queues are
-/// read where they are. Without a `crew` the caller runs every queue itself.
-///
-/// `beside` is called on the caller with the fabric while the crew starts the run, before
-/// the caller joins it ([`Crew::run_beside`]); its result comes back with the run's. A
-/// crew thread that runs out of units meanwhile helps with the writes `beside` makes
-/// through the [`WriteShare`] it is given, until `beside` returns.
-///
-/// `dealt` are the buckets of `queues` if they were dealt already ([`deal`]).
-///
-/// With `dealing` by page (`Engine::deals`), the units claimed are not the queues but
-/// [`deal_by_page`]'s buckets of destination pages, so that no two threads write one page
-/// (a round-robin spray puts every queue on every page); an error is then the first
-/// failing bucket's, named by its queue and index.
-pub(crate) fn execute_claimed<R>(
-    crew: Option<&Crew>,
-    fabric: &mut Fabric,
-    (queues, dealing, dealt): (&[Vec<Descriptor>], Dealing, Option<Buckets>),
-    (config, spare): (&EngineConfig, &Spare),
-    beside: impl FnOnce(&Fabric, &WriteShare) -> R,
-) -> (Result<ExecutionStats, Error>, R) {
-    let dealt = match (dealing, dealt) {
-        (Dealing::Pages { .. }, Some(dealt)) => dealt,
-        (Dealing::Pages { grouped }, None) => self::deal(queues, spare, grouped),
-        (Dealing::Queues, unused) => {
-            spare.put(unused.unwrap_or_default());
-            Vec::new()
-        }
-    };
-    let units: Vec<&[Descriptor]> = match dealing {
-        Dealing::Pages { .. } => dealt.iter().map(Vec::as_slice).collect(),
-        Dealing::Queues => queues.iter().map(Vec::as_slice).collect(),
-    };
-    let taken = std::mem::replace(fabric, Fabric::new(fabric.generation()));
-    let skip = config.invalid == InvalidPolicy::Skip;
-    let count = units.len();
-    let claims = Claims {
-        shared: Shared::new(taken, skip, (count, false)),
-        units,
-        next: AtomicUsize::new(0),
-        // failed until run (a unit left unclaimed after a panic comes after every one claimed)
-        results: Mutex::new((0..count).map(|_| Err(Error::RunAborted)).collect()),
-        batch: config.batch,
-    };
-    let started = Instant::now();
-    let share = WriteShare::default();
-    let job = || {
-        claims.claim_all();
-        // SAFETY: this thread has claimed its last unit and run it to its end.
-        unsafe { share.help(&claims.shared.fabric) };
-    };
-    let beside = || {
-        let _end = EndHelping(&share);
-        beside(&claims.shared.fabric, &share)
-    };
-    // A panic of the job is recorded by the claims (its queue stays failed); one of
-    // `beside` unwinds once the job has run, and only after the fabric is back.
-    let ran = catch_unwind(AssertUnwindSafe(|| match crew {
-        Some(crew) => match crew.run_beside(&job, beside) {
-            (true, other) => (crew.helpers() + 1, other),
-            (false, other) => (1, other),
-        },
-        None => (1, beside_then_job(&job, beside)),
-    }));
-    let workers = ran.as_ref().map_or(1, |(workers, _)| *workers);
-    let stats = ExecutionStats {
-        wall: started.elapsed(),
-        workers,
-        batches: claims
-            .units
-            .iter()
-            .map(|u| u.len().div_ceil(config.batch) as u64)
-            .sum(),
-        max_buffered: dealt.iter().map(Vec::len).sum(),
-        claimed: true,
-        dealt_by_page: dealing != Dealing::Queues,
-    };
-    let aborted = claims.shared.is_aborted();
-    let (fabric_back, outcome) = (claims.shared.fabric, first_failure(claims.results, aborted));
-    spare.put(dealt);
-    *fabric = fabric_back;
-    let other = ran.unwrap_or_else(|payload| resume_unwind(payload)).1;
-    let outcome = match (outcome, dealing) {
-        (Err(e), Dealing::Pages { grouped }) => Err(undealt(queues, grouped, e)),
-        (outcome, _) => outcome.map(|()| stats),
-    };
-    (outcome, other)
-}
-
-/// The units of a claimed run (`Engine::deals` decides).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Dealing {
-    /// The queues themselves.
-    Queues,
-    /// Buckets of destination pages ([`deal_by_page`]), each page's descriptors together
-    /// if `grouped`.
-    Pages { grouped: bool },
-}
-
-impl Dealing {
-    /// The dealing of a replay dealt by page, of `descriptors` over `pages` pages: grouped
-    /// where some bucket has two pages or more and the pages have [`GROUP_MIN`]
-    /// descriptors each on average (grouping a bucket costs a pass over it, which a page
-    /// met once or twice in a bucket does not win back: `hostsim bench`'s
-    /// embedding_update, 896 random rows over some 300 pages a replay, spent 8.5 ms a
-    /// run dealing grouped against 4 ms ungrouped, and ran no faster).
-    pub(crate) fn by_page(descriptors: usize, pages: usize) -> Dealing {
-        let grouped = pages > PAGE_BUCKETS && descriptors >= pages.saturating_mul(GROUP_MIN);
-        Dealing::Pages { grouped }
-    }
-}
-
-/// Descriptors per destination page, on average, from which a dealt run is grouped.
-const GROUP_MIN: usize = 4;
-
-/// A run's descriptors dealt by destination page ([`deal_by_page`]).
-pub(crate) type Buckets = Vec<Vec<Descriptor>>;
-
-/// The buckets [`deal_by_page`] makes of `queues`, in buffers from `spare` (which
-/// [`execute_claimed`] gives back to it).
-pub(crate) fn deal(queues: &[Vec<Descriptor>], spare: &Spare, grouped: bool) -> Buckets {
-    deal_by_page(queues, spare.take(PAGE_BUCKETS), grouped)
-}
-
-/// Buckets of destination pages a claimed run deals its descriptors into
-/// ([`deal_by_page`]): page `k` goes to bucket `k % PAGE_BUCKETS`.
-pub(crate) const PAGE_BUCKETS: usize = 16;
-
-/// Groups of pages inside a bucket ([`deal_by_page`]): page `k` is in group
-/// `(k / PAGE_BUCKETS) % PAGE_GROUPS`, so a bucket's pages of a table of up to
-/// `PAGE_BUCKETS * PAGE_GROUPS` pages (64 MiB) are one group each.
-const PAGE_GROUPS: usize = 64;
-
-/// The bucket of the page holding `dst`, and its group in the bucket.
-fn page_slot(dst: FabricAddr) -> (usize, usize) {
-    let page = dst.0 / PAGE_BYTES;
-    let group = (page / PAGE_BUCKETS as u64) % PAGE_GROUPS as u64;
-    ((page % PAGE_BUCKETS as u64) as usize, group as usize)
-}
-
-/// The descriptors of `queues` round by round, each with its queue and index: round `r`
-/// is descriptor `r` of every queue that has one, in queue order. (Round-robin queues,
-/// as the DGE sprays them, come out in their generation order.)
-fn rounds(queues: &[Vec<Descriptor>]) -> impl Iterator<Item = (usize, usize, &Descriptor)> {
-    let longest = queues.iter().map(Vec::len).max().unwrap_or(0);
-    (0..longest).flat_map(move |r| {
-        queues
-            .iter()
-            .enumerate()
-            .filter_map(move |(q, list)| Some((q, r, list.get(r)?)))
-    })
-}
-
-/// Deals the descriptors of `queues` into `buckets` (empty) by destination page
-/// ([`page_slot`]), each bucket in round order ([`rounds`]), or, if `grouped`, group by
-/// group, each group in round order.
-///
-/// For a replay whose pages are independent (`Footprint::pages_independent`): then two
-/// descriptors on different pages touch no common byte, and descriptors that share a
-/// destination page stay in one group in their queues' order, so any schedule of the
-/// buckets gives the memory the queues give. A claimer that takes a bucket writes pages
-/// no other claimer writes; round order keeps a round-robin spray's writes sequential
-/// inside a page; and the groups put a scatter's writes to one page together, so that a
-/// claimer locks each page once, not once per descriptor (`hostsim bench`'s
-/// row_scatter_add, random 4096-row scatter-adds over 390 pages, ran 0.089 -> 0.070 s).
-fn deal_by_page(
-    queues: &[Vec<Descriptor>],
-    mut buckets: Vec<Vec<Descriptor>>,
-    grouped: bool,
-) -> Vec<Vec<Descriptor>> {
-    buckets.resize_with(PAGE_BUCKETS, Vec::new);
-    // `rounds` written out: this loop runs for every descriptor of the replay before any
-    // executes, and the nested iterator cost it twice the time.
-    let longest = queues.iter().map(Vec::len).max().unwrap_or(0);
-    for r in 0..longest {
-        for d in queues.iter().filter_map(|list| list.get(r)) {
-            if let Some(bucket) = buckets.get_mut(page_slot(d.dest_range().0).0) {
-                bucket.push(*d);
-            }
-        }
-    }
-    if grouped {
-        let mut scratch = Vec::new();
-        for bucket in &mut buckets {
-            group_by_page(bucket, &mut scratch);
-        }
-    }
-    buckets
-}
-
-/// Orders `bucket` group by group ([`page_slot`]), keeping the order inside each group
-/// (a stable counting sort through `scratch`); a bucket of one group stays as it is.
-fn group_by_page(bucket: &mut [Descriptor], scratch: &mut Vec<Descriptor>) {
-    let group = |d: &Descriptor| page_slot(d.dest_range().0).1;
-    let mut next = [0u32; PAGE_GROUPS];
-    for d in bucket.iter() {
-        next[group(d)] += 1;
-    }
-    if next.iter().filter(|&&n| n > 0).count() < 2 {
-        return;
-    }
-    let mut len = 0;
-    for start in next.iter_mut() {
-        (*start, len) = (len, len + *start);
-    }
-    scratch.clear();
-    scratch.extend_from_slice(bucket);
-    for d in scratch.iter() {
-        let at = &mut next[group(d)];
-        if let Some(place) = bucket.get_mut(*at as usize) {
-            *place = *d;
-        }
-        *at += 1;
-    }
-}
-
-/// The queue and index in `queues` of the descriptor at `index` of bucket `bucket` of
-/// [`deal_by_page`] (`grouped` as it was dealt).
-fn locate(
-    queues: &[Vec<Descriptor>],
-    (bucket, grouped): (usize, bool),
-    index: u64,
-) -> Option<(usize, u64)> {
-    let mut dealt: Vec<(usize, usize, u64)> = rounds(queues)
-        .filter_map(|(q, r, d)| {
-            let (b, g) = page_slot(d.dest_range().0);
-            (b == bucket).then_some((g, q, r as u64))
-        })
-        .collect();
-    // stable: round order inside a group
-    if grouped {
-        dealt.sort_by_key(|&(g, ..)| g);
-    }
-    dealt
-        .get(usize::try_from(index).ok()?)
-        .map(|&(_, q, r)| (q, r))
-}
-
-/// A dealt run's error with its bucket position put back as the descriptor's queue and
-/// index.
-fn undealt(queues: &[Vec<Descriptor>], grouped: bool, e: Error) -> Error {
-    match e {
-        Error::ReplayDescriptor {
-            queue,
-            index,
-            what,
-            source,
-        } => {
-            let at = locate(queues, (queue, grouped), index);
-            let (queue, index) = at.unwrap_or((queue, index));
-            Error::ReplayDescriptor {
-                queue,
-                index,
-                what,
-                source,
-            }
-        }
-        e => e,
-    }
-}
-
-/// The queues of a claimed run, who takes which next, and each queue's outcome. Aligned
-/// as the crew's board is (a claimed run keeps it on the caller's stack, next to the
-/// caller's own hot locals).
-#[repr(align(128))]
-struct Claims<'q> {
-    shared: Shared,
-    /// The descriptors of every unit claimed: a queue, or a bucket of pages.
-    units: Vec<&'q [Descriptor]>,
-    next: AtomicUsize,
-    results: Mutex<Vec<Result<(), Error>>>,
-    batch: usize,
-}
-
-impl Claims<'_> {
-    /// Claims queues and runs each to its end until none is left or the run aborted.
-    fn claim_all(&self) {
-        loop {
-            let queue = self.next.fetch_add(1, Ordering::Relaxed);
-            let Some(descs) = self.queue(queue) else {
-                return;
-            };
-            // Its slot says failed until it ends: a queue that panics stays failed.
-            let mut guard = AbortOnDrop {
-                shared: &self.shared,
-                queue,
-                armed: true,
-            };
-            let outcome = self.run_queue(queue, descs);
-            // a unit is a queue, or a bucket of destination pages when dealt by page
-            tracing::trace!(unit = queue, descriptors = descs.len(), "unit done");
-            guard.armed = outcome.is_err();
-            drop(guard);
-            self.record(queue, outcome);
-        }
-    }
-
-    /// The descriptors of `queue` (`None` past the last queue).
-    fn queue(&self, queue: usize) -> Option<&[Descriptor]> {
-        self.units.get(queue).copied()
-    }
-
-    fn record(&self, queue: usize, outcome: Result<(), Error>) {
-        let mut results = lock(&self.results);
-        if let Some(slot) = results.get_mut(queue) {
-            *slot = outcome;
-        }
-    }
-
-    /// One queue's batches in order (nothing waits: the run has no semaphore).
-    fn run_queue(&self, queue: usize, descs: &[Descriptor]) -> Result<(), Error> {
-        let mut first = 0u64;
-        for batch in descs.chunks(self.batch.max(1)) {
-            if !self.shared.run_ready(queue, first, batch)? {
-                break;
-            }
-            first += batch.len() as u64;
-        }
-        Ok(())
-    }
-}
-
-/// The first failing queue's error in queue order ([`Error::RunAborted`] for one that
-/// panicked), or [`Error::RunAborted`] if the run was aborted without one.
-fn first_failure(results: Mutex<Vec<Result<(), Error>>>, aborted: bool) -> Result<(), Error> {
-    let results = results.into_inner().unwrap_or_else(|p| p.into_inner());
-    results.into_iter().collect::<Result<Vec<()>, Error>>()?;
-    match aborted {
-        false => Ok(()),
-        true => Err(Error::RunAborted),
-    }
-}
-
 /// Executes a validated source whose destination pages are reserved: moves the fabric into
 /// the run, feeds the queues, and moves it back whatever happens.
 pub(crate) fn execute<S: QueueSource>(
@@ -994,6 +609,7 @@ pub(crate) fn execute<S: QueueSource>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::crew::Crew;
 
     /// What [`execute_claimed`] did, now on the executor: the queues (or, if `deal`,
     /// their page buckets, grouped) as a schedule, run by the caller and the `crew`.
@@ -1002,7 +618,6 @@ mod tests {
         fabric: &mut Fabric,
         queues: (&[Vec<Descriptor>], bool),
         config: &EngineConfig,
-        _spare: &Spare,
     ) -> Result<ExecutionStats, Error> {
         use crate::engine::executor;
         use crate::engine::schedule::{Schedule, Unit};
@@ -1030,7 +645,6 @@ mod tests {
                 .map(|u| u.descriptors().len().div_ceil(config.batch) as u64)
                 .sum(),
             max_buffered: if deal { schedule.descriptors() } else { 0 },
-            claimed: true,
             dealt_by_page: deal,
         })
     }
@@ -1237,25 +851,19 @@ mod tests {
         let rt = runtime(2);
         let crew = crew(1);
         let cfg = config(64, 8);
-        assert!(claimable(&queues, (false, false), &cfg));
-        assert!(!claimable(&queues, (true, false), &cfg));
-        assert!(!claimable(&queues, (true, true), &cfg));
-        assert!(!claimable(&queues, (false, false), &config(64, 4)));
-        assert!(claimable(&queues, (false, true), &config(64, 4)));
         let mut fed = Fabric::new(Generation::Cayman);
         let (mut claimed, mut alone) = (fed.clone(), fed.clone());
         for f in [&mut fed, &mut claimed, &mut alone] {
             f.reserve(FabricAddr(0), 0x10000).unwrap();
         }
         let a = execute(&rt, 2, &mut fed, &mut Slices::new(&queues), &cfg).unwrap();
-        let spare = Spare::default();
-        let b = run_claimed(Some(&crew), &mut claimed, (&queues, false), &cfg, &spare).unwrap();
+        let b = run_claimed(Some(&crew), &mut claimed, (&queues, false), &cfg).unwrap();
         assert_eq!(claimed.first_difference(&fed), None);
         assert_eq!((b.batches, b.workers), (a.batches, 2));
         // the queues are read where they are: nothing is copied
         assert_eq!(b.max_buffered, 0);
         // without a crew the caller runs them all, to the same memory
-        let c = run_claimed(None, &mut alone, (&queues, false), &cfg, &spare).unwrap();
+        let c = run_claimed(None, &mut alone, (&queues, false), &cfg).unwrap();
         assert_eq!(alone.first_difference(&fed), None);
         assert_eq!((c.batches, c.workers), (a.batches, 1));
         let mut out = [0u8; 8];
@@ -1279,18 +887,10 @@ mod tests {
     fn a_claimed_run_returns_the_first_failing_queue_and_the_fabric() {
         let queues = with_two_unreserved(four_queues());
         let crew = crew(1);
-        let spare = Spare::default();
         for _ in 0..10 {
             let mut f = Fabric::new(Generation::Cayman);
             f.reserve(FabricAddr(0), 0x10000).unwrap();
-            let e = run_claimed(
-                Some(&crew),
-                &mut f,
-                (&queues, false),
-                &config(64, 8),
-                &spare,
-            )
-            .unwrap_err();
+            let e = run_claimed(Some(&crew), &mut f, (&queues, false), &config(64, 8)).unwrap_err();
             let Error::ReplayDescriptor { queue, index, .. } = e else {
                 panic!("{e:?}")
             };
@@ -1342,19 +942,12 @@ mod tests {
         let mut want = f.clone();
         execute_sequential(&mut want, &queues).unwrap();
         let crew = crew(1);
-        let spare = Spare::default();
         for _ in 0..5 {
             let mut g = f.clone();
             g.close_pages();
             g.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
             g.reserve(FabricAddr(2 << 20), 256).unwrap();
-            let stats = run_claimed(
-                Some(&crew),
-                &mut g,
-                (&queues, true),
-                &config(64, 64),
-                &spare,
-            );
+            let stats = run_claimed(Some(&crew), &mut g, (&queues, true), &config(64, 64));
             let stats = stats.unwrap();
             assert!(stats.dealt_by_page);
             // every descriptor was copied into a bucket once
@@ -1373,109 +966,12 @@ mod tests {
         let mut f = Fabric::new(Generation::Cayman);
         f.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
         f.reserve(FabricAddr(2 << 20), 256).unwrap();
-        let spare = Spare::default();
-        let e = run_claimed(
-            Some(&crew),
-            &mut f,
-            (&queues, true),
-            &config(64, 64),
-            &spare,
-        );
+        let e = run_claimed(Some(&crew), &mut f, (&queues, true), &config(64, 64));
         let Err(Error::ReplayDescriptor { queue, index, .. }) = e else {
             panic!("{e:?}")
         };
         // both are on one page, so in one bucket, in round order: queue 3's comes first
         assert_eq!((queue, index), (3, 0));
-    }
-
-    #[test]
-    fn dealing_keeps_every_descriptor_once_and_each_queue_in_order() {
-        let queues = gather_queues();
-        for grouped in [false, true] {
-            let buckets = deal_by_page(&queues, Vec::new(), grouped);
-            assert_eq!(buckets.len(), PAGE_BUCKETS);
-            let total: usize = buckets.iter().map(Vec::len).sum();
-            assert_eq!(total, queues.iter().map(Vec::len).sum::<usize>());
-            for (b, bucket) in buckets.iter().enumerate() {
-                for (i, d) in bucket.iter().enumerate() {
-                    assert_eq!(page_slot(d.dest_range().0).0, b);
-                    let (q, r) = locate(&queues, (b, grouped), i as u64).unwrap();
-                    assert_eq!(queues[q][r as usize], *d);
-                }
-            }
-            assert!(deal_by_page(&[], Vec::new(), grouped)
-                .iter()
-                .all(Vec::is_empty));
-        }
-    }
-
-    #[test]
-    fn a_run_is_grouped_from_four_descriptors_a_page_over_more_pages_than_buckets() {
-        let grouped = |d, p| Dealing::by_page(d, p) == Dealing::Pages { grouped: true };
-        assert!(grouped(4096, 390) && grouped(4 * 17, 17));
-        assert!(!grouped(896, 300) && !grouped(4 * 17 - 1, 17));
-        assert!(!grouped(4096, 16) && !grouped(1 << 20, 1));
-    }
-
-    proptest::proptest! {
-        /// A scatter of 256-byte rows over a table of up to 1024 pages: every page's
-        /// descriptors are one run of its bucket (locked once), in round order, and each
-        /// is located back at its queue and index.
-        #[test]
-        fn dealing_a_scatter_puts_each_page_together_in_round_order(
-            rows in proptest::collection::vec(0..1024 * 256u64, 1..600),
-            queues in 1..=16usize,
-        ) {
-            let mut lists = vec![Vec::new(); queues];
-            for (i, &row) in rows.iter().enumerate() {
-                let d = Descriptor::new(DescOp::Add, FabricAddr(i as u64 * 256), FabricAddr((64 << 20) + row * 256), 256, Dtype::F32);
-                lists[i % queues].push(d.unwrap());
-            }
-            let plain = deal_by_page(&lists, Vec::new(), false);
-            for (b, bucket) in plain.iter().enumerate() {
-                // round order: each descriptor located back, the queues' order kept
-                let at: Vec<(usize, u64)> = (0..bucket.len()).map(|i| locate(&lists, (b, false), i as u64).unwrap()).collect();
-                proptest::prop_assert!(at.iter().map(|&(q, r)| (r, q)).is_sorted());
-                for (&(q, r), d) in at.iter().zip(bucket) {
-                    proptest::prop_assert_eq!(lists[q][r as usize], *d);
-                }
-            }
-            let buckets = deal_by_page(&lists, Vec::new(), true);
-            let page = |d: &Descriptor| d.dest_range().0 .0 / PAGE_BYTES;
-            for (b, bucket) in buckets.iter().enumerate() {
-                let runs: Vec<u64> = bucket.chunk_by(|x, y| page(x) == page(y)).map(|run| page(&run[0])).collect();
-                let distinct: std::collections::BTreeSet<u64> = runs.iter().copied().collect();
-                proptest::prop_assert_eq!(runs.len(), distinct.len(), "bucket {} pages {:?}", b, runs);
-                let mut last = None;
-                for (i, d) in bucket.iter().enumerate() {
-                    let (q, r) = locate(&lists, (b, true), i as u64).unwrap();
-                    proptest::prop_assert_eq!(lists[q][r as usize], *d);
-                    // a page's descriptors in round order (the same page is one run)
-                    let at = (page(d), r, q);
-                    if let Some(before) = last.filter(|l: &(u64, u64, usize)| l.0 == at.0) {
-                        proptest::prop_assert!(before < at);
-                    }
-                    last = Some(at);
-                }
-            }
-            let total: usize = buckets.iter().map(Vec::len).sum();
-            proptest::prop_assert_eq!(total, rows.len());
-        }
-    }
-
-    #[test]
-    fn the_first_failure_is_the_lowest_failing_queue() {
-        let e = |queue| Error::ReplayDescriptor {
-            queue,
-            index: 0,
-            what: "execution",
-            source: Box::new(Error::RunAborted),
-        };
-        let of = |r: Vec<Result<(), Error>>, aborted| first_failure(Mutex::new(r), aborted);
-        assert_eq!(of(vec![Ok(()), Err(e(1)), Err(e(2))], false), Err(e(1)));
-        assert_eq!(of(vec![Err(e(0)), Err(e(2))], true), Err(e(0)));
-        assert_eq!(of(vec![Ok(()), Ok(())], true), Err(Error::RunAborted));
-        assert_eq!(of(vec![Ok(()), Ok(())], false), Ok(()));
     }
 
     #[test]

@@ -97,16 +97,10 @@
 
 mod cast;
 mod crew;
-// The claimed execution (`execute_claimed`, `Claims`, dealing by page) is replaced by the
-// executor and kept only for its tests until they move (dma/EXECUTOR_PLAN.md).
-#[allow(dead_code)]
 mod exec;
-// not yet on every path (dma/EXECUTOR_PLAN.md)
-#[allow(dead_code)]
 mod executor;
 mod race;
 mod report;
-#[allow(dead_code)]
 mod schedule;
 mod sequential;
 mod session;
@@ -130,7 +124,7 @@ pub use report::{ExecutionStats, QueueReport, ReplayReport, ReplaySummary};
 pub use sequential::execute_sequential;
 pub use session::Session;
 
-use exec::Dealing;
+use schedule::Schedule;
 use share::WriteShare;
 use source::{FileSource, QueueSource, Slices};
 use validate::Plan;
@@ -443,12 +437,11 @@ impl Engine {
     ) -> Result<Validated, Error> {
         let mut plan = self.plan(fabric, &mut Slices::new(&queues))?;
         plan.ahead = true;
-        // A run that will be claimed by the caller and the crew and dealt by page is dealt
-        // now, so that the dealing too is done beside the replay before it.
-        let dealt = match self.claims(&queues, &plan, false) {
-            Some(Dealing::Pages { grouped }) => Some(schedule::Schedule::page_buckets(&queues, grouped)),
-            _ => None,
-        };
+        // Page buckets for a run on the caller and the thread pool are dealt now, beside
+        // the replay before.
+        let dealt = self
+            .page_buckets(&queues, &plan, false)
+            .map(|grouped| Schedule::page_buckets(&queues, grouped));
         Ok(Validated {
             queues,
             plan,
@@ -500,26 +493,17 @@ impl Engine {
         validated.queues
     }
 
-    /// How in-memory `queues` validated into `plan` are dealt if they run by claiming
-    /// (`None` if they do not): on the caller alone if `inline`, else on the caller and the
-    /// crew, which needs two workers.
-    fn claims(&self, queues: &[Vec<Descriptor>], plan: &Plan, inline: bool) -> Option<Dealing> {
-        let dealing = self.deals(queues, plan);
-        let deal = dealing != Dealing::Queues;
-        let claimed = (inline || self.config.workers > 1)
-            && exec::claimable(queues, (plan.semaphores, deal), &self.config);
-        claimed.then_some(dealing)
-    }
-
-    /// How a claimed run of in-memory `queues` validated into `plan` is dealt: by page
-    /// where [`Plan::deals_by_page`] and it has at most [`exec::DEALT_MAX`] descriptors
-    /// ([`Dealing::by_page`]).
-    fn deals(&self, queues: &[Vec<Descriptor>], plan: &Plan) -> Dealing {
+    /// Whether in-memory `queues` validated into `plan` run as page buckets (`None`: as
+    /// queue segments), and if so whether grouped by page: where they have no semaphore,
+    /// [`Plan::deals_by_page`], at most [`schedule::DEALT_MAX`] descriptors, and run on
+    /// more than one thread or on the caller alone (`inline`).
+    fn page_buckets(&self, queues: &[Vec<Descriptor>], plan: &Plan, inline: bool) -> Option<bool> {
         let descriptors = queues.iter().map(Vec::len).sum::<usize>();
-        match plan.deals_by_page() && descriptors <= exec::DEALT_MAX {
-            true => Dealing::by_page(descriptors, plan.pages.len()),
-            false => Dealing::Queues,
-        }
+        let by_page = (inline || self.config.workers > 1)
+            && !plan.semaphores
+            && plan.deals_by_page()
+            && descriptors <= schedule::DEALT_MAX;
+        by_page.then(|| schedule::grouped(descriptors, plan.pages.len()))
     }
 
     /// Whether a validated replay is small enough to run on the caller alone
@@ -562,7 +546,7 @@ impl Engine {
         &self,
         fabric: &mut Fabric,
         source: &mut S,
-        (plan, dealt): (&Plan, Option<schedule::Schedule<'static>>),
+        (plan, dealt): (&Plan, Option<Schedule<'static>>),
         beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ReplayReport, R), Error> {
         // This replay's destinations are opened; every page it reads is closed, so read
@@ -578,20 +562,13 @@ impl Engine {
         let reads = plan.footprint.read_pages();
         let (execution, other) = match source.in_memory() {
             Some(queues) => {
-                let claimed = self.claims(queues, plan, inline);
-                let schedule = match (claimed, dealt) {
-                    (Some(Dealing::Pages { .. }), Some(dealt)) => dealt,
-                    (Some(Dealing::Pages { grouped }), None) => {
-                        schedule::Schedule::page_buckets(queues, grouped)
-                    }
-                    _ => schedule::Schedule::segments(queues)?,
+                let schedule = match (self.page_buckets(queues, plan, inline), dealt) {
+                    (Some(_), Some(dealt)) => dealt,
+                    (Some(grouped), None) => Schedule::page_buckets(queues, grouped),
+                    (None, _) => Schedule::segments(queues)?,
                 };
                 let beside = |f: &Fabric, share: &_| beside(&mut Beside::new(f, reads, share));
                 let (stats, other) = self.execute_schedule(fabric, &schedule, inline, beside);
-                let stats = stats.map(|s| ExecutionStats {
-                    claimed: claimed.is_some(),
-                    ..s
-                });
                 (stats?, other)
             }
             _ => {
@@ -623,7 +600,7 @@ impl Engine {
     fn execute_schedule<R>(
         &self,
         fabric: &Fabric,
-        schedule: &schedule::Schedule<'_>,
+        schedule: &Schedule<'_>,
         inline: bool,
         beside: impl FnOnce(&Fabric, &WriteShare) -> R,
     ) -> (Result<ExecutionStats, Error>, R) {
@@ -658,7 +635,6 @@ impl Engine {
                 true => schedule.descriptors(),
                 false => 0,
             },
-            claimed: false,
             dealt_by_page: schedule.dealt(),
         });
         (stats, other)
@@ -676,7 +652,7 @@ pub struct Validated {
     queues: Vec<Vec<Descriptor>>,
     plan: Plan,
     /// The queues dealt by destination page, for the first run (see [`Engine::validate`]).
-    dealt: std::sync::Mutex<Option<schedule::Schedule<'static>>>,
+    dealt: std::sync::Mutex<Option<Schedule<'static>>>,
     generation: crate::Generation,
     config: EngineConfig,
 }
@@ -827,19 +803,6 @@ mod tests {
         static ENGINES: OnceLock<[Engine; 4]> = OnceLock::new();
         let engines = ENGINES.get_or_init(|| [0, 1, 2, 3].map(|w| Engine::new(config(w)).unwrap()));
         &engines[workers]
-    }
-
-    /// Whether `e` runs `queues` (no semaphores, in memory) by claiming them: on the caller
-    /// alone within the inline limit, or on two workers, with every queue fitting its
-    /// channel whole, or dealt by page (as the report says: the rule is the validation's
-    /// footprint).
-    fn claims(e: &Engine, queues: &[Vec<Descriptor>], report: &ReplayReport) -> bool {
-        let c = e.config();
-        let fits = queues.iter().all(|q| q.len() <= c.batch * c.channel_depth);
-        let all = queues.iter().flatten();
-        let bytes = all.clone().map(|d| u64::from(d.len())).sum();
-        let inline = c.inline.admits(all.count() as u64, bytes);
-        (inline || c.workers > 1) && (fits || report.execution.dealt_by_page)
     }
 
     fn with(workers: usize, f: impl FnOnce(&mut EngineConfig)) -> Engine {
@@ -1112,7 +1075,7 @@ mod tests {
         assert!(lock(&validated.dealt).is_some(), "dealt when validated");
         for _ in 0..2 {
             let (report, ()) = engine(2).run_beside(&mut f, &validated, |_| ()).unwrap();
-            assert!(report.execution.claimed && report.execution.dealt_by_page);
+            assert!(report.execution.dealt_by_page);
             assert_eq!(f.first_difference(&want), None);
         }
         assert_eq!(engine(2).recycle(validated), queues);
@@ -1216,7 +1179,6 @@ mod tests {
             let queues = spray(&descs, queues);
             let mut f = fabric();
             let report = engine(workers).run(&mut f, &queues).unwrap();
-            prop_assert_eq!(report.execution.claimed, claims(engine(workers), &queues, &report));
             prop_assert_eq!(window(&f), reference(&queues));
             let mut g = fabric();
             execute_sequential(&mut g, &queues).unwrap();
@@ -1261,12 +1223,10 @@ mod tests {
             execute_sequential(&mut want, &lists).unwrap();
             let mut ahead = f.clone();
             let report = engine(3).run(&mut f, &lists).unwrap();
-            prop_assert!(report.execution.claimed);
             prop_assert_eq!(report.execution.dealt_by_page, dense && shared);
             prop_assert_eq!(f.first_difference(&want), None);
             let validated = engine(3).validate(&ahead, lists).unwrap();
             let (report, ()) = engine(3).run_beside(&mut ahead, &validated, |_| ()).unwrap();
-            prop_assert!(report.execution.claimed);
             prop_assert_eq!(report.execution.dealt_by_page, shared);
             prop_assert_eq!(ahead.first_difference(&want), None);
         }
@@ -1291,7 +1251,6 @@ mod tests {
             let e = engine(3);
             let validated = e.validate(&f, queues).unwrap();
             let (report, ()) = e.run_beside(&mut f, &validated, |_| ()).unwrap();
-            assert!(report.execution.claimed, "{second_half}");
             assert_eq!(report.execution.dealt_by_page, dealt, "{second_half}");
             assert_eq!(f.first_difference(&want), None);
         }
@@ -1315,15 +1274,14 @@ mod tests {
         let (mut f, mut want) = (fabric(), fabric());
         execute_sequential(&mut want, &queues).unwrap();
         let report = engine(2).run(&mut f, &queues).unwrap();
-        assert!(report.execution.claimed && report.execution.dealt_by_page);
+        assert!(report.execution.dealt_by_page);
         assert_eq!(f.first_difference(&want), None);
-        // past the most a dealt run copies, the queues are not dealt, hence fed
+        // past the most a replay dealt by page copies, it runs as queue segments
         let e = engine(2);
         let plan = e.plan(&f, &mut Slices::new(&queues)).unwrap();
-        assert_ne!(e.deals(&queues, &plan), Dealing::Queues);
-        let huge = vec![vec![queues[0][0]; exec::DEALT_MAX / 2 + 1]; 2];
-        assert_eq!(e.deals(&huge, &plan), Dealing::Queues);
-        assert!(!exec::claimable(&huge, (false, false), e.config()));
+        assert!(e.page_buckets(&queues, &plan, false).is_some());
+        let huge = vec![vec![queues[0][0]; schedule::DEALT_MAX / 2 + 1]; 2];
+        assert_eq!(e.page_buckets(&huge, &plan, false), None);
     }
 
     /// Mailbox `k` is `[k * MAILBOX, +MAILBOX)`, below the groups. Every write to a mailbox
@@ -1496,7 +1454,6 @@ mod tests {
                     let e = with(workers, |c| c.batch = batch);
                     let mut f = fabric();
                     let report = e.run(&mut f, &sprayed).unwrap();
-                    assert_eq!(report.execution.claimed, claims(&e, &sprayed, &report));
                     assert_eq!(
                         f.first_difference(&baseline),
                         None,
@@ -1896,27 +1853,26 @@ mod tests {
         assert!(!limit.admits(5, 1) && !limit.admits(1, 65));
         assert!(InlineLimit::OFF.admits(0, 0) && !InlineLimit::OFF.admits(1, 1));
         let e = with(2, |c| c.inline = limit);
-        // a signal makes a replay fed: the limit decides where it runs
+        // the limit decides where a replay runs, with semaphores or without
         let signalled = |d: Descriptor| d.with_signal(sem(0));
         let small = vec![vec![signalled(fill(0x40, 8, 9))], vec![fill(0x80, 8, 7)]];
         let many = vec![(0..5)
             .map(|i| signalled(fill(0x40 + 8 * i, 8, 1)))
             .collect()];
         let wide = vec![vec![signalled(fill(0x40, 65, 3))]];
-        // without one it is claimed: by the caller alone within the limit, else with the crew
-        let claimed = vec![vec![fill(0x40, 8, 9)], vec![fill(0x80, 8, 7)]];
-        let claimed_many = vec![(0..5).map(|i| fill(0x40 + 8 * i, 8, 1)).collect()];
-        for (queues, (workers, claims)) in [
-            (small, (1, false)),
-            (many, (2, false)),
-            (wide, (2, false)),
-            (claimed, (1, true)),
-            (claimed_many, (2, true)),
+        // without one, the same
+        let plain = vec![vec![fill(0x40, 8, 9)], vec![fill(0x80, 8, 7)]];
+        let plain_many = vec![(0..5).map(|i| fill(0x40 + 8 * i, 8, 1)).collect()];
+        for (queues, workers) in [
+            (small, 1),
+            (many, 2),
+            (wide, 2),
+            (plain, 1),
+            (plain_many, 2),
         ] {
             let mut f = fabric();
             let report = e.run(&mut f, &queues).unwrap();
             assert_eq!(report.execution.workers, workers);
-            assert_eq!(report.execution.claimed, claims);
             let mut g = fabric();
             execute_sequential(&mut g, &queues).unwrap();
             assert_eq!(f.first_difference(&g), None);

@@ -110,9 +110,6 @@ pub struct ExecutionStats {
     /// descriptors copied into page buckets (none when the queues are claimed whole, in
     /// place).
     pub max_buffered: usize,
-    /// Whether the threads claimed whole queues from memory instead of being fed batches
-    /// through channels (see the engine's "Execution" overview).
-    pub claimed: bool,
     /// Whether a claimed run was dealt by destination page instead of by queue (see the
     /// engine's "Execution" overview).
     pub dealt_by_page: bool,
@@ -211,7 +208,6 @@ mod tests {
             workers: 1,
             batches,
             max_buffered: 10,
-            claimed: false,
             dealt_by_page: false,
         };
         let a = ReplayReport {

@@ -23,8 +23,23 @@ use crate::fabric::PAGE_BYTES;
 /// `k % PAGE_BUCKETS`.
 pub(crate) const PAGE_BUCKETS: usize = 16;
 
-/// Groups of pages inside a bucket: page `k` is in group `(k / PAGE_BUCKETS) % PAGE_GROUPS`.
+/// Groups of pages inside a bucket: page `k` is in group `(k / PAGE_BUCKETS) % PAGE_GROUPS`,
+/// so a bucket's pages of a table of up to 64 MiB are one group each.
 const PAGE_GROUPS: u64 = 64;
+
+/// The most descriptors a replay dealt into page buckets copies.
+pub(crate) const DEALT_MAX: usize = 1 << 20;
+
+/// Descriptors per destination page, on average, from which page buckets are grouped.
+const GROUP_MIN: usize = 4;
+
+/// Whether page buckets of `descriptors` over `pages` pages are grouped by page: where some
+/// bucket has two pages or more and the pages have [`GROUP_MIN`] descriptors each on
+/// average (grouping costs a pass over each bucket, which a page met once or twice in a
+/// bucket does not win back).
+pub(crate) fn grouped(descriptors: usize, pages: usize) -> bool {
+    pages > PAGE_BUCKETS && descriptors >= pages.saturating_mul(GROUP_MIN)
+}
 
 /// Where a unit's descriptors come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,7 +253,7 @@ fn group(descs: Vec<Descriptor>, at: Vec<(u32, u32)>) -> (Vec<Descriptor>, Vec<(
 mod tests {
     use super::*;
     use crate::addr::FabricAddr;
-    use crate::descriptor::{SemId, SemWait};
+    use crate::descriptor::{DescOp, SemId, SemWait};
     use crate::dtype::Dtype;
     use std::num::NonZeroU32;
 
@@ -257,7 +272,12 @@ mod tests {
     fn queues_are_cut_at_their_semaphore_points_and_ordered_by_them() {
         let s0 = SemId::new(0).unwrap();
         let queues = vec![
-            vec![fill(0), fill(8).with_signal(s0), fill(16), fill(24).with_signal(s0)],
+            vec![
+                fill(0),
+                fill(8).with_signal(s0),
+                fill(16),
+                fill(24).with_signal(s0),
+            ],
             vec![fill(64), fill(72).with_wait(wait(0, 2)), fill(80)],
         ];
         let s = Schedule::segments(&queues).unwrap();
@@ -276,7 +296,15 @@ mod tests {
     fn a_wait_no_signal_meets_is_a_deadlock() {
         let queues = vec![vec![fill(0).with_wait(wait(3, 1))]];
         let e = Schedule::segments(&queues).unwrap_err();
-        assert!(matches!(e, Error::SemaphoreDeadlock { queue: 0, index: 0, sem: 3, .. }));
+        assert!(matches!(
+            e,
+            Error::SemaphoreDeadlock {
+                queue: 0,
+                index: 0,
+                sem: 3,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -292,5 +320,114 @@ mod tests {
         assert_eq!((b1.at(0), b1.at(1)), ((0, 1), (1, 1)));
         assert_eq!(s.units()[0].at(1), (1, 0));
         assert_eq!(s.descriptors(), 4);
+    }
+
+    /// Four round-robin queues gathering 64-byte rows into rows at 1 MiB, over several
+    /// pages, each queue also adding twice into its own row of a sum block.
+    fn gather_queues() -> Vec<Vec<Descriptor>> {
+        let mut queues = vec![Vec::new(); 4];
+        for i in 0..4096u64 {
+            let (src, dst) = ((i * 7919) % 1000 * 64, (1 << 20) + i * 64);
+            let copy = Descriptor::new(
+                DescOp::Copy,
+                FabricAddr(src),
+                FabricAddr(dst),
+                64,
+                Dtype::U8,
+            );
+            queues[(i % 4) as usize].push(copy.unwrap());
+        }
+        for (q, list) in queues.iter_mut().enumerate() {
+            for k in 0..2u64 {
+                let (src, dst) = (k * 64 + q as u64 * 4, (2 << 20) + q as u64 * 64);
+                let add = Descriptor::new(
+                    DescOp::Add,
+                    FabricAddr(src),
+                    FabricAddr(dst),
+                    64,
+                    Dtype::F32,
+                );
+                list.push(add.unwrap());
+            }
+        }
+        queues
+    }
+
+    #[test]
+    fn page_buckets_keep_every_descriptor_once_and_each_queue_in_order() {
+        let queues = gather_queues();
+        for grouped in [false, true] {
+            let s = Schedule::page_buckets(&queues, grouped);
+            assert_eq!(s.units().len(), PAGE_BUCKETS);
+            assert_eq!(s.descriptors(), queues.iter().map(Vec::len).sum::<usize>());
+            for (b, unit) in s.units().iter().enumerate() {
+                let mut last = None;
+                for (i, d) in unit.descriptors().iter().enumerate() {
+                    assert_eq!(page_slot(d).0, b);
+                    let (q, r) = unit.at(i);
+                    assert_eq!(queues[q][r as usize], *d);
+                    // a queue's descriptors on one page keep their order
+                    let key = (q, page_slot(d).1);
+                    if let Some((k, before)) = last.filter(|(k, _)| *k == key) {
+                        assert!(before < r, "{k:?}");
+                    }
+                    last = Some((key, r));
+                }
+            }
+            let none = Schedule::page_buckets(&[], grouped);
+            assert!(none.units().iter().all(|u| u.descriptors().is_empty()));
+        }
+    }
+
+    #[test]
+    fn buckets_are_grouped_from_four_descriptors_a_page_over_more_pages_than_buckets() {
+        assert!(grouped(4096, 390) && grouped(4 * 17, 17));
+        assert!(!grouped(896, 300) && !grouped(4 * 17 - 1, 17));
+        assert!(!grouped(4096, 16) && !grouped(1 << 20, 1));
+    }
+
+    proptest::proptest! {
+        /// A scatter of 256-byte rows over a table of up to 1024 pages: ungrouped, each
+        /// bucket is in round order; grouped, every page's descriptors are one run of its
+        /// bucket, in round order; each descriptor is located at its queue and index.
+        #[test]
+        fn page_buckets_of_a_scatter_put_each_page_together_in_round_order(
+            rows in proptest::collection::vec(0..1024 * 256u64, 1..600),
+            queues in 1..=16usize,
+        ) {
+            let mut lists = vec![Vec::new(); queues];
+            for (i, &row) in rows.iter().enumerate() {
+                let d = Descriptor::new(DescOp::Add, FabricAddr(i as u64 * 256), FabricAddr((64 << 20) + row * 256), 256, Dtype::F32);
+                lists[i % queues].push(d.unwrap());
+            }
+            let plain = Schedule::page_buckets(&lists, false);
+            for unit in plain.units() {
+                let at: Vec<(usize, u64)> = (0..unit.descriptors().len()).map(|i| unit.at(i)).collect();
+                proptest::prop_assert!(at.iter().map(|&(q, r)| (r, q)).is_sorted());
+                for (&(q, r), d) in at.iter().zip(unit.descriptors()) {
+                    proptest::prop_assert_eq!(lists[q][r as usize], *d);
+                }
+            }
+            let buckets = Schedule::page_buckets(&lists, true);
+            let page = |d: &Descriptor| d.dest_range().0 .0 / PAGE_BYTES;
+            for (b, unit) in buckets.units().iter().enumerate() {
+                let descs = unit.descriptors();
+                let runs: Vec<u64> = descs.chunk_by(|x, y| page(x) == page(y)).map(|run| page(&run[0])).collect();
+                let distinct: std::collections::BTreeSet<u64> = runs.iter().copied().collect();
+                proptest::prop_assert_eq!(runs.len(), distinct.len(), "bucket {} pages {:?}", b, runs);
+                let mut last = None;
+                for (i, d) in descs.iter().enumerate() {
+                    let (q, r) = unit.at(i);
+                    proptest::prop_assert_eq!(lists[q][r as usize], *d);
+                    // a page's descriptors in round order (the same page is one run)
+                    let at = (page(d), r, q);
+                    if let Some(before) = last.filter(|l: &(u64, u64, usize)| l.0 == at.0) {
+                        proptest::prop_assert!(before < at);
+                    }
+                    last = Some(at);
+                }
+            }
+            proptest::prop_assert_eq!(buckets.descriptors(), rows.len());
+        }
     }
 }
