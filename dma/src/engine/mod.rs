@@ -111,8 +111,6 @@ mod validate;
 use std::io::{Read, Seek};
 use std::time::Duration;
 
-use tokio::runtime::Runtime;
-
 use crate::descriptor::Descriptor;
 use crate::error::Error;
 use crate::fabric::Fabric;
@@ -158,15 +156,10 @@ pub enum InvalidPolicy {
 /// Which replays are small enough to run on the calling thread alone: those of at most
 /// `descriptors` descriptors moving at most `bytes` bytes (both limits hold).
 ///
-/// Handing a replay to the worker threads costs a few thread wake-ups (tens of
-/// microseconds on a virtual machine whatever the replay's size); a small replay runs
-/// sooner on the caller: claimed by it (see the module docs) when it can be, else on a
-/// current-thread runtime, with the same queue tasks, channels and semaphores. Even an
-/// awake crew does not pay on small scatters: embedding_update's 512-row replays took up
-/// to 0.33 s per run claimed by the caller and the crew against 0.16 s claimed by the
-/// caller alone (`hostsim bench`, `BENCHMARKS.md`). Which runtime ran a replay changes
-/// nothing but its [`ExecutionStats`] (the memory and the [`ReplaySummary`] are the same
-/// for any schedule).
+/// Handing a replay to the thread pool costs thread wake-ups whatever the replay's size,
+/// so a small replay runs sooner on the caller alone (`BENCHMARKS.md`). Where a replay
+/// ran changes nothing but its [`ExecutionStats`] (the memory and the [`ReplaySummary`]
+/// are the same for any schedule).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InlineLimit {
     /// Descriptors at most.
@@ -189,9 +182,7 @@ impl InlineLimit {
 }
 
 impl Default for InlineLimit {
-    /// 4096 descriptors (one DGE instruction's most) and 256 KiB: below that the caller
-    /// alone was about twice as fast as two tokio workers whose wake-ups are counted, and
-    /// above about 1 MiB the workers won (`BENCHMARKS.md`, measured before the crew).
+    /// 4096 descriptors (one DGE instruction's most) and 256 KiB (`BENCHMARKS.md`).
     fn default() -> InlineLimit {
         InlineLimit {
             descriptors: 4096,
@@ -201,17 +192,19 @@ impl Default for InlineLimit {
 }
 
 /// How the engine runs. [`EngineConfig::default`] gives 16 queues, one worker per core
-/// (at most 16), batches of 2048 descriptors, 2 batches per channel, no race check,
+/// (at most 16), batches of 2048 descriptors, windows of 2 batches, no race check,
 /// [`InvalidPolicy::Reject`], the default [`InlineLimit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EngineConfig {
     /// DMA rings available, `1..=16`: a replay may use at most this many queues.
     pub queues: usize,
-    /// Worker threads of the runtime, `1..=256`.
+    /// Threads that run a replay: the caller and `workers - 1` in the thread pool,
+    /// `1..=256`.
     pub workers: usize,
-    /// Descriptors per channel message at most, `1..=8192` ([`MAX_BATCH`]).
+    /// Descriptors a streamed replay reads at once, `1..=8192` ([`MAX_BATCH`]).
     pub batch: usize,
-    /// Batches a queue's channel holds before the producer waits, `1..=1024`.
+    /// Batches per queue a streamed replay holds before it runs them, `1..=1024`: a
+    /// window of at most `channel_depth * batch` descriptors per queue.
     pub channel_depth: usize,
     /// The validating mode.
     pub race_check: RaceCheck,
@@ -289,17 +282,13 @@ impl EngineConfig {
     }
 }
 
-/// The engine: a configuration and the tokio runtimes its queues run on (built once,
-/// reused by every replay): the multi-thread one of the workers, and a current-thread one
-/// for the replays [`EngineConfig::inline`] admits. Calls block their caller until the
-/// replay is done; they may be made from any thread, including one inside another
-/// runtime. Drop it outside async code (as any tokio runtime).
+/// The engine: a configuration and the thread pool that runs replays with the caller
+/// (started once, reused by every replay). Calls block their caller until the replay is
+/// done; they may be made from any thread, including one inside an async runtime.
 #[derive(Debug)]
 pub struct Engine {
     config: EngineConfig,
-    runtime: Runtime,
-    caller: Runtime,
-    /// The threads that run claimed replays with the caller.
+    /// The thread pool that runs replays with the caller.
     crew: crew::Crew,
     /// The validation buffers of the last replay (its page set, timeline and per-queue
     /// counters), emptied: the next one's validation fills them without allocating again.
@@ -307,21 +296,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Checks `config` and starts the runtime's worker threads.
+    /// Checks `config` and starts the thread pool.
     pub fn new(config: EngineConfig) -> Result<Engine, Error> {
         config.check()?;
-        let built = |r: std::io::Result<Runtime>| {
-            r.map_err(|e| Error::EngineRuntime {
-                message: e.to_string(),
-            })
-        };
-        let runtime = built(
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(config.workers)
-                .thread_name("dma-queue")
-                .build(),
-        )?;
-        let caller = built(tokio::runtime::Builder::new_current_thread().build())?;
         let crew = crew::Crew::new(config.workers - 1, config.linger).map_err(|e| {
             Error::EngineRuntime {
                 message: e.to_string(),
@@ -329,8 +306,6 @@ impl Engine {
         })?;
         Ok(Engine {
             config,
-            runtime,
-            caller,
             crew,
             kept: std::sync::Mutex::new(None),
         })
@@ -408,7 +383,7 @@ impl Engine {
         produce: F,
     ) -> Result<ReplayReport, Error>
     where
-        F: FnOnce(&mut Session) -> Result<(), Error>,
+        F: FnOnce(&mut Session<'_>) -> Result<(), Error>,
     {
         if self.config.race_check == RaceCheck::On {
             return Err(Error::RaceCheckStreaming);
@@ -556,8 +531,8 @@ impl Engine {
         // In-memory queues compile into a schedule (page buckets where they are dealt by
         // page, else queue segments) run by the executor: on the caller alone if small
         // enough, else on the caller and the crew; work beside the replay runs on the
-        // caller while the crew starts, or alone before it. A streamed source is fed to
-        // the tokio workers (or the current-thread runtime), work beside after it.
+        // caller while the crew starts, or alone before it. A streamed source runs window
+        // by window (see the `session` module), work beside after it.
         let inline = self.inline(&plan.timeline);
         let reads = plan.footprint.read_pages();
         let (execution, other) = match source.in_memory() {
@@ -568,15 +543,11 @@ impl Engine {
                     (None, _) => Schedule::segments(queues)?,
                 };
                 let beside = |f: &Fabric, share: &_| beside(&mut Beside::new(f, reads, share));
-                let (stats, other) = self.execute_schedule(fabric, &schedule, inline, beside);
+                let (stats, _, other) = self.execute_schedule(fabric, &schedule, inline, beside);
                 (stats?, other)
             }
-            _ => {
-                let (runtime, workers) = match inline {
-                    true => (&self.caller, 1),
-                    false => (&self.runtime, self.config.workers),
-                };
-                let stats = exec::execute(runtime, workers, fabric, source, &self.config)?;
+            None => {
+                let stats = session::run_source(self, fabric, source)?;
                 let alone = WriteShare::default();
                 (stats, beside(&mut Beside::new(fabric, reads, &alone)))
             }
@@ -603,10 +574,11 @@ impl Engine {
         schedule: &Schedule<'_>,
         inline: bool,
         beside: impl FnOnce(&Fabric, &WriteShare) -> R,
-    ) -> (Result<ExecutionStats, Error>, R) {
+    ) -> (Result<ExecutionStats, Error>, u64, R) {
         let started = std::time::Instant::now();
         let skip = self.config.invalid == InvalidPolicy::Skip;
-        let run = |unit: &schedule::Unit<'_>| exec::run_unit(fabric, skip, unit);
+        let ran = std::sync::atomic::AtomicU64::new(0);
+        let run = |unit: &schedule::Unit<'_>| exec::run_unit(fabric, skip, unit, &ran);
         let share = WriteShare::default();
         let (outcome, (workers, other)) = executor::execute(schedule, run, |job| {
             let job = || {
@@ -637,7 +609,7 @@ impl Engine {
             },
             dealt_by_page: schedule.dealt(),
         });
-        (stats, other)
+        (stats, ran.into_inner(), other)
     }
 }
 
@@ -1957,12 +1929,9 @@ mod tests {
             (report.summary.descriptors, report.summary.bytes),
             (4 * N, 4 * N * 64)
         );
-        assert_eq!(report.execution.batches, 4 * N / 1024);
-        assert!(
-            report.execution.max_buffered <= 4 * 3 * 1024,
-            "{}",
-            report.execution.max_buffered
-        );
+        // windows of 2 batches of 1024 per queue, one unit per queue each
+        assert_eq!(report.execution.batches, 4 * N / 2048);
+        assert_eq!(report.execution.max_buffered, 4 * 2 * 1024);
         assert!(file.max_buffered() <= MAX_BATCH);
         // slot j of queue q was last written by i = j + SLOTS * ((N - 1 - j) / SLOTS)
         for (q, j) in [(0, 0), (1, 5), (2, 1023), (3, 700)] {

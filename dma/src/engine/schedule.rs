@@ -90,8 +90,18 @@ impl<'q> Schedule<'q> {
     /// `queues` cut at their semaphore points (see the module docs). A WAIT no SIGNAL can
     /// meet is [`Error::SemaphoreDeadlock`] (validation has rejected it already).
     pub(crate) fn segments(queues: &'q [Vec<Descriptor>]) -> Result<Schedule<'q>, Error> {
+        Schedule::window(queues.iter().map(Vec::as_slice), &Progress::default())
+    }
+
+    /// The segments of a streamed replay's next window: `queues` are the descriptors of
+    /// each queue that run next, after what `done` says ran before (a WAIT it met orders
+    /// nothing; indices count from the queue's first descriptor).
+    pub(crate) fn window(
+        queues: impl IntoIterator<Item = &'q [Descriptor]>,
+        done: &Progress,
+    ) -> Result<Schedule<'q>, Error> {
         let mut s = Schedule {
-            units: Vec::with_capacity(queues.len()),
+            units: Vec::new(),
             before: Vec::new(),
             then: Vec::new(),
             dealt: false,
@@ -100,7 +110,8 @@ impl<'q> Schedule<'q> {
         let mut signals: [Vec<u32>; SEMAPHORES as usize] = Default::default();
         // (unit, queue, index, wait)
         let mut waits = Vec::new();
-        for (queue, descs) in queues.iter().enumerate() {
+        for (queue, descs) in queues.into_iter().enumerate() {
+            let base = done.next.get(queue).copied().unwrap_or(0);
             let mut start = 0;
             let mut previous: Option<u32> = None;
             let mut cut = |s: &mut Schedule<'q>, start: usize, end: usize| {
@@ -108,7 +119,7 @@ impl<'q> Schedule<'q> {
                     descs: Cow::Borrowed(descs.get(start..end).unwrap_or_default()),
                     origin: Origin::Queue {
                         queue,
-                        first: start as u64,
+                        first: base + start as u64,
                     },
                 });
                 if let Some(p) = previous.replace(unit) {
@@ -122,7 +133,7 @@ impl<'q> Schedule<'q> {
                     start = i;
                 }
                 if let Some(w) = d.wait().filter(|_| i == start) {
-                    waits.push((s.units.len() as u32, queue, i as u64, w));
+                    waits.push((s.units.len() as u32, queue, base + i as u64, w));
                 }
                 if let Some(sem) = d.signal() {
                     let unit = cut(&mut s, start, i + 1);
@@ -137,14 +148,18 @@ impl<'q> Schedule<'q> {
             }
         }
         for (unit, queue, index, w) in waits {
+            let before = done.signalled.get(w.sem.index()).copied().unwrap_or(0);
+            let Some(nth) = u64::from(w.count.get()).checked_sub(before + 1) else {
+                continue; // met before this window
+            };
             let list = signals.get(w.sem.index()).map_or(&[][..], Vec::as_slice);
-            let Some(&signaller) = list.get(w.count.get() as usize - 1) else {
+            let Some(&signaller) = usize::try_from(nth).ok().and_then(|n| list.get(n)) else {
                 return Err(Error::SemaphoreDeadlock {
                     queue,
                     index,
                     sem: w.sem.get(),
                     count: w.count.get(),
-                    reached: list.len() as u64,
+                    reached: before + list.len() as u64,
                 });
             };
             s.order(signaller, unit);
@@ -231,6 +246,57 @@ impl<'q> Schedule<'q> {
     /// The descriptors of every unit.
     pub(crate) fn descriptors(&self) -> usize {
         self.units.iter().map(|u| u.descs.len()).sum()
+    }
+}
+
+/// Where a streamed replay stands between its windows: per queue the index of its next
+/// descriptor, per semaphore the signals that ran.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Progress {
+    next: Vec<u64>,
+    signalled: [u64; SEMAPHORES as usize],
+}
+
+impl Progress {
+    /// How many of each queue's `pending` descriptors can run in the next window: each
+    /// queue up to its first WAIT that neither the signals that ran nor those in the window
+    /// meet, cut again until every WAIT left is met. (In a replay validation proved to run
+    /// to its end, the window is empty only when nothing is pending.)
+    pub(crate) fn runnable(&self, pending: &[Vec<Descriptor>]) -> Vec<usize> {
+        let mut cut: Vec<usize> = pending.iter().map(Vec::len).collect();
+        loop {
+            let mut signals = self.signalled;
+            for (list, &n) in pending.iter().zip(&cut) {
+                let sems = list.iter().take(n).filter_map(Descriptor::signal);
+                sems.for_each(|sem| signals[sem.index()] += 1);
+            }
+            let unmet = |d: &Descriptor| {
+                d.wait()
+                    .is_some_and(|w| signals[w.sem.index()] < u64::from(w.count.get()))
+            };
+            let mut changed = false;
+            for (list, n) in pending.iter().zip(&mut cut) {
+                if let Some(i) = list.iter().take(*n).position(unmet) {
+                    (*n, changed) = (i, true);
+                }
+            }
+            if !changed {
+                return cut;
+            }
+        }
+    }
+
+    /// Records that `ran` (per queue, the descriptors of a window) ran.
+    pub(crate) fn advance<'a>(&mut self, ran: impl IntoIterator<Item = &'a [Descriptor]>) {
+        for (queue, descs) in ran.into_iter().enumerate() {
+            if self.next.len() <= queue {
+                self.next.resize(queue + 1, 0);
+            }
+            self.next[queue] += descs.len() as u64;
+            for sem in descs.iter().filter_map(Descriptor::signal) {
+                self.signalled[sem.index()] += 1;
+            }
+        }
     }
 }
 
