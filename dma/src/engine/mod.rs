@@ -1,6 +1,6 @@
-//! The async multi-queue DMA engine: up to 16 descriptor queues (the 16 DMA rings of a
-//! NeuronCore) executed concurrently on a tokio multi-thread runtime against one
-//! [`Fabric`], each queue strictly in order, semaphores ordering descriptors across queues.
+//! The multi-queue DMA engine: up to 16 descriptor queues (the 16 DMA rings of a
+//! NeuronCore) executed concurrently against one [`Fabric`], each queue strictly in order,
+//! semaphores ordering descriptors across queues.
 //!
 //! # Entry points
 //!
@@ -9,17 +9,16 @@
 //! - [`Engine::stream`] lets a producer (the DGE) push descriptors through a [`Session`]
 //!   while the engine executes them.
 //! - [`Engine::validate`] then [`Engine::run_beside`] replay in-memory queues validated
-//!   ahead, with other work (writing the next replay's inputs, generating and validating
-//!   its descriptors) done on the caller while the crew runs them: that work may write
-//!   only pages the replay neither reads nor writes, and learns whether it read a page the
-//!   replay writes ([`Beside`]).
+//!   ahead, with other work done on the caller while the thread pool runs them: that work
+//!   may write only pages the replay neither reads nor writes, and learns whether it read
+//!   a page the replay writes ([`Beside`]).
 //! - [`execute_sequential`] is the plain synchronous reference the tests compare against.
 //!
 //! Every replay returns a [`ReplayReport`]: its [`ReplaySummary`] follows from the queues
 //! and the fabric alone (per-queue descriptors, bytes, timing-model busy time, totals,
-//! skipped and failed counts, makespan) and is equal for every worker count, batch size
-//! and schedule (its totals also for every queue count); its [`ExecutionStats`] (wall
-//! time, batches, peak buffered descriptors) are measured and kept apart.
+//! skipped and failed counts, makespan) and is equal for every worker count and schedule
+//! (its totals also for every queue count); its [`ExecutionStats`] are measured and kept
+//! apart.
 //!
 //! # Fail closed
 //!
@@ -41,45 +40,16 @@
 //!
 //! # Execution
 //!
-//! One tokio task per queue receives `Vec<Descriptor>` batches of up to
-//! [`EngineConfig::batch`] descriptors over a bounded `mpsc` channel of
-//! [`EngineConfig::channel_depth`] batches, so a producer generates (or reads a file) while
-//! the queues execute, and memory stays bounded by `queues * (channel_depth + 1) * batch`
-//! descriptors in flight. The CPU work of a batch runs inside its queue's task on a worker
-//! thread (not `spawn_blocking`): the runtime's [`EngineConfig::workers`] threads then bound
-//! the parallelism exactly and a batch costs one wake-up, not a hand-off to another pool.
-//! The fabric is moved into an `Arc` for the run and shared by the tasks through its `&self`
-//! `*_reserved` forms (it is `Sync`, with per-page locks); it is moved back afterwards.
-//!
-//! Semaphores are 16 `tokio::sync::watch` counters: SIGNAL bumps its counter after the
-//! descriptor's writes are done; WAIT(s, n) awaits counter `s >= n`. A queue that fails
-//! (which validation rules out) aborts the run: every waiter is woken and stops.
-//!
-//! Two shortcuts change the schedule, never the memory or the [`ReplaySummary`]. An
-//! in-memory replay that has no semaphore and whose every queue fits its channel whole
-//! runs by claiming ([`ExecutionStats::claimed`]): no feeder, no channel; each thread takes
-//! the next queue nobody has taken and runs it to its end, in batches. Within
-//! [`EngineConfig::inline`] the caller claims every queue itself; above it, for two or more
-//! workers, the caller and the engine's crew of `workers - 1` threads claim them. The crew
-//! is kept between replays and spins for [`EngineConfig::linger`] after each before it
-//! sleeps, so the next replay finds it awake (waking a sleeping thread costs tens of
-//! microseconds on a virtual machine, a quarter of a DGE instruction's replay), and the
-//! caller never waits for a crew thread that has not joined by the time its own share is
-//! done. Any other replay within the inline limit runs on the calling thread on a
-//! current-thread runtime (the same tasks and channels), so it pays no worker wake-up.
-//! Either way each queue runs in order on one thread at a time.
-//!
-//! An in-memory replay of at most a million descriptors, each destination inside one page,
-//! whose bytes read are no bytes written and whose destination pages fall in two buckets
-//! (of the 16 below) or more, are shared by queues, and are dense or validated ahead
-//! ([`Engine::validate`]; the validation's footprint and page set) is claimed even when
-//! its queues do not fit their channels, and is dealt by destination page
-//! ([`ExecutionStats::dealt_by_page`]): the units claimed are buckets of pages (page `k`
-//! in bucket `k % 16`), in the queues' round order, each page's descriptors together where
-//! pages hold several each. So no two threads write one page (a round-robin spray puts
-//! every queue on every page), a claimer locks such a page once for all its descriptors
-//! there, and a queue's descriptors on one page still run in its order, which is all the
-//! order such a replay has.
+//! One executor runs every replay. Validation's result is compiled into a schedule of
+//! units of work: queue segments (each queue cut at its semaphore points, a segment
+//! ordered after the one before it and after the segment holding the SIGNAL its WAIT
+//! needs), or, where the queues touch independent pages, page buckets (descriptors dealt
+//! by destination page, so that no two threads write one page). The executor runs the
+//! schedule on a thread pool by work claiming: the caller and the pool's threads each
+//! claim the next ready unit; one thread is sequential execution. A replay within
+//! [`EngineConfig::inline`] runs on the caller alone, since waking the pool costs more
+//! than it saves there. A streamed replay (a queue file, a [`Session`]) is held per queue
+//! and run window by window, each window a schedule of queue segments.
 //!
 //! # Determinism
 //!
@@ -212,10 +182,9 @@ pub struct EngineConfig {
     pub invalid: InvalidPolicy,
     /// Which replays run on the calling thread instead of the workers.
     pub inline: InlineLimit,
-    /// How long a claimed run's helper threads spin waiting for the next replay before
-    /// they sleep (and the caller spins waiting for them), at most [`MAX_LINGER`]: waking
-    /// a sleeping thread costs tens of microseconds on a virtual machine, a good part of
-    /// a DGE instruction's replay. Zero spins not at all.
+    /// How long the thread pool spins waiting for the next replay before it sleeps (and
+    /// the caller spins waiting for it), at most [`MAX_LINGER`]: waking a sleeping thread
+    /// costs a good part of a small replay. Zero spins not at all.
     pub linger: Duration,
 }
 
@@ -427,11 +396,11 @@ impl Engine {
     }
 
     /// Runs `validated` on `fabric` (as [`Engine::run`] would have run its queues) and
-    /// calls `beside` on this thread while the queues run: a claimed replay starts on the
-    /// engine's crew and this thread joins it once `beside` returns; any other replay runs
-    /// first. A replay within [`EngineConfig::inline`] runs on this thread alone: after
-    /// `beside` if it is claimed, else before (either is one schedule of the overlap, so
-    /// `beside` sees what it may see of a replay running beside it). `beside` gets a
+    /// calls `beside` on this thread while the queues run: the replay starts on the
+    /// engine's thread pool and this thread joins it once `beside` returns. A replay
+    /// within [`EngineConfig::inline`] runs on this thread alone, after `beside` (one
+    /// schedule of the overlap, so `beside` sees what it may see of a replay running
+    /// beside it). `beside` gets a
     /// [`Beside`]: the fabric to read, and to write where the replay neither reads nor
     /// writes. So the next replay's inputs can be written, and its
     /// descriptors generated and validated, while this one runs; what `beside` read of the
@@ -751,10 +720,9 @@ mod tests {
         bytes: u64::MAX,
     };
 
-    /// The schedules the tests run: `workers` 1 or 2, every replay on that many worker
-    /// threads through 1-batch channels; 0, every replay on the caller; 3, two workers
-    /// with channels deep enough that any test queue fits them whole, so a replay without
-    /// semaphores runs by claiming queues.
+    /// The schedules the tests run: `workers` 1 or 2, every replay on that many threads,
+    /// a streamed one in windows of one 7-descriptor batch per queue; 0, every replay on
+    /// the caller; 3, two threads and windows of 64 batches.
     fn config(workers: usize) -> EngineConfig {
         EngineConfig {
             queues: 16,
@@ -1165,7 +1133,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// Row gathers and row adds from a table nothing writes into rows over four
-        /// pages, every row's writers in one queue: a claimed run deals them by page
+        /// pages, every row's writers in one queue: a run on two threads deals them by page
         /// where they write two pages or more (here, two buckets), some page has two
         /// queues, and the pages are dense (a quarter written on average) or the queues
         /// were validated ahead; and equals the queues run in order either way.

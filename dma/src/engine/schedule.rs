@@ -1,6 +1,6 @@
 //! A validated replay compiled into a schedule: units of work and the order between them.
 //!
-//! Two shapes (issue 32):
+//! Two shapes:
 //!
 //! - [`Schedule::segments`]: each queue cut into segments at its semaphore points (a
 //!   segment starts at a WAIT and ends at a SIGNAL). A segment runs after the segment
@@ -9,6 +9,9 @@
 //! - [`Schedule::page_buckets`]: for a replay whose pages are independent, the
 //!   descriptors dealt by destination page into [`PAGE_BUCKETS`] buckets, with no order
 //!   between them.
+//!
+//! A streamed replay is scheduled a window at a time ([`Schedule::window`]), its
+//! [`Progress`] saying what ran before.
 //!
 //! Every unit keeps the (queue, index) of each of its descriptors, so an error names the
 //! descriptor without searching the replay again.
