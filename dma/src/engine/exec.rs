@@ -52,8 +52,8 @@ fn prefetch<const R: usize>(locks: &mut PageLocks<'_, R>, d: &Descriptor) {
 /// these pages next. Each descriptor prefetches the one [`PREFETCH_AHEAD`] after it, and
 /// the first ones are prefetched before the loop, so that a short unit (a page bucket of a
 /// few dozen scattered rows) does not wait for its first rows one by one. Adds the
-/// descriptors that ran (skipped ones included) to `ran`. An error names the descriptor's
-/// queue and index ([`Unit::at`]).
+/// descriptors that ran (skipped ones included) to `ran`, and traces the unit's end. An
+/// error names the descriptor's queue and index ([`Unit::at`]).
 pub(crate) fn run_unit(
     fabric: &Fabric,
     skip_invalid: bool,
@@ -84,6 +84,8 @@ pub(crate) fn run_unit(
         }
     }
     ran.fetch_add(run.len() as u64, Ordering::Relaxed);
+    // a unit is named by its first descriptor's (queue, index)
+    tracing::trace!(unit = ?unit.at(0), descriptors = run.len(), "unit done");
     Ok(())
 }
 

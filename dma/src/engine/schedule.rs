@@ -176,16 +176,14 @@ impl<'q> Schedule<'q> {
     /// whose pages are independent: then any order of the buckets gives the memory the
     /// queues give.
     pub(crate) fn page_buckets(queues: &[Vec<Descriptor>], grouped: bool) -> Schedule<'static> {
-        let mut buckets: Vec<(Vec<Descriptor>, Vec<(u32, u32)>)> =
-            (0..PAGE_BUCKETS).map(|_| Default::default()).collect();
+        let mut buckets: Vec<Bucket> = (0..PAGE_BUCKETS).map(|_| Bucket::default()).collect();
         let longest = queues.iter().map(Vec::len).max().unwrap_or(0);
         for r in 0..longest {
             for (q, list) in queues.iter().enumerate() {
                 if let Some(d) = list.get(r) {
-                    let (bucket, _) = page_slot(d);
-                    if let Some((descs, at)) = buckets.get_mut(bucket) {
-                        descs.push(*d);
-                        at.push((q as u32, r as u32));
+                    if let Some(b) = buckets.get_mut(page_slot(d).0) {
+                        b.descs.push(*d);
+                        b.at.push((q as u32, r as u32));
                     }
                 }
             }
@@ -196,14 +194,14 @@ impl<'q> Schedule<'q> {
             then: Vec::new(),
             dealt: true,
         };
-        for (descs, at) in buckets {
-            let (descs, at) = match grouped {
-                true => group(descs, at),
-                false => (descs, at),
+        for b in buckets {
+            let b = match grouped {
+                true => b.grouped(),
+                false => b,
             };
             s.push(Unit {
-                descs: Cow::Owned(descs),
-                origin: Origin::Dealt(at),
+                descs: Cow::Owned(b.descs),
+                origin: Origin::Dealt(b.at),
             });
         }
         s
@@ -310,12 +308,46 @@ fn page_slot(d: &Descriptor) -> (usize, u64) {
     ((page % PAGE_BUCKETS as u64) as usize, group)
 }
 
-/// A bucket ordered group by group, keeping the order inside each group.
-fn group(descs: Vec<Descriptor>, at: Vec<(u32, u32)>) -> (Vec<Descriptor>, Vec<(u32, u32)>) {
-    let mut both: Vec<(Descriptor, (u32, u32))> = descs.into_iter().zip(at).collect();
-    // stable: round order inside a group
-    both.sort_by_key(|(d, _)| page_slot(d).1);
-    both.into_iter().unzip()
+/// A page bucket being dealt: its descriptors and the (queue, index) of each.
+#[derive(Default)]
+struct Bucket {
+    descs: Vec<Descriptor>,
+    at: Vec<(u32, u32)>,
+}
+
+impl Bucket {
+    /// The bucket ordered group by group, keeping the order inside each group (a stable
+    /// counting sort); a bucket of one group stays as it is.
+    fn grouped(self) -> Bucket {
+        let group = |d: &Descriptor| page_slot(d).1 as usize;
+        let mut next = [0usize; PAGE_GROUPS as usize];
+        for d in &self.descs {
+            if let Some(n) = next.get_mut(group(d)) {
+                *n += 1;
+            }
+        }
+        if next.iter().filter(|&&n| n > 0).count() < 2 {
+            return self;
+        }
+        let mut start = 0;
+        for n in next.iter_mut() {
+            (*n, start) = (start, start + *n);
+        }
+        let mut out = Bucket {
+            descs: self.descs.clone(),
+            at: self.at.clone(),
+        };
+        for (d, at) in self.descs.iter().zip(&self.at) {
+            let Some(slot) = next.get_mut(group(d)) else {
+                continue;
+            };
+            if let (Some(od), Some(oa)) = (out.descs.get_mut(*slot), out.at.get_mut(*slot)) {
+                (*od, *oa) = (*d, *at);
+            }
+            *slot += 1;
+        }
+        out
+    }
 }
 
 #[cfg(test)]
