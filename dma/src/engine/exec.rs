@@ -112,7 +112,7 @@ mod tests {
         by_page: bool,
     ) -> (Result<(), Error>, usize, u64) {
         let schedule = match by_page {
-            true => Schedule::page_buckets(queues, true),
+            true => Schedule::page_buckets(queues, true, &Default::default()),
             false => match Schedule::segments(queues) {
                 Ok(s) => s,
                 Err(e) => return (Err(e), 0, 0),

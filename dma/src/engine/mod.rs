@@ -262,6 +262,8 @@ pub struct Engine {
     /// The validation buffers of the last replay (its page set, timeline and per-queue
     /// counters), emptied: the next one's validation fills them without allocating again.
     kept: std::sync::Mutex<Option<validate::Kept>>,
+    /// The page-bucket buffers of the last replay dealt by page.
+    spare: schedule::Spare,
 }
 
 impl Engine {
@@ -277,6 +279,7 @@ impl Engine {
             config,
             crew,
             kept: std::sync::Mutex::new(None),
+            spare: schedule::Spare::default(),
         })
     }
 
@@ -385,7 +388,7 @@ impl Engine {
         // the replay before.
         let dealt = self
             .page_buckets(&queues, &plan, false)
-            .map(|grouped| Schedule::page_buckets(&queues, grouped));
+            .map(|grouped| Schedule::page_buckets(&queues, grouped, &self.spare));
         Ok(Validated {
             queues,
             plan,
@@ -508,11 +511,12 @@ impl Engine {
             Some(queues) => {
                 let schedule = match (self.page_buckets(queues, plan, inline), dealt) {
                     (Some(_), Some(dealt)) => dealt,
-                    (Some(grouped), None) => Schedule::page_buckets(queues, grouped),
+                    (Some(grouped), None) => Schedule::page_buckets(queues, grouped, &self.spare),
                     (None, _) => Schedule::segments(queues)?,
                 };
                 let beside = |f: &Fabric, share: &_| beside(&mut Beside::new(f, reads, share));
                 let (stats, _, other) = self.execute_schedule(fabric, &schedule, inline, beside);
+                self.spare.keep(schedule);
                 (stats?, other)
             }
             None => {

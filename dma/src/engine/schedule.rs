@@ -17,10 +17,13 @@
 //! descriptor without searching the replay again.
 
 use std::borrow::Cow;
+use std::sync::Mutex;
 
 use crate::descriptor::{Descriptor, SEMAPHORES};
 use crate::error::Error;
 use crate::fabric::PAGE_BYTES;
+
+use super::lock;
 
 /// Buckets of destination pages a replay is dealt into: page `k` goes to bucket
 /// `k % PAGE_BUCKETS`.
@@ -175,8 +178,12 @@ impl<'q> Schedule<'q> {
     /// `grouped`, group of pages by group, each group in round order. Only for a replay
     /// whose pages are independent: then any order of the buckets gives the memory the
     /// queues give.
-    pub(crate) fn page_buckets(queues: &[Vec<Descriptor>], grouped: bool) -> Schedule<'static> {
-        let mut buckets: Vec<Bucket> = (0..PAGE_BUCKETS).map(|_| Bucket::default()).collect();
+    pub(crate) fn page_buckets(
+        queues: &[Vec<Descriptor>],
+        grouped: bool,
+        spare: &Spare,
+    ) -> Schedule<'static> {
+        let (mut buckets, mut scratch) = spare.take();
         let longest = queues.iter().map(Vec::len).max().unwrap_or(0);
         for r in 0..longest {
             for (q, list) in queues.iter().enumerate() {
@@ -194,16 +201,16 @@ impl<'q> Schedule<'q> {
             then: Vec::new(),
             dealt: true,
         };
-        for b in buckets {
-            let b = match grouped {
-                true => b.grouped(),
-                false => b,
-            };
+        for mut b in buckets {
+            if grouped {
+                b.group(&mut scratch);
+            }
             s.push(Unit {
                 descs: Cow::Owned(b.descs),
                 origin: Origin::Dealt(b.at),
             });
         }
+        spare.keep_scratch(scratch);
         s
     }
 
@@ -309,16 +316,21 @@ fn page_slot(d: &Descriptor) -> (usize, u64) {
 }
 
 /// A page bucket being dealt: its descriptors and the (queue, index) of each.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Bucket {
     descs: Vec<Descriptor>,
     at: Vec<(u32, u32)>,
 }
 
 impl Bucket {
-    /// The bucket ordered group by group, keeping the order inside each group (a stable
-    /// counting sort); a bucket of one group stays as it is.
-    fn grouped(self) -> Bucket {
+    fn clear(&mut self) {
+        self.descs.clear();
+        self.at.clear();
+    }
+
+    /// Orders the bucket group by group, keeping the order inside each group (a stable
+    /// counting sort through `scratch`); a bucket of one group stays as it is.
+    fn group(&mut self, scratch: &mut Bucket) {
         let group = |d: &Descriptor| page_slot(d).1 as usize;
         let mut next = [0usize; PAGE_GROUPS as usize];
         for d in &self.descs {
@@ -327,26 +339,58 @@ impl Bucket {
             }
         }
         if next.iter().filter(|&&n| n > 0).count() < 2 {
-            return self;
+            return;
         }
         let mut start = 0;
         for n in next.iter_mut() {
             (*n, start) = (start, start + *n);
         }
-        let mut out = Bucket {
-            descs: self.descs.clone(),
-            at: self.at.clone(),
-        };
-        for (d, at) in self.descs.iter().zip(&self.at) {
+        scratch.clear();
+        scratch.descs.extend_from_slice(&self.descs);
+        scratch.at.extend_from_slice(&self.at);
+        for (d, at) in scratch.descs.iter().zip(&scratch.at) {
             let Some(slot) = next.get_mut(group(d)) else {
                 continue;
             };
-            if let (Some(od), Some(oa)) = (out.descs.get_mut(*slot), out.at.get_mut(*slot)) {
+            if let (Some(od), Some(oa)) = (self.descs.get_mut(*slot), self.at.get_mut(*slot)) {
                 (*od, *oa) = (*d, *at);
             }
             *slot += 1;
         }
-        out
+    }
+}
+
+/// Page-bucket buffers kept between replays: fresh ones of a few MiB cost their page
+/// faults on every replay.
+#[derive(Debug, Default)]
+pub(crate) struct Spare(Mutex<(Vec<Bucket>, Bucket)>);
+
+impl Spare {
+    /// [`PAGE_BUCKETS`] empty buckets and a scratch bucket (fresh where none are kept).
+    fn take(&self) -> (Vec<Bucket>, Bucket) {
+        let (held, scratch) = &mut *lock(&self.0);
+        let mut buckets: Vec<Bucket> = held.drain(..held.len().min(PAGE_BUCKETS)).collect();
+        buckets.iter_mut().for_each(Bucket::clear);
+        buckets.resize_with(PAGE_BUCKETS, Bucket::default);
+        (buckets, std::mem::take(scratch))
+    }
+
+    fn keep_scratch(&self, scratch: Bucket) {
+        lock(&self.0).1 = scratch;
+    }
+
+    /// Keeps the buffers of `schedule`'s page buckets for the next replay.
+    pub(crate) fn keep(&self, schedule: Schedule<'_>) {
+        let buckets = schedule
+            .units
+            .into_iter()
+            .filter_map(|u| match (u.descs, u.origin) {
+                (Cow::Owned(descs), Origin::Dealt(at)) => Some(Bucket { descs, at }),
+                _ => None,
+            });
+        let (held, _) = &mut *lock(&self.0);
+        held.extend(buckets);
+        held.truncate(PAGE_BUCKETS);
     }
 }
 
@@ -414,7 +458,7 @@ mod tests {
             vec![fill(0), fill(PAGE_BYTES)],
             vec![fill(8), fill(PAGE_BYTES * 17)],
         ];
-        let s = Schedule::page_buckets(&queues, true);
+        let s = Schedule::page_buckets(&queues, true, &Spare::default());
         assert_eq!(s.units().len(), PAGE_BUCKETS);
         assert!(s.before().iter().all(|&n| n == 0));
         let b1 = &s.units()[1];
@@ -458,7 +502,7 @@ mod tests {
     fn page_buckets_keep_every_descriptor_once_and_each_queue_in_order() {
         let queues = gather_queues();
         for grouped in [false, true] {
-            let s = Schedule::page_buckets(&queues, grouped);
+            let s = Schedule::page_buckets(&queues, grouped, &Spare::default());
             assert_eq!(s.units().len(), PAGE_BUCKETS);
             assert_eq!(s.descriptors(), queues.iter().map(Vec::len).sum::<usize>());
             for (b, unit) in s.units().iter().enumerate() {
@@ -475,9 +519,36 @@ mod tests {
                     last = Some((key, r));
                 }
             }
-            let none = Schedule::page_buckets(&[], grouped);
+            let none = Schedule::page_buckets(&[], grouped, &Spare::default());
             assert!(none.units().iter().all(|u| u.descriptors().is_empty()));
         }
+    }
+
+    #[test]
+    fn spare_buckets_come_back_empty_and_deal_the_same() {
+        let queues = gather_queues();
+        let spare = Spare::default();
+        let first = Schedule::page_buckets(&queues, true, &spare);
+        let want: Vec<Vec<Descriptor>> = first
+            .units()
+            .iter()
+            .map(|u| u.descriptors().to_vec())
+            .collect();
+        spare.keep(first);
+        let (buckets, _) = spare.take();
+        assert_eq!(buckets.len(), PAGE_BUCKETS);
+        assert!(buckets
+            .iter()
+            .all(|b| b.descs.is_empty() && b.at.is_empty()));
+        assert!(buckets.iter().any(|b| b.descs.capacity() > 0));
+        spare.keep(Schedule::page_buckets(&queues, true, &Spare::default()));
+        let again = Schedule::page_buckets(&queues, true, &spare);
+        let got: Vec<Vec<Descriptor>> = again
+            .units()
+            .iter()
+            .map(|u| u.descriptors().to_vec())
+            .collect();
+        assert_eq!(got, want);
     }
 
     #[test]
@@ -501,7 +572,7 @@ mod tests {
                 let d = Descriptor::new(DescOp::Add, FabricAddr(i as u64 * 256), FabricAddr((64 << 20) + row * 256), 256, Dtype::F32);
                 lists[i % queues].push(d.unwrap());
             }
-            let plain = Schedule::page_buckets(&lists, false);
+            let plain = Schedule::page_buckets(&lists, false, &Spare::default());
             for unit in plain.units() {
                 let at: Vec<(usize, u64)> = (0..unit.descriptors().len()).map(|i| unit.at(i)).collect();
                 proptest::prop_assert!(at.iter().map(|&(q, r)| (r, q)).is_sorted());
@@ -509,7 +580,7 @@ mod tests {
                     proptest::prop_assert_eq!(lists[q][r as usize], *d);
                 }
             }
-            let buckets = Schedule::page_buckets(&lists, true);
+            let buckets = Schedule::page_buckets(&lists, true, &Spare::default());
             let page = |d: &Descriptor| d.dest_range().0 .0 / PAGE_BYTES;
             for (b, unit) in buckets.units().iter().enumerate() {
                 let descs = unit.descriptors();
