@@ -27,6 +27,9 @@ struct State {
     before: Vec<u32>,
     running: usize,
     finished: usize,
+    /// Workers waiting on the condition variable (a notification with none waiting
+    /// would cost a system call for nothing).
+    parked: usize,
     /// The first error by (queue, index), and whether to stop claiming.
     failed: Option<((usize, u64), Error)>,
     stop: bool,
@@ -56,6 +59,7 @@ where
         before,
         running: 0,
         finished: 0,
+        parked: 0,
         failed: None,
         stop: false,
     });
@@ -86,10 +90,12 @@ where
             if st.running == 0 {
                 // nothing ready, nothing running, not done: nothing can become ready
                 st.stop = true;
-                wake.notify_all();
+                notify(&st, wake, usize::MAX);
                 return;
             }
+            st.parked += 1;
             st = wake.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.parked -= 1;
             continue;
         };
         st.running += 1;
@@ -120,10 +126,9 @@ where
                         }
                     }
                 }
-                if st.finished == units.len() || woken > 1 {
-                    wake.notify_all();
-                } else if woken == 1 {
-                    wake.notify_one();
+                match st.finished == units.len() {
+                    true => notify(&st, wake, usize::MAX),
+                    false => notify(&st, wake, woken),
                 }
             }
             Some((at, e)) => {
@@ -131,9 +136,18 @@ where
                     st.failed = Some((at, e));
                 }
                 st.stop = true;
-                wake.notify_all();
+                notify(&st, wake, usize::MAX);
             }
         }
+    }
+}
+
+/// Wakes `n` parked workers (all for `usize::MAX`), if any is parked.
+fn notify(st: &State, wake: &Condvar, n: usize) {
+    match (st.parked, n) {
+        (0, _) | (_, 0) => {}
+        (_, 1) => wake.notify_one(),
+        _ => wake.notify_all(),
     }
 }
 

@@ -106,17 +106,19 @@ impl<'q> Schedule<'q> {
         queues: impl IntoIterator<Item = &'q [Descriptor]>,
         done: &Progress,
     ) -> Result<Schedule<'q>, Error> {
+        let queues = queues.into_iter();
+        let units = queues.size_hint().0;
         let mut s = Schedule {
-            units: Vec::new(),
-            before: Vec::new(),
-            then: Vec::new(),
+            units: Vec::with_capacity(units),
+            before: Vec::with_capacity(units),
+            then: Vec::with_capacity(units),
             dealt: false,
         };
         // per semaphore, the unit of each of its signals in order
         let mut signals: [Vec<u32>; SEMAPHORES as usize] = Default::default();
         // (unit, queue, index, wait)
         let mut waits = Vec::new();
-        for (queue, descs) in queues.into_iter().enumerate() {
+        for (queue, descs) in queues.enumerate() {
             let base = done.next.get(queue).copied().unwrap_or(0);
             let mut start = 0;
             let mut previous: Option<u32> = None;
@@ -134,6 +136,9 @@ impl<'q> Schedule<'q> {
                 unit
             };
             for (i, d) in descs.iter().enumerate() {
+                if !d.synchronises() {
+                    continue;
+                }
                 if i > start && d.wait().is_some() {
                     cut(&mut s, start, i);
                     start = i;
@@ -197,8 +202,8 @@ impl<'q> Schedule<'q> {
         }
         let mut s = Schedule {
             units: Vec::with_capacity(PAGE_BUCKETS),
-            before: Vec::new(),
-            then: Vec::new(),
+            before: Vec::with_capacity(PAGE_BUCKETS),
+            then: Vec::with_capacity(PAGE_BUCKETS),
             dealt: true,
         };
         for mut b in buckets {
