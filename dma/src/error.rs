@@ -174,7 +174,7 @@ pub enum Error {
         value: usize,
         rule: &'static str,
     },
-    #[error("the DMA engine's threads (its tokio runtime or its crew) could not start: {message}")]
+    #[error("the DMA engine's thread pool could not start: {message}")]
     EngineRuntime { message: String },
     #[error("DMA queue {queue} stopped: {reason}")]
     EngineAborted { queue: usize, reason: String },

@@ -10,7 +10,7 @@
 //! - [`cast`]: casts between dtypes through float32, with or without a compute op;
 //! - [`fabric`]: HBM (sparse), SBUF and PSUM storage behind one bounds-checked access path;
 //! - [`descriptor`], [`queue_file`]: the DMA descriptor and the queue file format;
-//! - [`engine`], [`timing`]: the async multi-queue engine and its timing model.
+//! - [`engine`], [`timing`]: the multi-queue engine and its timing model.
 //!
 //! Data enters as bytes written through the bounds-checked fabric access path and leaves
 //! the same way; nothing in this crate knows about the IVP core or the ISA.

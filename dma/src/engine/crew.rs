@@ -1,10 +1,9 @@
-//! The crew: helper threads an [`Engine`](super::Engine) keeps between replays to run a
-//! claimed replay with the caller ([`super::exec::execute_claimed`]).
+//! The crew: the thread pool an [`Engine`](super::Engine) keeps between replays to run a
+//! schedule with the caller ([`super::executor::execute`]).
 //!
 //! A DGE instruction's replay takes about a hundred microseconds, and a thread that sleeps
-//! in the kernel takes tens of microseconds to wake on a virtual machine (29-30 µs measured
-//! for a tokio worker on this project's VM), so a helper woken per replay misses a quarter
-//! of it. A crew thread therefore spins for [`EngineConfig::linger`](super::EngineConfig)
+//! in the kernel takes tens of microseconds to wake on a virtual machine, so a helper woken
+//! per replay misses a good part of it. A crew thread therefore spins for [`EngineConfig::linger`](super::EngineConfig)
 //! after each job, watching for the next one, and only then parks; the caller likewise
 //! spins while it waits for the crew to finish before it parks.
 //!

@@ -1,6 +1,6 @@
-//! The async multi-queue DMA engine: up to 16 descriptor queues (the 16 DMA rings of a
-//! NeuronCore) executed concurrently on a tokio multi-thread runtime against one
-//! [`Fabric`], each queue strictly in order, semaphores ordering descriptors across queues.
+//! The multi-queue DMA engine: up to 16 descriptor queues (the 16 DMA rings of a
+//! NeuronCore) executed concurrently against one [`Fabric`], each queue strictly in order,
+//! semaphores ordering descriptors across queues.
 //!
 //! # Entry points
 //!
@@ -9,17 +9,16 @@
 //! - [`Engine::stream`] lets a producer (the DGE) push descriptors through a [`Session`]
 //!   while the engine executes them.
 //! - [`Engine::validate`] then [`Engine::run_beside`] replay in-memory queues validated
-//!   ahead, with other work (writing the next replay's inputs, generating and validating
-//!   its descriptors) done on the caller while the crew runs them: that work may write
-//!   only pages the replay neither reads nor writes, and learns whether it read a page the
-//!   replay writes ([`Beside`]).
+//!   ahead, with other work done on the caller while the thread pool runs them: that work
+//!   may write only pages the replay neither reads nor writes, and learns whether it read
+//!   a page the replay writes ([`Beside`]).
 //! - [`execute_sequential`] is the plain synchronous reference the tests compare against.
 //!
 //! Every replay returns a [`ReplayReport`]: its [`ReplaySummary`] follows from the queues
 //! and the fabric alone (per-queue descriptors, bytes, timing-model busy time, totals,
-//! skipped and failed counts, makespan) and is equal for every worker count, batch size
-//! and schedule (its totals also for every queue count); its [`ExecutionStats`] (wall
-//! time, batches, peak buffered descriptors) are measured and kept apart.
+//! skipped and failed counts, makespan) and is equal for every worker count and schedule
+//! (its totals also for every queue count); its [`ExecutionStats`] are measured and kept
+//! apart.
 //!
 //! # Fail closed
 //!
@@ -41,45 +40,16 @@
 //!
 //! # Execution
 //!
-//! One tokio task per queue receives `Vec<Descriptor>` batches of up to
-//! [`EngineConfig::batch`] descriptors over a bounded `mpsc` channel of
-//! [`EngineConfig::channel_depth`] batches, so a producer generates (or reads a file) while
-//! the queues execute, and memory stays bounded by `queues * (channel_depth + 1) * batch`
-//! descriptors in flight. The CPU work of a batch runs inside its queue's task on a worker
-//! thread (not `spawn_blocking`): the runtime's [`EngineConfig::workers`] threads then bound
-//! the parallelism exactly and a batch costs one wake-up, not a hand-off to another pool.
-//! The fabric is moved into an `Arc` for the run and shared by the tasks through its `&self`
-//! `*_reserved` forms (it is `Sync`, with per-page locks); it is moved back afterwards.
-//!
-//! Semaphores are 16 `tokio::sync::watch` counters: SIGNAL bumps its counter after the
-//! descriptor's writes are done; WAIT(s, n) awaits counter `s >= n`. A queue that fails
-//! (which validation rules out) aborts the run: every waiter is woken and stops.
-//!
-//! Two shortcuts change the schedule, never the memory or the [`ReplaySummary`]. An
-//! in-memory replay that has no semaphore and whose every queue fits its channel whole
-//! runs by claiming ([`ExecutionStats::claimed`]): no feeder, no channel; each thread takes
-//! the next queue nobody has taken and runs it to its end, in batches. Within
-//! [`EngineConfig::inline`] the caller claims every queue itself; above it, for two or more
-//! workers, the caller and the engine's crew of `workers - 1` threads claim them. The crew
-//! is kept between replays and spins for [`EngineConfig::linger`] after each before it
-//! sleeps, so the next replay finds it awake (waking a sleeping thread costs tens of
-//! microseconds on a virtual machine, a quarter of a DGE instruction's replay), and the
-//! caller never waits for a crew thread that has not joined by the time its own share is
-//! done. Any other replay within the inline limit runs on the calling thread on a
-//! current-thread runtime (the same tasks and channels), so it pays no worker wake-up.
-//! Either way each queue runs in order on one thread at a time.
-//!
-//! An in-memory replay of at most a million descriptors, each destination inside one page,
-//! whose bytes read are no bytes written and whose destination pages fall in two buckets
-//! (of the 16 below) or more, are shared by queues, and are dense or validated ahead
-//! ([`Engine::validate`]; the validation's footprint and page set) is claimed even when
-//! its queues do not fit their channels, and is dealt by destination page
-//! ([`ExecutionStats::dealt_by_page`]): the units claimed are buckets of pages (page `k`
-//! in bucket `k % 16`), in the queues' round order, each page's descriptors together where
-//! pages hold several each. So no two threads write one page (a round-robin spray puts
-//! every queue on every page), a claimer locks such a page once for all its descriptors
-//! there, and a queue's descriptors on one page still run in its order, which is all the
-//! order such a replay has.
+//! One executor runs every replay. Validation's result is compiled into a schedule of
+//! units of work: queue segments (each queue cut at its semaphore points, a segment
+//! ordered after the one before it and after the segment holding the SIGNAL its WAIT
+//! needs), or, where the queues touch independent pages, page buckets (descriptors dealt
+//! by destination page, so that no two threads write one page). The executor runs the
+//! schedule on a thread pool by work claiming: the caller and the pool's threads each
+//! claim the next ready unit; one thread is sequential execution. A replay within
+//! [`EngineConfig::inline`] runs on the caller alone, since waking the pool costs more
+//! than it saves there. A streamed replay (a queue file, a [`Session`]) is held per queue
+//! and run window by window, each window a schedule of queue segments.
 //!
 //! # Determinism
 //!
@@ -98,8 +68,10 @@
 mod cast;
 mod crew;
 mod exec;
+mod executor;
 mod race;
 mod report;
+mod schedule;
 mod sequential;
 mod session;
 mod share;
@@ -108,8 +80,6 @@ mod validate;
 
 use std::io::{Read, Seek};
 use std::time::Duration;
-
-use tokio::runtime::Runtime;
 
 use crate::descriptor::Descriptor;
 use crate::error::Error;
@@ -122,7 +92,7 @@ pub use report::{ExecutionStats, QueueReport, ReplayReport, ReplaySummary};
 pub use sequential::execute_sequential;
 pub use session::Session;
 
-use exec::Dealing;
+use schedule::Schedule;
 use share::WriteShare;
 use source::{FileSource, QueueSource, Slices};
 use validate::Plan;
@@ -156,15 +126,10 @@ pub enum InvalidPolicy {
 /// Which replays are small enough to run on the calling thread alone: those of at most
 /// `descriptors` descriptors moving at most `bytes` bytes (both limits hold).
 ///
-/// Handing a replay to the worker threads costs a few thread wake-ups (tens of
-/// microseconds on a virtual machine whatever the replay's size); a small replay runs
-/// sooner on the caller: claimed by it (see the module docs) when it can be, else on a
-/// current-thread runtime, with the same queue tasks, channels and semaphores. Even an
-/// awake crew does not pay on small scatters: embedding_update's 512-row replays took up
-/// to 0.33 s per run claimed by the caller and the crew against 0.16 s claimed by the
-/// caller alone (`hostsim bench`, `BENCHMARKS.md`). Which runtime ran a replay changes
-/// nothing but its [`ExecutionStats`] (the memory and the [`ReplaySummary`] are the same
-/// for any schedule).
+/// Handing a replay to the thread pool costs thread wake-ups whatever the replay's size,
+/// so a small replay runs sooner on the caller alone (`BENCHMARKS.md`). Where a replay
+/// ran changes nothing but its [`ExecutionStats`] (the memory and the [`ReplaySummary`]
+/// are the same for any schedule).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InlineLimit {
     /// Descriptors at most.
@@ -187,9 +152,7 @@ impl InlineLimit {
 }
 
 impl Default for InlineLimit {
-    /// 4096 descriptors (one DGE instruction's most) and 256 KiB: below that the caller
-    /// alone was about twice as fast as two tokio workers whose wake-ups are counted, and
-    /// above about 1 MiB the workers won (`BENCHMARKS.md`, measured before the crew).
+    /// 4096 descriptors (one DGE instruction's most) and 256 KiB (`BENCHMARKS.md`).
     fn default() -> InlineLimit {
         InlineLimit {
             descriptors: 4096,
@@ -199,17 +162,19 @@ impl Default for InlineLimit {
 }
 
 /// How the engine runs. [`EngineConfig::default`] gives 16 queues, one worker per core
-/// (at most 16), batches of 2048 descriptors, 2 batches per channel, no race check,
+/// (at most 16), batches of 2048 descriptors, windows of 2 batches, no race check,
 /// [`InvalidPolicy::Reject`], the default [`InlineLimit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EngineConfig {
     /// DMA rings available, `1..=16`: a replay may use at most this many queues.
     pub queues: usize,
-    /// Worker threads of the runtime, `1..=256`.
+    /// Threads that run a replay: the caller and `workers - 1` in the thread pool,
+    /// `1..=256`.
     pub workers: usize,
-    /// Descriptors per channel message at most, `1..=8192` ([`MAX_BATCH`]).
+    /// Descriptors a streamed replay reads at once, `1..=8192` ([`MAX_BATCH`]).
     pub batch: usize,
-    /// Batches a queue's channel holds before the producer waits, `1..=1024`.
+    /// Batches per queue a streamed replay holds before it runs them, `1..=1024`: a
+    /// window of at most `channel_depth * batch` descriptors per queue.
     pub channel_depth: usize,
     /// The validating mode.
     pub race_check: RaceCheck,
@@ -217,10 +182,9 @@ pub struct EngineConfig {
     pub invalid: InvalidPolicy,
     /// Which replays run on the calling thread instead of the workers.
     pub inline: InlineLimit,
-    /// How long a claimed run's helper threads spin waiting for the next replay before
-    /// they sleep (and the caller spins waiting for them), at most [`MAX_LINGER`]: waking
-    /// a sleeping thread costs tens of microseconds on a virtual machine, a good part of
-    /// a DGE instruction's replay. Zero spins not at all.
+    /// How long the thread pool spins waiting for the next replay before it sleeps (and
+    /// the caller spins waiting for it), at most [`MAX_LINGER`]: waking a sleeping thread
+    /// costs a good part of a small replay. Zero spins not at all.
     pub linger: Duration,
 }
 
@@ -287,41 +251,25 @@ impl EngineConfig {
     }
 }
 
-/// The engine: a configuration and the tokio runtimes its queues run on (built once,
-/// reused by every replay): the multi-thread one of the workers, and a current-thread one
-/// for the replays [`EngineConfig::inline`] admits. Calls block their caller until the
-/// replay is done; they may be made from any thread, including one inside another
-/// runtime. Drop it outside async code (as any tokio runtime).
+/// The engine: a configuration and the thread pool that runs replays with the caller
+/// (started once, reused by every replay). Calls block their caller until the replay is
+/// done; they may be made from any thread, including one inside an async runtime.
 #[derive(Debug)]
 pub struct Engine {
     config: EngineConfig,
-    runtime: Runtime,
-    caller: Runtime,
-    /// The threads that run claimed replays with the caller.
+    /// The thread pool that runs replays with the caller.
     crew: crew::Crew,
-    /// The buffers dealt runs deal their page buckets into.
-    spare: exec::Spare,
     /// The validation buffers of the last replay (its page set, timeline and per-queue
     /// counters), emptied: the next one's validation fills them without allocating again.
     kept: std::sync::Mutex<Option<validate::Kept>>,
+    /// The page-bucket buffers of the last replay dealt by page.
+    spare: schedule::Spare,
 }
 
 impl Engine {
-    /// Checks `config` and starts the runtime's worker threads.
+    /// Checks `config` and starts the thread pool.
     pub fn new(config: EngineConfig) -> Result<Engine, Error> {
         config.check()?;
-        let built = |r: std::io::Result<Runtime>| {
-            r.map_err(|e| Error::EngineRuntime {
-                message: e.to_string(),
-            })
-        };
-        let runtime = built(
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(config.workers)
-                .thread_name("dma-queue")
-                .build(),
-        )?;
-        let caller = built(tokio::runtime::Builder::new_current_thread().build())?;
         let crew = crew::Crew::new(config.workers - 1, config.linger).map_err(|e| {
             Error::EngineRuntime {
                 message: e.to_string(),
@@ -329,11 +277,9 @@ impl Engine {
         })?;
         Ok(Engine {
             config,
-            runtime,
-            caller,
             crew,
-            spare: exec::Spare::default(),
             kept: std::sync::Mutex::new(None),
+            spare: schedule::Spare::default(),
         })
     }
 
@@ -409,7 +355,7 @@ impl Engine {
         produce: F,
     ) -> Result<ReplayReport, Error>
     where
-        F: FnOnce(&mut Session) -> Result<(), Error>,
+        F: FnOnce(&mut Session<'_>) -> Result<(), Error>,
     {
         if self.config.race_check == RaceCheck::On {
             return Err(Error::RaceCheckStreaming);
@@ -438,12 +384,11 @@ impl Engine {
     ) -> Result<Validated, Error> {
         let mut plan = self.plan(fabric, &mut Slices::new(&queues))?;
         plan.ahead = true;
-        // A run that will be claimed by the caller and the crew and dealt by page is dealt
-        // now, so that the dealing too is done beside the replay before it.
-        let dealt = match self.claims(&queues, &plan, false) {
-            Some(Dealing::Pages { grouped }) => Some(exec::deal(&queues, &self.spare, grouped)),
-            _ => None,
-        };
+        // Page buckets for a run on the caller and the thread pool are dealt now, beside
+        // the replay before.
+        let dealt = self
+            .page_buckets(&queues, &plan, false)
+            .map(|grouped| Schedule::page_buckets(&queues, grouped, &self.spare));
         Ok(Validated {
             queues,
             plan,
@@ -454,11 +399,11 @@ impl Engine {
     }
 
     /// Runs `validated` on `fabric` (as [`Engine::run`] would have run its queues) and
-    /// calls `beside` on this thread while the queues run: a claimed replay starts on the
-    /// engine's crew and this thread joins it once `beside` returns; any other replay runs
-    /// first. A replay within [`EngineConfig::inline`] runs on this thread alone: after
-    /// `beside` if it is claimed, else before (either is one schedule of the overlap, so
-    /// `beside` sees what it may see of a replay running beside it). `beside` gets a
+    /// calls `beside` on this thread while the queues run: the replay starts on the
+    /// engine's thread pool and this thread joins it once `beside` returns. A replay
+    /// within [`EngineConfig::inline`] runs on this thread alone, after `beside` (one
+    /// schedule of the overlap, so `beside` sees what it may see of a replay running
+    /// beside it). `beside` gets a
     /// [`Beside`]: the fabric to read, and to write where the replay neither reads nor
     /// writes. So the next replay's inputs can be written, and its
     /// descriptors generated and validated, while this one runs; what `beside` read of the
@@ -491,35 +436,21 @@ impl Engine {
     /// The queues of `validated`, given back (to be filled again); the engine keeps its
     /// validation buffers for the next validation.
     pub fn recycle(&self, validated: Validated) -> Vec<Vec<Descriptor>> {
-        let dealt = validated
-            .dealt
-            .into_inner()
-            .unwrap_or_else(|p| p.into_inner());
-        self.spare.put(dealt.unwrap_or_default());
         self.keep(validated.plan);
         validated.queues
     }
 
-    /// How in-memory `queues` validated into `plan` are dealt if they run by claiming
-    /// (`None` if they do not): on the caller alone if `inline`, else on the caller and the
-    /// crew, which needs two workers.
-    fn claims(&self, queues: &[Vec<Descriptor>], plan: &Plan, inline: bool) -> Option<Dealing> {
-        let dealing = self.deals(queues, plan);
-        let deal = dealing != Dealing::Queues;
-        let claimed = (inline || self.config.workers > 1)
-            && exec::claimable(queues, (plan.semaphores, deal), &self.config);
-        claimed.then_some(dealing)
-    }
-
-    /// How a claimed run of in-memory `queues` validated into `plan` is dealt: by page
-    /// where [`Plan::deals_by_page`] and it has at most [`exec::DEALT_MAX`] descriptors
-    /// ([`Dealing::by_page`]).
-    fn deals(&self, queues: &[Vec<Descriptor>], plan: &Plan) -> Dealing {
+    /// Whether in-memory `queues` validated into `plan` run as page buckets (`None`: as
+    /// queue segments), and if so whether grouped by page: where they have no semaphore,
+    /// [`Plan::deals_by_page`], at most [`schedule::DEALT_MAX`] descriptors, and run on
+    /// more than one thread or on the caller alone (`inline`).
+    fn page_buckets(&self, queues: &[Vec<Descriptor>], plan: &Plan, inline: bool) -> Option<bool> {
         let descriptors = queues.iter().map(Vec::len).sum::<usize>();
-        match plan.deals_by_page() && descriptors <= exec::DEALT_MAX {
-            true => Dealing::by_page(descriptors, plan.pages.len()),
-            false => Dealing::Queues,
-        }
+        let by_page = (inline || self.config.workers > 1)
+            && !plan.semaphores
+            && plan.deals_by_page()
+            && descriptors <= schedule::DEALT_MAX;
+        by_page.then(|| schedule::grouped(descriptors, plan.pages.len()))
     }
 
     /// Whether a validated replay is small enough to run on the caller alone
@@ -562,42 +493,34 @@ impl Engine {
         &self,
         fabric: &mut Fabric,
         source: &mut S,
-        (plan, dealt): (&Plan, Option<exec::Buckets>),
+        (plan, dealt): (&Plan, Option<Schedule<'static>>),
         beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ReplayReport, R), Error> {
         // This replay's destinations are opened; every page it reads is closed, so read
         // without a lock while the queues run (Fabric::reopen).
         plan.pages.reopen(fabric, plan.footprint.read_pages())?;
         source.rewind();
-        // A replay small enough for the caller alone runs there, claimed if it can be
-        // (no channels, no tasks), else on the current-thread runtime; a larger one is
-        // claimed by the caller and the crew if it can be, else fed to the workers. Work
-        // beside a replay runs on the caller while the crew starts a claimed one, before
-        // a claimed one on the caller alone, and after any other.
+        // In-memory queues compile into a schedule (page buckets where they are dealt by
+        // page, else queue segments) run by the executor: on the caller alone if small
+        // enough, else on the caller and the crew; work beside the replay runs on the
+        // caller while the crew starts, or alone before it. A streamed source runs window
+        // by window (see the `session` module), work beside after it.
         let inline = self.inline(&plan.timeline);
-        let crew = (!inline).then_some(&self.crew);
         let reads = plan.footprint.read_pages();
-        let claimed = |queues| Some((queues, self.claims(queues, plan, inline)?));
-        let (execution, other) = match source.in_memory().and_then(claimed) {
-            Some((queues, dealing)) => {
-                let queues = (queues, dealing, dealt);
+        let (execution, other) = match source.in_memory() {
+            Some(queues) => {
+                let schedule = match (self.page_buckets(queues, plan, inline), dealt) {
+                    (Some(_), Some(dealt)) => dealt,
+                    (Some(grouped), None) => Schedule::page_buckets(queues, grouped, &self.spare),
+                    (None, _) => Schedule::segments(queues)?,
+                };
                 let beside = |f: &Fabric, share: &_| beside(&mut Beside::new(f, reads, share));
-                let (stats, other) = exec::execute_claimed(
-                    crew,
-                    fabric,
-                    queues,
-                    (&self.config, &self.spare),
-                    beside,
-                );
+                let (stats, _, other) = self.execute_schedule(fabric, &schedule, inline, beside);
+                self.spare.keep(schedule);
                 (stats?, other)
             }
-            _ => {
-                let (runtime, workers) = match inline {
-                    true => (&self.caller, 1),
-                    false => (&self.runtime, self.config.workers),
-                };
-                self.spare.put(dealt.unwrap_or_default());
-                let stats = exec::execute(runtime, workers, fabric, source, &self.config)?;
+            None => {
+                let stats = session::run_source(self, fabric, source)?;
                 let alone = WriteShare::default();
                 (stats, beside(&mut Beside::new(fabric, reads, &alone)))
             }
@@ -608,6 +531,58 @@ impl Engine {
             execution,
         };
         Ok((report, other))
+    }
+}
+
+impl Engine {
+    /// Runs `schedule` (validated, its destinations reserved) on the executor: on the
+    /// caller alone if `inline`, else on the caller and the crew; and calls `beside` on
+    /// the caller with the fabric: while the crew starts the run, before the caller joins
+    /// it (alone: before the run). A crew thread out of units meanwhile helps with the
+    /// writes `beside` makes through the [`WriteShare`] it is given, until `beside`
+    /// returns. A panic of `beside` unwinds from here once the run is over.
+    fn execute_schedule<R>(
+        &self,
+        fabric: &Fabric,
+        schedule: &Schedule<'_>,
+        inline: bool,
+        beside: impl FnOnce(&Fabric, &WriteShare) -> R,
+    ) -> (Result<ExecutionStats, Error>, u64, R) {
+        let started = std::time::Instant::now();
+        let skip = self.config.invalid == InvalidPolicy::Skip;
+        let ran = std::sync::atomic::AtomicU64::new(0);
+        let run = |unit: &schedule::Unit<'_>| exec::run_unit(fabric, skip, unit, &ran);
+        let share = WriteShare::default();
+        let (outcome, (workers, other)) = executor::execute(schedule, run, |job| {
+            let job = || {
+                job();
+                // SAFETY: `job` returned, so this thread runs no more of the replay's
+                // units (the executor hands a worker out only when it claims nothing more).
+                unsafe { share.help(fabric) };
+            };
+            let meanwhile = || {
+                let _end = share::EndHelping(&share);
+                beside(fabric, &share)
+            };
+            match inline {
+                true => (1, crew::beside_then_job(&job, meanwhile)),
+                false => match self.crew.run_beside(&job, meanwhile) {
+                    (true, other) => (self.crew.helpers() + 1, other),
+                    (false, other) => (1, other),
+                },
+            }
+        });
+        let stats = outcome.map(|()| ExecutionStats {
+            wall: started.elapsed(),
+            workers,
+            batches: schedule.units().len() as u64,
+            max_buffered: match schedule.dealt() {
+                true => schedule.descriptors(),
+                false => 0,
+            },
+            dealt_by_page: schedule.dealt(),
+        });
+        (stats, ran.into_inner(), other)
     }
 }
 
@@ -622,7 +597,7 @@ pub struct Validated {
     queues: Vec<Vec<Descriptor>>,
     plan: Plan,
     /// The queues dealt by destination page, for the first run (see [`Engine::validate`]).
-    dealt: std::sync::Mutex<Option<exec::Buckets>>,
+    dealt: std::sync::Mutex<Option<Schedule<'static>>>,
     generation: crate::Generation,
     config: EngineConfig,
 }
@@ -749,10 +724,9 @@ mod tests {
         bytes: u64::MAX,
     };
 
-    /// The schedules the tests run: `workers` 1 or 2, every replay on that many worker
-    /// threads through 1-batch channels; 0, every replay on the caller; 3, two workers
-    /// with channels deep enough that any test queue fits them whole, so a replay without
-    /// semaphores runs by claiming queues.
+    /// The schedules the tests run: `workers` 1 or 2, every replay on that many threads,
+    /// a streamed one in windows of one 7-descriptor batch per queue; 0, every replay on
+    /// the caller; 3, two threads and windows of 64 batches.
     fn config(workers: usize) -> EngineConfig {
         EngineConfig {
             queues: 16,
@@ -773,19 +747,6 @@ mod tests {
         static ENGINES: OnceLock<[Engine; 4]> = OnceLock::new();
         let engines = ENGINES.get_or_init(|| [0, 1, 2, 3].map(|w| Engine::new(config(w)).unwrap()));
         &engines[workers]
-    }
-
-    /// Whether `e` runs `queues` (no semaphores, in memory) by claiming them: on the caller
-    /// alone within the inline limit, or on two workers, with every queue fitting its
-    /// channel whole, or dealt by page (as the report says: the rule is the validation's
-    /// footprint).
-    fn claims(e: &Engine, queues: &[Vec<Descriptor>], report: &ReplayReport) -> bool {
-        let c = e.config();
-        let fits = queues.iter().all(|q| q.len() <= c.batch * c.channel_depth);
-        let all = queues.iter().flatten();
-        let bytes = all.clone().map(|d| u64::from(d.len())).sum();
-        let inline = c.inline.admits(all.count() as u64, bytes);
-        (inline || c.workers > 1) && (fits || report.execution.dealt_by_page)
     }
 
     fn with(workers: usize, f: impl FnOnce(&mut EngineConfig)) -> Engine {
@@ -1058,7 +1019,7 @@ mod tests {
         assert!(lock(&validated.dealt).is_some(), "dealt when validated");
         for _ in 0..2 {
             let (report, ()) = engine(2).run_beside(&mut f, &validated, |_| ()).unwrap();
-            assert!(report.execution.claimed && report.execution.dealt_by_page);
+            assert!(report.execution.dealt_by_page);
             assert_eq!(f.first_difference(&want), None);
         }
         assert_eq!(engine(2).recycle(validated), queues);
@@ -1162,7 +1123,6 @@ mod tests {
             let queues = spray(&descs, queues);
             let mut f = fabric();
             let report = engine(workers).run(&mut f, &queues).unwrap();
-            prop_assert_eq!(report.execution.claimed, claims(engine(workers), &queues, &report));
             prop_assert_eq!(window(&f), reference(&queues));
             let mut g = fabric();
             execute_sequential(&mut g, &queues).unwrap();
@@ -1177,7 +1137,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// Row gathers and row adds from a table nothing writes into rows over four
-        /// pages, every row's writers in one queue: a claimed run deals them by page
+        /// pages, every row's writers in one queue: a run on two threads deals them by page
         /// where they write two pages or more (here, two buckets), some page has two
         /// queues, and the pages are dense (a quarter written on average) or the queues
         /// were validated ahead; and equals the queues run in order either way.
@@ -1207,12 +1167,10 @@ mod tests {
             execute_sequential(&mut want, &lists).unwrap();
             let mut ahead = f.clone();
             let report = engine(3).run(&mut f, &lists).unwrap();
-            prop_assert!(report.execution.claimed);
             prop_assert_eq!(report.execution.dealt_by_page, dense && shared);
             prop_assert_eq!(f.first_difference(&want), None);
             let validated = engine(3).validate(&ahead, lists).unwrap();
             let (report, ()) = engine(3).run_beside(&mut ahead, &validated, |_| ()).unwrap();
-            prop_assert!(report.execution.claimed);
             prop_assert_eq!(report.execution.dealt_by_page, shared);
             prop_assert_eq!(ahead.first_difference(&want), None);
         }
@@ -1237,7 +1195,6 @@ mod tests {
             let e = engine(3);
             let validated = e.validate(&f, queues).unwrap();
             let (report, ()) = e.run_beside(&mut f, &validated, |_| ()).unwrap();
-            assert!(report.execution.claimed, "{second_half}");
             assert_eq!(report.execution.dealt_by_page, dealt, "{second_half}");
             assert_eq!(f.first_difference(&want), None);
         }
@@ -1261,15 +1218,14 @@ mod tests {
         let (mut f, mut want) = (fabric(), fabric());
         execute_sequential(&mut want, &queues).unwrap();
         let report = engine(2).run(&mut f, &queues).unwrap();
-        assert!(report.execution.claimed && report.execution.dealt_by_page);
+        assert!(report.execution.dealt_by_page);
         assert_eq!(f.first_difference(&want), None);
-        // past the most a dealt run copies, the queues are not dealt, hence fed
+        // past the most a replay dealt by page copies, it runs as queue segments
         let e = engine(2);
         let plan = e.plan(&f, &mut Slices::new(&queues)).unwrap();
-        assert_ne!(e.deals(&queues, &plan), Dealing::Queues);
-        let huge = vec![vec![queues[0][0]; exec::DEALT_MAX / 2 + 1]; 2];
-        assert_eq!(e.deals(&huge, &plan), Dealing::Queues);
-        assert!(!exec::claimable(&huge, (false, false), e.config()));
+        assert!(e.page_buckets(&queues, &plan, false).is_some());
+        let huge = vec![vec![queues[0][0]; schedule::DEALT_MAX / 2 + 1]; 2];
+        assert_eq!(e.page_buckets(&huge, &plan, false), None);
     }
 
     /// Mailbox `k` is `[k * MAILBOX, +MAILBOX)`, below the groups. Every write to a mailbox
@@ -1442,7 +1398,6 @@ mod tests {
                     let e = with(workers, |c| c.batch = batch);
                     let mut f = fabric();
                     let report = e.run(&mut f, &sprayed).unwrap();
-                    assert_eq!(report.execution.claimed, claims(&e, &sprayed, &report));
                     assert_eq!(
                         f.first_difference(&baseline),
                         None,
@@ -1842,27 +1797,26 @@ mod tests {
         assert!(!limit.admits(5, 1) && !limit.admits(1, 65));
         assert!(InlineLimit::OFF.admits(0, 0) && !InlineLimit::OFF.admits(1, 1));
         let e = with(2, |c| c.inline = limit);
-        // a signal makes a replay fed: the limit decides where it runs
+        // the limit decides where a replay runs, with semaphores or without
         let signalled = |d: Descriptor| d.with_signal(sem(0));
         let small = vec![vec![signalled(fill(0x40, 8, 9))], vec![fill(0x80, 8, 7)]];
         let many = vec![(0..5)
             .map(|i| signalled(fill(0x40 + 8 * i, 8, 1)))
             .collect()];
         let wide = vec![vec![signalled(fill(0x40, 65, 3))]];
-        // without one it is claimed: by the caller alone within the limit, else with the crew
-        let claimed = vec![vec![fill(0x40, 8, 9)], vec![fill(0x80, 8, 7)]];
-        let claimed_many = vec![(0..5).map(|i| fill(0x40 + 8 * i, 8, 1)).collect()];
-        for (queues, (workers, claims)) in [
-            (small, (1, false)),
-            (many, (2, false)),
-            (wide, (2, false)),
-            (claimed, (1, true)),
-            (claimed_many, (2, true)),
+        // without one, the same
+        let plain = vec![vec![fill(0x40, 8, 9)], vec![fill(0x80, 8, 7)]];
+        let plain_many = vec![(0..5).map(|i| fill(0x40 + 8 * i, 8, 1)).collect()];
+        for (queues, workers) in [
+            (small, 1),
+            (many, 2),
+            (wide, 2),
+            (plain, 1),
+            (plain_many, 2),
         ] {
             let mut f = fabric();
             let report = e.run(&mut f, &queues).unwrap();
             assert_eq!(report.execution.workers, workers);
-            assert_eq!(report.execution.claimed, claims);
             let mut g = fabric();
             execute_sequential(&mut g, &queues).unwrap();
             assert_eq!(f.first_difference(&g), None);
@@ -1947,12 +1901,9 @@ mod tests {
             (report.summary.descriptors, report.summary.bytes),
             (4 * N, 4 * N * 64)
         );
-        assert_eq!(report.execution.batches, 4 * N / 1024);
-        assert!(
-            report.execution.max_buffered <= 4 * 3 * 1024,
-            "{}",
-            report.execution.max_buffered
-        );
+        // windows of 2 batches of 1024 per queue, one unit per queue each
+        assert_eq!(report.execution.batches, 4 * N / 2048);
+        assert_eq!(report.execution.max_buffered, 4 * 2 * 1024);
         assert!(file.max_buffered() <= MAX_BATCH);
         // slot j of queue q was last written by i = j + SLOTS * ((N - 1 - j) / SLOTS)
         for (q, j) in [(0, 0), (1, 5), (2, 1023), (3, 700)] {

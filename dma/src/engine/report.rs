@@ -96,25 +96,19 @@ impl ReplaySummary {
 /// the machine and the schedule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecutionStats {
-    /// Wall time of the execution itself (from starting the queue tasks to the last one
-    /// finishing; validation and reservation excluded).
+    /// Wall time of the execution itself (validation and reservation excluded).
     pub wall: Duration,
-    /// Threads the replay was given: the runtime's workers for a fed replay; for a
-    /// claimed one, the caller plus the crew threads it was offered to (1 when the caller
-    /// ran it alone; a crew thread that did not join in time still counts).
+    /// Threads the replay was offered to: the caller plus the thread pool's (1 when the
+    /// caller ran it alone; a pool thread that did not join in time still counts).
     pub workers: usize,
-    /// Batches handed to the queue tasks.
+    /// Units of work run (queue segments or page buckets; over every window of a
+    /// streamed replay).
     pub batches: u64,
-    /// The most descriptors handed to the queue tasks and not yet executed at any moment
-    /// (at most `queues * (channel_depth + 1) * batch`); for a claimed run, the
-    /// descriptors copied into page buckets (none when the queues are claimed whole, in
-    /// place).
+    /// Descriptors copied out of the queues: into page buckets, or, for a streamed
+    /// replay, the most held at once (at most `queues * channel_depth * batch`); none
+    /// when in-memory queues run in place.
     pub max_buffered: usize,
-    /// Whether the threads claimed whole queues from memory instead of being fed batches
-    /// through channels (see the engine's "Execution" overview).
-    pub claimed: bool,
-    /// Whether a claimed run was dealt by destination page instead of by queue (see the
-    /// engine's "Execution" overview).
+    /// Whether the units were page buckets (see the engine's "Execution" overview).
     pub dealt_by_page: bool,
 }
 
@@ -211,7 +205,6 @@ mod tests {
             workers: 1,
             batches,
             max_buffered: 10,
-            claimed: false,
             dealt_by_page: false,
         };
         let a = ReplayReport {

@@ -1,7 +1,10 @@
-//! Streaming replay: a producer pushes descriptors into a [`Session`] while the queues
-//! execute them ([`super::Engine::stream`]).
+//! Streamed replays: descriptors that arrive while the replay runs, from a producer pushing
+//! them into a [`Session`] ([`super::Engine::stream`]) or read from a queue file
+//! ([`super::Engine::replay_file`]), held per queue and run window by window, each window
+//! a schedule of queue segments run by the executor.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
 
 use crate::descriptor::{Descriptor, SemaphoreLedger};
 use crate::error::Error;
@@ -9,8 +12,9 @@ use crate::fabric::Fabric;
 use crate::timing::{QueueTimeline, TimingModel};
 use crate::FabricAddr;
 
-use super::exec::{Batch, Finished, Running};
-use super::report::{ReplayReport, ReplaySummary};
+use super::report::{ExecutionStats, ReplayReport, ReplaySummary};
+use super::schedule::{Progress, Schedule};
+use super::source::QueueSource;
 use super::validate::{check_ranges, replay_error};
 use super::Engine;
 
@@ -34,44 +38,45 @@ use super::Engine;
 ///
 /// # When the run aborts
 ///
-/// If a queue fails while the session runs (which the per-push checks rule out for
+/// If a window fails while the session runs (which the per-push checks rule out for
 /// every cause they know of), the run aborts: descriptors not yet executed are dropped,
-/// later pushes fail with [`Error::EngineAborted`] once their queue's channel is closed,
-/// and [`Engine::stream`] returns [`Error::StreamAborted`] with the descriptors that ran
-/// and those that failed (rejected pushes plus accepted descriptors the run never
-/// reached), whatever the producer returned. The fabric then holds the effects of exactly
-/// the descriptors that ran.
+/// later pushes fail with [`Error::EngineAborted`], and [`Engine::stream`] returns
+/// [`Error::StreamAborted`] with the descriptors that ran and those that failed (rejected
+/// pushes plus accepted descriptors the run never reached), whatever the producer
+/// returned. The fabric then holds the effects of exactly the descriptors that ran.
 ///
-/// # Batching and back-pressure
+/// # Windows and back-pressure
 ///
-/// Accepted descriptors are staged per queue and handed over in batches of
-/// [`super::EngineConfig::batch`]; a descriptor with a SIGNAL is handed over at once with
-/// whatever is staged before it. A push waits while its queue's channel is full. Because
-/// every WAIT needs SIGNALs pushed (hence handed over) before it, the queues can always make
-/// progress and a push never waits forever.
-pub struct Session {
-    running: Running,
+/// Accepted descriptors are held per queue; a push that brings its queue to
+/// [`super::EngineConfig::batch`] times [`super::EngineConfig::channel_depth`] held
+/// descriptors runs everything held (on the caller and the engine's thread pool) before
+/// it returns, and the rest runs when the producer returns. Every WAIT needs its SIGNALs
+/// pushed before it, so everything held can always run.
+pub struct Session<'e> {
+    engine: &'e Engine,
+    fabric: &'e Fabric,
     checker: PushChecker,
     timeline: QueueTimeline,
-    staging: Vec<Batch>,
-    batch: usize,
+    pending: Pending,
     /// Descriptors of rejected pushes.
     rejected: u64,
     /// Descriptors of accepted pushes (all of them run unless the run aborts).
     accepted: u64,
+    /// Why the run stopped, once it has.
+    aborted: Option<Error>,
 }
 
-impl Session {
+impl Session<'_> {
     /// Queues of the session.
     pub fn queues(&self) -> usize {
-        self.staging.len()
+        self.pending.queues.len()
     }
 
     /// Checks `descriptors` as a whole and appends them to `queue` (see the type docs).
     pub fn push(&mut self, queue: usize, descriptors: &[Descriptor]) -> Result<(), Error> {
         let checked = self
-            .checker
-            .check(self.running.shared().fabric(), queue, descriptors);
+            .stopped(queue)
+            .and_then(|()| self.checker.check(self.fabric, queue, descriptors));
         if let Err(e) = checked {
             self.rejected += descriptors.len() as u64;
             return Err(e);
@@ -81,30 +86,151 @@ impl Session {
             // The checker proved the one-signalling-queue rule the timeline enforces.
             self.timeline.push(queue, d)?;
         }
-        let queues = self.staging.len();
-        for d in descriptors {
-            let Some(staged) = self.staging.get_mut(queue) else {
-                return Err(Error::NoSuchQueue { queue, queues });
-            };
-            staged.push(*d);
-            if staged.len() >= self.batch || d.signal().is_some() {
-                self.flush(queue)?;
+        let held = self.pending.push(queue, descriptors);
+        let config = self.engine.config();
+        if held >= config.batch.saturating_mul(config.channel_depth) {
+            self.run_held();
+        }
+        self.stopped(queue)
+    }
+
+    /// [`Error::EngineAborted`] (for a push to `queue`) once the run has stopped.
+    fn stopped(&self, queue: usize) -> Result<(), Error> {
+        match &self.aborted {
+            None => Ok(()),
+            Some(e) => Err(Error::EngineAborted {
+                queue,
+                reason: format!("the run stopped: {e}"),
+            }),
+        }
+    }
+
+    /// Runs everything held, unless the run has stopped.
+    fn run_held(&mut self) {
+        while self.aborted.is_none() && self.pending.held() > 0 {
+            if let Err(e) = self.pending.run(self.engine, self.fabric) {
+                self.abort(e);
             }
+        }
+    }
+
+    /// Stops the run with `e`: what is held is dropped, later pushes fail.
+    fn abort(&mut self, e: Error) {
+        self.pending.queues.iter_mut().for_each(Vec::clear);
+        self.aborted = Some(e);
+    }
+}
+
+/// A streamed replay's descriptors held and not yet run, per queue, and what ran.
+pub(crate) struct Pending {
+    queues: Vec<Vec<Descriptor>>,
+    progress: Progress,
+    /// Descriptors that ran (skipped ones included).
+    executed: u64,
+    /// Units run, the most descriptors held at once, the most workers a window had.
+    units: u64,
+    most: usize,
+    workers: usize,
+}
+
+impl Pending {
+    pub(crate) fn new(queues: usize) -> Pending {
+        Pending {
+            queues: vec![Vec::new(); queues],
+            progress: Progress::default(),
+            executed: 0,
+            units: 0,
+            most: 0,
+            workers: 1,
+        }
+    }
+
+    /// Descriptors held.
+    fn held(&self) -> usize {
+        self.queues.iter().map(Vec::len).sum()
+    }
+
+    /// Holds `descriptors` at the end of `queue` (checked to exist); how many it holds.
+    fn push(&mut self, queue: usize, descriptors: &[Descriptor]) -> usize {
+        let Some(list) = self.queues.get_mut(queue) else {
+            return 0;
+        };
+        list.extend_from_slice(descriptors);
+        let held = list.len();
+        self.most = self.most.max(self.held());
+        held
+    }
+
+    /// Runs the next window on `fabric` (its destinations reserved): what of each queue
+    /// can run now ([`Progress::runnable`]). Nothing runnable while something is held is
+    /// [`Error::RunAborted`] (validation rules it out).
+    fn run(&mut self, engine: &Engine, fabric: &Fabric) -> Result<(), Error> {
+        let cut = self.progress.runnable(&self.queues);
+        let ready = || {
+            self.queues
+                .iter()
+                .zip(&cut)
+                .map(|(q, &n)| q.get(..n).unwrap_or(q))
+        };
+        let descriptors = cut.iter().sum::<usize>() as u64;
+        if descriptors == 0 {
+            return Err(Error::RunAborted);
+        }
+        let bytes = ready().flatten().map(|d| u64::from(d.len())).sum();
+        let inline = engine.config().inline.admits(descriptors, bytes);
+        let schedule = Schedule::window(ready(), &self.progress)?;
+        let (stats, ran, ()) = engine.execute_schedule(fabric, &schedule, inline, |_, _| ());
+        self.executed += ran;
+        self.units += schedule.units().len() as u64;
+        self.workers = self.workers.max(stats.as_ref().map_or(1, |s| s.workers));
+        stats?;
+        self.progress.advance(ready());
+        for (list, n) in self.queues.iter_mut().zip(cut) {
+            list.drain(..n);
         }
         Ok(())
     }
 
-    /// Hands `queue`'s staged descriptors to its task.
-    fn flush(&mut self, queue: usize) -> Result<(), Error> {
-        let Some(staged) = self.staging.get_mut(queue).filter(|s| !s.is_empty()) else {
-            return Ok(());
-        };
-        let batch = std::mem::replace(staged, Vec::with_capacity(self.batch));
-        self.running.send_blocking(queue, batch)
+    /// What was measured, over `wall`.
+    fn stats(&self, wall: Duration) -> ExecutionStats {
+        ExecutionStats {
+            wall,
+            workers: self.workers,
+            batches: self.units,
+            max_buffered: self.most,
+            dealt_by_page: false,
+        }
     }
+}
 
-    fn flush_all(&mut self) -> Result<(), Error> {
-        (0..self.staging.len()).try_for_each(|q| self.flush(q))
+/// Runs a validated `source` on `fabric` (its destinations reserved) window by window:
+/// each queue's next [`super::EngineConfig::batch`] times
+/// [`super::EngineConfig::channel_depth`] descriptors at most, read in batches.
+pub(crate) fn run_source<S: QueueSource>(
+    engine: &Engine,
+    fabric: &Fabric,
+    source: &mut S,
+) -> Result<ExecutionStats, Error> {
+    let started = Instant::now();
+    let config = engine.config();
+    let hold = config.batch.saturating_mul(config.channel_depth);
+    let mut pending = Pending::new(source.queues());
+    let mut ended = vec![false; source.queues()];
+    loop {
+        for (queue, list) in pending.queues.iter_mut().enumerate() {
+            while list.len() < hold && ended.get(queue) == Some(&false) {
+                let batch = source.next(queue, config.batch.min(hold - list.len()))?;
+                list.extend_from_slice(batch);
+                if batch.is_empty() {
+                    ended[queue] = true;
+                }
+            }
+        }
+        pending.most = pending.most.max(pending.held());
+        if pending.held() == 0 {
+            return Ok(pending.stats(started.elapsed()));
+        }
+        pending.run(engine, fabric)?;
     }
 }
 
@@ -207,79 +333,46 @@ pub(crate) fn stream<F>(
     produce: F,
 ) -> Result<ReplayReport, Error>
 where
-    F: FnOnce(&mut Session) -> Result<(), Error>,
+    F: FnOnce(&mut Session<'_>) -> Result<(), Error>,
 {
     let generation = fabric.generation();
     let timeline = QueueTimeline::new(TimingModel::new(generation), queues, false)?;
     let declared = declare(fabric, destinations)?;
-    let taken = std::mem::replace(fabric, Fabric::new(generation));
-    let mut session = Session::start(engine, taken, (queues, declared), timeline);
+    let started = Instant::now();
+    let mut session = Session {
+        engine,
+        fabric,
+        checker: PushChecker {
+            declared,
+            ledger: SemaphoreLedger::new(),
+            next: vec![0; queues],
+        },
+        timeline,
+        pending: Pending::new(queues),
+        rejected: 0,
+        accepted: 0,
+        aborted: None,
+    };
     let produced = catch_unwind(AssertUnwindSafe(|| produce(&mut session)));
     // Every accepted descriptor runs, whatever the producer did.
-    let flushed = session.flush_all();
-    let ended = session.end(engine);
-    *fabric = ended.finished.fabric;
+    session.run_held();
     let produced = produced.unwrap_or_else(|panic| resume_unwind(panic));
-    let executed = ended.finished.executed;
+    let executed = session.pending.executed;
     // Rejected pushes, and accepted descriptors an aborted run never reached.
-    let failed = ended.rejected + ended.accepted.saturating_sub(executed);
-    let execution = ended
-        .finished
-        .outcome
-        .map_err(|source| Error::StreamAborted {
+    let failed = session.rejected + session.accepted.saturating_sub(executed);
+    if let Some(source) = session.aborted {
+        return Err(Error::StreamAborted {
             executed,
             failed,
             source: Box::new(source),
-        })?;
+        });
+    }
     produced?;
-    flushed?;
+    let execution = session.pending.stats(started.elapsed());
     Ok(ReplayReport {
-        summary: ReplaySummary::new(generation, ended.timeline.finish()?, &[], failed),
+        summary: ReplaySummary::new(generation, session.timeline.finish()?, &[], failed),
         execution,
     })
-}
-
-/// What a session leaves once its queues have ended.
-struct Ended {
-    finished: Finished,
-    timeline: QueueTimeline,
-    rejected: u64,
-    accepted: u64,
-}
-
-impl Session {
-    /// Starts `queues` queue tasks on `fabric` (its declared destinations reserved).
-    fn start(
-        engine: &Engine,
-        fabric: Fabric,
-        (queues, declared): (usize, Vec<(u64, u64)>),
-        timeline: QueueTimeline,
-    ) -> Session {
-        let config = engine.config();
-        Session {
-            running: Running::start(&engine.runtime, config.workers, fabric, queues, config),
-            checker: PushChecker {
-                declared,
-                ledger: SemaphoreLedger::new(),
-                next: vec![0; queues],
-            },
-            timeline,
-            staging: vec![Vec::new(); queues],
-            batch: config.batch,
-            rejected: 0,
-            accepted: 0,
-        }
-    }
-
-    /// Waits for the queues to end.
-    fn end(self, engine: &Engine) -> Ended {
-        Ended {
-            finished: self.running.finish(&engine.runtime),
-            timeline: self.timeline,
-            rejected: self.rejected,
-            accepted: self.accepted,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -494,7 +587,7 @@ mod tests {
                     for i in 0..40u64 {
                         s.push((i % 2) as usize, &[fill(OUT + i * 8, 8, 0x5a)])?;
                     }
-                    s.running.shared().abort();
+                    s.abort(Error::RunAborted);
                     for i in 40..200u64 {
                         late += u64::from(
                             s.push((i % 2) as usize, &[fill(OUT + i * 8, 8, 0x5a)])

@@ -1,4 +1,4 @@
-//! Host writes beside a claimed replay, shared with the crew threads that ran out of the
+//! Host writes beside a running replay, shared with the crew threads that ran out of the
 //! replay's work ([`super::Beside::write`]).
 //!
 //! A crew thread that has claimed every unit of a replay has nothing to do until the

@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::queue_file::VerifiedQueueFile;
 
 /// Per-queue batches of descriptors, in queue order, in any interleaving of the queues.
-pub(crate) trait QueueSource: Send {
+pub(crate) trait QueueSource {
     /// Queues in the source.
     fn queues(&self) -> usize;
 
@@ -22,12 +22,6 @@ pub(crate) trait QueueSource: Send {
     /// Every queue at once, if the source holds them in memory.
     fn in_memory(&self) -> Option<&[Vec<Descriptor>]> {
         None
-    }
-
-    /// Whether `queue` is known to have nothing left (`false`: maybe more), so that its
-    /// channel can be closed without waiting for room in it.
-    fn is_done(&self, _queue: usize) -> bool {
-        false
     }
 }
 
@@ -68,11 +62,6 @@ impl QueueSource for Slices<'_> {
 
     fn in_memory(&self) -> Option<&[Vec<Descriptor>]> {
         Some(self.queues)
-    }
-
-    fn is_done(&self, queue: usize) -> bool {
-        let left = self.queues.get(queue).zip(self.cursors.get(queue));
-        left.is_none_or(|(descs, &cursor)| cursor >= descs.len())
     }
 }
 
@@ -147,9 +136,7 @@ mod tests {
         );
         assert_eq!(drain(&mut s, 1, 2), Vec::<Vec<u64>>::new());
         assert!(s.next(7, 2).unwrap().is_empty());
-        assert!(s.is_done(0) && s.is_done(1) && s.is_done(7));
         s.rewind();
-        assert!(!s.is_done(0) && s.is_done(1));
         assert_eq!(
             drain(&mut s, 0, 0),
             (0..5).map(|i| vec![i * 8]).collect::<Vec<_>>()

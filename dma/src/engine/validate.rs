@@ -200,7 +200,8 @@ impl Plan {
     pub(crate) fn deals_by_page(&self) -> bool {
         let pages = self.pages.len() as u64;
         let dense = || self.footprint.bytes_written >= pages.saturating_mul(PAGE_BYTES / 4);
-        self.pages.spans_buckets(super::exec::PAGE_BUCKETS as u64)
+        self.pages
+            .spans_buckets(super::schedule::PAGE_BUCKETS as u64)
             && self.footprint.pages_independent()
             && self.pages.shared()
             && (self.ahead || dense())

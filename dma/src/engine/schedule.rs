@@ -1,0 +1,610 @@
+//! A validated replay compiled into a schedule: units of work and the order between them.
+//!
+//! Two shapes:
+//!
+//! - [`Schedule::segments`]: each queue cut into segments at its semaphore points (a
+//!   segment starts at a WAIT and ends at a SIGNAL). A segment runs after the segment
+//!   before it in its queue and, if it starts with WAIT(s, n), after the segment ending
+//!   with the n-th SIGNAL of `s`. Without semaphores each queue is one unit.
+//! - [`Schedule::page_buckets`]: for a replay whose pages are independent, the
+//!   descriptors dealt by destination page into [`PAGE_BUCKETS`] buckets, with no order
+//!   between them.
+//!
+//! A streamed replay is scheduled a window at a time ([`Schedule::window`]), its
+//! [`Progress`] saying what ran before.
+//!
+//! Every unit keeps the (queue, index) of each of its descriptors, so an error names the
+//! descriptor without searching the replay again.
+
+use std::borrow::Cow;
+use std::sync::Mutex;
+
+use crate::descriptor::{Descriptor, SEMAPHORES};
+use crate::error::Error;
+use crate::fabric::PAGE_BYTES;
+
+use super::lock;
+
+/// Buckets of destination pages a replay is dealt into: page `k` goes to bucket
+/// `k % PAGE_BUCKETS`.
+pub(crate) const PAGE_BUCKETS: usize = 16;
+
+/// Groups of pages inside a bucket: page `k` is in group `(k / PAGE_BUCKETS) % PAGE_GROUPS`,
+/// so a bucket's pages of a table of up to 64 MiB are one group each.
+const PAGE_GROUPS: u64 = 64;
+
+/// The most descriptors a replay dealt into page buckets copies.
+pub(crate) const DEALT_MAX: usize = 1 << 20;
+
+/// Descriptors per destination page, on average, from which page buckets are grouped.
+const GROUP_MIN: usize = 4;
+
+/// Whether page buckets of `descriptors` over `pages` pages are grouped by page: where some
+/// bucket has two pages or more and the pages have [`GROUP_MIN`] descriptors each on
+/// average (grouping costs a pass over each bucket, which a page met once or twice in a
+/// bucket does not win back).
+pub(crate) fn grouped(descriptors: usize, pages: usize) -> bool {
+    pages > PAGE_BUCKETS && descriptors >= pages.saturating_mul(GROUP_MIN)
+}
+
+/// Where a unit's descriptors come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Origin {
+    /// Descriptors `first..` of `queue`, in order.
+    Queue { queue: usize, first: u64 },
+    /// Each descriptor's queue and index.
+    Dealt(Vec<(u32, u32)>),
+}
+
+/// One unit of work: descriptors run in order by one worker.
+#[derive(Debug, Clone)]
+pub(crate) struct Unit<'q> {
+    descs: Cow<'q, [Descriptor]>,
+    origin: Origin,
+}
+
+impl Unit<'_> {
+    /// The descriptors, in the order they run.
+    pub(crate) fn descriptors(&self) -> &[Descriptor] {
+        &self.descs
+    }
+
+    /// The queue and index in the replay of descriptor `i` of the unit.
+    pub(crate) fn at(&self, i: usize) -> (usize, u64) {
+        match &self.origin {
+            Origin::Queue { queue, first } => (*queue, first + i as u64),
+            Origin::Dealt(at) => at
+                .get(i)
+                .map_or((usize::MAX, i as u64), |&(q, x)| (q as usize, u64::from(x))),
+        }
+    }
+}
+
+/// Units of work and the order between them.
+#[derive(Debug, Clone)]
+pub(crate) struct Schedule<'q> {
+    units: Vec<Unit<'q>>,
+    /// Per unit, how many units must finish before it may start.
+    before: Vec<u32>,
+    /// Per unit, the units waiting for it.
+    then: Vec<Vec<u32>>,
+    /// Whether the units are page buckets.
+    dealt: bool,
+}
+
+impl<'q> Schedule<'q> {
+    /// `queues` cut at their semaphore points (see the module docs). A WAIT no SIGNAL can
+    /// meet is [`Error::SemaphoreDeadlock`] (validation has rejected it already).
+    pub(crate) fn segments(queues: &'q [Vec<Descriptor>]) -> Result<Schedule<'q>, Error> {
+        Schedule::window(queues.iter().map(Vec::as_slice), &Progress::default())
+    }
+
+    /// The segments of a streamed replay's next window: `queues` are the descriptors of
+    /// each queue that run next, after what `done` says ran before (a WAIT it met orders
+    /// nothing; indices count from the queue's first descriptor).
+    pub(crate) fn window(
+        queues: impl IntoIterator<Item = &'q [Descriptor]>,
+        done: &Progress,
+    ) -> Result<Schedule<'q>, Error> {
+        let queues = queues.into_iter();
+        let units = queues.size_hint().0;
+        let mut s = Schedule {
+            units: Vec::with_capacity(units),
+            before: Vec::with_capacity(units),
+            then: Vec::with_capacity(units),
+            dealt: false,
+        };
+        // per semaphore, the unit of each of its signals in order
+        let mut signals: [Vec<u32>; SEMAPHORES as usize] = Default::default();
+        // (unit, queue, index, wait)
+        let mut waits = Vec::new();
+        for (queue, descs) in queues.enumerate() {
+            let base = done.next.get(queue).copied().unwrap_or(0);
+            let mut start = 0;
+            let mut previous: Option<u32> = None;
+            let mut cut = |s: &mut Schedule<'q>, start: usize, end: usize| {
+                let unit = s.push(Unit {
+                    descs: Cow::Borrowed(descs.get(start..end).unwrap_or_default()),
+                    origin: Origin::Queue {
+                        queue,
+                        first: base + start as u64,
+                    },
+                });
+                if let Some(p) = previous.replace(unit) {
+                    s.order(p, unit);
+                }
+                unit
+            };
+            for (i, d) in descs.iter().enumerate() {
+                if !d.synchronises() {
+                    continue;
+                }
+                if i > start && d.wait().is_some() {
+                    cut(&mut s, start, i);
+                    start = i;
+                }
+                if let Some(w) = d.wait().filter(|_| i == start) {
+                    waits.push((s.units.len() as u32, queue, base + i as u64, w));
+                }
+                if let Some(sem) = d.signal() {
+                    let unit = cut(&mut s, start, i + 1);
+                    start = i + 1;
+                    if let Some(list) = signals.get_mut(sem.index()) {
+                        list.push(unit);
+                    }
+                }
+            }
+            if start < descs.len() || descs.is_empty() {
+                cut(&mut s, start, descs.len());
+            }
+        }
+        for (unit, queue, index, w) in waits {
+            let before = done.signalled.get(w.sem.index()).copied().unwrap_or(0);
+            let Some(nth) = u64::from(w.count.get()).checked_sub(before + 1) else {
+                continue; // met before this window
+            };
+            let list = signals.get(w.sem.index()).map_or(&[][..], Vec::as_slice);
+            let Some(&signaller) = usize::try_from(nth).ok().and_then(|n| list.get(n)) else {
+                return Err(Error::SemaphoreDeadlock {
+                    queue,
+                    index,
+                    sem: w.sem.get(),
+                    count: w.count.get(),
+                    reached: before + list.len() as u64,
+                });
+            };
+            s.order(signaller, unit);
+        }
+        Ok(s)
+    }
+
+    /// `queues` dealt by destination page into [`PAGE_BUCKETS`] unordered units, each in
+    /// round order (descriptor `r` of every queue, in queue order, then `r + 1`), or, if
+    /// `grouped`, group of pages by group, each group in round order. Only for a replay
+    /// whose pages are independent: then any order of the buckets gives the memory the
+    /// queues give.
+    pub(crate) fn page_buckets(
+        queues: &[Vec<Descriptor>],
+        grouped: bool,
+        spare: &Spare,
+    ) -> Schedule<'static> {
+        let (mut buckets, mut scratch) = spare.take();
+        let longest = queues.iter().map(Vec::len).max().unwrap_or(0);
+        for r in 0..longest {
+            for (q, list) in queues.iter().enumerate() {
+                if let Some(d) = list.get(r) {
+                    if let Some(b) = buckets.get_mut(page_slot(d).0) {
+                        b.descs.push(*d);
+                        b.at.push((q as u32, r as u32));
+                    }
+                }
+            }
+        }
+        let mut s = Schedule {
+            units: Vec::with_capacity(PAGE_BUCKETS),
+            before: Vec::with_capacity(PAGE_BUCKETS),
+            then: Vec::with_capacity(PAGE_BUCKETS),
+            dealt: true,
+        };
+        for mut b in buckets {
+            if grouped {
+                b.group(&mut scratch);
+            }
+            s.push(Unit {
+                descs: Cow::Owned(b.descs),
+                origin: Origin::Dealt(b.at),
+            });
+        }
+        spare.keep_scratch(scratch);
+        s
+    }
+
+    fn push(&mut self, unit: Unit<'q>) -> u32 {
+        self.units.push(unit);
+        self.before.push(0);
+        self.then.push(Vec::new());
+        (self.units.len() - 1) as u32
+    }
+
+    /// `later` runs after `first` has finished.
+    fn order(&mut self, first: u32, later: u32) {
+        if let Some(then) = self.then.get_mut(first as usize) {
+            then.push(later);
+        }
+        if let Some(n) = self.before.get_mut(later as usize) {
+            *n += 1;
+        }
+    }
+
+    /// The units.
+    pub(crate) fn units(&self) -> &[Unit<'q>] {
+        &self.units
+    }
+
+    /// How many units must finish before each may start.
+    pub(crate) fn before(&self) -> &[u32] {
+        &self.before
+    }
+
+    /// The units that wait for unit `u`.
+    pub(crate) fn then(&self, u: usize) -> &[u32] {
+        self.then.get(u).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether the units are page buckets.
+    pub(crate) fn dealt(&self) -> bool {
+        self.dealt
+    }
+
+    /// The descriptors of every unit.
+    pub(crate) fn descriptors(&self) -> usize {
+        self.units.iter().map(|u| u.descs.len()).sum()
+    }
+}
+
+/// Where a streamed replay stands between its windows: per queue the index of its next
+/// descriptor, per semaphore the signals that ran.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Progress {
+    next: Vec<u64>,
+    signalled: [u64; SEMAPHORES as usize],
+}
+
+impl Progress {
+    /// How many of each queue's `pending` descriptors can run in the next window: each
+    /// queue up to its first WAIT that neither the signals that ran nor those in the window
+    /// meet, cut again until every WAIT left is met. (In a replay validation proved to run
+    /// to its end, the window is empty only when nothing is pending.)
+    pub(crate) fn runnable(&self, pending: &[Vec<Descriptor>]) -> Vec<usize> {
+        let mut cut: Vec<usize> = pending.iter().map(Vec::len).collect();
+        loop {
+            let mut signals = self.signalled;
+            for (list, &n) in pending.iter().zip(&cut) {
+                let sems = list.iter().take(n).filter_map(Descriptor::signal);
+                sems.for_each(|sem| signals[sem.index()] += 1);
+            }
+            let unmet = |d: &Descriptor| {
+                d.wait()
+                    .is_some_and(|w| signals[w.sem.index()] < u64::from(w.count.get()))
+            };
+            let mut changed = false;
+            for (list, n) in pending.iter().zip(&mut cut) {
+                if let Some(i) = list.iter().take(*n).position(unmet) {
+                    (*n, changed) = (i, true);
+                }
+            }
+            if !changed {
+                return cut;
+            }
+        }
+    }
+
+    /// Records that `ran` (per queue, the descriptors of a window) ran.
+    pub(crate) fn advance<'a>(&mut self, ran: impl IntoIterator<Item = &'a [Descriptor]>) {
+        for (queue, descs) in ran.into_iter().enumerate() {
+            if self.next.len() <= queue {
+                self.next.resize(queue + 1, 0);
+            }
+            self.next[queue] += descs.len() as u64;
+            for sem in descs.iter().filter_map(Descriptor::signal) {
+                self.signalled[sem.index()] += 1;
+            }
+        }
+    }
+}
+
+/// The bucket of the page `d` writes, and the page's group in the bucket.
+fn page_slot(d: &Descriptor) -> (usize, u64) {
+    let page = d.dest_range().0 .0 / PAGE_BYTES;
+    let group = (page / PAGE_BUCKETS as u64) % PAGE_GROUPS;
+    ((page % PAGE_BUCKETS as u64) as usize, group)
+}
+
+/// A page bucket being dealt: its descriptors and the (queue, index) of each.
+#[derive(Debug, Default)]
+struct Bucket {
+    descs: Vec<Descriptor>,
+    at: Vec<(u32, u32)>,
+}
+
+impl Bucket {
+    fn clear(&mut self) {
+        self.descs.clear();
+        self.at.clear();
+    }
+
+    /// Orders the bucket group by group, keeping the order inside each group (a stable
+    /// counting sort through `scratch`); a bucket of one group stays as it is.
+    fn group(&mut self, scratch: &mut Bucket) {
+        let group = |d: &Descriptor| page_slot(d).1 as usize;
+        let mut next = [0usize; PAGE_GROUPS as usize];
+        for d in &self.descs {
+            if let Some(n) = next.get_mut(group(d)) {
+                *n += 1;
+            }
+        }
+        if next.iter().filter(|&&n| n > 0).count() < 2 {
+            return;
+        }
+        let mut start = 0;
+        for n in next.iter_mut() {
+            (*n, start) = (start, start + *n);
+        }
+        scratch.clear();
+        scratch.descs.extend_from_slice(&self.descs);
+        scratch.at.extend_from_slice(&self.at);
+        for (d, at) in scratch.descs.iter().zip(&scratch.at) {
+            let Some(slot) = next.get_mut(group(d)) else {
+                continue;
+            };
+            if let (Some(od), Some(oa)) = (self.descs.get_mut(*slot), self.at.get_mut(*slot)) {
+                (*od, *oa) = (*d, *at);
+            }
+            *slot += 1;
+        }
+    }
+}
+
+/// Page-bucket buffers kept between replays: fresh ones of a few MiB cost their page
+/// faults on every replay.
+#[derive(Debug, Default)]
+pub(crate) struct Spare(Mutex<(Vec<Bucket>, Bucket)>);
+
+impl Spare {
+    /// [`PAGE_BUCKETS`] empty buckets and a scratch bucket (fresh where none are kept).
+    fn take(&self) -> (Vec<Bucket>, Bucket) {
+        let (held, scratch) = &mut *lock(&self.0);
+        let mut buckets: Vec<Bucket> = held.drain(..held.len().min(PAGE_BUCKETS)).collect();
+        buckets.iter_mut().for_each(Bucket::clear);
+        buckets.resize_with(PAGE_BUCKETS, Bucket::default);
+        (buckets, std::mem::take(scratch))
+    }
+
+    fn keep_scratch(&self, scratch: Bucket) {
+        lock(&self.0).1 = scratch;
+    }
+
+    /// Keeps the buffers of `schedule`'s page buckets for the next replay.
+    pub(crate) fn keep(&self, schedule: Schedule<'_>) {
+        let buckets = schedule
+            .units
+            .into_iter()
+            .filter_map(|u| match (u.descs, u.origin) {
+                (Cow::Owned(descs), Origin::Dealt(at)) => Some(Bucket { descs, at }),
+                _ => None,
+            });
+        let (held, _) = &mut *lock(&self.0);
+        held.extend(buckets);
+        held.truncate(PAGE_BUCKETS);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::FabricAddr;
+    use crate::descriptor::{DescOp, SemId, SemWait};
+    use crate::dtype::Dtype;
+    use std::num::NonZeroU32;
+
+    fn fill(dst: u64) -> Descriptor {
+        Descriptor::fill(FabricAddr(dst), 8, Dtype::U8, 1).unwrap()
+    }
+
+    fn wait(sem: u8, count: u32) -> SemWait {
+        SemWait {
+            sem: SemId::new(sem).unwrap(),
+            count: NonZeroU32::new(count).unwrap(),
+        }
+    }
+
+    #[test]
+    fn queues_are_cut_at_their_semaphore_points_and_ordered_by_them() {
+        let s0 = SemId::new(0).unwrap();
+        let queues = vec![
+            vec![
+                fill(0),
+                fill(8).with_signal(s0),
+                fill(16),
+                fill(24).with_signal(s0),
+            ],
+            vec![fill(64), fill(72).with_wait(wait(0, 2)), fill(80)],
+        ];
+        let s = Schedule::segments(&queues).unwrap();
+        let shape: Vec<_> = s
+            .units()
+            .iter()
+            .map(|u| (u.at(0), u.descriptors().len()))
+            .collect();
+        assert_eq!(shape, [((0, 0), 2), ((0, 2), 2), ((1, 0), 1), ((1, 1), 2)]);
+        assert_eq!(s.before(), [0, 1, 0, 2]);
+        assert_eq!(s.then(1), [3]);
+        assert_eq!(s.units()[3].at(1), (1, 2));
+    }
+
+    #[test]
+    fn a_wait_no_signal_meets_is_a_deadlock() {
+        let queues = vec![vec![fill(0).with_wait(wait(3, 1))]];
+        let e = Schedule::segments(&queues).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::SemaphoreDeadlock {
+                queue: 0,
+                index: 0,
+                sem: 3,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn page_buckets_keep_each_descriptors_queue_and_index() {
+        let queues = vec![
+            vec![fill(0), fill(PAGE_BYTES)],
+            vec![fill(8), fill(PAGE_BYTES * 17)],
+        ];
+        let s = Schedule::page_buckets(&queues, true, &Spare::default());
+        assert_eq!(s.units().len(), PAGE_BUCKETS);
+        assert!(s.before().iter().all(|&n| n == 0));
+        let b1 = &s.units()[1];
+        assert_eq!((b1.at(0), b1.at(1)), ((0, 1), (1, 1)));
+        assert_eq!(s.units()[0].at(1), (1, 0));
+        assert_eq!(s.descriptors(), 4);
+    }
+
+    /// Four round-robin queues gathering 64-byte rows into rows at 1 MiB, over several
+    /// pages, each queue also adding twice into its own row of a sum block.
+    fn gather_queues() -> Vec<Vec<Descriptor>> {
+        let mut queues = vec![Vec::new(); 4];
+        for i in 0..4096u64 {
+            let (src, dst) = ((i * 7919) % 1000 * 64, (1 << 20) + i * 64);
+            let copy = Descriptor::new(
+                DescOp::Copy,
+                FabricAddr(src),
+                FabricAddr(dst),
+                64,
+                Dtype::U8,
+            );
+            queues[(i % 4) as usize].push(copy.unwrap());
+        }
+        for (q, list) in queues.iter_mut().enumerate() {
+            for k in 0..2u64 {
+                let (src, dst) = (k * 64 + q as u64 * 4, (2 << 20) + q as u64 * 64);
+                let add = Descriptor::new(
+                    DescOp::Add,
+                    FabricAddr(src),
+                    FabricAddr(dst),
+                    64,
+                    Dtype::F32,
+                );
+                list.push(add.unwrap());
+            }
+        }
+        queues
+    }
+
+    #[test]
+    fn page_buckets_keep_every_descriptor_once_and_each_queue_in_order() {
+        let queues = gather_queues();
+        for grouped in [false, true] {
+            let s = Schedule::page_buckets(&queues, grouped, &Spare::default());
+            assert_eq!(s.units().len(), PAGE_BUCKETS);
+            assert_eq!(s.descriptors(), queues.iter().map(Vec::len).sum::<usize>());
+            for (b, unit) in s.units().iter().enumerate() {
+                let mut last = None;
+                for (i, d) in unit.descriptors().iter().enumerate() {
+                    assert_eq!(page_slot(d).0, b);
+                    let (q, r) = unit.at(i);
+                    assert_eq!(queues[q][r as usize], *d);
+                    // a queue's descriptors on one page keep their order
+                    let key = (q, page_slot(d).1);
+                    if let Some((k, before)) = last.filter(|(k, _)| *k == key) {
+                        assert!(before < r, "{k:?}");
+                    }
+                    last = Some((key, r));
+                }
+            }
+            let none = Schedule::page_buckets(&[], grouped, &Spare::default());
+            assert!(none.units().iter().all(|u| u.descriptors().is_empty()));
+        }
+    }
+
+    #[test]
+    fn spare_buckets_come_back_empty_and_deal_the_same() {
+        let queues = gather_queues();
+        let spare = Spare::default();
+        let first = Schedule::page_buckets(&queues, true, &spare);
+        let want: Vec<Vec<Descriptor>> = first
+            .units()
+            .iter()
+            .map(|u| u.descriptors().to_vec())
+            .collect();
+        spare.keep(first);
+        let (buckets, _) = spare.take();
+        assert_eq!(buckets.len(), PAGE_BUCKETS);
+        assert!(buckets
+            .iter()
+            .all(|b| b.descs.is_empty() && b.at.is_empty()));
+        assert!(buckets.iter().any(|b| b.descs.capacity() > 0));
+        spare.keep(Schedule::page_buckets(&queues, true, &Spare::default()));
+        let again = Schedule::page_buckets(&queues, true, &spare);
+        let got: Vec<Vec<Descriptor>> = again
+            .units()
+            .iter()
+            .map(|u| u.descriptors().to_vec())
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn buckets_are_grouped_from_four_descriptors_a_page_over_more_pages_than_buckets() {
+        assert!(grouped(4096, 390) && grouped(4 * 17, 17));
+        assert!(!grouped(896, 300) && !grouped(4 * 17 - 1, 17));
+        assert!(!grouped(4096, 16) && !grouped(1 << 20, 1));
+    }
+
+    proptest::proptest! {
+        /// A scatter of 256-byte rows over a table of up to 1024 pages: ungrouped, each
+        /// bucket is in round order; grouped, every page's descriptors are one run of its
+        /// bucket, in round order; each descriptor is located at its queue and index.
+        #[test]
+        fn page_buckets_of_a_scatter_put_each_page_together_in_round_order(
+            rows in proptest::collection::vec(0..1024 * 256u64, 1..600),
+            queues in 1..=16usize,
+        ) {
+            let mut lists = vec![Vec::new(); queues];
+            for (i, &row) in rows.iter().enumerate() {
+                let d = Descriptor::new(DescOp::Add, FabricAddr(i as u64 * 256), FabricAddr((64 << 20) + row * 256), 256, Dtype::F32);
+                lists[i % queues].push(d.unwrap());
+            }
+            let plain = Schedule::page_buckets(&lists, false, &Spare::default());
+            for unit in plain.units() {
+                let at: Vec<(usize, u64)> = (0..unit.descriptors().len()).map(|i| unit.at(i)).collect();
+                proptest::prop_assert!(at.iter().map(|&(q, r)| (r, q)).is_sorted());
+                for (&(q, r), d) in at.iter().zip(unit.descriptors()) {
+                    proptest::prop_assert_eq!(lists[q][r as usize], *d);
+                }
+            }
+            let buckets = Schedule::page_buckets(&lists, true, &Spare::default());
+            let page = |d: &Descriptor| d.dest_range().0 .0 / PAGE_BYTES;
+            for (b, unit) in buckets.units().iter().enumerate() {
+                let descs = unit.descriptors();
+                let runs: Vec<u64> = descs.chunk_by(|x, y| page(x) == page(y)).map(|run| page(&run[0])).collect();
+                let distinct: std::collections::BTreeSet<u64> = runs.iter().copied().collect();
+                proptest::prop_assert_eq!(runs.len(), distinct.len(), "bucket {} pages {:?}", b, runs);
+                let mut last = None;
+                for (i, d) in descs.iter().enumerate() {
+                    let (q, r) = unit.at(i);
+                    proptest::prop_assert_eq!(lists[q][r as usize], *d);
+                    // a page's descriptors in round order (the same page is one run)
+                    let at = (page(d), r, q);
+                    if let Some(before) = last.filter(|l: &(u64, u64, usize)| l.0 == at.0) {
+                        proptest::prop_assert!(before < at);
+                    }
+                    last = Some(at);
+                }
+            }
+            proptest::prop_assert_eq!(buckets.descriptors(), rows.len());
+        }
+    }
+}
