@@ -406,7 +406,7 @@ fn tile_loop_row(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
 /// tile idiom moves it: [`TILE_ROWS`] rows at a time into a tile whose rows lie an SBUF
 /// partition stride apart, then the tile out; on `threads` threads, each with its own
 /// tile. An index past the table moves nothing.
-pub fn tile_loop(table: &[u8], idx: &[u32], out: &mut [u8], row: usize, threads: usize) {
+fn tile_loop(table: &[u8], idx: &[u32], out: &mut [u8], row: usize, threads: usize) {
     let stride = SBUF_STRIDE as usize;
     let per = TILE_ROWS * idx.len().div_ceil(TILE_ROWS * threads.max(1)).max(1);
     std::thread::scope(|s| {
