@@ -509,6 +509,22 @@ fn gather_transposes_in_3d_and_reduced_4d_with_an_oob_skip() {
             check_with(&trn2_on, &mechanisms, &text, &files, ("dst", 2), &want);
         }
     }
+    // 2-D by an (I, 1) index tile (NKI's shape) is the same lowering; by a [1, I]
+    // vector it is DMA_INDIRECT's GATHER_TRANSPOSE: both give src[idx].T
+    let want = gather_transposed(&[6, 4], &idx);
+    let column = [("idx.npy", super::exec::tests::u32_array(&[5, 1], &idx))];
+    let by_column = transpose_text("[6, 4]", 5, ("sbuf", "[4, 5]"), "[1, 0]", "skip")
+        .replace("shape = [1, 5]", "shape = [5, 1]");
+    check_with(
+        &trn2_on,
+        &mechanisms,
+        &by_column,
+        &column,
+        ("dst", 2),
+        &want,
+    );
+    let by_vector = transpose_text("[6, 4]", 5, ("sbuf", "[4, 5]"), "[1, 0]", "skip");
+    check_with(&trn2_on, &mechanisms, &by_vector, &files, ("dst", 2), &want);
     // the expectation spelled out for one element: dst[1][2][3] = src[2][2][1]
     let want = gather_transposed(&[6, 3, 4], &idx);
     assert_eq!(want[(3 + 2) * 5 + 3], 2 * 12 + 2 * 4 + 1);

@@ -178,14 +178,20 @@ impl Cx<'_> {
     /// partition 0 and DMA-side operands in HBM or one partition. Otherwise the op is an
     /// access-pattern DMA on the software DGE ([`Cx::rows_ap`]).
     fn isa_rows(&self, operands: &[(&str, &str)], index: &str) -> Result<bool, Error> {
-        let i = self.tensor("index", index)?;
-        let vector = i.dtype == Dtype::U32 && i.space == Space::Sbuf && i.partition == 0;
-        let mut fits = vector && i.view[0] == 1;
+        let mut fits = self.index_vector(index)?;
         for (field, name) in operands {
             let t = self.tensor(field, name)?;
             fits &= t.space == Space::Hbm || t.view[0] == 1;
         }
         Ok(fits)
+    }
+
+    /// Whether `index` is what DMA_INDIRECT reads: a `[1, N]` u32 vector in SBUF
+    /// partition 0.
+    fn index_vector(&self, index: &str) -> Result<bool, Error> {
+        let i = self.tensor("index", index)?;
+        let vector = i.dtype == Dtype::U32 && i.space == Space::Sbuf && i.partition == 0;
+        Ok(vector && i.view[0] == 1)
     }
 
     /// A row gather (`scatter` false: `dst[k] (op)= src[index[k]]`) or scatter
@@ -236,7 +242,10 @@ impl Cx<'_> {
             OpSpec::DmaGather(o) => self.row_dma(o, false),
             OpSpec::DmaScatter(o) => self.row_dma(o, true),
             OpSpec::DmaGatherTranspose(o) => {
-                if let Some(axes) = o.axes.as_deref().filter(|a| *a != [1, 0]) {
+                // DMA_INDIRECT's GATHER_TRANSPOSE says a 2-D one by a [1, N] u32 index
+                // vector in partition 0; every other is access-pattern DMAs
+                let axes = o.axes.as_deref().unwrap_or(&[1, 0]);
+                if axes != [1, 0] || !self.index_vector(&o.index)? {
                     let t = nki::Transpose {
                         axes,
                         src: &self.ap_tensor("src", &o.src)?,
