@@ -12,6 +12,8 @@
 //!   ahead, with other work done on the caller while the thread pool runs them: that work
 //!   may write only pages the replay neither reads nor writes, and learns whether it read
 //!   a page the replay writes ([`Beside`]).
+//! - [`Engine::replay_async`] and [`Engine::replay_file_async`] are `run` and
+//!   `replay_file` as futures (the async face, see # Execution).
 //! - [`execute_sequential`] is the plain synchronous reference the tests compare against.
 //!
 //! Every replay returns a [`ReplayReport`]: its [`ReplaySummary`] follows from the queues
@@ -51,6 +53,14 @@
 //! than it saves there. A streamed replay (a queue file, a [`Session`]) is held per queue
 //! and run window by window, each window a schedule of queue segments.
 //!
+//! tokio is the engine's async face over this synchronous core: [`Engine::replay_async`]
+//! and [`Engine::replay_file_async`] are futures that move the fabric (and the file) to
+//! tokio's blocking pool, run the synchronous replay there and give them back with its
+//! result. A file replayed as a future is read ahead by a reader task on the blocking pool
+//! while the executor runs the window before, so reading overlaps execution; the
+//! synchronous [`Engine::replay_file`] reads a window, then runs it. Tests and fuzzers
+//! drive the synchronous core directly.
+//!
 //! # Determinism
 //!
 //! Descriptors that touch the same bytes are ordered either by their queue or by a
@@ -65,6 +75,7 @@
 //! transitively after whatever those were ordered after (vector clocks over the segments
 //! between semaphore operations; see the `race` module).
 
+mod ahead;
 mod cast;
 mod crew;
 mod exec;
@@ -78,7 +89,9 @@ mod share;
 mod source;
 mod validate;
 
+use std::future::Future;
 use std::io::{Read, Seek};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::descriptor::Descriptor;
@@ -252,8 +265,9 @@ impl EngineConfig {
 }
 
 /// The engine: a configuration and the thread pool that runs replays with the caller
-/// (started once, reused by every replay). Calls block their caller until the replay is
-/// done; they may be made from any thread, including one inside an async runtime.
+/// (started once, reused by every replay). The synchronous calls block their caller
+/// until the replay is done; async code awaits [`Engine::replay_async`] or
+/// [`Engine::replay_file_async`] instead, which run them on tokio's blocking pool.
 #[derive(Debug)]
 pub struct Engine {
     config: EngineConfig,
@@ -328,13 +342,7 @@ impl Engine {
         fabric: &mut Fabric,
         file: &mut VerifiedQueueFile<R>,
     ) -> Result<ReplayReport, Error> {
-        let generation = file.header().generation();
-        if generation != fabric.generation() {
-            return Err(Error::GenerationMismatch {
-                file: generation.name(),
-                fabric: fabric.generation().name(),
-            });
-        }
+        same_generation(file, fabric)?;
         file.rewind();
         let result = self.replay(fabric, &mut FileSource::new(file));
         file.rewind();
@@ -583,6 +591,94 @@ impl Engine {
             dealt_by_page: schedule.dealt(),
         });
         (stats, ran.into_inner(), other)
+    }
+}
+
+/// [`Error::GenerationMismatch`] unless `file` is of `fabric`'s generation.
+fn same_generation<R: Read + Seek>(
+    file: &VerifiedQueueFile<R>,
+    fabric: &Fabric,
+) -> Result<(), Error> {
+    let generation = file.header().generation();
+    if generation != fabric.generation() {
+        return Err(Error::GenerationMismatch {
+            file: generation.name(),
+            fabric: fabric.generation().name(),
+        });
+    }
+    Ok(())
+}
+
+/// The async face: replays as futures, run by the synchronous engine on tokio's
+/// blocking pool. The fabric (and the queue file) move into the future and come back
+/// with the result, so nothing is borrowed across an await.
+impl Engine {
+    /// [`Engine::run`] as a future: `queues` replayed on `fabric` on tokio's blocking
+    /// pool (and the engine's thread pool), the fabric given back with the result (the
+    /// same result and fabric as [`Engine::run`]). Nothing runs until the future is
+    /// polled, which must be inside a tokio runtime; a dropped future's replay still runs
+    /// to its end. A panic of the replay unwinds from the await.
+    pub fn replay_async(
+        self: &Arc<Self>,
+        mut fabric: Fabric,
+        queues: Vec<Vec<Descriptor>>,
+    ) -> impl Future<Output = (Fabric, Result<ReplayReport, Error>)> + Send + 'static {
+        let engine = Arc::clone(self);
+        async move {
+            let replay = move || {
+                let result = engine.run(&mut fabric, &queues);
+                (fabric, result)
+            };
+            joined(tokio::task::spawn_blocking(replay).await)
+        }
+    }
+
+    /// [`Engine::replay_file`] as a future, with the reading of the file overlapping
+    /// execution: the validation pass reads the file on tokio's blocking pool as
+    /// [`Engine::replay_file`] does; for the execution pass a reader task on the blocking
+    /// pool reads each queue's next batches (at most [`EngineConfig::batch`] times
+    /// [`EngineConfig::channel_depth`] descriptors of a queue ahead) while the executor
+    /// runs the window before. The fabric and the file (rewound) are given back with the
+    /// result, which equals [`Engine::replay_file`]'s; its
+    /// [`ExecutionStats::max_buffered`] does not count what is read ahead. A file that
+    /// changes under the replay is handled as by [`Engine::replay_file`], but the
+    /// execution pass may run the batches read ahead of the changed chunk before it
+    /// stops. Polling and dropping as for [`Engine::replay_async`].
+    pub fn replay_file_async<R: Read + Seek + Send + 'static>(
+        self: &Arc<Self>,
+        mut fabric: Fabric,
+        file: VerifiedQueueFile<R>,
+    ) -> impl Future<Output = (Fabric, VerifiedQueueFile<R>, Result<ReplayReport, Error>)> + Send + 'static
+    {
+        let engine = Arc::clone(self);
+        async move {
+            let runtime = tokio::runtime::Handle::current();
+            let replay = move || {
+                if let Err(e) = same_generation(&file, &fabric) {
+                    return (fabric, file, Err(e));
+                }
+                let hold = engine
+                    .config
+                    .batch
+                    .saturating_mul(engine.config.channel_depth);
+                let mut source = ahead::Ahead::new(file, runtime, engine.config.batch, hold);
+                let result = engine.replay(&mut fabric, &mut source);
+                (fabric, source.into_file(), result)
+            };
+            joined(tokio::task::spawn_blocking(replay).await)
+        }
+    }
+}
+
+/// What a blocking task returned; its panic unwinds from here.
+fn joined<T>(joined: Result<T, tokio::task::JoinError>) -> T {
+    match joined {
+        Ok(value) => value,
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // A blocking task is not cancelled; only a runtime shutting down drops it.
+            Err(e) => panic!("the replay task did not finish: {e}"),
+        },
     }
 }
 
@@ -1971,7 +2067,7 @@ mod tests {
             offset: crate::queue_file::HEADER_BYTES + 32,
         };
         let (mut refused, mut untouched) = (0, 0);
-        for after in 1..8 {
+        for (after, future) in (1..8).flat_map(|a| [(a, false), (a, true)]) {
             let r = Rewritten {
                 now: Cursor::new(image.clone()),
                 later: later.clone(),
@@ -1981,8 +2077,19 @@ mod tests {
             let mut file = VerifiedQueueFile::open(r).unwrap();
             let (tx, rx) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
-                let mut f = fabric();
-                let out = engine(2).replay_file(&mut f, &mut file);
+                let (f, out) = match future {
+                    false => {
+                        let mut f = fabric();
+                        let out = engine(2).replay_file(&mut f, &mut file);
+                        (f, out)
+                    }
+                    // the async face reads the execution pass ahead: the same refusal
+                    true => {
+                        let e = Arc::new(with(2, |_| ()));
+                        let (f, _, out) = runtime(0).block_on(e.replay_file_async(fabric(), file));
+                        (f, out)
+                    }
+                };
                 let _ = tx.send((out.map(|_| ()), f));
             });
             let (out, f) = rx
@@ -2000,7 +2107,105 @@ mod tests {
                 }
             }
         }
-        assert!(refused >= 2, "{refused}");
-        assert!(untouched >= 1, "no rewrite reached the validation pass");
+        assert!(refused >= 4, "{refused}");
+        assert!(untouched >= 2, "no rewrite reached the validation pass");
+    }
+
+    /// `queues` with semaphores: every 50th descriptor of queue 0 signals 1, and the
+    /// `k`-th 50th of each other queue waits for its `k`-th signal (as many as there are).
+    fn with_semaphores(mut queues: Vec<Vec<Descriptor>>) -> Vec<Vec<Descriptor>> {
+        let Some((first, rest)) = queues.split_first_mut() else {
+            return queues;
+        };
+        let mut signals = 0;
+        for d in first.iter_mut().step_by(50) {
+            *d = d.with_signal(sem(1));
+            signals += 1;
+        }
+        for queue in rest {
+            for (k, d) in (1..=signals).zip(queue.iter_mut().step_by(50)) {
+                *d = d.with_wait(wait(1, k));
+            }
+        }
+        queues
+    }
+
+    fn runtime(threads: usize) -> tokio::runtime::Runtime {
+        match threads {
+            0 => tokio::runtime::Builder::new_current_thread(),
+            _ => {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(threads);
+                b
+            }
+        }
+        .build()
+        .unwrap()
+    }
+
+    /// The futures give the fabric and report the synchronous calls give, for queue
+    /// counts, worker counts and batch sizes, with semaphores and without.
+    #[test]
+    fn the_async_face_gives_the_same_memory_and_report_as_the_sync_calls() {
+        let descs = workload();
+        for (queues, semaphores) in [(1, false), (2, true), (4, false), (4, true), (16, true)] {
+            let mut sprayed = spray(&descs, queues);
+            if semaphores {
+                sprayed = with_semaphores(sprayed);
+            }
+            for workers in [0, 1, 2, 3] {
+                let e = Arc::new(with(workers, |c| c.batch = 1 + 31 * (queues % 3)));
+                let rt = runtime(workers % 2);
+                let mut sync = fabric();
+                let want = e.run(&mut sync, &sprayed).unwrap();
+                let mut sync_file = fabric();
+                let mut file = file_of(GEN, &sprayed);
+                let want_file = e.replay_file(&mut sync_file, &mut file).unwrap();
+                assert_eq!(sync_file.first_difference(&sync), None);
+
+                let (f, got) = rt.block_on(e.replay_async(fabric(), sprayed.clone()));
+                let got = got.unwrap();
+                let at = format!("{queues} queues, {workers} workers, {semaphores}");
+                assert_eq!(f.first_difference(&sync), None, "{at}");
+                assert_eq!(f.digest(), sync.digest(), "{at}");
+                assert_eq!(got.summary, want.summary, "{at}");
+
+                let (f, file, got) = rt.block_on(e.replay_file_async(fabric(), file));
+                let got = got.unwrap();
+                assert_eq!(f.first_difference(&sync), None, "{at}");
+                assert_eq!(f.digest(), sync_file.digest(), "{at}");
+                assert_eq!(got.summary, want_file.summary, "{at}");
+                let measured = |r: &ReplayReport| (r.execution.batches, r.execution.max_buffered);
+                assert_eq!(measured(&got), measured(&want_file), "{at}");
+                // the file comes back rewound: it replays again
+                let (_, _, again) = rt.block_on(e.replay_file_async(fabric(), file));
+                assert_eq!(again.unwrap().summary, want_file.summary, "{at}");
+            }
+        }
+    }
+
+    /// A bad file through the futures: the sync calls' error, the fabric unchanged.
+    #[test]
+    fn a_bad_file_through_the_async_face_gives_the_sync_error() {
+        let e = Arc::new(with(2, |_| ()));
+        let rt = runtime(1);
+        let bad = with_bad(copy(GEN.hbm_bytes() + 0x40, 0x100, 8));
+        let want = engine(2).replay_file(&mut fabric(), &mut file_of(GEN, &bad));
+        let (f, _, got) = rt.block_on(e.replay_file_async(fabric(), file_of(GEN, &bad)));
+        assert_eq!(got.map(|_| ()), want.map(|_| ()));
+        assert_eq!(f.first_difference(&fabric()), None);
+        let (f, got) = rt.block_on(e.replay_async(fabric(), bad));
+        assert_bad(got.unwrap_err(), "source range");
+        assert_eq!(f.first_difference(&fabric()), None);
+        let other = file_of(Generation::Mariana, &[vec![fill(0, 8, 1)]]);
+        let (f, _, got) = rt.block_on(e.replay_file_async(fabric(), other));
+        assert_eq!(
+            got.unwrap_err(),
+            Error::GenerationMismatch {
+                file: "mariana",
+                fabric: "cayman"
+            }
+        );
+        assert_eq!(f.first_difference(&fabric()), None);
     }
 }

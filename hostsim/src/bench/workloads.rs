@@ -403,7 +403,7 @@ fn tile_loop_row(w: &Workload, repeat: usize) -> Result<BenchRow, Error> {
 }
 
 /// Moves row `idx[i]` of `table` (rows of `row` bytes) to row `i` of `out` as the NKI
-/// tile idiom moves it: [`TILE_ROWS`] rows at a time into a tile whose rows lie an SBUF
+/// tile idiom moves it: `TILE_ROWS` (128) rows at a time into a tile whose rows lie an SBUF
 /// partition stride apart, then the tile out; on `threads` threads, each with its own
 /// tile. An index past the table moves nothing.
 fn tile_loop(table: &[u8], idx: &[u32], out: &mut [u8], row: usize, threads: usize) {

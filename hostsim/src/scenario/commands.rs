@@ -157,7 +157,13 @@ pub fn gen(scenario: &Path, out: &Path, queue_count: Option<usize>) -> Result<St
 pub fn replay(file: &Path, scenario: &Path, outputs: Outputs<'_>) -> Result<String, Error> {
     outputs.check()?;
     let p = prepared(scenario, &Settings::default())?;
-    let done = queues::replay(&p, file)?;
+    // The replay runs on a tokio runtime, through the engine's async face.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| dma::Error::EngineRuntime {
+            message: e.to_string(),
+        })?;
+    let done = runtime.block_on(queues::replay(&p, file))?;
     let report = done.report();
     let title = format!("hostsim replay {}", file.display());
     let svg = || {

@@ -41,6 +41,7 @@ use std::fs::File;
 use std::io::{BufWriter, Cursor, Read, Seek, Write};
 use std::num::NonZeroU32;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use dma::queue_file::{QueueFileWriter, VerifiedQueueFile};
@@ -227,26 +228,28 @@ pub struct Replayed {
     pub wall_seconds: f64,
 }
 
-/// Replays the queue file at `path` over the scenario's initial tensors. The file is
-/// verified whole first; its generation must be the scenario's.
-pub fn replay(prepared: &Prepared, path: &Path) -> Result<Replayed, Error> {
+/// Replays the queue file at `path` over the scenario's initial tensors, through the
+/// engine's async face ([`Engine::replay_file_async`]: the file is read ahead while the
+/// replay runs). The file is verified whole first; its generation must be the scenario's.
+pub async fn replay(prepared: &Prepared, path: &Path) -> Result<Replayed, Error> {
     let named = |source| Error::QueueFileInput {
         file: path.display().to_string(),
         source,
     };
-    let mut file = VerifiedQueueFile::open_path(path).map_err(named)?;
-    let mut fabric = prepared.initial_fabric()?;
+    let file = VerifiedQueueFile::open_path(path).map_err(named)?;
+    let fabric = prepared.initial_fabric()?;
     let config = EngineConfig {
         queues: file.header().queues(),
         ..EngineConfig::default()
     };
-    let engine = Engine::new(config)?;
+    let engine = Arc::new(Engine::new(config)?);
     // The engine reports nothing until the replay ends: the bar shows the count to do,
     // then all of it done.
     let mut progress = Progress::new(file.summary().descriptors, "replay");
     progress.inc(0);
     let started = Instant::now();
-    let report = engine.replay_file(&mut fabric, &mut file).map_err(named)?;
+    let (fabric, _, report) = engine.replay_file_async(fabric, file).await;
+    let report = report.map_err(named)?;
     progress.inc(report.summary.descriptors);
     progress.finish();
     Ok(Replayed {
