@@ -93,6 +93,12 @@ where
                 notify(&st, wake, usize::MAX);
                 return;
             }
+            if st.finished + st.running == units.len() {
+                // every unit left is running: nothing will become ready for this worker,
+                // which leaves now rather than park until the last one ends (a futex
+                // wait and wake per worker per replay)
+                return;
+            }
             st.parked += 1;
             st = wake.wait(st).unwrap_or_else(|p| p.into_inner());
             st.parked -= 1;
@@ -231,6 +237,36 @@ mod tests {
         };
         let e = execute(&s, run, scoped(1)).0.unwrap_err();
         assert!(matches!(e, Error::QueueCount { count: 1, .. }));
+    }
+
+    #[test]
+    fn a_worker_leaves_once_every_unit_left_is_running() {
+        // unit 1 runs until the other worker has left: it must leave while unit 1 runs,
+        // not park until unit 1 ends (which would never come)
+        let queues = vec![vec![fill(0)], vec![fill(8)]];
+        let s = Schedule::segments(&queues).unwrap();
+        let (left, gone) = std::sync::mpsc::channel();
+        let gone = Mutex::new(gone);
+        let run = |u: &Unit<'_>| {
+            if u.at(0).0 == 1 {
+                let waited = lock(&gone).recv_timeout(std::time::Duration::from_secs(20));
+                assert!(waited.is_ok(), "the other worker parked instead of leaving");
+            }
+            Ok(())
+        };
+        // each worker says when it leaves; unit 1's own worker cannot leave while it runs
+        let spread = |job: &(dyn Fn() + Sync)| {
+            let leave = |left: std::sync::mpsc::Sender<()>| {
+                job();
+                let _ = left.send(());
+            };
+            std::thread::scope(|t| {
+                let other = left.clone();
+                t.spawn(move || leave(other));
+                leave(left);
+            })
+        };
+        execute(&s, run, spread).0.unwrap();
     }
 
     #[test]
