@@ -90,7 +90,7 @@ pub(crate) fn run_unit(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::addr::FabricAddr;
     use crate::descriptor::{DescOp, SemId, SemWait};
@@ -319,7 +319,7 @@ mod tests {
     /// Four round-robin queues gathering 64-byte rows from a table at 0 (not written) to
     /// rows at 1 MiB, over several pages, each queue also adding twice into its own row
     /// of a sum block (duplicates stay in one queue, in order).
-    fn gather_queues() -> Vec<Vec<Descriptor>> {
+    pub(crate) fn gather_queues() -> Vec<Vec<Descriptor>> {
         let mut queues = vec![Vec::new(); 4];
         for i in 0..4096u64 {
             let row = (i * 7919) % 1000;

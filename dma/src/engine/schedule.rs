@@ -472,36 +472,7 @@ mod tests {
         assert_eq!(s.descriptors(), 4);
     }
 
-    /// Four round-robin queues gathering 64-byte rows into rows at 1 MiB, over several
-    /// pages, each queue also adding twice into its own row of a sum block.
-    fn gather_queues() -> Vec<Vec<Descriptor>> {
-        let mut queues = vec![Vec::new(); 4];
-        for i in 0..4096u64 {
-            let (src, dst) = ((i * 7919) % 1000 * 64, (1 << 20) + i * 64);
-            let copy = Descriptor::new(
-                DescOp::Copy,
-                FabricAddr(src),
-                FabricAddr(dst),
-                64,
-                Dtype::U8,
-            );
-            queues[(i % 4) as usize].push(copy.unwrap());
-        }
-        for (q, list) in queues.iter_mut().enumerate() {
-            for k in 0..2u64 {
-                let (src, dst) = (k * 64 + q as u64 * 4, (2 << 20) + q as u64 * 64);
-                let add = Descriptor::new(
-                    DescOp::Add,
-                    FabricAddr(src),
-                    FabricAddr(dst),
-                    64,
-                    Dtype::F32,
-                );
-                list.push(add.unwrap());
-            }
-        }
-        queues
-    }
+    use crate::engine::exec::tests::gather_queues;
 
     #[test]
     fn page_buckets_keep_every_descriptor_once_and_each_queue_in_order() {
