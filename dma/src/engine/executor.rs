@@ -115,8 +115,12 @@ where
             Ok(Ok(())) => None,
             Ok(Err(failed)) => Some(failed),
             Err(payload) => {
-                // forgotten, not dropped: dropping it could panic again
-                std::mem::forget(payload);
+                // dropped where a panic of its own drop is caught (and that payload
+                // forgotten), so that neither leaks in the common case nor unwinds here
+                let dropped = catch_unwind(AssertUnwindSafe(|| drop(payload)));
+                if let Err(again) = dropped {
+                    std::mem::forget(again);
+                }
                 Some((unit.map_or((usize::MAX, 0), |u| u.at(0)), Error::RunAborted))
             }
         };
