@@ -136,12 +136,23 @@ impl Lowered {
     /// Writes every bound, then every shape, into `regs`: all of them, or on an error
     /// none.
     pub fn apply_registers(&self, regs: &mut BoundRegisters) -> Result<(), Error> {
+        self.apply_registers_named(regs).map_err(|named| named.1)
+    }
+
+    /// [`Lowered::apply_registers`], naming the setting that failed (`bounds[k]` or
+    /// `shapes[k]`).
+    pub fn apply_registers_named(
+        &self,
+        regs: &mut BoundRegisters,
+    ) -> Result<(), Box<(String, Error)>> {
         let mut next = *regs;
-        for b in &self.bounds {
-            next.set_bound(b.reg, b.bound)?;
+        for (k, b) in self.bounds.iter().enumerate() {
+            let named = |e| Box::new((format!("bounds[{k}]"), e));
+            next.set_bound(b.reg, b.bound).map_err(named)?;
         }
-        for s in &self.shapes {
-            next.set_shape(s.reg, s.xyzw)?;
+        for (k, s) in self.shapes.iter().enumerate() {
+            let named = |e| Box::new((format!("shapes[{k}]"), e));
+            next.set_shape(s.reg, s.xyzw).map_err(named)?;
         }
         *regs = next;
         Ok(())

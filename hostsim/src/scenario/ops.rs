@@ -413,15 +413,9 @@ impl Cx<'_> {
         };
         // every setting is made on a scratch file now, so that a register it cannot be
         // set in is refused, naming the setting, before anything runs
-        let mut scratch = BoundRegisters::new();
-        for (k, b) in lowered.bounds.iter().enumerate() {
-            let named = |e: Error| self.error(format!("bounds[{k}]: {e}"));
-            scratch.set_bound(b.reg, b.bound).map_err(named)?;
-        }
-        for (k, s) in lowered.shapes.iter().enumerate() {
-            let named = |e: Error| self.error(format!("shapes[{k}]: {e}"));
-            scratch.set_shape(s.reg, s.xyzw).map_err(named)?;
-        }
+        lowered
+            .apply_registers_named(&mut BoundRegisters::new())
+            .map_err(|named| self.error(format!("{}: {}", named.0, named.1)))?;
         self.registers_set_once(o)?;
         Ok(lowered)
     }
