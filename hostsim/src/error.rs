@@ -95,8 +95,9 @@ pub enum Error {
         window: dma::Dtype,
         window_size: usize,
     },
-    /// A hard OOB error: an index at or beyond its side's bound with `idx_bound_is_err`.
-    #[error("{side} index {value} at position {position} is out of bounds ({bound} rows)")]
+    /// A hard OOB error: an index at or beyond its side's bound with `idx_bound_is_err` (the
+    /// rows of its tensor, or the size of its shape-register dim).
+    #[error("{side} index {value} at position {position} is out of bounds (bound {bound})")]
     IndexOutOfBounds {
         side: crate::core_state::IndexSide,
         position: u32,
@@ -177,6 +178,14 @@ pub enum Error {
         op: &'static str,
         arg: &'static str,
         value: u64,
+        rule: &'static str,
+    },
+    /// An NKI-level op argument in a memory space the op cannot reach.
+    #[error("{op}: {arg} is in {space}: {rule}")]
+    NkiSpace {
+        op: &'static str,
+        arg: &'static str,
+        space: &'static str,
         rule: &'static str,
     },
     /// An NKI-level op argument of the wrong element type, named.

@@ -824,7 +824,7 @@ mod tests {
         assert_eq!(codes(&error), ["oob-indices"]);
         let m = &error.lints[0].message;
         assert!(
-            m.contains("index 9 at position 1 is out of bounds (4 rows)"),
+            m.contains("index 9 at position 1 is out of bounds (bound 4)"),
             "{m}"
         );
         assert_eq!(error.stages[0].src.indices.unwrap().failing, 1);

@@ -143,7 +143,7 @@ fn a_fault_exits_1_naming_the_index_and_leaves_out_untouched() {
         "{e}"
     );
     assert!(
-        e.contains("src index 1000 at position 4000 is out of bounds (1000 rows)"),
+        e.contains("src index 1000 at position 4000 is out of bounds (bound 1000)"),
         "{e}"
     );
     assert_eq!(files(&out), ["keep.txt"]);

@@ -21,10 +21,16 @@ fn in_sbuf(
     t: &Tensor,
 ) -> Result<Addr4, Error> {
     let a = on_core(map, op, arg, t)?;
-    let sbuf = matches!(a.decode(), Ok((Space::Sbuf, _, _)));
-    let rule = "must be in SBUF (GpSimd cannot access PSUM)";
-    ensure_arg(sbuf, op, arg, a.0, rule)?;
-    Ok(a)
+    match a.decode() {
+        Ok((Space::Sbuf, _, _)) => Ok(a),
+        // on_core proved an on-core address: anything else is PSUM
+        _ => Err(Error::NkiSpace {
+            op,
+            arg,
+            space: "PSUM",
+            rule: "must be in SBUF (GpSimd cannot access PSUM)",
+        }),
+    }
 }
 
 /// Partitions a POOL instruction can span.
@@ -389,15 +395,17 @@ mod tests {
             let (data, idx, mut dst) = gather_tensors(16, 4);
             dst.addr = Addr4::encode(Space::Psum, 0, 0).unwrap().into();
             let e = nc_n_gather(g, &data, &idx, &dst).unwrap_err();
-            assert!(
-                e.to_string()
-                    .ends_with("must be in SBUF (GpSimd cannot access PSUM)"),
-                "{e}"
+            assert_eq!(
+                e.to_string(),
+                "nc_n_gather: dst is in PSUM: must be in SBUF (GpSimd cannot access PSUM)"
             );
             let (mut src, idx, dst) = copy_tensors(40, 1);
             src.addr = Addr4::encode(Space::Psum, 16, 0).unwrap().into();
             let e = local_gather(g, &src, &idx, 1, Some(40), &dst).unwrap_err();
-            assert!(e.to_string().starts_with("local_gather: src = "), "{e}");
+            assert!(
+                e.to_string().starts_with("local_gather: src is in PSUM: "),
+                "{e}"
+            );
         }
     }
 

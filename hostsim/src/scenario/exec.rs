@@ -713,7 +713,7 @@ pub(crate) mod tests {
             "{msg}"
         );
         assert!(
-            msg.ends_with("src index 9 at position 2 is out of bounds (4 rows)"),
+            msg.ends_with("src index 9 at position 2 is out of bounds (bound 4)"),
             "{msg}"
         );
     }

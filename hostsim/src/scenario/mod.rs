@@ -130,12 +130,14 @@ pub fn parse_op(index: usize, value: serde_json::Value) -> Result<OpSpec, Error>
 /// again by [`OpFault`]), a misspelt key, or else where the parser stopped.
 fn toml_error(file: &str, text: &str, e: &toml::de::Error) -> Error {
     let span = e.span().unwrap_or(0..0);
+    // (a custom error's message, such as an `.ap()` table's, ends in a newline)
+    let message = e.message().trim_end();
     let ops = toml::from_str::<toml::Table>(text).ok();
     let ops = ops.and_then(|doc| serde_json::to_value(doc.get("op")?).ok());
-    if let Some(fault) = ops.and_then(|ops| OpFault::find(&ops, e.message())) {
-        let at = fault.toml_at(text, e.message()).unwrap_or(span.start);
+    if let Some(fault) = ops.and_then(|ops| OpFault::find(&ops, message)) {
+        let at = fault.toml_at(text, message).unwrap_or(span.start);
         let (line, column) = line_column(text, at);
-        return syntax(file, line, column, &fault.describe(e.message()));
+        return syntax(file, line, column, &fault.describe(message));
     }
     let name = e.message().strip_prefix("unknown field `");
     let name = name.and_then(|n| n.split('`').next());
@@ -480,6 +482,11 @@ dst = "t"
             let (_, _, message) = syntax_error(&json, Format::Json);
             assert!(message.starts_with(want), "{message}");
         }
+        // a bad value inside a dma_copy side's .ap() table: the side's line, its key named
+        let copy = format!("{GOOD}[[op]]\nop = \"dma_copy\"\nsrc = {{ tensor = \"t\", ap = [[1, 4]], indirect_dim = -1 }}\ndst = \"t\"\n");
+        let (line, column, message) = syntax_error(&copy, Format::Toml);
+        let want = "op 1 (dma_copy): src: indirect_dim: invalid value: integer `-1`, expected u32";
+        assert_eq!((line, column, message.as_str()), (16, 7, want));
         // a tensor's fault is not taken for an op's
         let tensor = two.replace("dtype = \"f32\"", "dtype = \"f64\"");
         let (line, _, message) = syntax_error(&tensor, Format::Toml);
@@ -499,6 +506,52 @@ dst = "t"
         assert_eq!(e.to_string(), "op 0 (dma_gather): missing field `src`");
         let ok = serde_json::json!({"op": "nc_n_gather", "data": "d", "index": "i", "dst": "o"});
         assert_eq!(parse_op(1, ok).unwrap().kind(), "nc_n_gather");
+    }
+
+    #[test]
+    fn an_ap_tables_bad_value_names_its_key() {
+        let copy = |src: serde_json::Value| {
+            let op = serde_json::json!({"op": "dma_copy", "src": src, "dst": "o"});
+            parse_op(0, op).unwrap_err().to_string()
+        };
+        let ap = |key: &str, value: serde_json::Value| {
+            let mut t = serde_json::json!({"tensor": "t", "ap": [[1, 4]]});
+            t[key] = value;
+            copy(t)
+        };
+        let e = ap("indirect_dim", serde_json::json!(-1));
+        assert!(
+            e.contains("indirect_dim: invalid value: integer `-1`"),
+            "{e}"
+        );
+        let e = ap("offset", serde_json::json!(-2));
+        assert!(e.contains("offset: invalid value: integer `-2`"), "{e}");
+        let e = ap("vector_offset", serde_json::json!(3));
+        assert!(
+            e.contains("vector_offset: invalid type: integer `3`"),
+            "{e}"
+        );
+        let e = ap("ap", serde_json::json!([[1]]));
+        assert!(e.contains("ap: invalid length 1"), "{e}");
+        let e = ap("offst", serde_json::json!(1));
+        assert!(e.contains("unknown field `offst`, expected one of"), "{e}");
+        let e = copy(serde_json::json!({"ap": [[1, 4]]}));
+        assert!(e.contains("missing field `tensor`"), "{e}");
+        let src = serde_json::json!({"tensor": "t", "ap": [[1, 4]], "offset": 3});
+        let op = parse_op(
+            0,
+            serde_json::json!({"op": "dma_copy", "src": src, "dst": "o"}),
+        );
+        let Ok(OpSpec::DmaCopy(c)) = op else {
+            panic!("{op:?}")
+        };
+        let model::ApSpec::Pattern(p) = c.src else {
+            panic!("{:?}", c.src)
+        };
+        assert_eq!(
+            (p.tensor.as_str(), p.ap, p.offset),
+            ("t", Some(vec![[1, 4]]), 3)
+        );
     }
 
     #[test]

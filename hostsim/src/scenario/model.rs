@@ -405,11 +405,55 @@ impl<'de> Deserialize<'de> for ApSpec {
                 Ok(ApSpec::Whole(v.to_string()))
             }
             fn visit_map<M: serde::de::MapAccess<'de>>(self, m: M) -> Result<ApSpec, M::Error> {
-                let d = serde::de::value::MapAccessDeserializer::new(m);
-                ApPattern::deserialize(d).map(ApSpec::Pattern)
+                read_pattern(m).map(ApSpec::Pattern)
             }
         }
         d.deserialize_any(Visitor)
+    }
+}
+
+/// Reads an `.ap()` table key by key, so that a bad value's error names its key (serde's
+/// derived form, behind an untagged side, reports only the side).
+fn read_pattern<'de, M: serde::de::MapAccess<'de>>(mut m: M) -> Result<ApPattern, M::Error> {
+    use serde::de::Error as _;
+    const FIELDS: &[&str] = &[
+        "tensor",
+        "ap",
+        "offset",
+        "vector_offset",
+        "indirect_dim",
+        "scalar_offset",
+    ];
+    let mut p = ApPattern {
+        tensor: String::new(),
+        ap: None,
+        offset: 0,
+        vector_offset: None,
+        indirect_dim: None,
+        scalar_offset: None,
+    };
+    let mut seen = Vec::new();
+    while let Some(key) = m.next_key::<String>()? {
+        let Some(&field) = FIELDS.iter().find(|f| **f == key) else {
+            return Err(M::Error::unknown_field(&key, FIELDS));
+        };
+        if seen.contains(&field) {
+            return Err(M::Error::duplicate_field(field));
+        }
+        seen.push(field);
+        let named = |e: M::Error| M::Error::custom(format!("{field}: {e}"));
+        match field {
+            "tensor" => p.tensor = m.next_value().map_err(named)?,
+            "ap" => p.ap = Some(m.next_value().map_err(named)?),
+            "offset" => p.offset = m.next_value().map_err(named)?,
+            "vector_offset" => p.vector_offset = Some(m.next_value().map_err(named)?),
+            "indirect_dim" => p.indirect_dim = Some(m.next_value().map_err(named)?),
+            _ => p.scalar_offset = Some(m.next_value().map_err(named)?),
+        }
+    }
+    match seen.contains(&"tensor") {
+        true => Ok(p),
+        false => Err(M::Error::missing_field("tensor")),
     }
 }
 
@@ -418,8 +462,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// An NKI access pattern over a tensor, in its elements (`crate::nki::ap`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ApPattern {
     /// The tensor's name.
     pub tensor: String,

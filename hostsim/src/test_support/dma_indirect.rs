@@ -209,7 +209,7 @@ pub fn hard_oob_fails_closed_naming_the_index(r: Route) {
     assert_eq!(e.to_string(), expected.to_string());
     assert_eq!(
         e.to_string(),
-        "src index 6 at position 1 is out of bounds (6 rows)"
+        "src index 6 at position 1 is out of bounds (bound 6)"
     );
     let fo = (flags(IndirectMode::Dst, true, false), ComputeOp::Add);
     let s = scatter::<u32>(&mut f, &[1, 2, 3, 4], &[5, 9], fo, bc(true));
@@ -462,7 +462,7 @@ pub fn gather_transpose_hard_oob_fails_closed(r: Route) {
     let e = r.fails_closed(&mut f, &mut state(6), d);
     assert_eq!(
         e.to_string(),
-        "src index 6 at position 1 is out of bounds (6 rows)"
+        "src index 6 at position 1 is out of bounds (bound 6)"
     );
 }
 
@@ -719,7 +719,7 @@ pub fn shaped_hard_oob_fails_closed(r: Route) {
     let e = r.fails_closed(&mut f, &mut shaped_state(XYZW, 50), g);
     assert_eq!(
         e.to_string(),
-        "src index 2 at position 2 is out of bounds (2 rows)"
+        "src index 2 at position 2 is out of bounds (bound 2)"
     );
     put::<u32>(&mut f, sbuf_at(0, DIDX), &[1, 2]);
     let s = direct(sbuf_at(0, BUF), 4);
