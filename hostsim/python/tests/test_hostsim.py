@@ -245,6 +245,9 @@ def test_dma_transpose_gathers_rows_into_columns():
     assert np.array_equal(d.numpy(), a[ids[0]].T)
     with pytest.raises(hostsim.InvalidInput, match="whole rows picked by the index tile"):
         core.dma_transpose(dst=d, src=s.ap([[4, 3], [1, 2]], vector_offset=i))
+    f = core.hbm(a.astype(np.float32))
+    with pytest.raises(hostsim.InvalidInput, match="moves 2-byte elements"):
+        core.dma_transpose(dst=core.sbuf(shape=(4, 3), dtype=np.float32), src=f.ap([[4, 3], [1, 4]], vector_offset=i))
     with pytest.raises(hostsim.InvalidInput, match="needs trn2"):
         c = hostsim.Core("trn1")
         s1, i1 = c.hbm(a), c.sbuf(ids)

@@ -110,6 +110,7 @@ pub fn dma_gather_transpose(
         return Err(trn2_only(op));
     }
     nonempty(op, ["src.shape[0]", "src.shape[1]"], src)?;
+    two_byte_elements(op, src.dtype)?;
     let cast = "must equal src.dtype (elements move without a cast)";
     same_dtype(op, "dst.dtype", dst.dtype, src.dtype, cast)?;
     let map = AddressMap::new(generation);
@@ -187,6 +188,19 @@ pub(super) fn trn2_only(op: &'static str) -> Error {
         op,
         reason:
             "an indirect dma_transpose needs trn2 (cayman) or later; NeuronCore-v2 (sunda) has none",
+    }
+}
+
+/// NKI's element rule for an indirect `dma_transpose`: `src.dtype` is 2 bytes.
+pub(super) fn two_byte_elements(op: &'static str, src: Dtype) -> Result<(), Error> {
+    match src.size() {
+        2 => Ok(()),
+        _ => Err(Error::NkiDtype {
+            op,
+            arg: "src.dtype",
+            value: src,
+            rule: "NKI: an indirect dma_transpose moves 2-byte elements (bf16, f16, u16, i16)",
+        }),
     }
 }
 
@@ -619,14 +633,21 @@ mod tests {
                 ..
             }
         ));
-        let e = dma_gather_transpose(
-            Generation::Cayman,
-            &rows(0, [4, 2]),
-            &idx,
-            &rows(0x100, [3, 4]),
-            OobMode::Error,
-        )
-        .unwrap_err();
+        let transpose = |src: Tensor, dst: Tensor| {
+            dma_gather_transpose(Generation::Cayman, &src, &idx, &dst, OobMode::Error).unwrap_err()
+        };
+        let e = transpose(rows(0, [4, 2]), rows(0x100, [2, 4]));
+        assert!(matches!(
+            e,
+            Error::NkiDtype {
+                op: "dma_gather_transpose",
+                arg: "src.dtype",
+                value: Dtype::F32,
+                ..
+            }
+        ));
+        let halves = |addr, shape| Tensor::new(FabricAddr(addr), shape, Dtype::Bf16);
+        let e = transpose(halves(0, [4, 2]), halves(0x100, [3, 4]));
         assert!(matches!(
             e,
             Error::NkiArgument {

@@ -201,6 +201,7 @@ fn check_operands(src: &ApTensor, index: &ApTensor, dst: &ApTensor) -> Result<()
             ),
         ));
     }
+    super::dma_ops::two_byte_elements(OP, src.dtype)?;
     if dst.dtype != src.dtype {
         return Err(rule(
             "dst",

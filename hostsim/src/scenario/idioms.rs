@@ -572,4 +572,10 @@ fn gather_transposes_nki_does_not_document_are_refused() {
         "[2, 1, 0]",
         "NKI: src.shape[-1] must be <= 128",
     );
+    // NKI moves 2-byte elements only
+    let text = transpose_text("[4, 3, 5]", 2, ("hbm", "[5, 3, 2]"), "[2, 1, 0]", "error")
+        .replace("u16", "f32");
+    let e = prepared(&text, &files, Overrides::default()).unwrap_err();
+    let rule = "dma_gather_transpose: src.dtype = f32: NKI: an indirect dma_transpose moves 2-byte elements";
+    assert!(e.to_string().contains(rule), "{e}");
 }

@@ -580,7 +580,7 @@ mod tests {
             ),
             (
                 "op = \"dma_gather_transpose\"\nsrc = \"tab\"\nindex = \"idx\"\ndst = \"out\"",
-                "op 0 (dma_gather_transpose src=tab index=idx dst=out): dma_gather_transpose: dst.shape[0] = 2: must equal src.shape[1]",
+                "op 0 (dma_gather_transpose src=tab index=idx dst=out): dma_gather_transpose: src.dtype = f32: NKI: an indirect dma_transpose moves 2-byte elements (bf16, f16, u16, i16)",
             ),
             (
                 "op = \"local_gather\"\nsrc = \"src\"\nindex = \"lidx\"\ndst = \"ldst\"\nnum_valid_indices = 4097",
