@@ -302,7 +302,28 @@ impl DgeRoute {
         let Level::Dma(lowered) = lower(fabric.map(), state, inst) else {
             return Ok(None);
         };
-        let mut lowered = lowered?;
+        self.prepare_lowered(fabric, lowered?, engine)
+    }
+
+    /// [`DgeRoute::prepare`] for the access-pattern DMA `dma` ([`DgeRoute::execute_ap_dma`]'s
+    /// checks and errors, in its order; nothing is written).
+    pub fn prepare_ap_dma(
+        &mut self,
+        fabric: &Fabric,
+        dma: &ApDma,
+        engine: &Engine,
+    ) -> Result<Option<Prepared>, Error> {
+        let lowered = ap_dma::lower(fabric, dma)?;
+        self.prepare_lowered(fabric, lowered, engine)
+    }
+
+    /// Generates `lowered` if it is one request of one replay and validates that replay.
+    fn prepare_lowered(
+        &mut self,
+        fabric: &Fabric,
+        mut lowered: Lowered,
+        engine: &Engine,
+    ) -> Result<Option<Prepared>, Error> {
         let [req] = &mut lowered.requests[..] else {
             return Ok(None);
         };

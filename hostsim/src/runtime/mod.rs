@@ -368,12 +368,24 @@ impl Runtime {
                 self.dge_cost(out)
             }
         };
+        Ok(self.ap_step_report(dma, outcome, cost, &collisions))
+    }
+
+    /// The report of access-pattern DMA `dma` that had `outcome` at `cost` and whose
+    /// plain copy's destination indices `collisions` (warned about).
+    fn ap_step_report(
+        &self,
+        dma: &ApDma,
+        outcome: Outcome,
+        cost: Cost,
+        collisions: &[Collision],
+    ) -> StepReport {
         tracing::debug!(
             bytes = outcome.bytes_written,
             skipped = outcome.skipped.len(),
             "instruction done"
         );
-        let mut step = self.step_report(opcode, outcome, cost);
+        let mut step = self.step_report(ap_dma_opcode(dma), outcome, cost);
         step.taken = match self.mechanism {
             Mechanism::Reference => RouteTaken::Reference,
             _ => RouteTaken::Dge,
@@ -381,8 +393,8 @@ impl Runtime {
         let indexed =
             dma.indexed() || dma.src.scalar_offset.is_some() || dma.dst.scalar_offset.is_some();
         step.dge = (step.taken == RouteTaken::Dge).then(|| DgeServed::of(self.generation, indexed));
-        step.warnings.extend(collision_warning(&collisions));
-        Ok(step)
+        step.warnings.extend(collision_warning(collisions));
+        step
     }
 
     /// Validates and runs one instruction (0xca expanded); on error nothing is written.
@@ -486,13 +498,18 @@ impl Runtime {
 
     /// The fabric must be of the runtime's generation.
     fn check_fabric(&self, fabric: &Fabric) -> Result<(), Error> {
-        match fabric.generation() == self.generation {
-            true => Ok(()),
-            false => Err(Error::RuntimeGeneration {
-                runtime: self.generation,
-                fabric: fabric.generation(),
-            }),
-        }
+        check_generation(self.generation, fabric)
+    }
+}
+
+/// `fabric` must be of generation `runtime`.
+fn check_generation(runtime: Generation, fabric: &Fabric) -> Result<(), Error> {
+    match fabric.generation() == runtime {
+        true => Ok(()),
+        false => Err(Error::RuntimeGeneration {
+            runtime,
+            fabric: fabric.generation(),
+        }),
     }
 }
 

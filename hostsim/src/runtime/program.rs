@@ -3,11 +3,12 @@
 //!
 //! A program gives the memory, the report and the error of its steps run one after
 //! another ([`Fabric::write`], [`Runtime::run_lowered`]), in less time: while the replay
-//! of a DMA-level instruction (DMA_INDIRECT, INDIRECT_COPY, DMA_MEMCPY, one DGE request,
-//! one replay) runs on the engine's crew, the caller writes the following steps' host
-//! data and generates and validates the next such instruction's descriptors
-//! ([`dma::Engine::run_beside`]); PSEUDO_EMBEDDING_UPDATE 0xca counts as such an
-//! instruction when its raw 0x79 goes to the DGE. The host writes that follow the next
+//! of a DMA-level instruction (DMA_INDIRECT, INDIRECT_COPY, DMA_MEMCPY, or an
+//! access-pattern DMA on the DGE; one DGE request, one replay) runs on the engine's
+//! crew, the caller writes the following steps' host data and generates and validates
+//! the next such instruction's descriptors ([`dma::Engine::run_beside`]);
+//! PSEUDO_EMBEDDING_UPDATE 0xca counts as such an instruction when its raw 0x79 goes to
+//! the DGE. The host writes that follow the next
 //! instruction, up to the one after it, go in beside the replay too, after that
 //! instruction is prepared, where its replay reaches none of their bytes (it neither
 //! reads nor writes between the lowest and the highest byte it reads or writes,
@@ -30,12 +31,13 @@ use std::collections::VecDeque;
 
 use dma::{Beside, Engine, Fabric, FabricAddr, Generation};
 
-use super::{expanded, no_engine, route, Mechanism, RouteTaken, Runtime};
+use super::{ap_dma_stopped, expanded, no_engine, route, Mechanism, RouteTaken, Runtime};
 use crate::core_state::CoreState;
 use crate::dge_route::{DgeRoute, Prepared};
 use crate::error::Error;
 use crate::isa::{Instruction, Opcode};
-use crate::nki::Lowered;
+use crate::nki::ap::Collision;
+use crate::nki::{ApDma, Lowered};
 
 use super::report::{RunReport, StepReport};
 
@@ -58,7 +60,7 @@ enum Item<'a> {
     },
     Registers(&'a Lowered),
     Inst(&'a Lowered, usize),
-    /// Access-pattern DMA `k` of the operation (run in order, never beside a replay).
+    /// Access-pattern DMA `k` of the operation.
     Ap(&'a Lowered, usize),
 }
 
@@ -119,12 +121,31 @@ fn writes_ahead<'a, I: Iterator<Item = Step<'a>>>(
     }
 }
 
-/// A prepared instruction: its step, its index in the step's operation, the instruction.
+/// A prepared instruction or access-pattern DMA: its step, its index in the step's
+/// operation, what it is.
 struct Ready<'a> {
     step: usize,
     index: usize,
-    inst: &'a Instruction,
+    job: Job<'a>,
     prepared: Prepared,
+}
+
+/// What a prepared item runs.
+enum Job<'a> {
+    Inst(&'a Instruction),
+    /// An access-pattern DMA, with the destination collisions of its plain copy.
+    Ap(&'a ApDma, Vec<Collision>),
+}
+
+impl Job<'_> {
+    /// The error `e` of this item, number `index` of step `step`'s operation, as the steps
+    /// in order report it.
+    fn failed(&self, step: usize, index: usize, e: Error) -> Error {
+        match self {
+            Job::Inst(inst) => at_instruction(step, index, inst, e),
+            Job::Ap(dma, _) => at_step(step, ap_dma_stopped(index, dma, dma.in_terms(e))),
+        }
+    }
 }
 
 /// The error of instruction `index` of step `step`, as the steps in order report it.
@@ -172,6 +193,62 @@ impl Preparer<'_> {
         }
     }
 
+    /// [`DgeRoute::prepare_ap_dma`] where the mechanism runs `dma` on the DGE, after the
+    /// plain copy's collisions ([`Runtime::run_ap_dma`]'s order), with them.
+    fn prepare_ap<'a>(
+        &mut self,
+        fabric: &Fabric,
+        dma: &'a ApDma,
+    ) -> Result<Option<Ready<'a>>, Error> {
+        if !matches!(self.routes.1, Mechanism::Auto | Mechanism::Dge) {
+            return Ok(None);
+        }
+        let collisions = dma.plain_copy_collisions(fabric)?;
+        let prepared = self.dge.prepare_ap_dma(fabric, dma, self.engine)?;
+        Ok(prepared.map(|prepared| Ready {
+            step: 0,
+            index: 0,
+            job: Job::Ap(dma, collisions),
+            prepared,
+        }))
+    }
+
+    /// Item `item` (number `step`) prepared, if it is an instruction or an access-pattern
+    /// DMA this runtime runs on the DGE in one replay.
+    fn prepare_item<'a>(
+        &mut self,
+        fabric: &Fabric,
+        step: usize,
+        item: Item<'a>,
+    ) -> Result<Option<Ready<'a>>, Error> {
+        // the check Runtime::step and Runtime::run_ap_dma make first
+        let generation = super::check_generation(self.routes.0, fabric);
+        let ready = match item {
+            Item::Inst(lowered, index) => {
+                let inst = &lowered.instructions[index];
+                let failed = |e| at_instruction(step, index, inst, e);
+                generation.map_err(failed)?;
+                let prepared = self.prepare(fabric, inst).map_err(failed)?;
+                prepared.map(|prepared| Ready {
+                    step,
+                    index,
+                    job: Job::Inst(inst),
+                    prepared,
+                })
+            }
+            Item::Ap(lowered, k) => {
+                let dma = &lowered.ap_dmas[k];
+                let index = lowered.instructions.len() + k;
+                let failed = |e| Job::Ap(dma, Vec::new()).failed(step, index, e);
+                generation.map_err(failed)?;
+                let ready = self.prepare_ap(fabric, dma).map_err(failed)?;
+                ready.map(|r| Ready { step, index, ..r })
+            }
+            _ => None,
+        };
+        Ok(ready)
+    }
+
     /// The items done beside a running replay, up to the next instruction prepared
     /// (`None`: the program's end, or an item that must wait, put back).
     fn beside<'a, I: Iterator<Item = Step<'a>>>(
@@ -183,22 +260,13 @@ impl Preparer<'_> {
             let done = match item {
                 Item::Write { addr, bytes } => b.write(addr, bytes).unwrap_or(false),
                 Item::Registers(lowered) => lowered.apply_registers(&mut self.state.regs).is_ok(),
-                Item::Inst(lowered, index) => {
-                    let inst = &lowered.instructions[index];
-                    match self.prepare(b.fabric(), inst) {
-                        Ok(Some(prepared)) if !b.read_the_replay() => {
-                            writes_ahead(b, work, &prepared);
-                            return Some(Ready {
-                                step,
-                                index,
-                                inst,
-                                prepared,
-                            });
-                        }
-                        _ => false,
+                Item::Inst(..) | Item::Ap(..) => match self.prepare_item(b.fabric(), step, item) {
+                    Ok(Some(ready)) if !b.read_the_replay() => {
+                        writes_ahead(b, work, &ready.prepared);
+                        return Some(ready);
                     }
-                }
-                Item::Ap(..) => false,
+                    _ => false,
+                },
             };
             if !done {
                 work.put_back((step, item));
@@ -261,22 +329,20 @@ impl Runtime {
                     .apply_registers(&mut self.state.regs)
                     .map_err(|e| at_step(step, e))?,
                 Item::Inst(lowered, index) => {
+                    if let Some(ready) = self.prepare(fabric, step, item)? {
+                        return Ok(Some(ready));
+                    }
                     let inst = &lowered.instructions[index];
                     let failed = |e| at_instruction(step, index, inst, e);
-                    if let Some(prepared) = self.prepare(fabric, inst).map_err(failed)? {
-                        return Ok(Some(Ready {
-                            step,
-                            index,
-                            inst,
-                            prepared,
-                        }));
-                    }
                     report.push(self.step(fabric, inst).map_err(failed)?);
                 }
                 Item::Ap(lowered, k) => {
+                    if let Some(ready) = self.prepare(fabric, step, item)? {
+                        return Ok(Some(ready));
+                    }
                     let dma = &lowered.ap_dmas[k];
                     let index = lowered.instructions.len() + k;
-                    let failed = |e| at_step(step, super::ap_dma_stopped(index, dma, e));
+                    let failed = |e| at_step(step, ap_dma_stopped(index, dma, e));
                     report.push(self.run_ap_dma(fabric, dma).map_err(failed)?);
                 }
             }
@@ -284,11 +350,14 @@ impl Runtime {
         Ok(None)
     }
 
-    /// [`Preparer::prepare`] on this runtime's parts (`None` without an engine), after
-    /// the check [`Runtime::step`] makes first: the fabric's generation.
-    fn prepare(&mut self, fabric: &Fabric, inst: &Instruction) -> Result<Option<Prepared>, Error> {
-        self.check_fabric(fabric)?;
-        self.with_preparer(|p| p.map_or(Ok(None), |p| p.prepare(fabric, inst)))
+    /// [`Preparer::prepare_item`] on this runtime's parts (`None` without an engine).
+    fn prepare<'a>(
+        &mut self,
+        fabric: &Fabric,
+        step: usize,
+        item: Item<'a>,
+    ) -> Result<Option<Ready<'a>>, Error> {
+        self.with_preparer(|p| p.map_or(Ok(None), |p| p.prepare_item(fabric, step, item)))
     }
 
     /// Calls `f` with a [`Preparer`] of this runtime (`None` without an engine).
@@ -312,7 +381,7 @@ impl Runtime {
         work: &mut Work<'a, I>,
         now: Ready<'a>,
     ) -> Result<(StepReport, Option<Ready<'a>>), Error> {
-        let failed = |e| at_instruction(now.step, now.index, now.inst, e);
+        let failed = |e| now.job.failed(now.step, now.index, e);
         let ran = self.with_preparer(|p| match p {
             Some(p) => {
                 let validated = &now.prepared.validated;
@@ -325,10 +394,15 @@ impl Runtime {
         let engine = self.engine.as_ref().ok_or_else(|| failed(no_engine()))?;
         let out = self.dge.finish(engine, now.prepared, replay);
         let (outcome, cost) = self.dge_cost(out);
-        let step = self.step_report(raw(now.inst.opcode()), outcome, cost);
-        let step = match now.inst {
-            Instruction::PseudoEmbeddingUpdate(e) => expanded(e, step),
-            _ => step,
+        let step = match now.job {
+            Job::Inst(inst) => {
+                let step = self.step_report(raw(inst.opcode()), outcome, cost);
+                match inst {
+                    Instruction::PseudoEmbeddingUpdate(e) => expanded(e, step),
+                    _ => step,
+                }
+            }
+            Job::Ap(dma, collisions) => self.ap_step_report(dma, outcome, cost, &collisions),
         };
         Ok((step, next))
     }
@@ -377,7 +451,28 @@ mod tests {
         /// rows into the table's rows at the indices (0xca; an index past the table is
         /// skipped).
         Embed { indices: Vec<u32>, part: u64 },
+        /// NKI's tile idiom, an access-pattern DMA: stage `indices` as an `(N, 1)` i32
+        /// tile (one per partition, at TILE_IDX), and gather their table rows into the
+        /// `[N, COLS]` SBUF tile at TILE (its pages hold the index tile too) or to OUT.
+        TileGather {
+            indices: Vec<i32>,
+            into_tile: bool,
+            skip: bool,
+        },
+        /// Store the first `n` rows of the SBUF tile to OUT row `at` (a direct
+        /// access-pattern DMA).
+        TileStore { n: u32, at: u32 },
+        /// Copy `n` indices from INDICES element `from` into the `(n, 1)` index tile (a
+        /// replay writing what the next tile gather's generation reads).
+        StageTileByCopy { n: u32, from: u32 },
+        /// Gather the rows of the `n` indices the index tile holds (staged by whatever
+        /// wrote them last) into the SBUF tile.
+        TileGatherStaged { n: u32 },
     }
+
+    /// The byte offsets, in every SBUF partition, of the tile ops' index tile and tile.
+    const TILE_IDX: u64 = 0x2000;
+    const TILE: u64 = 0x3000;
 
     fn op() -> impl Strategy<Value = Op> {
         // in range, but for an index past the table in one vector of ten or so
@@ -409,6 +504,11 @@ mod tests {
             1 => (1..160u32, 0..1000u32).prop_map(|(n, at)| Op::GatherStaged { n, at }),
             2 => (proptest::collection::vec(0..ROWS + 8, 1..100), 1..3u64)
                 .prop_map(|(indices, part)| Op::Embed { indices, part }),
+            2 => (proptest::collection::vec(-2..ROWS as i32 + 4, 1..129), any::<bool>(), any::<bool>())
+                .prop_map(|(indices, into_tile, skip)| Op::TileGather { indices, into_tile, skip }),
+            1 => (1..129u32, 0..1000u32).prop_map(|(n, at)| Op::TileStore { n, at }),
+            1 => (1..129u32, 0..512u32).prop_map(|(n, from)| Op::StageTileByCopy { n, from }),
+            1 => (1..129u32).prop_map(|n| Op::TileGatherStaged { n }),
         ]
     }
 
@@ -501,8 +601,120 @@ mod tests {
                     let update = nki::embedding_update(GEN, &table, &idx, &data, dma::CceOp::Add);
                     (writes, Some(update))
                 }
+                Op::TileGather {
+                    indices,
+                    into_tile,
+                    skip,
+                } => {
+                    let n = indices.len() as u64;
+                    let partition = |p: u64| SBUF_BASE + p * dma::addr::SBUF_STRIDE;
+                    let writes = (0..n)
+                        .zip(indices)
+                        .map(|(p, i)| (partition(p) + TILE_IDX, i.to_le_bytes().to_vec()))
+                        .collect();
+                    let idx = ap_tensor(partition(0) + TILE_IDX, vec![n, 1], Dtype::I32);
+                    let dst = match into_tile {
+                        true => ap_tensor(partition(0) + TILE, vec![n, COLS.into()], Dtype::F32),
+                        false => ap_tensor(OUT, vec![n, COLS.into()], Dtype::F32),
+                    };
+                    let oob = if *skip { OobMode::Skip } else { OobMode::Error };
+                    let table = ap_tensor(0, vec![ROWS.into(), COLS.into()], Dtype::F32);
+                    (writes, Some(tile_copy(table, Some(idx), dst, n, oob)))
+                }
+                Op::StageTileByCopy { n, from } => {
+                    let n = u64::from(*n);
+                    let from = ap_tensor(INDICES + u64::from(*from) * 4, vec![n, 1], Dtype::I32);
+                    let tile = ap_tensor(SBUF_BASE + TILE_IDX, vec![n, 1], Dtype::I32);
+                    let copy = nki::dma_copy_ap(
+                        "dma_copy",
+                        column(from, n),
+                        column(tile, n),
+                        opts(OobMode::Error),
+                    );
+                    (vec![], Some(copy))
+                }
+                Op::TileGatherStaged { n } => {
+                    let n = u64::from(*n);
+                    let idx = ap_tensor(SBUF_BASE + TILE_IDX, vec![n, 1], Dtype::I32);
+                    let tile = ap_tensor(SBUF_BASE + TILE, vec![n, COLS.into()], Dtype::F32);
+                    let table = ap_tensor(0, vec![ROWS.into(), COLS.into()], Dtype::F32);
+                    (
+                        vec![],
+                        Some(tile_copy(table, Some(idx), tile, n, OobMode::Error)),
+                    )
+                }
+                Op::TileStore { n, at } => {
+                    let n = u64::from(*n);
+                    let tile = ap_tensor(SBUF_BASE + TILE, vec![n, COLS.into()], Dtype::F32);
+                    let out =
+                        ap_tensor(OUT + u64::from(*at) * row, vec![n, COLS.into()], Dtype::F32);
+                    (vec![], Some(tile_copy(tile, None, out, n, OobMode::Error)))
+                }
             })
             .collect()
+    }
+
+    /// A tensor of the tile ops at fabric address `at` (SBUF from SBUF_BASE on).
+    fn ap_tensor(at: u64, shape: Vec<u64>, dtype: Dtype) -> nki::ApTensor {
+        let space = match at >= SBUF_BASE {
+            true => dma::Space::Sbuf,
+            false => dma::Space::Hbm,
+        };
+        nki::ApTensor {
+            name: format!("t{at:x}"),
+            start: FabricAddr(at),
+            space,
+            shape,
+            dtype,
+        }
+    }
+
+    /// `n` rows of `src` (each picked by its index tile, if any) copied to `dst`'s rows.
+    fn tile_copy(
+        src: nki::ApTensor,
+        index: Option<nki::ApTensor>,
+        dst: nki::ApTensor,
+        n: u64,
+        oob: OobMode,
+    ) -> Result<Lowered, Error> {
+        let rows = |tensor, vector_offset| nki::ApSide {
+            tensor,
+            offset: 0,
+            dims: [(i64::from(COLS), n as u32), (1, COLS)]
+                .into_iter()
+                .map(|(step, num)| nki::ApDim { step, num })
+                .collect(),
+            indirect_dim: 0,
+            vector_offset,
+            scalar_offset: None,
+        };
+        nki::dma_copy_ap("dma_copy", rows(src, index), rows(dst, None), opts(oob))
+    }
+
+    /// The `n` elements of an `(n, 1)` tensor, one per row (partition).
+    fn column(tensor: nki::ApTensor, n: u64) -> nki::ApSide {
+        nki::ApSide {
+            tensor,
+            offset: 0,
+            dims: [nki::ApDim {
+                step: 1,
+                num: n as u32,
+            }]
+            .into_iter()
+            .collect(),
+            indirect_dim: 0,
+            vector_offset: None,
+            scalar_offset: None,
+        }
+    }
+
+    /// A plain copy's options under `oob`.
+    fn opts(oob: OobMode) -> nki::ApOptions {
+        nki::ApOptions {
+            op: ComputeOp::None,
+            oob,
+            unique_indices: true,
+        }
     }
 
     /// The steps of `data` (an operation that failed to lower is left out).
@@ -597,6 +809,40 @@ mod tests {
             .unwrap();
         assert_eq!(report.steps, reports);
         assert_eq!(got.first_difference(&want), None);
+    }
+
+    #[test]
+    fn access_pattern_dmas_run_beside_as_in_order() {
+        // NKI's tile loop: rows into an SBUF tile by an (N, 1) i32 tile (its pages hold
+        // the tile), the tile out; then a tile gather whose index tile the replay before
+        // it writes, prepared beside that replay (reading the index tile before it, all in
+        // range) and so done again after it
+        let tile = |k: i32| Op::TileGather {
+            indices: (0..128).map(|p| (p * 7 + k) % 600 - 40).collect(),
+            into_tile: true,
+            skip: true,
+        };
+        let mut ops = Vec::new();
+        for k in 0..4 {
+            ops.extend([
+                tile(k),
+                Op::TileStore {
+                    n: 128,
+                    at: 128 * k as u32,
+                },
+            ]);
+        }
+        ops.extend([
+            Op::TileGather {
+                indices: (0..128).rev().collect(),
+                into_tile: false,
+                skip: false,
+            },
+            Op::StageTileByCopy { n: 100, from: 3 },
+            Op::TileGatherStaged { n: 100 },
+            Op::TileStore { n: 100, at: 600 },
+        ]);
+        runs_as_in_order(&ops);
     }
 
     #[test]
