@@ -260,6 +260,7 @@ impl IndexPort {
         // enough for windows without gaps (each element its own bytes)
         let room = sorted.len().saturating_mul(size as usize);
         port.bytes.reserve_exact(room);
+        port.windows.reserve_exact(sorted.len());
         let (mut lo, mut hi) = (first, first.saturating_add(size));
         for a in iter {
             if a <= hi.saturating_add(WINDOW_GAP) && region_slot(a) == region_slot(lo) {
@@ -278,7 +279,7 @@ impl IndexPort {
         let table = self.bytes.len();
         let len = usize::try_from(hi - lo).ok();
         let end = len.and_then(|len| table.checked_add(len));
-        let end = end.ok_or(dma::Error::AddressOverflow {
+        let end = end.ok_or_else(|| dma::Error::AddressOverflow {
             addr: lo,
             len: hi - lo,
         })?;
