@@ -19,9 +19,10 @@
 //! open pages under their write locks from any thread; a destination page not open is
 //! [`Error::NotReserved`], before any byte moves. [`Fabric::close_pages`] closes every
 //! page; closed pages are read without a lock (nothing writes them while the fabric is
-//! shared), and only closed pages are shared with clones. The `&mut self` forms
-//! ([`Fabric::write`], [`Fabric::copy`], ...) open their destination, run the shared
-//! form and close again what they opened: one implementation serves both.
+//! shared), and only closed pages are shared with clones. The other `&mut self` forms
+//! ([`Fabric::copy`], [`Fabric::fill`], ...) open their destination, run the shared
+//! form and close again what they opened: one implementation serves both;
+//! [`Fabric::write`] writes its pages in place.
 //!
 //! Locks are only ever waited for in ascending page order (see [`PageLocks`]), and an
 //! operation is atomic per piece (inside one page on each side), not as a whole.
@@ -337,6 +338,19 @@ impl Page {
             drop(page);
             self.hold(copy);
         }
+    }
+
+    /// Bytes `range` of the page, to write through `&mut` (panics outside the page): the
+    /// page is made the only holder of its bytes, its extent widened by the range and its
+    /// digest part forgotten first.
+    fn window_mut(&mut self, range: std::ops::Range<usize>) -> &mut [u8] {
+        self.make_unique();
+        self.widen(Extent::of(range.clone()));
+        *self.memo.get_mut() = DigestMemo::UNKNOWN;
+        let Some(bytes) = Arc::get_mut(&mut self.bytes) else {
+            unreachable!("make_unique leaves the page the only holder of its bytes");
+        };
+        &mut bytes.0.get_mut()[range]
     }
 
     /// Replaces the bytes with `bytes`, as non-zero as the old ones at most (the old
@@ -901,9 +915,10 @@ impl Fabric {
     ) -> Result<(), Error> {
         let size = core::mem::size_of::<E::Bytes>();
         self.check(addr, elems_bytes(addr, out.len(), size)?)?;
-        let mut buf = [0u8; SCRATCH_BYTES];
+        // (small: the buffer is zeroed for every call, and most read a few indices)
+        let mut buf = [0u8; 1024];
         let mut at = addr;
-        for chunk in out.chunks_mut(SCRATCH_BYTES / size) {
+        for chunk in out.chunks_mut(buf.len() / size) {
             let bytes = &mut buf[..chunk.len() * size];
             self.read(at, bytes)?;
             for (slot, image) in chunk.iter_mut().zip(compute::images::<E>(bytes)?) {
@@ -976,10 +991,11 @@ impl Fabric {
 
     // ---- writes through &mut self --------------------------------------------------
 
-    /// Writes `buf` at `addr`, allocating pages as needed. A page whose bytes there
-    /// already equal `buf`'s (zeros into a page with no storage too) is left alone: it
-    /// stays shared with the fabric's clones, or without storage; a page `buf` covers
-    /// whole gets new bytes, neither zeroed nor copied first.
+    /// Writes `buf` at `addr`, allocating pages as needed, in place (`&mut self` keeps
+    /// every other thread off the pages). A page whose bytes there already equal `buf`'s
+    /// (zeros into a page with no storage too) is left alone: it stays shared with the
+    /// fabric's clones, or without storage; a page `buf` covers whole gets new bytes,
+    /// neither zeroed nor copied first.
     pub fn write(&mut self, addr: FabricAddr, buf: &[u8]) -> Result<(), Error> {
         let len = buf.len() as u64;
         self.log(addr, len, AccessKind::Write);
@@ -994,7 +1010,10 @@ impl Fabric {
             if let Ok(whole) = <&[u8; PAGE]>::try_from(piece) {
                 self.replace_page(at, whole)?;
             } else if !self.holds(at, piece) {
-                self.with_open(at, n as u64, |f| f.write_reserved(at, piece))?;
+                let (key, po) = split(at.0);
+                let page = self.pages.get_or_insert_with(key, Page::zeroed);
+                let page = page.ok_or(Error::Unmapped { addr: at.0 })?;
+                page.window_mut(po..po + n).copy_from_slice(piece);
             }
         }
         Ok(())
