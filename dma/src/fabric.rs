@@ -19,9 +19,10 @@
 //! open pages under their write locks from any thread; a destination page not open is
 //! [`Error::NotReserved`], before any byte moves. [`Fabric::close_pages`] closes every
 //! page; closed pages are read without a lock (nothing writes them while the fabric is
-//! shared), and only closed pages are shared with clones. The `&mut self` forms
-//! ([`Fabric::write`], [`Fabric::copy`], ...) open their destination, run the shared
-//! form and close again what they opened: one implementation serves both.
+//! shared), and only closed pages are shared with clones. The other `&mut self` forms
+//! ([`Fabric::copy`], [`Fabric::fill`], ...) open their destination, run the shared
+//! form and close again what they opened: one implementation serves both;
+//! [`Fabric::write`] writes its pages in place.
 //!
 //! Locks are only ever waited for in ascending page order (see [`PageLocks`]), and an
 //! operation is atomic per piece (inside one page on each side), not as a whole.
@@ -92,10 +93,10 @@ struct Page {
     /// ([`Fabric::write_closed_piece`]); remembered by a reader holding the read lock or
     /// reading a closed page.
     memo: AtomicU64,
-    /// The [`Extent`] outside which every byte is zero ([`Extent::pack`]): widened as
-    /// the page is opened, to the range the opener writes or to the whole page, and by
-    /// [`Fabric::write_closed_piece`]. Copies, comparisons and digests of the page
-    /// read only it.
+    /// The [`Extent`] outside which every byte is zero ([`Extent::pack`]): widened by
+    /// every write, before it, by the bytes it writes ([`PageMut::window`],
+    /// [`Fabric::write_closed_piece`], a whole-page write). Copies, comparisons and
+    /// digests of the page read only it.
     extent: AtomicU64,
 }
 
@@ -147,14 +148,6 @@ impl Extent {
 
     fn is_empty(self) -> bool {
         self.lo >= self.hi
-    }
-
-    /// The part of fabric range `range` inside page `key`, as an extent of that page.
-    fn in_page(key: u64, range: std::ops::Range<u64>) -> Extent {
-        let start = key << PAGE_SHIFT;
-        let end = start.saturating_add(PAGE_BYTES);
-        let (lo, hi) = (range.start.clamp(start, end), range.end.clamp(start, end));
-        Extent::of((lo - start) as usize..(hi - start) as usize)
     }
 
     /// The parts of this extent outside `other`: below it and above it (either empty).
@@ -347,6 +340,19 @@ impl Page {
         }
     }
 
+    /// Bytes `range` of the page, to write through `&mut` (panics outside the page): the
+    /// page is made the only holder of its bytes, its extent widened by the range and its
+    /// digest part forgotten first.
+    fn window_mut(&mut self, range: std::ops::Range<usize>) -> &mut [u8] {
+        self.make_unique();
+        self.widen(Extent::of(range.clone()));
+        *self.memo.get_mut() = DigestMemo::UNKNOWN;
+        let Some(bytes) = Arc::get_mut(&mut self.bytes) else {
+            unreachable!("make_unique leaves the page the only holder of its bytes");
+        };
+        &mut bytes.0.get_mut()[range]
+    }
+
     /// Replaces the bytes with `bytes`, as non-zero as the old ones at most (the old
     /// ones are kept spare if no other page holds them).
     fn hold(&mut self, bytes: Arc<PageBytes>) {
@@ -438,8 +444,10 @@ impl std::ops::Deref for PageRef<'_> {
     }
 }
 
-/// Write access to a page's bytes under its write lock.
+/// Write access to a page's bytes under its write lock, one window at a time: handing out
+/// a window widens the page's extent by it first, so the extent holds every byte written.
 struct PageMut<'a> {
+    page: &'a Page,
     bytes: NonNull<[u8; PAGE]>,
     _lock: RwLockWriteGuard<'a, ()>,
 }
@@ -454,25 +462,26 @@ impl<'a> PageMut<'a> {
         // of), and none in another: an open page holds the only `Arc` of its bytes (see
         // `Page`). The bytes live while the page is borrowed.
         PageMut {
+            page,
             bytes: page.bytes.slice(),
             _lock: lock,
         }
     }
-}
 
-impl std::ops::Deref for PageMut<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: the write lock is held, and no other fabric holds the bytes (see `new`).
-        unsafe { self.bytes.as_ref() }
-    }
-}
-
-impl std::ops::DerefMut for PageMut<'_> {
-    fn deref_mut(&mut self) -> &mut [u8] {
+    /// Bytes `range` of the page, to read and write (panics outside the page). The
+    /// page's extent is widened by them first: readers see it only after the write lock
+    /// is released.
+    #[inline(always)]
+    fn window(&mut self, range: std::ops::Range<usize>) -> &mut [u8] {
+        let extent = self.page.extent();
+        if range.start < extent.lo || range.end > extent.hi {
+            let wide = extent.union(Extent::of(range.clone()));
+            self.page.extent.store(wide.pack(), Ordering::Relaxed);
+        }
         // SAFETY: the write lock is held, no other fabric holds the bytes (see `new`),
         // and `&mut self` is exclusive.
-        unsafe { self.bytes.as_mut() }
+        let page = unsafe { self.bytes.as_mut() };
+        &mut page[range]
     }
 }
 
@@ -632,16 +641,15 @@ impl Fabric {
     /// Contents do not change.
     pub fn reserve(&mut self, addr: FabricAddr, len: u64) -> Result<(), Error> {
         for key in self.page_keys(addr, len)? {
-            self.open_key(key, Extent::FULL)?;
+            self.open_key(key)?;
         }
         self.open.by_host = true;
         Ok(())
     }
 
     /// Materialises page `key`, makes it the only holder of its bytes (copy-on-write:
-    /// every write through `&self` goes to an open page) and opens it in the current epoch
-    /// for writes to `written` (of the page) at most.
-    fn open_key(&mut self, key: u64, written: Extent) -> Result<(), Error> {
+    /// every write through `&self` goes to an open page) and opens it in the current epoch.
+    fn open_key(&mut self, key: u64) -> Result<(), Error> {
         let epoch = self.epoch;
         // A checked range's keys are all in a window of the map.
         let unmapped = Error::Unmapped {
@@ -651,7 +659,6 @@ impl Fabric {
         let page = self.pages.get_or_insert_with(key, Page::zeroed);
         let page = page.ok_or(unmapped)?;
         page.make_unique();
-        page.widen(written);
         page.opened = epoch;
         self.open.insert(i, key);
         Ok(())
@@ -668,9 +675,7 @@ impl Fabric {
     ) -> Result<R, Error> {
         let mut keys = self.page_keys(dst, len)?;
         let before = self.open.set.len();
-        // The range is checked: `dst + len` does not overflow.
-        let written = |key: u64| Extent::in_page(key, dst.0..dst.0 + len);
-        let opened = keys.try_for_each(|key| self.open_key(key, written(key)));
+        let opened = keys.try_for_each(|key| self.open_key(key));
         let result = opened.and_then(|()| write(self));
         self.close_opened_since(before);
         result
@@ -687,37 +692,28 @@ impl Fabric {
     }
 
     /// Reserves the pages holding each of `addrs` (the engine's reserve of a replay's
-    /// pages), for writes inside fabric range `written` at most: a page's extent widens
-    /// by its part of `written`, so copies, comparisons and digests of the pages a small
-    /// replay writes read what it wrote, not whole pages. Checks through one
-    /// [`RegionCache`], so hundreds of pages in one region are checked by compares, not
-    /// by decoding the region each time. An address off the fabric is an error; the
-    /// pages before it stay reserved, their contents unchanged.
+    /// pages). Checks through one [`RegionCache`], so hundreds of pages in one region are
+    /// checked by compares, not by decoding the region each time. An address off the
+    /// fabric is an error; the pages before it stay reserved, their contents unchanged.
     pub(crate) fn reserve_each(
         &mut self,
         addrs: impl IntoIterator<Item = FabricAddr>,
-        written: std::ops::Range<u64>,
     ) -> Result<(), Error> {
         let mut region = RegionCache::default();
         for addr in addrs {
             region.check(&self.map, addr, 1)?;
             let key = addr.0 >> PAGE_SHIFT;
-            let extent = Extent::in_page(key, written.clone());
-            // an open page's entry is the engine threads' cache line: written only if
-            // its extent must widen
-            let open = self.pages.dense(key).filter(|&i| self.open.contains(i));
-            match open.and_then(|i| self.pages.get_dense_mut(i)) {
-                Some(page) if page.extent().union(extent) != page.extent() => page.widen(extent),
-                Some(_) => {}
-                None => self.open_key(key, extent)?,
+            // an open page's entry is the engine threads' cache line: left alone
+            let open = self.pages.dense(key).is_some_and(|i| self.open.contains(i));
+            if !open {
+                self.open_key(key)?;
             }
         }
         Ok(())
     }
 
     /// Opens the pages holding each of `addrs` for a replay that writes those `writes`
-    /// pages, inside fabric range `written`, and reads pages `reads` (the keys of its
-    /// lowest and highest byte read),
+    /// pages and reads pages `reads` (the keys of its lowest and highest byte read),
     /// closing every other page first ([`Fabric::close_pages`]) unless the pages open
     /// now were all opened so, the replay reads none of them, and they are at most
     /// twice its own (and 64 more). Pages a replay leaves open are only locked where
@@ -728,14 +724,13 @@ impl Fabric {
         addrs: impl IntoIterator<Item = FabricAddr>,
         reads: Option<(u64, u64)>,
         writes: usize,
-        written: std::ops::Range<u64>,
     ) -> Result<(), Error> {
         let few = self.open.set.len() <= writes.saturating_mul(2).saturating_add(64);
         let unread = !reads.is_some_and(|r| self.open.may_meet(r));
         if self.open.by_host || !few || !unread {
             self.close_pages();
         }
-        self.reserve_each(addrs, written)
+        self.reserve_each(addrs)
     }
 
     /// Closes every page for the `*_reserved` forms until it is reserved again. Reads of
@@ -920,9 +915,10 @@ impl Fabric {
     ) -> Result<(), Error> {
         let size = core::mem::size_of::<E::Bytes>();
         self.check(addr, elems_bytes(addr, out.len(), size)?)?;
-        let mut buf = [0u8; SCRATCH_BYTES];
+        // (small: the buffer is zeroed for every call, and most read a few indices)
+        let mut buf = [0u8; 1024];
         let mut at = addr;
-        for chunk in out.chunks_mut(SCRATCH_BYTES / size) {
+        for chunk in out.chunks_mut(buf.len() / size) {
             let bytes = &mut buf[..chunk.len() * size];
             self.read(at, bytes)?;
             for (slot, image) in chunk.iter_mut().zip(compute::images::<E>(bytes)?) {
@@ -995,10 +991,11 @@ impl Fabric {
 
     // ---- writes through &mut self --------------------------------------------------
 
-    /// Writes `buf` at `addr`, allocating pages as needed. A page whose bytes there
-    /// already equal `buf`'s (zeros into a page with no storage too) is left alone: it
-    /// stays shared with the fabric's clones, or without storage; a page `buf` covers
-    /// whole gets new bytes, neither zeroed nor copied first.
+    /// Writes `buf` at `addr`, allocating pages as needed, in place (`&mut self` keeps
+    /// every other thread off the pages). A page whose bytes there already equal `buf`'s
+    /// (zeros into a page with no storage too) is left alone: it stays shared with the
+    /// fabric's clones, or without storage; a page `buf` covers whole gets new bytes,
+    /// neither zeroed nor copied first.
     pub fn write(&mut self, addr: FabricAddr, buf: &[u8]) -> Result<(), Error> {
         let len = buf.len() as u64;
         self.log(addr, len, AccessKind::Write);
@@ -1013,7 +1010,10 @@ impl Fabric {
             if let Ok(whole) = <&[u8; PAGE]>::try_from(piece) {
                 self.replace_page(at, whole)?;
             } else if !self.holds(at, piece) {
-                self.with_open(at, n as u64, |f| f.write_reserved(at, piece))?;
+                let (key, po) = split(at.0);
+                let page = self.pages.get_or_insert_with(key, Page::zeroed);
+                let page = page.ok_or(Error::Unmapped { addr: at.0 })?;
+                page.window_mut(po..po + n).copy_from_slice(piece);
             }
         }
         Ok(())
@@ -1373,8 +1373,7 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         for (off, n) in Walk::one(addr.0, len) {
             // Walk pieces lie inside `buf` and inside one page.
             let data = &buf[off as usize..off as usize + n];
-            let (_, po) = split(addr.0 + off);
-            self.with_page(addr.0 + off, |p| p[po..po + n].copy_from_slice(data))?;
+            self.with_page(addr.0 + off, n, |p| p.copy_from_slice(data))?;
         }
         Ok(())
     }
@@ -1404,16 +1403,17 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         // The common case of a gather: the destination page is held and the source page
         // is closed, so it is read without a lock and without aiming the source slot.
         if sk != dk && self.dst.holds(dk) {
-            if let (Some(sp), Some(dp)) = (self.closed(sk), self.dst.guard.as_deref_mut()) {
-                copy_bytes(&mut dp[doff..], &sp[so..], n);
+            if let (Some(sp), Some(dp)) = (self.closed(sk), self.dst.guard.as_mut()) {
+                copy_bytes(dp.window(doff..doff + n), &sp[so..], n);
                 return Ok(());
             }
         }
         self.with_pages(
             s,
             d,
-            |p| p.copy_within(so..so + n, doff),
-            |sp, dp| dp[doff..doff + n].copy_from_slice(&sp[so..so + n]),
+            n,
+            |p, so, doff| p.copy_within(so..so + n, doff),
+            |sp, dp| dp.copy_from_slice(sp),
         )
     }
 
@@ -1423,10 +1423,7 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         self.check_reserved(dst, len)?;
         for (off, n) in Walk::one(dst.0, len) {
             let phase = (off % pattern.len() as u64) as usize;
-            let (_, po) = split(dst.0 + off);
-            self.with_page(dst.0 + off, |p| {
-                fill_pattern(&mut p[po..po + n], pattern, phase)
-            })?;
+            self.with_page(dst.0 + off, n, |p| fill_pattern(p, pattern, phase))?;
         }
         Ok(())
     }
@@ -1530,17 +1527,17 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
     /// (zeros if it has no storage; not meaningful when `sk == dk`) and the destination
     /// page.
     #[inline(always)]
-    fn hold(&mut self, sk: u64, dk: u64) -> Result<(&[u8], &mut [u8]), Error> {
+    fn hold(&mut self, sk: u64, dk: u64) -> Result<(&[u8], &mut PageMut<'a>), Error> {
         // (A destination with no page is never held: it goes to `relock`, which leaves it
         // unlocked, and fails below.)
         if !(self.dst.holds(dk) && (sk == dk || self.src.ready(sk))) {
             self.relock(sk, dk);
         }
-        let Some(dp) = self.dst.guard.as_deref_mut() else {
+        let Some(dp) = self.dst.guard.as_mut() else {
             return Err(not_reserved(dk));
         };
         let sp = self.src.guard.as_deref().map_or(&ZERO_PAGE[..], |p| p);
-        Ok((sp, &mut dp[..]))
+        Ok((sp, dp))
     }
 
     /// Aims the slots at pages `sk` and `dk` and locks what they lack: each is tried
@@ -1581,26 +1578,41 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         }
     }
 
-    /// Runs `f` on the write-locked page holding `addr`.
-    fn with_page<R>(&mut self, addr: u64, f: impl FnOnce(&mut [u8]) -> R) -> Result<R, Error> {
-        let key = addr >> PAGE_SHIFT;
-        self.hold(key, key).map(|(_, page)| f(page))
+    /// Runs `f` on the `n` bytes at `addr`, inside one write-locked page.
+    fn with_page<R>(
+        &mut self,
+        addr: u64,
+        n: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R, Error> {
+        let (key, po) = split(addr);
+        self.hold(key, key)
+            .map(|(_, page)| f(page.window(po..po + n)))
     }
 
-    /// Runs `same` on the page when `src` and `dst` are in one page, else `pair` on the
-    /// read-locked source page (zeros if it has no storage) and the write-locked
-    /// destination page.
+    /// For `n` bytes at `src` and at `dst`, each inside one page: runs `same` on the
+    /// bytes from the lower start to the higher end, with the offsets of `src` and `dst`
+    /// in them, when the two are in one page, else `pair` on the bytes of the read-locked
+    /// source page (zeros if it has no storage) and those of the write-locked destination
+    /// page.
     #[inline(always)]
     fn with_pages<R>(
         &mut self,
         src: u64,
         dst: u64,
-        same: impl FnOnce(&mut [u8]) -> R,
+        n: usize,
+        same: impl FnOnce(&mut [u8], usize, usize) -> R,
         pair: impl FnOnce(&[u8], &mut [u8]) -> R,
     ) -> Result<R, Error> {
-        let (sk, dk) = (src >> PAGE_SHIFT, dst >> PAGE_SHIFT);
+        let ((sk, so), (dk, doff)) = (split(src), split(dst));
         let (sp, dp) = self.hold(sk, dk)?;
-        Ok(if sk == dk { same(dp) } else { pair(sp, dp) })
+        Ok(match sk == dk {
+            true => {
+                let lo = so.min(doff);
+                same(dp.window(lo..so.max(doff) + n), so - lo, doff - lo)
+            }
+            false => pair(&sp[so..so + n], dp.window(doff..doff + n)),
+        })
     }
 
     /// One piece of a reduce: inside one page on each side, or one element across a page
@@ -1630,12 +1642,12 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         dtype: Dtype,
         op: ComputeOp,
     ) -> Result<(), Error> {
-        let (so, doff) = (split(s).1, split(d).1);
         self.with_pages(
             s,
             d,
-            |p| reduce_in_page(p, so, doff, n, dtype, op),
-            |sp, dp| compute::apply(op, dtype, &mut dp[doff..doff + n], &sp[so..so + n]),
+            n,
+            |p, so, doff| reduce_in_page(p, so, doff, n, dtype, op),
+            |sp, dp| compute::apply(op, dtype, dp, sp),
         )?
     }
 
@@ -2095,7 +2107,7 @@ mod tests {
         f.write(FabricAddr(P + 5), &[9]).unwrap();
         f.close_pages();
         let addrs = [FabricAddr(P + 100), FabricAddr(3 * P + 7), FabricAddr(P)];
-        f.reserve_each(addrs, 0..u64::MAX).unwrap();
+        f.reserve_each(addrs).unwrap();
         assert_eq!(
             f.allocated_bytes(),
             2 * P,
@@ -2109,7 +2121,7 @@ mod tests {
         f.close_pages();
         let cap = 96u64 << 30;
         let e = f
-            .reserve_each([FabricAddr(P), FabricAddr(cap)], 0..u64::MAX)
+            .reserve_each([FabricAddr(P), FabricAddr(cap)])
             .unwrap_err();
         assert_eq!(e, Error::Unmapped { addr: cap });
         assert_eq!(f.allocated_bytes(), 2 * P);
@@ -2151,63 +2163,66 @@ mod tests {
                 .map(|k| FabricAddr(k * P + 8))
                 .collect::<Vec<_>>()
         };
-        f.reopen(at(&[1, 2]), None, 2, 0..u64::MAX).unwrap();
+        f.reopen(at(&[1, 2]), None, 2).unwrap();
         assert_eq!(open_keys(&f, 8), [1, 2]);
         // a replay that reads none of them leaves them open beside its own
-        f.reopen(at(&[3]), Some((5, 6)), 1, 0..u64::MAX).unwrap();
+        f.reopen(at(&[3]), Some((5, 6)), 1).unwrap();
         assert_eq!(open_keys(&f, 8), [1, 2, 3]);
         // one that reads between the lowest and the highest open page closes them
-        f.reopen(at(&[4]), Some((2, 2)), 1, 0..u64::MAX).unwrap();
+        f.reopen(at(&[4]), Some((2, 2)), 1).unwrap();
         assert_eq!(open_keys(&f, 8), [4]);
         // a host write leaves them so (and its own page closed)
         f.write(FabricAddr(6 * P), &[1]).unwrap();
         assert_eq!(open_keys(&f, 8), [4]);
         // a page the host reserved closes them
         f.reserve(FabricAddr(7 * P), 1).unwrap();
-        f.reopen(at(&[5]), None, 1, 0..u64::MAX).unwrap();
+        f.reopen(at(&[5]), None, 1).unwrap();
         assert_eq!(open_keys(&f, 8), [5]);
         // and so do more than twice the replay's pages and 64
         let many: Vec<u64> = (100..200).collect();
-        f.reopen(at(&many), None, many.len(), 0..u64::MAX).unwrap();
-        f.reopen(at(&[300]), None, 1, 0..u64::MAX).unwrap();
+        f.reopen(at(&many), None, many.len()).unwrap();
+        f.reopen(at(&[300]), None, 1).unwrap();
         assert_eq!(open_keys(&f, 400), [300]);
         // contents never change
         assert_eq!(bytes(&f, 6 * P, 1), [1]);
         // a clone has every page closed; the original keeps its open pages
-        f.reopen(at(&[301]), None, 1, 0..u64::MAX).unwrap();
+        f.reopen(at(&[301]), None, 1).unwrap();
         let mut g = f.clone();
         assert_eq!(open_keys(&g, 400), []);
         assert_eq!(open_keys(&f, 400), [300, 301]);
-        g.reopen(at(&[302]), Some((300, 300)), 1, 0..u64::MAX)
-            .unwrap();
+        g.reopen(at(&[302]), Some((300, 300)), 1).unwrap();
         assert_eq!(open_keys(&g, 400), [302]);
     }
 
     #[test]
-    fn a_reserved_page_widens_only_by_its_part_of_the_written_range() {
+    fn a_page_widens_by_the_bytes_written_not_by_those_reserved() {
         let mut f = fab();
         let extent = |f: &mut Fabric, key: u64| {
             let i = f.pages.dense(key).unwrap();
             f.pages.get_dense_mut(i).unwrap().extent()
         };
         f.write(FabricAddr(P + 100), &[5; 4]).unwrap();
-        // a replay writing P+96..P+104 and 3P-8..3P+16 (its hull spans pages 1 to 3)
-        let pages = [FabricAddr(P + 96), FabricAddr(3 * P - 8), FabricAddr(3 * P)];
-        f.reopen(pages, None, 3, P + 96..3 * P + 16).unwrap();
-        assert_eq!(extent(&mut f, 1), Extent { lo: 96, hi: PAGE });
-        assert_eq!(extent(&mut f, 2), Extent::FULL);
-        assert_eq!(extent(&mut f, 3), Extent { lo: 0, hi: 16 });
-        // a page left open widens by the next replay's part, and only then
-        f.reopen(
-            [FabricAddr(3 * P + 40)],
-            Some((9, 9)),
-            1,
-            3 * P + 40..3 * P + 48,
-        )
-        .unwrap();
-        assert_eq!(open_keys(&f, 8), [1, 2, 3]);
-        assert_eq!(extent(&mut f, 3), Extent { lo: 0, hi: 48 });
-        assert_eq!(bytes(&f, P + 100, 4), [5; 4], "contents unchanged");
+        assert_eq!(extent(&mut f, 1), Extent { lo: 100, hi: 104 });
+        f.reserve(FabricAddr(0), 4 * P).unwrap();
+        assert_eq!(extent(&mut f, 2), Extent::EMPTY, "reserved, not written");
+        let mut locks = f.page_locks();
+        locks.write(FabricAddr(P + 96), &[1; 2]).unwrap();
+        locks.fill(FabricAddr(3 * P - 8), 24, &[2]).unwrap();
+        locks
+            .copy(FabricAddr(P + 96), FabricAddr(3 * P + 40), 8)
+            .unwrap();
+        // one page's copy and reduce widen by both spans (the window holding both)
+        locks.copy(FabricAddr(200), FabricAddr(100), 10).unwrap();
+        let (t, o) = (Dtype::U32, ComputeOp::Add);
+        locks
+            .reduce(FabricAddr(P + 8), FabricAddr(P + 200), 4, t, o)
+            .unwrap();
+        drop(locks);
+        let want = [(0, 100, 210), (1, 8, 204), (2, PAGE - 8, PAGE), (3, 0, 48)];
+        for (key, lo, hi) in want {
+            assert_eq!(extent(&mut f, key), Extent { lo, hi }, "page {key}");
+        }
+        assert_eq!(bytes(&f, P + 100, 4), [5; 4], "contents kept");
         f.assert_zero_outside_extents();
     }
 
@@ -3195,6 +3210,7 @@ mod tests {
             for (f, m) in &fabrics {
                 prop_assert_eq!(&bytes(f, 0, SPAN as usize), m);
                 prop_assert_eq!(f.digest(), fresh(m, false).digest());
+                f.assert_zero_outside_extents();
             }
             for (a, ma) in &fabrics {
                 for (b, mb) in &fabrics {

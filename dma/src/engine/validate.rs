@@ -497,11 +497,9 @@ impl<'f> Validator<'f> {
         }
         let (lo, hi) = footprint.writes;
         match batch.first() {
-            // every destination in one page: that page alone, from the first one, for
-            // the hull of them
+            // every destination in the first one's page: that page alone, from it
             Some(first) if lo / PAGE_BYTES == hi / PAGE_BYTES => {
-                self.pages.add(first.dest_range(), queue);
-                self.pages.cover((lo, hi));
+                self.pages.add(first.dest_range(), queue)
             }
             _ => batch
                 .iter()
@@ -578,8 +576,6 @@ pub(crate) struct PageSet {
     /// a queue share pages).
     last: Option<(u64, u64, usize)>,
     shared: bool,
-    /// The lowest and the highest byte of the ranges added (`(u64::MAX, 0)` for none).
-    hull: (u64, u64),
 }
 
 /// Slots of [`PageSet::slots`].
@@ -598,7 +594,6 @@ impl Default for PageSet {
             overflow: HashMap::new(),
             last: None,
             shared: false,
-            hull: (u64::MAX, 0),
         }
     }
 }
@@ -656,9 +651,7 @@ impl PageSet {
     /// Adds the pages of a range of `queue` that passed [`Fabric::check`].
     pub(crate) fn add(&mut self, (dst, len): (FabricAddr, u64), queue: usize) {
         // check_ranges proved `len >= 1` and that `dst + len - 1` does not overflow.
-        let last = dst.0 + (len - 1);
-        self.cover((dst.0, last));
-        let (lo, hi) = (dst.0 / PAGE_BYTES, last / PAGE_BYTES);
+        let (lo, hi) = (dst.0 / PAGE_BYTES, (dst.0 + (len - 1)) / PAGE_BYTES);
         if self
             .last
             .is_some_and(|(a, b, q)| a <= lo && hi <= b && q == queue)
@@ -672,11 +665,6 @@ impl PageSet {
         }
     }
 
-    /// Widens the hull of the bytes written to hold `lo..=hi` (bytes of pages added).
-    fn cover(&mut self, (lo, hi): (u64, u64)) {
-        self.hull = (self.hull.0.min(lo), self.hull.1.max(hi));
-    }
-
     /// Empties the set, keeping its storage (for the next replay).
     pub(crate) fn clear(&mut self) {
         for &(page, _) in &self.list {
@@ -686,13 +674,11 @@ impl PageSet {
         self.overflow.clear();
         self.last = None;
         self.shared = false;
-        self.hull = (u64::MAX, 0);
     }
 
     /// Adds every page of `other`.
     fn merge(&mut self, other: PageSet) {
         self.shared |= other.shared;
-        self.cover(other.hull);
         for (page, addr, queue) in other.entries() {
             let first = self.first_queue(page, addr, queue);
             self.shared |= first != queue;
@@ -708,16 +694,15 @@ impl PageSet {
         pages.any(|bucket| Some(bucket) != first)
     }
 
-    /// Opens every page for a replay that reads pages `reads` and writes inside the
-    /// set's ranges ([`Fabric::reopen`]); contents unchanged.
+    /// Opens every page for a replay that reads pages `reads` ([`Fabric::reopen`]);
+    /// contents unchanged.
     pub(crate) fn reopen(
         &self,
         fabric: &mut Fabric,
         reads: Option<(u64, u64)>,
     ) -> Result<(), Error> {
         let addrs = self.list.iter().map(|&(_, addr)| FabricAddr(addr));
-        let written = self.hull.0..self.hull.1.saturating_add(1);
-        fabric.reopen(addrs, reads, self.len(), written)
+        fabric.reopen(addrs, reads, self.len())
     }
 }
 
@@ -796,21 +781,13 @@ mod tests {
         }
     }
 
-    /// What a validator has collected: its pages (with addresses and first queues) and
-    /// the hull of the bytes written there, whether a page is shared, its footprint and
-    /// its skipped counts.
-    type Collected = (
-        Vec<(u64, u64, usize)>,
-        (u64, u64),
-        bool,
-        Footprint,
-        Vec<Skipped>,
-    );
+    /// What a validator has collected: its pages (with addresses and first queues),
+    /// whether a page is shared, its footprint and its skipped counts.
+    type Collected = (Vec<(u64, u64, usize)>, bool, Footprint, Vec<Skipped>);
 
     fn collected(v: &Validator) -> Collected {
         let pages = v.pages.entries().collect();
-        let p = &v.pages;
-        (pages, p.hull, p.shared(), v.footprint, v.skipped.clone())
+        (pages, v.pages.shared(), v.footprint, v.skipped.clone())
     }
 
     proptest! {

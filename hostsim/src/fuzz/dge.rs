@@ -49,6 +49,9 @@ fn index_addr(f: &Fabric) -> FabricAddr {
 /// The largest descriptor.
 const MAX_RUN: u64 = 65536;
 
+/// Bytes of the destination's junk pattern (a prime: no row size is a multiple of it).
+const JUNK_PERIOD: usize = 4093;
+
 /// The case drawn from `rng`.
 pub fn case(mut rng: Rng, generation: Option<Generation>) -> DgeCase {
     let generation = generation.unwrap_or_else(|| rng.pick(&Generation::ALL));
@@ -77,8 +80,13 @@ pub fn case(mut rng: Rng, generation: Option<Generation>) -> DgeCase {
     let packed: Vec<u8> = indices.iter().flat_map(|v| v.to_le_bytes()).collect();
     let _ = fabric.write(idx_at, &packed);
     let dst_at = 0x4000_0000u64;
-    let junk = rng.bytes((u64::from(n) * row_bytes) as usize);
-    let _ = fabric.write(FabricAddr(dst_at), &junk);
+    // Junk under the destination (what a skip leaves, what a compute op meets): a random
+    // period of a prime number of bytes, so that no two of the first JUNK_PERIOD rows
+    // hold the same junk; none under a count the DGE must refuse (nothing reads it).
+    if (1..=4096).contains(&n) {
+        let period = rng.bytes(JUNK_PERIOD);
+        let _ = fabric.fill(FabricAddr(dst_at), u64::from(n) * row_bytes, &period);
+    }
     let mask = (u64::MAX >> (64 - 8 * es)) as u32;
     let policy = match rng.below(4) {
         0 => OobPolicy::HardError,

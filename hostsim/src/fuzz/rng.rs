@@ -186,19 +186,29 @@ impl Rng {
     /// mixed in (NaN payloads, signed zeros, infinities, the smallest subnormal, the
     /// largest and smallest integers).
     pub fn edge_data(&mut self, dtype: Dtype, n: usize) -> Vec<u8> {
-        let size = dtype.size();
+        let mut out = vec![0u8; n.saturating_mul(dtype.size())];
+        match dtype.size() {
+            1 => self.edge_elements::<1>(dtype, &mut out),
+            2 => self.edge_elements::<2>(dtype, &mut out),
+            4 => self.edge_elements::<4>(dtype, &mut out),
+            _ => self.edge_elements::<8>(dtype, &mut out),
+        }
+        out
+    }
+
+    /// [`Rng::edge_data`] into `out`, elements of `SIZE` bytes (a copy of a known size per
+    /// element, not a call to `memcpy`).
+    fn edge_elements<const SIZE: usize>(&mut self, dtype: Dtype, out: &mut [u8]) {
         let specials = specials(dtype);
-        let mut out = Vec::with_capacity(n.saturating_mul(size));
-        for _ in 0..n {
+        for element in out.chunks_exact_mut(SIZE) {
             let v = match self.chance(30) {
                 true => self.pick_from(specials).unwrap_or(0),
                 // 32 random bits per element up to 4 bytes (the streams of seeds stay)
-                false if size > 4 => self.next_u64(),
+                false if SIZE > 4 => self.next_u64(),
                 false => u64::from(self.next_u32()),
             };
-            out.extend_from_slice(&v.to_le_bytes()[..size.min(8)]);
+            element.copy_from_slice(&v.to_le_bytes()[..SIZE]);
         }
-        out
     }
 }
 
