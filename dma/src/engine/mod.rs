@@ -77,9 +77,9 @@
 
 mod ahead;
 mod cast;
-mod crew;
 mod exec;
 mod executor;
+mod pool;
 mod race;
 mod report;
 mod schedule;
@@ -272,28 +272,28 @@ impl EngineConfig {
 pub struct Engine {
     config: EngineConfig,
     /// The thread pool that runs replays with the caller.
-    crew: crew::Crew,
+    pool: pool::ThreadPool,
     /// The validation buffers of the last replay (its page set, timeline and per-queue
     /// counters), emptied: the next one's validation fills them without allocating again.
     kept: std::sync::Mutex<Option<validate::Kept>>,
     /// The page-bucket buffers of the last replay dealt by page.
-    spare: schedule::Spare,
+    buckets: schedule::BucketBuffers,
 }
 
 impl Engine {
     /// Checks `config` and starts the thread pool.
     pub fn new(config: EngineConfig) -> Result<Engine, Error> {
         config.check()?;
-        let crew = crew::Crew::new(config.workers - 1, config.linger).map_err(|e| {
+        let pool = pool::ThreadPool::new(config.workers - 1, config.linger).map_err(|e| {
             Error::EngineRuntime {
                 message: e.to_string(),
             }
         })?;
         Ok(Engine {
             config,
-            crew,
+            pool,
             kept: std::sync::Mutex::new(None),
-            spare: schedule::Spare::default(),
+            buckets: schedule::BucketBuffers::default(),
         })
     }
 
@@ -394,13 +394,13 @@ impl Engine {
         plan.ahead = true;
         // Page buckets for a run on the caller and the thread pool are dealt now, beside
         // the replay before.
-        let dealt = self
+        let buckets = self
             .page_buckets(&queues, &plan, false)
-            .map(|grouped| Schedule::page_buckets(&queues, grouped, &self.spare));
+            .map(|grouped| Schedule::page_buckets(&queues, grouped, &self.buckets));
         Ok(Validated {
             queues,
             plan,
-            dealt: std::sync::Mutex::new(dealt),
+            buckets: std::sync::Mutex::new(buckets),
             generation: fabric.generation(),
             config: self.config,
         })
@@ -437,8 +437,8 @@ impl Engine {
             });
         }
         let mut source = Slices::new(&validated.queues);
-        let dealt = lock(&validated.dealt).take();
-        self.execute(fabric, &mut source, (&validated.plan, dealt), beside)
+        let buckets = lock(&validated.buckets).take();
+        self.execute(fabric, &mut source, (&validated.plan, buckets), beside)
     }
 
     /// The queues of `validated`, given back (to be filled again); the engine keeps its
@@ -486,7 +486,7 @@ impl Engine {
     fn plan<S: QueueSource>(&self, fabric: &Fabric, source: &mut S) -> Result<Plan, Error> {
         self.check_queue_count(source.queues())?;
         let kept = lock(&self.kept).take();
-        let on = (&self.config, &self.crew);
+        let on = (&self.config, &self.pool);
         validate::validate(fabric, source, on, kept.unwrap_or_default())
     }
 
@@ -501,7 +501,7 @@ impl Engine {
         &self,
         fabric: &mut Fabric,
         source: &mut S,
-        (plan, dealt): (&Plan, Option<Schedule<'static>>),
+        (plan, buckets): (&Plan, Option<Schedule<'static>>),
         beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ReplayReport, R), Error> {
         // This replay's destinations are opened; every page it reads is closed, so read
@@ -510,21 +510,21 @@ impl Engine {
         source.rewind();
         // In-memory queues compile into a schedule (page buckets where they are dealt by
         // page, else queue segments) run by the executor: on the caller alone if small
-        // enough, else on the caller and the crew; work beside the replay runs on the
-        // caller while the crew starts, or alone before it. A streamed source runs window
+        // enough, else on the caller and the thread pool; work beside the replay runs on the
+        // caller while the thread pool starts, or alone before it. A streamed source runs window
         // by window (see the `session` module), work beside after it.
         let inline = self.inline(&plan.timeline);
         let reads = plan.footprint.read_pages();
         let (execution, other) = match source.in_memory() {
             Some(queues) => {
-                let schedule = match (self.page_buckets(queues, plan, inline), dealt) {
-                    (Some(_), Some(dealt)) => dealt,
-                    (Some(grouped), None) => Schedule::page_buckets(queues, grouped, &self.spare),
+                let schedule = match (self.page_buckets(queues, plan, inline), buckets) {
+                    (Some(_), Some(buckets)) => buckets,
+                    (Some(grouped), None) => Schedule::page_buckets(queues, grouped, &self.buckets),
                     (None, _) => Schedule::segments(queues)?,
                 };
                 let beside = |f: &Fabric, share: &_| beside(&mut Beside::new(f, reads, share));
                 let (stats, _, other) = self.execute_schedule(fabric, &schedule, inline, beside);
-                self.spare.keep(schedule);
+                self.buckets.keep(schedule);
                 (stats?, other)
             }
             None => {
@@ -544,9 +544,9 @@ impl Engine {
 
 impl Engine {
     /// Runs `schedule` (validated, its destinations reserved) on the executor: on the
-    /// caller alone if `inline`, else on the caller and the crew; and calls `beside` on
-    /// the caller with the fabric: while the crew starts the run, before the caller joins
-    /// it (alone: before the run). A crew thread out of units meanwhile helps with the
+    /// caller alone if `inline`, else on the caller and the thread pool; and calls `beside` on
+    /// the caller with the fabric: while the thread pool starts the run, before the caller joins
+    /// it (alone: before the run). A pool thread out of units meanwhile helps with the
     /// writes `beside` makes through the [`WriteShare`] it is given, until `beside`
     /// returns. A panic of `beside` unwinds from here once the run is over.
     fn execute_schedule<R>(
@@ -573,9 +573,9 @@ impl Engine {
                 beside(fabric, &share)
             };
             match inline {
-                true => (1, crew::beside_then_job(&job, meanwhile)),
-                false => match self.crew.run_beside(&job, meanwhile) {
-                    (true, other) => (self.crew.helpers() + 1, other),
+                true => (1, pool::beside_then_job(&job, meanwhile)),
+                false => match self.pool.run_beside(&job, meanwhile) {
+                    (true, other) => (self.pool.helpers() + 1, other),
                     (false, other) => (1, other),
                 },
             }
@@ -583,12 +583,12 @@ impl Engine {
         let stats = outcome.map(|()| ExecutionStats {
             wall: started.elapsed(),
             workers,
-            batches: schedule.units().len() as u64,
-            max_buffered: match schedule.dealt() {
+            units: schedule.units().len() as u64,
+            max_buffered: match schedule.by_page() {
                 true => schedule.descriptors(),
                 false => 0,
             },
-            dealt_by_page: schedule.dealt(),
+            page_buckets: schedule.by_page(),
         });
         (stats, ran.into_inner(), other)
     }
@@ -693,7 +693,7 @@ pub struct Validated {
     queues: Vec<Vec<Descriptor>>,
     plan: Plan,
     /// The queues dealt by destination page, for the first run (see [`Engine::validate`]).
-    dealt: std::sync::Mutex<Option<Schedule<'static>>>,
+    buckets: std::sync::Mutex<Option<Schedule<'static>>>,
     generation: crate::Generation,
     config: EngineConfig,
 }
@@ -722,7 +722,7 @@ pub struct Beside<'f> {
     reads: Option<(u64, u64)>,
     /// [`Fabric::open_reads`] when the work began.
     open_reads: u64,
-    /// Where its writes are shared with the crew threads done with the replay.
+    /// Where its writes are shared with the pool threads done with the replay.
     share: &'f WriteShare,
 }
 
@@ -751,7 +751,7 @@ impl<'f> Beside<'f> {
     /// Writes `buf` at `addr` if no page of the range is one the replay reads from (between
     /// the lowest and the highest) or writes, and every page of it has storage: `Ok(true)`.
     /// Else nothing is written and `Ok(false)`: write it once the replay is done. A range
-    /// off the fabric is an error, as for [`Fabric::write`]. The crew threads that have
+    /// off the fabric is an error, as for [`Fabric::write`]. The pool threads that have
     /// run out of the replay's work copy pieces of the write too (see the `share`
     /// module); it returns once all are copied.
     pub fn write(&mut self, addr: FabricAddr, buf: &[u8]) -> Result<bool, Error> {
@@ -1112,10 +1112,13 @@ mod tests {
         let (mut f, mut want) = (fabric(), fabric());
         execute_sequential(&mut want, &queues).unwrap();
         let validated = engine(2).validate(&f, queues.clone()).unwrap();
-        assert!(lock(&validated.dealt).is_some(), "dealt when validated");
+        assert!(
+            lock(&validated.buckets).is_some(),
+            "bucketed when validated"
+        );
         for _ in 0..2 {
             let (report, ()) = engine(2).run_beside(&mut f, &validated, |_| ()).unwrap();
-            assert!(report.execution.dealt_by_page);
+            assert!(report.execution.page_buckets);
             assert_eq!(f.first_difference(&want), None);
         }
         assert_eq!(engine(2).recycle(validated), queues);
@@ -1238,7 +1241,7 @@ mod tests {
         /// queues, and the pages are dense (a quarter written on average) or the queues
         /// were validated ahead; and equals the queues run in order either way.
         #[test]
-        fn runs_dealt_by_page_equal_the_sequential_reference(
+        fn runs_page_buckets_equal_the_sequential_reference(
             moves in proptest::collection::vec((0..64u64, 0..256u64, any::<bool>()), 1..300),
             queues in 2..=16usize,
         ) {
@@ -1263,11 +1266,11 @@ mod tests {
             execute_sequential(&mut want, &lists).unwrap();
             let mut ahead = f.clone();
             let report = engine(3).run(&mut f, &lists).unwrap();
-            prop_assert_eq!(report.execution.dealt_by_page, dense && shared);
+            prop_assert_eq!(report.execution.page_buckets, dense && shared);
             prop_assert_eq!(f.first_difference(&want), None);
             let validated = engine(3).validate(&ahead, lists).unwrap();
             let (report, ()) = engine(3).run_beside(&mut ahead, &validated, |_| ()).unwrap();
-            prop_assert_eq!(report.execution.dealt_by_page, shared);
+            prop_assert_eq!(report.execution.page_buckets, shared);
             prop_assert_eq!(ahead.first_difference(&want), None);
         }
     }
@@ -1291,7 +1294,7 @@ mod tests {
             let e = engine(3);
             let validated = e.validate(&f, queues).unwrap();
             let (report, ()) = e.run_beside(&mut f, &validated, |_| ()).unwrap();
-            assert_eq!(report.execution.dealt_by_page, dealt, "{second_half}");
+            assert_eq!(report.execution.page_buckets, dealt, "{second_half}");
             assert_eq!(f.first_difference(&want), None);
         }
     }
@@ -1309,12 +1312,12 @@ mod tests {
     }
 
     #[test]
-    fn a_round_robin_gather_longer_than_the_channels_is_dealt_by_page() {
+    fn a_round_robin_gather_longer_than_the_channels_is_page_buckets() {
         let queues = round_robin_gather();
         let (mut f, mut want) = (fabric(), fabric());
         execute_sequential(&mut want, &queues).unwrap();
         let report = engine(2).run(&mut f, &queues).unwrap();
-        assert!(report.execution.dealt_by_page);
+        assert!(report.execution.page_buckets);
         assert_eq!(f.first_difference(&want), None);
         // past the most a replay dealt by page copies, it runs as queue segments
         let e = engine(2);
@@ -1998,7 +2001,7 @@ mod tests {
             (4 * N, 4 * N * 64)
         );
         // windows of 2 batches of 1024 per queue, one unit per queue each
-        assert_eq!(report.execution.batches, 4 * N / 2048);
+        assert_eq!(report.execution.units, 4 * N / 2048);
         assert_eq!(report.execution.max_buffered, 4 * 2 * 1024);
         assert!(file.max_buffered() <= MAX_BATCH);
         // slot j of queue q was last written by i = j + SLOTS * ((N - 1 - j) / SLOTS)
@@ -2175,7 +2178,7 @@ mod tests {
                 assert_eq!(f.first_difference(&sync), None, "{at}");
                 assert_eq!(f.digest(), sync_file.digest(), "{at}");
                 assert_eq!(got.summary, want_file.summary, "{at}");
-                let measured = |r: &ReplayReport| (r.execution.batches, r.execution.max_buffered);
+                let measured = |r: &ReplayReport| (r.execution.units, r.execution.max_buffered);
                 assert_eq!(measured(&got), measured(&want_file), "{at}");
                 // the file comes back rewound: it replays again
                 let (_, _, again) = rt.block_on(e.replay_file_async(fabric(), file));

@@ -196,9 +196,9 @@ impl Pending {
         ExecutionStats {
             wall,
             workers: self.workers,
-            batches: self.units,
+            units: self.units,
             max_buffered: self.most,
-            dealt_by_page: false,
+            page_buckets: false,
         }
     }
 }
@@ -500,7 +500,7 @@ mod tests {
                 .unwrap();
             assert_eq!(f.first_difference(&want), None);
             assert!(report.deterministic_eq(&whole));
-            assert!(report.execution.batches >= 10 * 4);
+            assert!(report.execution.units >= 10 * 4);
         }
     }
 

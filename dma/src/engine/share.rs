@@ -1,10 +1,10 @@
-//! Host writes beside a running replay, shared with the crew threads that ran out of the
+//! Host writes beside a running replay, shared with the pool threads that ran out of the
 //! replay's work ([`super::Beside::write`]).
 //!
-//! A crew thread that has claimed every unit of a replay has nothing to do until the
+//! A pool thread that has claimed every unit of a replay has nothing to do until the
 //! caller's work beside it ends. While it waits, it helps: a host write the caller makes
 //! beside the replay is cut into pieces inside one page each ([`Fabric::page_pieces`]),
-//! and the caller and the waiting crew threads each claim the next piece not yet claimed
+//! and the caller and the waiting pool threads each claim the next piece not yet claimed
 //! and copy it. The write returns once every piece is copied, so to the caller it is one
 //! synchronous write.
 //!

@@ -13,7 +13,7 @@
 //! same bad descriptor as before.
 //!
 //! A large replay held in memory, with no semaphore and no race check, is validated on two
-//! threads (the caller and one of the engine's crew), half of the queues each (every
+//! threads (the caller and one of the engine's pool), half of the queues each (every
 //! queue's checks and timing then depend on that queue alone, so the plan is the same); a
 //! half that meets a semaphore or an error hands the whole replay back to the in-order
 //! pass, so errors are reported as above.
@@ -31,8 +31,8 @@ use crate::queue_file::MAX_BATCH;
 use crate::timing::{QueueTimeline, TimelineReport, TimingModel};
 use crate::FabricAddr;
 
-use super::crew::Crew;
 use super::lock;
+use super::pool::ThreadPool;
 use super::race::RaceRecorder;
 use super::source::QueueSource;
 use super::{EngineConfig, InvalidPolicy, RaceCheck};
@@ -270,18 +270,18 @@ impl RangeRule {
 pub(crate) const SPLIT_MIN: usize = 32 * 1024;
 
 /// Runs the whole validation pass over `source` (which it leaves at the end), with the
-/// `crew`'s help for in-memory queues ([`validate_split`]).
+/// `pool`'s help for in-memory queues ([`validate_split`]).
 ///
 /// The plan is filled into `kept` (buffers kept from an earlier replay, or new ones).
 pub(crate) fn validate<S: QueueSource>(
     fabric: &Fabric,
     source: &mut S,
-    (config, crew): (&EngineConfig, &Crew),
+    (config, pool): (&EngineConfig, &ThreadPool),
     mut kept: Kept,
 ) -> Result<Plan, Error> {
     if let Some(plan) = source
         .in_memory()
-        .and_then(|queues| validate_split(fabric, queues, (config, crew), (SPLIT_MIN, &mut kept)))
+        .and_then(|queues| validate_split(fabric, queues, (config, pool), (SPLIT_MIN, &mut kept)))
     {
         return plan;
     }
@@ -289,8 +289,8 @@ pub(crate) fn validate<S: QueueSource>(
 }
 
 /// Validation of in-memory queues split over two threads, the even-numbered queues and
-/// the odd-numbered ones, each half taken by the caller or a `crew` thread, when the
-/// replay has at least `min` descriptors, two queues, a crew and no race check. Without
+/// the odd-numbered ones, each half taken by the caller or a `pool` thread, when the
+/// replay has at least `min` descriptors, two queues, a thread pool and no race check. Without
 /// semaphores every queue's checks and timing depend on that queue alone, so the halves
 /// give exactly the plan of [`validate_in_order`]. `None` (validate in order instead) when
 /// the split does not apply, when some queue has a semaphore, and when a half finds an
@@ -299,18 +299,18 @@ pub(crate) fn validate<S: QueueSource>(
 fn validate_split(
     fabric: &Fabric,
     queues: &[Vec<Descriptor>],
-    (config, crew): (&EngineConfig, &Crew),
+    (config, pool): (&EngineConfig, &ThreadPool),
     (min, kept): (usize, &mut Kept),
 ) -> Option<Result<Plan, Error>> {
     let total: usize = queues.iter().map(Vec::len).sum();
-    let alone = crew.helpers() == 0;
+    let alone = pool.helpers() == 0;
     if total < min || queues.len() < 2 || alone || config.race_check == RaceCheck::On {
         return None;
     }
     let even_kept = Mutex::new(Some(std::mem::take(kept)));
     let halves: [Mutex<Option<Plan>>; 2] = Default::default();
     let next = AtomicUsize::new(0);
-    crew.run(&|| loop {
+    pool.run(&|| loop {
         let parity = next.fetch_add(1, Ordering::Relaxed);
         let Some(half) = halves.get(parity) else {
             return;
@@ -966,8 +966,8 @@ mod tests {
             let again = validate_in_order(&f, &mut Slices::new(&queues), &config, kept);
             let want = format!("{:?}", in_order.as_ref().map(summary));
             prop_assert_eq!(format!("{:?}", again.map(|p| summary(&p))), want);
-            let crew = Crew::new(1, std::time::Duration::from_micros(50)).unwrap();
-            let split = validate_split(&f, &queues, (&config, &crew), (0, &mut Kept::default()));
+            let pool = ThreadPool::new(1, std::time::Duration::from_micros(50)).unwrap();
+            let split = validate_split(&f, &queues, (&config, &pool), (0, &mut Kept::default()));
             let semaphores = queues.iter().flatten().any(|d| d.signal().is_some());
             match (&in_order, split) {
                 (Ok(want), Some(Ok(got))) => prop_assert_eq!(summary(&got), summary(want)),
@@ -975,13 +975,13 @@ mod tests {
                 (Err(_), None) => {}
                 (_, got) => prop_assert!(false, "in order {in_order:?}, split {got:?}"),
             }
-            // no crew, or fewer descriptors than asked: no split
-            let alone = Crew::new(0, std::time::Duration::ZERO).unwrap();
+            // no thread pool, or fewer descriptors than asked: no split
+            let alone = ThreadPool::new(0, std::time::Duration::ZERO).unwrap();
             let none = validate_split(&f, &queues, (&config, &alone), (0, &mut Kept::default()));
             prop_assert!(none.is_none());
             let total: usize = queues.iter().map(Vec::len).sum();
             let more = (total + 1, &mut Kept::default());
-            prop_assert!(validate_split(&f, &queues, (&config, &crew), more).is_none());
+            prop_assert!(validate_split(&f, &queues, (&config, &pool), more).is_none());
         }
     }
 
@@ -1117,8 +1117,8 @@ mod tests {
             vec![copy(0, gap, 4)],
         ];
         let skip = config(InvalidPolicy::Skip);
-        let crew = Crew::new(1, std::time::Duration::ZERO).unwrap();
-        let on = (&skip, &crew);
+        let pool = ThreadPool::new(1, std::time::Duration::ZERO).unwrap();
+        let on = (&skip, &pool);
         let plan = validate(&f, &mut Slices::new(&queues), on, Kept::default()).unwrap();
         let want = [
             Skipped {
@@ -1137,7 +1137,7 @@ mod tests {
         let e = validate(
             &f,
             &mut Slices::new(&queues),
-            (&config(InvalidPolicy::Reject), &crew),
+            (&config(InvalidPolicy::Reject), &pool),
             Kept::default(),
         );
         let Err(Error::ReplayDescriptor {
