@@ -37,7 +37,7 @@ pub use descriptor::{
 pub use dtype::Dtype;
 pub use engine::{
     execute_sequential, Beside, Engine, EngineConfig, ExecutionStats, InlineLimit, InvalidPolicy,
-    QueueReport, RaceCheck, ReplayReport, ReplaySummary, Session, Validated, MAX_LINGER,
+    QueueReport, RaceCheck, ReplayReport, ReplaySummary, Session, Validated,
 };
 pub use error::{AccessKind, Error};
 pub use fabric::{Fabric, PAGE_BYTES};

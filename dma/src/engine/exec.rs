@@ -130,9 +130,9 @@ pub(crate) mod tests {
         (outcome, workers, ran.into_inner())
     }
 
-    /// A pool of `helpers` threads that linger 100 µs.
+    /// A pool of `helpers` threads.
     fn pool(helpers: usize) -> ThreadPool {
-        ThreadPool::new(helpers, std::time::Duration::from_micros(100)).unwrap()
+        ThreadPool::new(helpers).unwrap()
     }
 
     fn wait(sem: SemId, count: u32) -> SemWait {

@@ -92,7 +92,6 @@ mod validate;
 use std::future::Future;
 use std::io::{Read, Seek};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::descriptor::Descriptor;
 use crate::error::Error;
@@ -195,14 +194,7 @@ pub struct EngineConfig {
     pub invalid: InvalidPolicy,
     /// Which replays run on the calling thread instead of the workers.
     pub inline: InlineLimit,
-    /// How long the thread pool spins waiting for the next replay before it sleeps (and
-    /// the caller spins waiting for it), at most [`MAX_LINGER`]: waking a sleeping thread
-    /// costs a good part of a small replay. Zero spins not at all.
-    pub linger: Duration,
 }
-
-/// The longest [`EngineConfig::linger`].
-pub const MAX_LINGER: Duration = Duration::from_millis(10);
 
 impl Default for EngineConfig {
     fn default() -> EngineConfig {
@@ -215,7 +207,6 @@ impl Default for EngineConfig {
             race_check: RaceCheck::Off,
             invalid: InvalidPolicy::Reject,
             inline: InlineLimit::default(),
-            linger: Duration::from_micros(250),
         }
     }
 }
@@ -251,15 +242,6 @@ impl EngineConfig {
             1,
             1024,
             "must be 1..=1024 batches",
-        )?;
-        let linger_us = usize::try_from(self.linger.as_micros()).unwrap_or(usize::MAX);
-        let most = MAX_LINGER.as_micros() as usize;
-        rule(
-            "linger_us",
-            linger_us,
-            0,
-            most,
-            "must be at most 10 ms (MAX_LINGER)",
         )
     }
 }
@@ -284,10 +266,8 @@ impl Engine {
     /// Checks `config` and starts the thread pool.
     pub fn new(config: EngineConfig) -> Result<Engine, Error> {
         config.check()?;
-        let pool = pool::ThreadPool::new(config.workers - 1, config.linger).map_err(|e| {
-            Error::EngineRuntime {
-                message: e.to_string(),
-            }
+        let pool = pool::ThreadPool::new(config.workers - 1).map_err(|e| Error::EngineRuntime {
+            message: e.to_string(),
         })?;
         Ok(Engine {
             config,

@@ -966,7 +966,7 @@ mod tests {
             let again = validate_in_order(&f, &mut Slices::new(&queues), &config, kept);
             let want = format!("{:?}", in_order.as_ref().map(summary));
             prop_assert_eq!(format!("{:?}", again.map(|p| summary(&p))), want);
-            let pool = ThreadPool::new(1, std::time::Duration::from_micros(50)).unwrap();
+            let pool = ThreadPool::new(1).unwrap();
             let split = validate_split(&f, &queues, (&config, &pool), (0, &mut Kept::default()));
             let semaphores = queues.iter().flatten().any(|d| d.signal().is_some());
             match (&in_order, split) {
@@ -976,7 +976,7 @@ mod tests {
                 (_, got) => prop_assert!(false, "in order {in_order:?}, split {got:?}"),
             }
             // no thread pool, or fewer descriptors than asked: no split
-            let alone = ThreadPool::new(0, std::time::Duration::ZERO).unwrap();
+            let alone = ThreadPool::new(0).unwrap();
             let none = validate_split(&f, &queues, (&config, &alone), (0, &mut Kept::default()));
             prop_assert!(none.is_none());
             let total: usize = queues.iter().map(Vec::len).sum();
@@ -1117,7 +1117,7 @@ mod tests {
             vec![copy(0, gap, 4)],
         ];
         let skip = config(InvalidPolicy::Skip);
-        let pool = ThreadPool::new(1, std::time::Duration::ZERO).unwrap();
+        let pool = ThreadPool::new(1).unwrap();
         let on = (&skip, &pool);
         let plan = validate(&f, &mut Slices::new(&queues), on, Kept::default()).unwrap();
         let want = [
