@@ -85,7 +85,6 @@ mod report;
 mod schedule;
 mod sequential;
 mod session;
-mod share;
 mod source;
 mod validate;
 
@@ -105,7 +104,6 @@ pub use sequential::execute_sequential;
 pub use session::Session;
 
 use schedule::Schedule;
-use share::WriteShare;
 use source::{FileSource, QueueSource, Slices};
 use validate::Plan;
 
@@ -502,15 +500,14 @@ impl Engine {
                     (Some(grouped), None) => Schedule::page_buckets(queues, grouped, &self.buckets),
                     (None, _) => Schedule::segments(queues)?,
                 };
-                let beside = |f: &Fabric, share: &_| beside(&mut Beside::new(f, reads, share));
+                let beside = |f: &Fabric| beside(&mut Beside::new(f, reads));
                 let (stats, _, other) = self.execute_schedule(fabric, &schedule, inline, beside);
                 self.buckets.keep(schedule);
                 (stats?, other)
             }
             None => {
                 let stats = session::run_source(self, fabric, source)?;
-                let alone = WriteShare::default();
-                (stats, beside(&mut Beside::new(fabric, reads, &alone)))
+                (stats, beside(&mut Beside::new(fabric, reads)))
             }
         };
         let timeline = plan.timeline.clone();
@@ -526,35 +523,24 @@ impl Engine {
     /// Runs `schedule` (validated, its destinations reserved) on the executor: on the
     /// caller alone if `inline`, else on the caller and the thread pool; and calls `beside` on
     /// the caller with the fabric: while the thread pool starts the run, before the caller joins
-    /// it (alone: before the run). A pool thread out of units meanwhile helps with the
-    /// writes `beside` makes through the [`WriteShare`] it is given, until `beside`
-    /// returns. A panic of `beside` unwinds from here once the run is over.
+    /// it (alone: before the run). A panic of `beside` unwinds from here once the run is
+    /// over.
     fn execute_schedule<R>(
         &self,
         fabric: &Fabric,
         schedule: &Schedule<'_>,
         inline: bool,
-        beside: impl FnOnce(&Fabric, &WriteShare) -> R,
+        beside: impl FnOnce(&Fabric) -> R,
     ) -> (Result<ExecutionStats, Error>, u64, R) {
         let started = std::time::Instant::now();
         let skip = self.config.invalid == InvalidPolicy::Skip;
         let ran = std::sync::atomic::AtomicU64::new(0);
         let run = |unit: &schedule::Unit<'_>| exec::run_unit(fabric, skip, unit, &ran);
-        let share = WriteShare::default();
         let (outcome, (workers, other)) = executor::execute(schedule, run, |job| {
-            let job = || {
-                job();
-                // SAFETY: `job` returned, so this thread runs no more of the replay's
-                // units (the executor hands a worker out only when it claims nothing more).
-                unsafe { share.help(fabric) };
-            };
-            let meanwhile = || {
-                let _end = share::EndHelping(&share);
-                beside(fabric, &share)
-            };
+            let meanwhile = || beside(fabric);
             match inline {
-                true => (1, pool::beside_then_job(&job, meanwhile)),
-                false => match self.pool.run_beside(&job, meanwhile) {
+                true => (1, pool::beside_then_job(job, meanwhile)),
+                false => match self.pool.run_beside(job, meanwhile) {
                     (true, other) => (self.pool.helpers() + 1, other),
                     (false, other) => (1, other),
                 },
@@ -702,21 +688,14 @@ pub struct Beside<'f> {
     reads: Option<(u64, u64)>,
     /// [`Fabric::open_reads`] when the work began.
     open_reads: u64,
-    /// Where its writes are shared with the pool threads done with the replay.
-    share: &'f WriteShare,
 }
 
 impl<'f> Beside<'f> {
-    pub(crate) fn new(
-        fabric: &'f Fabric,
-        reads: Option<(u64, u64)>,
-        share: &'f WriteShare,
-    ) -> Beside<'f> {
+    pub(crate) fn new(fabric: &'f Fabric, reads: Option<(u64, u64)>) -> Beside<'f> {
         Beside {
             fabric,
             reads,
             open_reads: fabric.open_reads(),
-            share,
         }
     }
 
@@ -731,9 +710,7 @@ impl<'f> Beside<'f> {
     /// Writes `buf` at `addr` if no page of the range is one the replay reads from (between
     /// the lowest and the highest) or writes, and every page of it has storage: `Ok(true)`.
     /// Else nothing is written and `Ok(false)`: write it once the replay is done. A range
-    /// off the fabric is an error, as for [`Fabric::write`]. The pool threads that have
-    /// run out of the replay's work copy pieces of the write too (see the `share`
-    /// module); it returns once all are copied.
+    /// off the fabric is an error, as for [`Fabric::write`].
     pub fn write(&mut self, addr: FabricAddr, buf: &[u8]) -> Result<bool, Error> {
         let keys = self.fabric.page_keys(addr, buf.len() as u64)?;
         let read = self
@@ -742,14 +719,16 @@ impl<'f> Beside<'f> {
         if read || !self.fabric.closed_with_storage(keys) {
             return Ok(false);
         }
-        // SAFETY: the replay's threads reach only the pages of the ranges its validated
-        // descriptors read, all inside `reads`, and those it writes, which are its
-        // reserved (open) pages, refused just above; its threads done with it reach only
-        // the pieces they claim of this write (`WriteShare::help`); nothing else touches
-        // the fabric while `beside` runs (the caller lent it to the engine), and `&mut
-        // self` ends every borrow taken through `Beside::fabric` (no `PageRef` or
-        // `PageLocks` of this fabric outlives it, on this thread or another).
-        unsafe { self.share.write(self.fabric, addr, buf) };
+        for (off, len) in Fabric::page_pieces(addr, buf.len() as u64) {
+            let piece = FabricAddr(addr.0 + off as u64);
+            // SAFETY: the replay's threads reach only the pages of the ranges its
+            // validated descriptors read, all inside `reads`, and those it writes, which
+            // are its reserved (open) pages, refused just above; nothing else touches the
+            // fabric while `beside` runs (the caller lent it to the engine), and `&mut
+            // self` ends every borrow taken through `Beside::fabric` (no `PageRef` or
+            // `PageLocks` of this fabric outlives it, on this thread or another).
+            unsafe { self.fabric.write_closed_piece(piece, &buf[off..off + len]) };
+        }
         Ok(true)
     }
 

@@ -179,7 +179,7 @@ impl Pending {
         let bytes = ready().flatten().map(|d| u64::from(d.len())).sum();
         let inline = engine.config().inline.admits(descriptors, bytes);
         let schedule = Schedule::window(ready(), &self.progress)?;
-        let (stats, ran, ()) = engine.execute_schedule(fabric, &schedule, inline, |_, _| ());
+        let (stats, ran, ()) = engine.execute_schedule(fabric, &schedule, inline, |_| ());
         self.executed += ran;
         self.units += schedule.units().len() as u64;
         self.workers = self.workers.max(stats.as_ref().map_or(1, |s| s.workers));
