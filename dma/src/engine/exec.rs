@@ -121,7 +121,7 @@ pub(crate) mod tests {
         let ran = AtomicU64::new(0);
         let run = |u: &Unit<'_>| run_unit(fabric, false, u, &ran);
         let (outcome, workers) = executor::execute(&schedule, run, |job| match pool {
-            Some(c) if c.run(job) => c.helpers() + 1,
+            Some(c) if c.run(job, || ()).0 => c.helpers() + 1,
             _ => {
                 job();
                 1

@@ -464,8 +464,7 @@ impl Engine {
     fn plan<S: QueueSource>(&self, fabric: &Fabric, source: &mut S) -> Result<Plan, Error> {
         self.check_queue_count(source.queues())?;
         let kept = lock(&self.kept).take();
-        let on = (&self.config, &self.pool);
-        validate::validate(fabric, source, on, kept.unwrap_or_default())
+        validate::validate(fabric, source, &self.config, kept.unwrap_or_default())
     }
 
     /// Keeps `plan`'s buffers, emptied, for the next replay's validation.
@@ -540,7 +539,7 @@ impl Engine {
             let meanwhile = || beside(fabric);
             match inline {
                 true => (1, pool::beside_then_job(job, meanwhile)),
-                false => match self.pool.run_beside(job, meanwhile) {
+                false => match self.pool.run(job, meanwhile) {
                     (true, other) => (self.pool.helpers() + 1, other),
                     (false, other) => (1, other),
                 },

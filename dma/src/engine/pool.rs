@@ -42,18 +42,13 @@ impl ThreadPool {
     }
 
     /// Runs `job` on the calling thread and on every pool thread, and returns when all
-    /// have returned. Whether the pool was offered the job: not while another caller's
-    /// job holds it, and then `job` runs on this thread alone. A panic of `job` is caught
-    /// (the job records its own failures).
-    pub(crate) fn run(&self, job: &(dyn Fn() + Sync)) -> bool {
-        self.run_beside(job, || ()).0
-    }
-
-    /// [`ThreadPool::run`], with `meanwhile` called on this thread first, while the pool
-    /// runs `job` (which the caller joins once `meanwhile` returns); its result. Alone,
-    /// the caller calls `meanwhile`, then `job`. A panic of `meanwhile` unwinds from here
-    /// once `job` has run to its end.
-    pub(crate) fn run_beside<R>(
+    /// have returned, with `meanwhile` called on this thread first (the caller joins the
+    /// job once it returns); whether the pool was offered the job, and `meanwhile`'s
+    /// result. The pool is not offered a job while another caller's job holds it: this
+    /// thread then calls `meanwhile`, then `job`, alone. A panic of `job` is caught (the
+    /// job records its own failures); a panic of `meanwhile` unwinds from here once `job`
+    /// has run to its end.
+    pub(crate) fn run<R>(
         &self,
         job: &(dyn Fn() + Sync),
         meanwhile: impl FnOnce() -> R,
@@ -101,6 +96,11 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    /// [`ThreadPool::run`] with nothing done meanwhile: whether the pool was offered `job`.
+    fn run(pool: &ThreadPool, job: &(dyn Fn() + Sync)) -> bool {
+        pool.run(job, || ()).0
+    }
+
     /// A job that counts its calls and holds until `all` calls have started (or five
     /// seconds passed), so that every pool thread runs it at the same time.
     fn gathering_job(count: &AtomicUsize, all: usize) -> impl Fn() + Sync + '_ {
@@ -117,7 +117,7 @@ mod tests {
     /// once.
     fn all_run_once(pool: &ThreadPool, all: usize) {
         let count = AtomicUsize::new(0);
-        assert!(pool.run(&gathering_job(&count, all)));
+        assert!(run(pool, &gathering_job(&count, all)));
         assert_eq!(count.into_inner(), all);
     }
 
@@ -129,7 +129,7 @@ mod tests {
         }
         for _ in 0..50 {
             let count = AtomicUsize::new(0);
-            assert!(pool.run(&|| {
+            assert!(run(&pool, &|| {
                 count.fetch_add(1, Ordering::Relaxed);
             }));
             assert_eq!(count.into_inner(), 4);
@@ -143,7 +143,7 @@ mod tests {
             // data on this frame, freed right after `run`: every call saw it whole
             let seen: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(round)).collect();
             let (sum, calls) = (AtomicUsize::new(0), AtomicUsize::new(0));
-            pool.run(&|| {
+            run(&pool, &|| {
                 let s = seen
                     .iter()
                     .map(|a| a.load(Ordering::Relaxed))
@@ -175,7 +175,7 @@ mod tests {
                     done.fetch_add(1, Ordering::AcqRel);
                 }
             };
-            let (offered, saw) = pool.run_beside(&job, || {
+            let (offered, saw) = pool.run(&job, || {
                 let start = Instant::now();
                 while !marked.load(Ordering::Acquire) && start.elapsed() < Duration::from_secs(5) {
                     std::thread::yield_now();
@@ -192,7 +192,7 @@ mod tests {
         let order = Mutex::new(Vec::new());
         let alone = ThreadPool::new(0).unwrap();
         let job = || order.lock().unwrap().push("job");
-        let (offered, ()) = alone.run_beside(&job, || order.lock().unwrap().push("meanwhile"));
+        let (offered, ()) = alone.run(&job, || order.lock().unwrap().push("meanwhile"));
         assert!(offered);
         assert_eq!(order.into_inner().unwrap(), ["meanwhile", "job"]);
     }
@@ -202,7 +202,7 @@ mod tests {
         let pool = ThreadPool::new(1).unwrap();
         let runs = AtomicUsize::new(0);
         let caught = catch_unwind(AssertUnwindSafe(|| {
-            pool.run_beside(
+            pool.run(
                 &|| {
                     runs.fetch_add(1, Ordering::AcqRel);
                 },
@@ -235,7 +235,7 @@ mod tests {
         let pool = ThreadPool::new(2).unwrap();
         for bomb in [false, true] {
             let calls = AtomicUsize::new(0);
-            assert!(pool.run(&|| {
+            assert!(run(&pool, &|| {
                 gathering_job(&calls, 3)();
                 match bomb {
                     true => std::panic::panic_any(Bomb),
@@ -261,11 +261,11 @@ mod tests {
         };
         let holder = {
             let pool = Arc::clone(&pool);
-            std::thread::spawn(move || pool.run(&first))
+            std::thread::spawn(move || run(&pool, &first))
         };
         entered_rx.recv().unwrap();
         let count = AtomicUsize::new(0);
-        assert!(!pool.run(&|| {
+        assert!(!run(&pool, &|| {
             count.fetch_add(1, Ordering::Relaxed);
         }));
         assert_eq!(count.into_inner(), 1);
