@@ -416,7 +416,7 @@ impl Engine {
         }
         let mut source = Slices::new(&validated.queues);
         let buckets = lock(&validated.buckets).take();
-        self.execute(fabric, &mut source, (&validated.plan, buckets), beside)
+        self.execute(fabric, &mut source, &validated.plan, buckets, beside)
     }
 
     /// The queues of `validated`, given back (to be filled again); the engine keeps its
@@ -454,7 +454,7 @@ impl Engine {
     ) -> Result<ReplayReport, Error> {
         let plan = self.plan(fabric, source)?;
         let no_beside = |_: &mut Beside<'_>| ();
-        let (report, ()) = self.execute(fabric, source, (&plan, None), no_beside)?;
+        let (report, ()) = self.execute(fabric, source, &plan, None, no_beside)?;
         self.keep(plan);
         Ok(report)
     }
@@ -478,7 +478,8 @@ impl Engine {
         &self,
         fabric: &mut Fabric,
         source: &mut S,
-        (plan, buckets): (&Plan, Option<Schedule<'static>>),
+        plan: &Plan,
+        buckets: Option<Schedule<'static>>,
         beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ReplayReport, R), Error> {
         // This replay's destinations are opened; every page it reads is closed, so read

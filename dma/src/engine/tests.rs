@@ -238,7 +238,7 @@ fn row_queues(rows: &[(u64, u64)]) -> Vec<Vec<Descriptor>> {
 /// What `writes` beside a replay of `rows` must do: write where the replay neither
 /// reads (between its lowest and highest page read) nor writes, on pages with storage
 /// (the window's four), and nowhere else.
-fn beside_admits(rows: &[(u64, u64)], (at, len): (u64, u64)) -> bool {
+fn beside_admits(rows: &[(u64, u64)], at: u64, len: u64) -> bool {
     let page = |row: u64| row * 64 / PAGE;
     let lo = rows.iter().map(|r| page(r.0)).min().unwrap_or(u64::MAX);
     let hi = rows.iter().map(|r| page(r.0)).max().unwrap_or(0);
@@ -278,7 +278,7 @@ fn work_beside_a_replay_writes_only_where_the_replay_does_not_reach() {
             .unwrap();
         assert_eq!(done, [false, true, false, true, false]);
         for (&(at, n), &ok) in writes.iter().zip(&done) {
-            assert_eq!(ok, beside_admits(&rows, (at, n)));
+            assert_eq!(ok, beside_admits(&rows, at, n));
         }
         assert_eq!(saw, (false, true), "only the replay's page counts");
         assert_eq!(report.summary.descriptors, 200);
@@ -314,7 +314,7 @@ fn work_beside_may_write_up_to_the_first_page_the_replay_reads() {
         .unwrap();
     assert_eq!(done, [true, false, false, true]);
     for (&(at, n), &ok) in writes.iter().zip(&done) {
-        assert_eq!(ok, beside_admits(&rows, (at, n)));
+        assert_eq!(ok, beside_admits(&rows, at, n));
     }
 }
 
@@ -411,7 +411,7 @@ proptest! {
         let mut want = fabric();
         execute_sequential(&mut want, &queues).unwrap();
         for (&(at, n), ok) in writes.iter().zip(done) {
-            let admitted = beside_admits(&rows, (at, n));
+            let admitted = beside_admits(&rows, at, n);
             prop_assert_eq!(ok.unwrap(), admitted);
             if admitted {
                 want.write(FabricAddr(at), &vec![0xa5; n as usize]).unwrap();
