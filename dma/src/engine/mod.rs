@@ -1,79 +1,42 @@
-//! The multi-queue DMA engine: up to 16 descriptor queues (the 16 DMA rings of a
-//! NeuronCore) executed concurrently against one [`Fabric`], each queue strictly in order,
-//! semaphores ordering descriptors across queues.
+//! The multi-queue DMA engine: up to 16 descriptor queues (the DMA rings of a NeuronCore)
+//! run against one [`Fabric`], each queue in order, semaphores ordering descriptors
+//! across queues.
 //!
 //! # Entry points
 //!
-//! - [`Engine::run`] replays in-memory queues (`&[Vec<Descriptor>]`, what the DGE makes).
-//! - [`Engine::replay_file`] replays a [`VerifiedQueueFile`] in two streaming passes.
-//! - [`Engine::stream`] lets a producer (the DGE) push descriptors through a [`Session`]
-//!   while the engine executes them.
-//! - [`Engine::validate`] then [`Engine::run_beside`] replay in-memory queues validated
-//!   ahead, with other work done on the caller while the thread pool runs them: that work
-//!   may write only pages the replay neither reads nor writes, and learns whether it read
-//!   a page the replay writes ([`Beside`]).
-//! - [`Engine::replay_async`] and [`Engine::replay_file_async`] are `run` and
-//!   `replay_file` as futures (the async face, see # Execution).
-//! - [`execute_sequential`] is the plain synchronous reference the tests compare against.
+//! - [`Engine::run`] replays in-memory queues; [`Engine::replay_file`] a
+//!   [`VerifiedQueueFile`], streamed; [`Engine::stream`] what a producer pushes into a
+//!   [`Session`].
+//! - [`Engine::validate`] then [`Engine::run_beside`]: a replay validated ahead, with other
+//!   work done on the caller meanwhile ([`Beside`]).
+//! - [`Engine::replay_async`] and [`Engine::replay_file_async`]: the async face, futures
+//!   that run the synchronous replay on tokio's blocking pool.
+//! - [`execute_sequential`]: the plain reference the tests compare against.
 //!
-//! Every replay returns a [`ReplayReport`]: its [`ReplaySummary`] follows from the queues
-//! and the fabric alone (per-queue descriptors, bytes, timing-model busy time, totals,
-//! skipped and failed counts, makespan) and is equal for every worker count and schedule
-//! (its totals also for every queue count); its [`ExecutionStats`] are measured and kept
-//! apart.
+//! Every replay returns a [`ReplayReport`]: a [`ReplaySummary`] that follows from the
+//! queues and the fabric alone, and the measured [`ExecutionStats`].
 //!
 //! # Fail closed
 //!
-//! [`Engine::run`] and [`Engine::replay_file`] validate every descriptor before any byte
-//! is written: its source range (every op but FILL) and destination range pass
-//! [`Fabric::check`] (inside one region: no partition crossing, no 64-bit overflow), each
-//! semaphore has one signalling queue, every WAIT is reached and no wait cycle stalls the
-//! queues (the [`QueueTimeline`] of the queues must finish), and, with
-//! [`RaceCheck::On`], no two queues touch the same bytes unordered. Only then are the
-//! destination pages reserved ([`Fabric::reserve`]) and the queues executed. A rejected
-//! replay leaves the fabric's contents exactly as they were; a bad descriptor's error names
-//! its queue, its index in the queue and the fabric's error ([`Error::ReplayDescriptor`]).
-//! With [`InvalidPolicy::Skip`] a descriptor whose range fails the check is skipped
-//! instead (it moves nothing, still waits and signals, and is counted in the report).
-//!
-//! A [`Session`] cannot see the future: it validates each [`Session::push`] as a whole
-//! before any of it executes, so a rejected push writes nothing, but pushes accepted
-//! earlier run (see [`Session`]).
+//! Every descriptor is validated before any byte is written (its ranges pass
+//! [`Fabric::check`], semaphores have one signalling queue and do not stall the
+//! [`QueueTimeline`], and with [`RaceCheck::On`] no two queues touch the same bytes
+//! unordered); a rejected replay leaves the fabric as it was, and its error names the
+//! queue and index ([`Error::ReplayDescriptor`]). [`InvalidPolicy::Skip`] skips a bad
+//! descriptor instead. A [`Session`] is fail closed per push.
 //!
 //! # Execution
 //!
-//! One executor runs every replay. Validation's result is compiled into a schedule of
-//! units of work: queue segments (each queue cut at its semaphore points, a segment
-//! ordered after the one before it and after the segment holding the SIGNAL its WAIT
-//! needs), or, where the queues touch independent pages, page buckets (descriptors dealt
-//! by destination page, so that no two threads write one page). The executor runs the
-//! schedule on a thread pool by work claiming: the caller and the pool's threads each
-//! claim the next ready unit; one thread is sequential execution. A replay within
-//! [`EngineConfig::inline`] runs on the caller alone, since waking the pool costs more
-//! than it saves there. A streamed replay (a queue file, a [`Session`]) is held per queue
-//! and run window by window, each window a schedule of queue segments.
-//!
-//! tokio is the engine's async face over this synchronous core: [`Engine::replay_async`]
-//! and [`Engine::replay_file_async`] are futures that move the fabric (and the file) to
-//! tokio's blocking pool, run the synchronous replay there and give them back with its
-//! result. A file replayed as a future is read ahead by a reader task on the blocking pool
-//! while the executor runs the window before, so reading overlaps execution; the
-//! synchronous [`Engine::replay_file`] reads a window, then runs it. Tests and fuzzers
-//! drive the synchronous core directly.
+//! Validation compiles a replay into a schedule of units: queue segments between
+//! semaphore points, or page buckets where the queues touch independent pages. One
+//! executor runs any schedule by work claiming on the caller and the engine's thread
+//! pool; a replay within [`EngineConfig::inline`] runs on the caller alone. Streamed
+//! replays run window by window.
 //!
 //! # Determinism
 //!
-//! Descriptors that touch the same bytes are ordered either by their queue or by a
-//! semaphore, so the final memory is bit-identical for any queue count, worker count and
-//! schedule. The DGE guarantees this by keeping every descriptor that writes a destination
-//! byte in one queue; [`RaceCheck::On`] checks it: where two queues write overlapping bytes,
-//! or one writes bytes another reads, and no semaphore orders them, the replay is rejected
-//! with [`Error::Race`] (both queues, descriptor indices and the bytes) before it runs.
-//!
-//! A semaphore orders a WAIT(s, n) descriptor, and everything after it in its queue, after
-//! the descriptors of the signalling queue up to and including its n-th SIGNAL of `s`, and
-//! transitively after whatever those were ordered after (vector clocks over the segments
-//! between semaphore operations; see the `race` module).
+//! Descriptors that touch the same bytes are ordered by their queue or a semaphore, so
+//! memory and summary are the same for any queue count, worker count and schedule.
 
 mod ahead;
 mod cast;
@@ -384,16 +347,13 @@ impl Engine {
         })
     }
 
-    /// Runs `validated` on `fabric` (as [`Engine::run`] would have run its queues) and
-    /// calls `beside` on this thread while the queues run: the replay starts on the
-    /// engine's thread pool and this thread joins it once `beside` returns. A replay
-    /// within [`EngineConfig::inline`] runs on this thread alone, after `beside` (one
-    /// schedule of the overlap, so `beside` sees what it may see of a replay running
-    /// beside it). `beside` gets a
-    /// [`Beside`]: the fabric to read, and to write where the replay neither reads nor
-    /// writes. So the next replay's inputs can be written, and its
-    /// descriptors generated and validated, while this one runs; what `beside` read of the
-    /// pages the replay writes may be stale ([`Beside::read_the_replay`]).
+    /// Runs `validated` on `fabric` (as [`Engine::run`] would) and calls `beside` on this
+    /// thread while the queues run on the thread pool; this thread joins the replay once
+    /// `beside` returns. A replay within [`EngineConfig::inline`] runs on this thread
+    /// alone, after `beside`. Through its [`Beside`], `beside` may read the fabric and
+    /// write where the replay neither reads nor writes, so that the next replay can be
+    /// prepared meanwhile; what it read of the replay's pages may be stale
+    /// ([`Beside::read_the_replay`]).
     ///
     /// `validated` must come from this engine's [`Engine::validate`] on a fabric of the
     /// generation ([`Error::NotValidatedHere`] otherwise, before anything runs). The
@@ -599,17 +559,15 @@ impl Engine {
         }
     }
 
-    /// [`Engine::replay_file`] as a future, with the reading of the file overlapping
-    /// execution: the validation pass reads the file on tokio's blocking pool as
-    /// [`Engine::replay_file`] does; for the execution pass a reader task on the blocking
-    /// pool reads each queue's next batches (at most [`EngineConfig::batch`] times
-    /// [`EngineConfig::channel_depth`] descriptors of a queue ahead) while the executor
-    /// runs the window before. The fabric and the file (rewound) are given back with the
-    /// result, which equals [`Engine::replay_file`]'s; its
+    /// [`Engine::replay_file`] as a future, the file read ahead of execution: in the
+    /// execution pass a reader task on tokio's blocking pool reads each queue's next
+    /// batches (at most [`EngineConfig::batch`] times [`EngineConfig::channel_depth`]
+    /// descriptors ahead) while the executor runs the window before. The fabric and the
+    /// file (rewound) come back with [`Engine::replay_file`]'s result; its
     /// [`ExecutionStats::max_buffered`] does not count what is read ahead. A file that
-    /// changes under the replay is handled as by [`Engine::replay_file`], but the
-    /// execution pass may run the batches read ahead of the changed chunk before it
-    /// stops. Polling and dropping as for [`Engine::replay_async`].
+    /// changes under the replay stops it as in [`Engine::replay_file`], after the
+    /// batches read ahead of the changed chunk. Polling and dropping as for
+    /// [`Engine::replay_async`].
     pub fn replay_file_async<R: Read + Seek + Send + 'static>(
         self: &Arc<Self>,
         mut fabric: Fabric,

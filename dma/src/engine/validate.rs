@@ -169,23 +169,13 @@ impl Plan {
         }
     }
 
-    /// Whether a claimed run of this replay is best dealt by destination page: its pages
-    /// fall in two buckets or more (pages in one would be one bucket, run by one thread
-    /// after a pass over every descriptor: `hostsim bench`'s elem_gather, 4096-element
-    /// gathers into one page each, ran 0.115 -> 0.092 s by queues), its pages are independent
-    /// ([`Footprint::pages_independent`]), some page is written by two queues, and either
-    /// the pages are dense, at least a quarter of each written on average, or the replay
-    /// was validated [`Plan::ahead`].
-    ///
-    /// Dense pages shared by queues are what a round-robin spray of a contiguous
-    /// destination makes, and where two threads running queues meet on every page;
-    /// dealing costs a pass over the descriptors, which pages of one queue each do not
-    /// win back. Sparse writes (a scatter over a large table) win less: threads meet on a
-    /// page less often, but still take turns on its lock. Dealt ahead, beside the replay
-    /// before, the pass is off the run's path, and the scatter-adds of `hostsim bench` ran
-    /// faster dealt (row_scatter_add 0.086 -> 0.082 s, embedding_update 0.0995 -> 0.0905
-    /// s, commit d213478; grouping each page's descriptors then took row_scatter_add to
-    /// 0.070 s, see `deal_by_page` and BENCHMARKS.md).
+    /// Whether this replay runs best as page buckets: its pages fall in two buckets or
+    /// more (one bucket would run on one thread), are independent
+    /// ([`Footprint::pages_independent`]), some page is written by two queues (threads
+    /// running queues would meet on it), and either the pages are dense (at least a
+    /// quarter of each written on average) or the replay was validated [`Plan::ahead`],
+    /// where bucketing is off the run's path. The thresholds are measured: see
+    /// BENCHMARKS.md.
     pub(crate) fn deals_by_page(&self) -> bool {
         let pages = self.pages.len() as u64;
         let dense = || self.footprint.bytes_written >= pages.saturating_mul(PAGE_BYTES / 4);
@@ -443,8 +433,7 @@ fn refilled<T: Clone>(mut v: Vec<T>, len: usize, value: T) -> Vec<T> {
 ///
 /// A page is found through its slot of a direct-mapped table (`page % SEEN`), which the
 /// first page to reach it keeps until [`PageSet::clear`]; a page whose slot another page
-/// holds goes to a hash map. A scatter over a table of a few hundred consecutive pages so
-/// never hashes (a hash map of every page cost about 50 instructions a page a replay).
+/// holds goes to a hash map, so a scatter over a table of consecutive pages never hashes.
 #[derive(Debug)]
 pub(crate) struct PageSet {
     /// Every page with its address, in order of first addition.
