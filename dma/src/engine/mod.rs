@@ -38,7 +38,6 @@
 //! Descriptors that touch the same bytes are ordered by their queue or a semaphore, so
 //! memory and summary are the same for any queue count, worker count and schedule.
 
-mod ahead;
 mod cast;
 mod exec;
 mod executor;
@@ -283,7 +282,13 @@ impl Engine {
         fabric: &mut Fabric,
         file: &mut VerifiedQueueFile<R>,
     ) -> Result<ReplayReport, Error> {
-        same_generation(file, fabric)?;
+        let generation = file.header().generation();
+        if generation != fabric.generation() {
+            return Err(Error::GenerationMismatch {
+                file: generation.name(),
+                fabric: fabric.generation().name(),
+            });
+        }
         file.rewind();
         let result = self.replay(fabric, &mut FileSource::new(file));
         file.rewind();
@@ -520,21 +525,6 @@ impl Engine {
     }
 }
 
-/// [`Error::GenerationMismatch`] unless `file` is of `fabric`'s generation.
-fn same_generation<R: Read + Seek>(
-    file: &VerifiedQueueFile<R>,
-    fabric: &Fabric,
-) -> Result<(), Error> {
-    let generation = file.header().generation();
-    if generation != fabric.generation() {
-        return Err(Error::GenerationMismatch {
-            file: generation.name(),
-            fabric: fabric.generation().name(),
-        });
-    }
-    Ok(())
-}
-
 /// The async face: replays as futures, run by the synchronous engine on tokio's
 /// blocking pool. The fabric (and the queue file) move into the future and come back
 /// with the result, so nothing is borrowed across an await.
@@ -559,35 +549,20 @@ impl Engine {
         }
     }
 
-    /// [`Engine::replay_file`] as a future, the file read ahead of execution: in the
-    /// execution pass a reader task on tokio's blocking pool reads each queue's next
-    /// batches (at most [`EngineConfig::batch`] times [`EngineConfig::channel_depth`]
-    /// descriptors ahead) while the executor runs the window before. The fabric and the
-    /// file (rewound) come back with [`Engine::replay_file`]'s result; its
-    /// [`ExecutionStats::max_buffered`] does not count what is read ahead. A file that
-    /// changes under the replay stops it as in [`Engine::replay_file`], after the
-    /// batches read ahead of the changed chunk. Polling and dropping as for
-    /// [`Engine::replay_async`].
+    /// [`Engine::replay_file`] as a future: the file and the fabric move to tokio's
+    /// blocking pool and come back (the file rewound) with [`Engine::replay_file`]'s
+    /// result. Polling and dropping as for [`Engine::replay_async`].
     pub fn replay_file_async<R: Read + Seek + Send + 'static>(
         self: &Arc<Self>,
         mut fabric: Fabric,
-        file: VerifiedQueueFile<R>,
+        mut file: VerifiedQueueFile<R>,
     ) -> impl Future<Output = (Fabric, VerifiedQueueFile<R>, Result<ReplayReport, Error>)> + Send + 'static
     {
         let engine = Arc::clone(self);
         async move {
-            let runtime = tokio::runtime::Handle::current();
             let replay = move || {
-                if let Err(e) = same_generation(&file, &fabric) {
-                    return (fabric, file, Err(e));
-                }
-                let hold = engine
-                    .config
-                    .batch
-                    .saturating_mul(engine.config.channel_depth);
-                let mut source = ahead::Ahead::new(file, runtime, engine.config.batch, hold);
-                let result = engine.replay(&mut fabric, &mut source);
-                (fabric, source.into_file(), result)
+                let result = engine.replay_file(&mut fabric, &mut file);
+                (fabric, file, result)
             };
             joined(tokio::task::spawn_blocking(replay).await)
         }

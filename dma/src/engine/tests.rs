@@ -1281,7 +1281,7 @@ fn a_file_rewritten_mid_replay_is_refused_by_its_chunk_digests() {
                     let out = engine(2).replay_file(&mut f, &mut file);
                     (f, out)
                 }
-                // the async face reads the execution pass ahead: the same refusal
+                // the async face: the same refusal
                 true => {
                     let e = Arc::new(with(2, |_| ()));
                     let (f, _, out) = runtime(0).block_on(e.replay_file_async(fabric(), file));
