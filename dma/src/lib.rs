@@ -26,6 +26,8 @@ pub mod fabric;
 pub mod generation;
 mod page_table;
 pub mod queue_file;
+#[cfg(test)]
+mod test_util;
 pub mod timing;
 pub mod watch;
 

@@ -361,21 +361,11 @@ impl Active {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::descriptor::{DescOp, SemId};
+    use crate::descriptor::SemId;
     use crate::dtype::Dtype;
+    use crate::test_util::copy;
     use proptest::prelude::*;
     use std::num::NonZeroU32;
-
-    fn copy(src: u64, dst: u64, len: u32) -> Descriptor {
-        Descriptor::new(
-            DescOp::Copy,
-            FabricAddr(src),
-            FabricAddr(dst),
-            len,
-            Dtype::U8,
-        )
-        .unwrap()
-    }
 
     fn fill(dst: u64, len: u32) -> Descriptor {
         Descriptor::fill(FabricAddr(dst), len, Dtype::U8, 7).unwrap()

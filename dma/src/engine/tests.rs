@@ -4,14 +4,14 @@
 use super::*;
 use crate::addr::{SBUF_BASE, SBUF_STRIDE};
 use crate::compute;
-use crate::descriptor::{DescOp, SemId, SemWait};
+use crate::descriptor::DescOp;
 use crate::dtype::Dtype;
 use crate::error::AccessKind;
 use crate::generation::Generation;
 use crate::queue_file::QueueFileWriter;
+use crate::test_util::{copy, sem, wait};
 use proptest::prelude::*;
 use std::io::Cursor;
-use std::num::NonZeroU32;
 use std::sync::OnceLock;
 
 const GEN: Generation = Generation::Cayman;
@@ -82,30 +82,8 @@ fn window(f: &Fabric) -> Vec<u8> {
     out
 }
 
-fn copy(src: u64, dst: u64, len: u32) -> Descriptor {
-    Descriptor::new(
-        DescOp::Copy,
-        FabricAddr(src),
-        FabricAddr(dst),
-        len,
-        Dtype::U8,
-    )
-    .unwrap()
-}
-
 fn fill(dst: u64, len: u32, element: u64) -> Descriptor {
     Descriptor::fill(FabricAddr(dst), len, Dtype::U8, element).unwrap()
-}
-
-fn sem(id: u8) -> SemId {
-    SemId::new(id).unwrap()
-}
-
-fn wait(id: u8, count: u32) -> SemWait {
-    SemWait {
-        sem: sem(id),
-        count: NonZeroU32::new(count).unwrap(),
-    }
 }
 
 /// A descriptor of group `group`: raw fields shaped to the op's rules and the window.

@@ -588,20 +588,10 @@ mod tests {
     use crate::dtype::Dtype;
     use crate::engine::source::Slices;
     use crate::generation::Generation;
+    use crate::test_util::copy;
     use proptest::prelude::*;
 
     const P: u64 = PAGE_BYTES;
-
-    fn copy(src: u64, dst: u64, len: u32) -> Descriptor {
-        Descriptor::new(
-            DescOp::Copy,
-            FabricAddr(src),
-            FabricAddr(dst),
-            len,
-            Dtype::U8,
-        )
-        .unwrap()
-    }
 
     /// The footprint of `descs`.
     fn footprint(descs: &[Descriptor]) -> Footprint {
