@@ -3,9 +3,17 @@
 //!
 //! A rayon scope: the job may borrow from the caller, and a run returns once every thread
 //! that runs the job is done with it, so the borrow checker carries the lifetime argument.
+//! After a run each pool thread waits for the next one for [`LINGER`], yielding, before it
+//! may sleep, and the caller waits for the pool threads the same way: waking a sleeping
+//! thread costs a good part of a small replay.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, TryLockError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::time::{Duration, Instant};
+
+/// How long a pool thread waits, awake, for the next job.
+const LINGER: Duration = Duration::from_micros(250);
 
 /// Threads that run a job with the caller (see the module docs).
 #[derive(Debug)]
@@ -15,6 +23,8 @@ pub(crate) struct ThreadPool {
     helpers: usize,
     /// Held by the caller whose job the pool runs.
     busy: Mutex<()>,
+    /// Jobs offered to the pool so far: a lingering thread stops at a new one.
+    posted: Arc<AtomicU64>,
 }
 
 impl ThreadPool {
@@ -33,6 +43,7 @@ impl ThreadPool {
             threads,
             helpers,
             busy: Mutex::new(()),
+            posted: Arc::default(),
         })
     }
 
@@ -61,12 +72,32 @@ impl ThreadPool {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return (false, beside_then_job(job, meanwhile)),
         };
+        let seen = self.posted.fetch_add(1, Ordering::AcqRel) + 1;
+        let done = AtomicUsize::new(0);
         let result = threads.in_place_scope(|scope| {
             for _ in 0..self.helpers {
-                scope.spawn(|_| run_caught(job));
+                scope.spawn(|_| {
+                    run_caught(job);
+                    done.fetch_add(1, Ordering::AcqRel);
+                });
             }
-            beside_then_job(job, meanwhile)
+            let result = beside_then_job(job, meanwhile);
+            // wait awake for the pool threads a while (the scope would sleep on a latch)
+            let start = Instant::now();
+            while done.load(Ordering::Acquire) < self.helpers && start.elapsed() < LINGER {
+                std::thread::yield_now();
+            }
+            result
         });
+        for _ in 0..self.helpers {
+            let posted = Arc::clone(&self.posted);
+            threads.spawn(move || {
+                let start = Instant::now();
+                while posted.load(Ordering::Acquire) == seen && start.elapsed() < LINGER {
+                    std::thread::yield_now();
+                }
+            });
+        }
         (true, result)
     }
 }
@@ -92,7 +123,7 @@ fn run_caught(job: &(dyn Fn() + Sync)) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
