@@ -12,7 +12,7 @@
 //!   2 workers against 1 (target >= 1.6x);
 //! - `small`: replays of 16 to 16384 descriptors of 256 B and 64 to 4096 of 4 KiB, the median
 //!   whole `Engine::run` claimed by the caller alone against claimed by the caller and the
-//!   engine's crew (no inline limit): where the default [`dma::InlineLimit`] comes from.
+//!   engine's thread pool (no inline limit): where the default [`dma::InlineLimit`] comes from.
 //!
 //! - `stream` (only when named: `cargo bench -p dma --bench replay -- stream`, a process of
 //!   its own so that its peak memory is its own): a queue file of 10 million 64-byte fills
@@ -251,14 +251,14 @@ fn small_replay(queues: &[Vec<Descriptor>], (workers, inline): (usize, InlineLim
 }
 
 /// The `small` rows by replay size: claimed by the caller alone (one worker, every replay
-/// inline) against by the caller and the crew (two workers, none inline).
+/// inline) against by the caller and the thread pool (two workers, none inline).
 fn small_replays() {
     const ALWAYS: InlineLimit = InlineLimit {
         descriptors: u64::MAX,
         bytes: u64::MAX,
     };
     println!(
-        "small replays (median of 201, 16 queues): descs x len, caller alone us, caller + crew us"
+        "small replays (median of 201, 16 queues): descs x len, caller alone us, caller + pool us"
     );
     for (count, len) in [
         (16, 256),

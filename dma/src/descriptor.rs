@@ -786,6 +786,7 @@ impl SemaphoreLedger {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::test_util::{sem, wait};
     use proptest::prelude::*;
 
     fn copy(len: u32) -> Descriptor {
@@ -797,17 +798,6 @@ pub(crate) mod tests {
             Dtype::U8,
         )
         .unwrap()
-    }
-
-    fn sem(id: u8) -> SemId {
-        SemId::new(id).unwrap()
-    }
-
-    fn wait(id: u8, count: u32) -> SemWait {
-        SemWait {
-            sem: sem(id),
-            count: NonZeroU32::new(count).unwrap(),
-        }
     }
 
     /// A valid encoded descriptor whose bytes the rejection tests corrupt.

@@ -1674,9 +1674,7 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
     }
 }
 
-/// Most bytes of one piece of a write shared beside a replay ([`Fabric::page_pieces`]):
-/// small enough that the caller and a crew thread finish a 224 KiB staging write within
-/// a few microseconds of each other, large enough that claiming one costs little.
+/// Most bytes of one piece of a write beside a replay ([`Fabric::page_pieces`]).
 pub(crate) const PIECE_BYTES: usize = 16 << 10;
 
 /// Most bytes of one operation [`PageLocks::prefetch`] hints at (a longer one is a stream

@@ -26,6 +26,8 @@ pub mod fabric;
 pub mod generation;
 mod page_table;
 pub mod queue_file;
+#[cfg(test)]
+mod test_util;
 pub mod timing;
 pub mod watch;
 
@@ -37,7 +39,7 @@ pub use descriptor::{
 pub use dtype::Dtype;
 pub use engine::{
     execute_sequential, Beside, Engine, EngineConfig, ExecutionStats, InlineLimit, InvalidPolicy,
-    QueueReport, RaceCheck, ReplayReport, ReplaySummary, Session, Validated, MAX_LINGER,
+    QueueReport, RaceCheck, ReplayReport, ReplaySummary, Session, Validated,
 };
 pub use error::{AccessKind, Error};
 pub use fabric::{Fabric, PAGE_BYTES};

@@ -939,20 +939,10 @@ mod tests {
     use crate::descriptor::tests::arb_descriptor;
     use crate::descriptor::{DescFlags, DescOp, SemId, SemWait};
     use crate::dtype::Dtype;
+    use crate::test_util::copy;
     use proptest::prelude::*;
     use std::io::Cursor;
     use std::num::NonZeroU32;
-
-    fn copy(src: u64, dst: u64, len: u32) -> Descriptor {
-        Descriptor::new(
-            DescOp::Copy,
-            FabricAddr(src),
-            FabricAddr(dst),
-            len,
-            Dtype::U8,
-        )
-        .unwrap()
-    }
 
     fn sem(id: u8) -> SemId {
         SemId::new(id).unwrap()

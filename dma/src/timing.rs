@@ -609,8 +609,8 @@ mod tests {
     use super::*;
     use crate::addr::FabricAddr;
     use crate::dtype::Dtype;
+    use crate::test_util::{sem, wait};
     use proptest::prelude::*;
-    use std::num::NonZeroU32;
 
     fn copy(len: u32) -> Descriptor {
         Descriptor::new(
@@ -632,17 +632,6 @@ mod tests {
             Dtype::F32,
         )
         .unwrap()
-    }
-
-    fn sem(id: u8) -> SemId {
-        SemId::new(id).unwrap()
-    }
-
-    fn wait(id: u8, count: u32) -> SemWait {
-        SemWait {
-            sem: sem(id),
-            count: NonZeroU32::new(count).unwrap(),
-        }
     }
 
     fn run(generation: Generation, queues: &[Vec<Descriptor>]) -> Result<TimelineReport, Error> {

@@ -95,18 +95,18 @@ pub(crate) mod tests {
     use crate::addr::FabricAddr;
     use crate::descriptor::{DescOp, SemId, SemWait};
     use crate::dtype::Dtype;
-    use crate::engine::crew::Crew;
     use crate::engine::execute_sequential;
     use crate::engine::executor;
+    use crate::engine::pool::ThreadPool;
     use crate::engine::schedule::Schedule;
     use crate::generation::Generation;
     use std::num::NonZeroU32;
 
     /// Runs `queues` (as page buckets, grouped, if `by_page`, else as queue segments) on
-    /// `fabric` with the executor, on the caller and `crew`: the outcome, the workers and
+    /// `fabric` with the executor, on the caller and `pool`: the outcome, the workers and
     /// the descriptors that ran.
     fn run(
-        crew: Option<&Crew>,
+        pool: Option<&ThreadPool>,
         fabric: &Fabric,
         queues: &[Vec<Descriptor>],
         by_page: bool,
@@ -120,8 +120,8 @@ pub(crate) mod tests {
         };
         let ran = AtomicU64::new(0);
         let run = |u: &Unit<'_>| run_unit(fabric, false, u, &ran);
-        let (outcome, workers) = executor::execute(&schedule, run, |job| match crew {
-            Some(c) if c.run(job) => c.helpers() + 1,
+        let (outcome, workers) = executor::execute(&schedule, run, |job| match pool {
+            Some(c) if c.run(job, || ()).0 => c.helpers() + 1,
             _ => {
                 job();
                 1
@@ -130,9 +130,9 @@ pub(crate) mod tests {
         (outcome, workers, ran.into_inner())
     }
 
-    /// A crew of `helpers` threads that linger 100 µs.
-    fn crew(helpers: usize) -> Crew {
-        Crew::new(helpers, std::time::Duration::from_micros(100)).unwrap()
+    /// A pool of `helpers` threads.
+    fn pool(helpers: usize) -> ThreadPool {
+        ThreadPool::new(helpers).unwrap()
     }
 
     fn wait(sem: SemId, count: u32) -> SemWait {
@@ -195,7 +195,7 @@ pub(crate) mod tests {
             vec![fill(0).with_wait(wait(sem, 1))],
             vec![fill(1 << 30).with_signal(sem)],
         ];
-        let (e, _, ran) = run(Some(&crew(1)), &f, &queues, false);
+        let (e, _, ran) = run(Some(&pool(1)), &f, &queues, false);
         let Err(Error::ReplayDescriptor {
             queue,
             index,
@@ -262,7 +262,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn queues_run_on_the_crew_equal_them_in_order() {
+    fn queues_run_on_the_pool_equal_them_in_order() {
         let queues = four_queues();
         let mut want = Fabric::new(Generation::Cayman);
         let (mut together, mut alone) = (want.clone(), want.clone());
@@ -270,10 +270,10 @@ pub(crate) mod tests {
             f.reserve(FabricAddr(0), 0x10000).unwrap();
         }
         execute_sequential(&mut want, &queues).unwrap();
-        let (outcome, workers, ran) = run(Some(&crew(1)), &together, &queues, false);
+        let (outcome, workers, ran) = run(Some(&pool(1)), &together, &queues, false);
         assert_eq!((outcome, workers, ran), (Ok(()), 2, 1200));
         assert_eq!(together.first_difference(&want), None);
-        // without a crew the caller runs them all, to the same memory
+        // without a thread pool the caller runs them all, to the same memory
         let (outcome, workers, _) = run(None, &alone, &queues, false);
         assert_eq!((outcome, workers), (Ok(()), 1));
         assert_eq!(alone.first_difference(&want), None);
@@ -297,11 +297,11 @@ pub(crate) mod tests {
     #[test]
     fn a_run_returns_the_first_failing_queue_and_keeps_what_ran() {
         let queues = with_two_unreserved(four_queues());
-        let crew = crew(1);
+        let pool = pool(1);
         for _ in 0..10 {
             let mut f = Fabric::new(Generation::Cayman);
             f.reserve(FabricAddr(0), 0x10000).unwrap();
-            let (e, _, ran) = run(Some(&crew), &f, &queues, false);
+            let (e, _, ran) = run(Some(&pool), &f, &queues, false);
             let Err(Error::ReplayDescriptor { queue, index, .. }) = e else {
                 panic!("{e:?}")
             };
@@ -355,13 +355,13 @@ pub(crate) mod tests {
         f.write(FabricAddr(0), &table).unwrap();
         let mut want = f.clone();
         execute_sequential(&mut want, &queues).unwrap();
-        let crew = crew(1);
+        let pool = pool(1);
         for _ in 0..5 {
             let mut g = f.clone();
             g.close_pages();
             g.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
             g.reserve(FabricAddr(2 << 20), 256).unwrap();
-            let (outcome, _, ran) = run(Some(&crew), &g, &queues, true);
+            let (outcome, _, ran) = run(Some(&pool), &g, &queues, true);
             assert_eq!((outcome, ran), (Ok(()), 4096 + 8));
             assert_eq!(g.first_difference(&want), None);
         }
@@ -373,7 +373,7 @@ pub(crate) mod tests {
         let mut f = Fabric::new(Generation::Cayman);
         f.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
         f.reserve(FabricAddr(2 << 20), 256).unwrap();
-        let e = run(Some(&crew(1)), &f, &queues, true).0;
+        let e = run(Some(&pool(1)), &f, &queues, true).0;
         let Err(Error::ReplayDescriptor { queue, index, .. }) = e else {
             panic!("{e:?}")
         };

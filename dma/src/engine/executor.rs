@@ -64,7 +64,7 @@ where
         stop: false,
     });
     let wake = Condvar::new();
-    let job = || work(schedule, &run, (&state, &wake));
+    let job = || work(schedule, &run, &state, &wake);
     let spread = spread(&job);
     let state = state.into_inner().unwrap_or_else(|p| p.into_inner());
     let outcome = match state.failed {
@@ -76,7 +76,7 @@ where
 }
 
 /// One worker: claims ready units until every unit has run or the run stops.
-fn work<'q, F>(schedule: &Schedule<'q>, run: &F, (state, wake): (&Mutex<State>, &Condvar))
+fn work<'q, F>(schedule: &Schedule<'q>, run: &F, state: &Mutex<State>, wake: &Condvar)
 where
     F: Fn(&Unit<'q>) -> Result<(), ((usize, u64), Error)> + Sync,
 {

@@ -106,9 +106,10 @@ impl RaceRecorder {
             return;
         };
         if executes {
-            self.access(segment, index, d.dest_range(), true);
-            if let Some(range) = d.source_range() {
-                self.access(segment, index, range, false);
+            let (dst, len) = d.dest_range();
+            self.access(segment, index, dst, len, true);
+            if let Some((src, len)) = d.source_range() {
+                self.access(segment, index, src, len, false);
             }
         }
         if let Some(sem) = d.signal() {
@@ -143,7 +144,7 @@ impl RaceRecorder {
     }
 
     /// Adds (or extends) an interval of a range that passed the fabric check.
-    fn access(&mut self, segment: usize, index: u64, (addr, len): (FabricAddr, u64), write: bool) {
+    fn access(&mut self, segment: usize, index: u64, addr: FabricAddr, len: u64, write: bool) {
         let Some(queue) = self.segments.get(segment).map(|s| s.queue) else {
             return;
         };
@@ -360,21 +361,11 @@ impl Active {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::descriptor::{DescOp, SemId};
+    use crate::descriptor::SemId;
     use crate::dtype::Dtype;
+    use crate::test_util::copy;
     use proptest::prelude::*;
     use std::num::NonZeroU32;
-
-    fn copy(src: u64, dst: u64, len: u32) -> Descriptor {
-        Descriptor::new(
-            DescOp::Copy,
-            FabricAddr(src),
-            FabricAddr(dst),
-            len,
-            Dtype::U8,
-        )
-        .unwrap()
-    }
 
     fn fill(dst: u64, len: u32) -> Descriptor {
         Descriptor::fill(FabricAddr(dst), len, Dtype::U8, 7).unwrap()

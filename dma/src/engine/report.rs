@@ -103,13 +103,13 @@ pub struct ExecutionStats {
     pub workers: usize,
     /// Units of work run (queue segments or page buckets; over every window of a
     /// streamed replay).
-    pub batches: u64,
+    pub units: u64,
     /// Descriptors copied out of the queues: into page buckets, or, for a streamed
     /// replay, the most held at once (at most `queues * channel_depth * batch`); none
     /// when in-memory queues run in place.
     pub max_buffered: usize,
     /// Whether the units were page buckets (see the engine's "Execution" overview).
-    pub dealt_by_page: bool,
+    pub page_buckets: bool,
 }
 
 impl ExecutionStats {
@@ -200,12 +200,12 @@ mod tests {
 
     #[test]
     fn deterministic_eq_ignores_measurements() {
-        let stats = |ms, batches| ExecutionStats {
+        let stats = |ms, units| ExecutionStats {
             wall: Duration::from_millis(ms),
             workers: 1,
-            batches,
+            units,
             max_buffered: 10,
-            dealt_by_page: false,
+            page_buckets: false,
         };
         let a = ReplayReport {
             summary: summary(),

@@ -53,7 +53,7 @@ enum Origin {
     /// Descriptors `first..` of `queue`, in order.
     Queue { queue: usize, first: u64 },
     /// Each descriptor's queue and index.
-    Dealt(Vec<(u32, u32)>),
+    Bucket(Vec<(u32, u32)>),
 }
 
 /// One unit of work: descriptors run in order by one worker.
@@ -73,7 +73,7 @@ impl Unit<'_> {
     pub(crate) fn at(&self, i: usize) -> (usize, u64) {
         match &self.origin {
             Origin::Queue { queue, first } => (*queue, first + i as u64),
-            Origin::Dealt(at) => at
+            Origin::Bucket(at) => at
                 .get(i)
                 .map_or((usize::MAX, i as u64), |&(q, x)| (q as usize, u64::from(x))),
         }
@@ -89,7 +89,7 @@ pub(crate) struct Schedule<'q> {
     /// Per unit, the units waiting for it.
     then: Vec<Vec<u32>>,
     /// Whether the units are page buckets.
-    dealt: bool,
+    by_page: bool,
 }
 
 impl<'q> Schedule<'q> {
@@ -112,7 +112,7 @@ impl<'q> Schedule<'q> {
             units: Vec::with_capacity(units),
             before: Vec::with_capacity(units),
             then: Vec::with_capacity(units),
-            dealt: false,
+            by_page: false,
         };
         // per semaphore, the unit of each of its signals in order
         let mut signals: [Vec<u32>; SEMAPHORES as usize] = Default::default();
@@ -186,9 +186,9 @@ impl<'q> Schedule<'q> {
     pub(crate) fn page_buckets(
         queues: &[Vec<Descriptor>],
         grouped: bool,
-        spare: &Spare,
+        buffers: &BucketBuffers,
     ) -> Schedule<'static> {
-        let (mut buckets, mut scratch) = spare.take();
+        let (mut buckets, mut scratch) = buffers.take();
         let longest = queues.iter().map(Vec::len).max().unwrap_or(0);
         for r in 0..longest {
             for (q, list) in queues.iter().enumerate() {
@@ -204,7 +204,7 @@ impl<'q> Schedule<'q> {
             units: Vec::with_capacity(PAGE_BUCKETS),
             before: Vec::with_capacity(PAGE_BUCKETS),
             then: Vec::with_capacity(PAGE_BUCKETS),
-            dealt: true,
+            by_page: true,
         };
         for mut b in buckets {
             if grouped {
@@ -212,10 +212,10 @@ impl<'q> Schedule<'q> {
             }
             s.push(Unit {
                 descs: Cow::Owned(b.descs),
-                origin: Origin::Dealt(b.at),
+                origin: Origin::Bucket(b.at),
             });
         }
-        spare.keep_scratch(scratch);
+        buffers.keep_scratch(scratch);
         s
     }
 
@@ -252,8 +252,8 @@ impl<'q> Schedule<'q> {
     }
 
     /// Whether the units are page buckets.
-    pub(crate) fn dealt(&self) -> bool {
-        self.dealt
+    pub(crate) fn by_page(&self) -> bool {
+        self.by_page
     }
 
     /// The descriptors of every unit.
@@ -368,9 +368,9 @@ impl Bucket {
 /// Page-bucket buffers kept between replays: fresh ones of a few MiB cost their page
 /// faults on every replay.
 #[derive(Debug, Default)]
-pub(crate) struct Spare(Mutex<(Vec<Bucket>, Bucket)>);
+pub(crate) struct BucketBuffers(Mutex<(Vec<Bucket>, Bucket)>);
 
-impl Spare {
+impl BucketBuffers {
     /// [`PAGE_BUCKETS`] empty buckets and a scratch bucket (fresh where none are kept).
     fn take(&self) -> (Vec<Bucket>, Bucket) {
         let (held, scratch) = &mut *lock(&self.0);
@@ -390,7 +390,7 @@ impl Spare {
             .units
             .into_iter()
             .filter_map(|u| match (u.descs, u.origin) {
-                (Cow::Owned(descs), Origin::Dealt(at)) => Some(Bucket { descs, at }),
+                (Cow::Owned(descs), Origin::Bucket(at)) => Some(Bucket { descs, at }),
                 _ => None,
             });
         let (held, _) = &mut *lock(&self.0);
@@ -463,7 +463,7 @@ mod tests {
             vec![fill(0), fill(PAGE_BYTES)],
             vec![fill(8), fill(PAGE_BYTES * 17)],
         ];
-        let s = Schedule::page_buckets(&queues, true, &Spare::default());
+        let s = Schedule::page_buckets(&queues, true, &BucketBuffers::default());
         assert_eq!(s.units().len(), PAGE_BUCKETS);
         assert!(s.before().iter().all(|&n| n == 0));
         let b1 = &s.units()[1];
@@ -478,7 +478,7 @@ mod tests {
     fn page_buckets_keep_every_descriptor_once_and_each_queue_in_order() {
         let queues = gather_queues();
         for grouped in [false, true] {
-            let s = Schedule::page_buckets(&queues, grouped, &Spare::default());
+            let s = Schedule::page_buckets(&queues, grouped, &BucketBuffers::default());
             assert_eq!(s.units().len(), PAGE_BUCKETS);
             assert_eq!(s.descriptors(), queues.iter().map(Vec::len).sum::<usize>());
             for (b, unit) in s.units().iter().enumerate() {
@@ -495,30 +495,34 @@ mod tests {
                     last = Some((key, r));
                 }
             }
-            let none = Schedule::page_buckets(&[], grouped, &Spare::default());
+            let none = Schedule::page_buckets(&[], grouped, &BucketBuffers::default());
             assert!(none.units().iter().all(|u| u.descriptors().is_empty()));
         }
     }
 
     #[test]
-    fn spare_buckets_come_back_empty_and_deal_the_same() {
+    fn kept_buckets_come_back_empty_and_deal_the_same() {
         let queues = gather_queues();
-        let spare = Spare::default();
-        let first = Schedule::page_buckets(&queues, true, &spare);
+        let buffers = BucketBuffers::default();
+        let first = Schedule::page_buckets(&queues, true, &buffers);
         let want: Vec<Vec<Descriptor>> = first
             .units()
             .iter()
             .map(|u| u.descriptors().to_vec())
             .collect();
-        spare.keep(first);
-        let (buckets, _) = spare.take();
+        buffers.keep(first);
+        let (buckets, _) = buffers.take();
         assert_eq!(buckets.len(), PAGE_BUCKETS);
         assert!(buckets
             .iter()
             .all(|b| b.descs.is_empty() && b.at.is_empty()));
         assert!(buckets.iter().any(|b| b.descs.capacity() > 0));
-        spare.keep(Schedule::page_buckets(&queues, true, &Spare::default()));
-        let again = Schedule::page_buckets(&queues, true, &spare);
+        buffers.keep(Schedule::page_buckets(
+            &queues,
+            true,
+            &BucketBuffers::default(),
+        ));
+        let again = Schedule::page_buckets(&queues, true, &buffers);
         let got: Vec<Vec<Descriptor>> = again
             .units()
             .iter()
@@ -548,7 +552,7 @@ mod tests {
                 let d = Descriptor::new(DescOp::Add, FabricAddr(i as u64 * 256), FabricAddr((64 << 20) + row * 256), 256, Dtype::F32);
                 lists[i % queues].push(d.unwrap());
             }
-            let plain = Schedule::page_buckets(&lists, false, &Spare::default());
+            let plain = Schedule::page_buckets(&lists, false, &BucketBuffers::default());
             for unit in plain.units() {
                 let at: Vec<(usize, u64)> = (0..unit.descriptors().len()).map(|i| unit.at(i)).collect();
                 proptest::prop_assert!(at.iter().map(|&(q, r)| (r, q)).is_sorted());
@@ -556,7 +560,7 @@ mod tests {
                     proptest::prop_assert_eq!(lists[q][r as usize], *d);
                 }
             }
-            let buckets = Schedule::page_buckets(&lists, true, &Spare::default());
+            let buckets = Schedule::page_buckets(&lists, true, &BucketBuffers::default());
             let page = |d: &Descriptor| d.dest_range().0 .0 / PAGE_BYTES;
             for (b, unit) in buckets.units().iter().enumerate() {
                 let descs = unit.descriptors();

@@ -179,7 +179,7 @@ impl Pending {
         let bytes = ready().flatten().map(|d| u64::from(d.len())).sum();
         let inline = engine.config().inline.admits(descriptors, bytes);
         let schedule = Schedule::window(ready(), &self.progress)?;
-        let (stats, ran, ()) = engine.execute_schedule(fabric, &schedule, inline, |_, _| ());
+        let (stats, ran, ()) = engine.execute_schedule(fabric, &schedule, inline, |_| ());
         self.executed += ran;
         self.units += schedule.units().len() as u64;
         self.workers = self.workers.max(stats.as_ref().map_or(1, |s| s.workers));
@@ -196,9 +196,9 @@ impl Pending {
         ExecutionStats {
             wall,
             workers: self.workers,
-            batches: self.units,
+            units: self.units,
             max_buffered: self.most,
-            dealt_by_page: false,
+            page_buckets: false,
         }
     }
 }
@@ -500,7 +500,7 @@ mod tests {
                 .unwrap();
             assert_eq!(f.first_difference(&want), None);
             assert!(report.deterministic_eq(&whole));
-            assert!(report.execution.batches >= 10 * 4);
+            assert!(report.execution.units >= 10 * 4);
         }
     }
 

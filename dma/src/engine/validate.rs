@@ -11,15 +11,6 @@
 //! (each side's hull, found in one pass) passes the range rule whole; any other batch, and
 //! every batch under the race check, is checked descriptor by descriptor, which finds the
 //! same bad descriptor as before.
-//!
-//! A large replay held in memory, with no semaphore and no race check, is validated on two
-//! threads (the caller and one of the engine's crew), half of the queues each (every
-//! queue's checks and timing then depend on that queue alone, so the plan is the same); a
-//! half that meets a semaphore or an error hands the whole replay back to the in-order
-//! pass, so errors are reported as above.
-
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use hashbrown::HashMap;
 
@@ -31,8 +22,6 @@ use crate::queue_file::MAX_BATCH;
 use crate::timing::{QueueTimeline, TimelineReport, TimingModel};
 use crate::FabricAddr;
 
-use super::crew::Crew;
-use super::lock;
 use super::race::RaceRecorder;
 use super::source::QueueSource;
 use super::{EngineConfig, InvalidPolicy, RaceCheck};
@@ -180,23 +169,13 @@ impl Plan {
         }
     }
 
-    /// Whether a claimed run of this replay is best dealt by destination page: its pages
-    /// fall in two buckets or more (pages in one would be one bucket, run by one thread
-    /// after a pass over every descriptor: `hostsim bench`'s elem_gather, 4096-element
-    /// gathers into one page each, ran 0.115 -> 0.092 s by queues), its pages are independent
-    /// ([`Footprint::pages_independent`]), some page is written by two queues, and either
-    /// the pages are dense, at least a quarter of each written on average, or the replay
-    /// was validated [`Plan::ahead`].
-    ///
-    /// Dense pages shared by queues are what a round-robin spray of a contiguous
-    /// destination makes, and where two threads running queues meet on every page;
-    /// dealing costs a pass over the descriptors, which pages of one queue each do not
-    /// win back. Sparse writes (a scatter over a large table) win less: threads meet on a
-    /// page less often, but still take turns on its lock. Dealt ahead, beside the replay
-    /// before, the pass is off the run's path, and the scatter-adds of `hostsim bench` ran
-    /// faster dealt (row_scatter_add 0.086 -> 0.082 s, embedding_update 0.0995 -> 0.0905
-    /// s, commit d213478; grouping each page's descriptors then took row_scatter_add to
-    /// 0.070 s, see `deal_by_page` and BENCHMARKS.md).
+    /// Whether this replay runs best as page buckets: its pages fall in two buckets or
+    /// more (one bucket would run on one thread), are independent
+    /// ([`Footprint::pages_independent`]), some page is written by two queues (threads
+    /// running queues would meet on it), and either the pages are dense (at least a
+    /// quarter of each written on average) or the replay was validated [`Plan::ahead`],
+    /// where bucketing is off the run's path. The thresholds are measured: see
+    /// BENCHMARKS.md.
     pub(crate) fn deals_by_page(&self) -> bool {
         let pages = self.pages.len() as u64;
         let dense = || self.footprint.bytes_written >= pages.saturating_mul(PAGE_BYTES / 4);
@@ -261,119 +240,10 @@ impl RangeRule {
     }
 }
 
-/// Replays of at least this many descriptors held in memory are validated on two threads
-/// (see [`validate_split`]). Below it the split loses: split at 2048, validating a
-/// row_gather run's 4096-descriptor replays took 4.9 ms instead of 8.0, but generating
-/// them 21.4 ms instead of 15.6, since the caller then rewrites descriptor buffers whose
-/// cache lines the other core last read (`hostsim bench`, stages timed in a throwaway
-/// build).
-pub(crate) const SPLIT_MIN: usize = 32 * 1024;
-
-/// Runs the whole validation pass over `source` (which it leaves at the end), with the
-/// `crew`'s help for in-memory queues ([`validate_split`]).
-///
-/// The plan is filled into `kept` (buffers kept from an earlier replay, or new ones).
+/// Runs the whole validation pass over `source` (which it leaves at the end): queues fed a
+/// batch at a time, round-robin, as the timeline lets them. The plan is filled into `kept`
+/// (buffers kept from an earlier replay, or new ones).
 pub(crate) fn validate<S: QueueSource>(
-    fabric: &Fabric,
-    source: &mut S,
-    (config, crew): (&EngineConfig, &Crew),
-    mut kept: Kept,
-) -> Result<Plan, Error> {
-    if let Some(plan) = source
-        .in_memory()
-        .and_then(|queues| validate_split(fabric, queues, (config, crew), (SPLIT_MIN, &mut kept)))
-    {
-        return plan;
-    }
-    validate_in_order(fabric, source, config, kept)
-}
-
-/// Validation of in-memory queues split over two threads, the even-numbered queues and
-/// the odd-numbered ones, each half taken by the caller or a `crew` thread, when the
-/// replay has at least `min` descriptors, two queues, a crew and no race check. Without
-/// semaphores every queue's checks and timing depend on that queue alone, so the halves
-/// give exactly the plan of [`validate_in_order`]. `None` (validate in order instead) when
-/// the split does not apply, when some queue has a semaphore, and when a half finds an
-/// error (or panics): the error reported is then the one the in-order pass meets first,
-/// whatever the split. The even half takes `kept` (left empty then).
-fn validate_split(
-    fabric: &Fabric,
-    queues: &[Vec<Descriptor>],
-    (config, crew): (&EngineConfig, &Crew),
-    (min, kept): (usize, &mut Kept),
-) -> Option<Result<Plan, Error>> {
-    let total: usize = queues.iter().map(Vec::len).sum();
-    let alone = crew.helpers() == 0;
-    if total < min || queues.len() < 2 || alone || config.race_check == RaceCheck::On {
-        return None;
-    }
-    let even_kept = Mutex::new(Some(std::mem::take(kept)));
-    let halves: [Mutex<Option<Plan>>; 2] = Default::default();
-    let next = AtomicUsize::new(0);
-    crew.run(&|| loop {
-        let parity = next.fetch_add(1, Ordering::Relaxed);
-        let Some(half) = halves.get(parity) else {
-            return;
-        };
-        let kept = match parity {
-            0 => lock(&even_kept).take().unwrap_or_default(),
-            _ => Kept::default(),
-        };
-        *lock(half) = validate_half(fabric, queues, config, (parity, kept));
-    });
-    let [even, odd] = halves.map(|h| h.into_inner().unwrap_or_else(|p| p.into_inner()));
-    let (mut plan, odd) = (even?, odd?);
-    for q in (1..queues.len()).step_by(2) {
-        let (Some(to), Some(from)) = (plan.timeline.queues.get_mut(q), odd.timeline.queues.get(q))
-        else {
-            return None;
-        };
-        *to = from.clone();
-        plan.skipped[q] = odd.skipped[q];
-    }
-    plan.timeline.makespan_ps = plan.timeline.makespan_ps.max(odd.timeline.makespan_ps);
-    plan.pages.merge(odd.pages);
-    plan.footprint = plan.footprint.join(odd.footprint);
-    Some(Ok(plan))
-}
-
-/// The in-order pass over the queues `parity, parity + 2, ..` alone (the others stay
-/// empty): their plan, or `None` on a semaphore or an error.
-fn validate_half(
-    fabric: &Fabric,
-    queues: &[Vec<Descriptor>],
-    config: &EngineConfig,
-    (parity, kept): (usize, Kept),
-) -> Option<Plan> {
-    let mut v = Validator::new(fabric, queues.len(), config, kept).ok()?;
-    let mine = || (parity..queues.len()).step_by(2);
-    for q in (0..queues.len()).filter(|q| q % 2 != parity) {
-        v.timeline.close(q).ok()?;
-    }
-    let mut at = 0;
-    while mine().any(|q| queues[q].len() > at) {
-        for q in mine() {
-            let batch = queues[q].get(at..).unwrap_or_default();
-            let batch = batch.get(..VALIDATE_BATCH).unwrap_or(batch);
-            if batch.is_empty() {
-                continue;
-            }
-            v.push(q, batch, true).ok()?;
-            if !v.ledger.is_empty() {
-                return None;
-            }
-        }
-        at += VALIDATE_BATCH;
-    }
-    for q in mine() {
-        v.timeline.close(q).ok()?;
-    }
-    v.finish().ok()
-}
-
-/// The in-order validation pass: queues fed a batch at a time, round-robin, as the
-/// timeline lets them.
-fn validate_in_order<S: QueueSource>(
     fabric: &Fabric,
     source: &mut S,
     config: &EngineConfig,
@@ -561,8 +431,7 @@ fn refilled<T: Clone>(mut v: Vec<T>, len: usize, value: T) -> Vec<T> {
 ///
 /// A page is found through its slot of a direct-mapped table (`page % SEEN`), which the
 /// first page to reach it keeps until [`PageSet::clear`]; a page whose slot another page
-/// holds goes to a hash map. A scatter over a table of a few hundred consecutive pages so
-/// never hashes (a hash map of every page cost about 50 instructions a page a replay).
+/// holds goes to a hash map, so a scatter over a table of consecutive pages never hashes.
 #[derive(Debug)]
 pub(crate) struct PageSet {
     /// Every page with its address, in order of first addition.
@@ -610,6 +479,7 @@ impl PageSet {
     }
 
     /// Every page with its address and first queue, in order of first addition.
+    #[cfg(test)]
     fn entries(&self) -> impl Iterator<Item = (u64, u64, usize)> + '_ {
         self.list.iter().map(|&(page, addr)| {
             let slot = self.slots[page as usize % SEEN];
@@ -676,16 +546,6 @@ impl PageSet {
         self.shared = false;
     }
 
-    /// Adds every page of `other`.
-    fn merge(&mut self, other: PageSet) {
-        self.shared |= other.shared;
-        for (page, addr, queue) in other.entries() {
-            let first = self.first_queue(page, addr, queue);
-            self.shared |= first != queue;
-        }
-        self.last = None;
-    }
-
     /// Whether two of the pages differ modulo `buckets` (fall in two buckets of a run dealt
     /// by page).
     pub(crate) fn spans_buckets(&self, buckets: u64) -> bool {
@@ -714,20 +574,10 @@ mod tests {
     use crate::dtype::Dtype;
     use crate::engine::source::Slices;
     use crate::generation::Generation;
+    use crate::test_util::copy;
     use proptest::prelude::*;
 
     const P: u64 = PAGE_BYTES;
-
-    fn copy(src: u64, dst: u64, len: u32) -> Descriptor {
-        Descriptor::new(
-            DescOp::Copy,
-            FabricAddr(src),
-            FabricAddr(dst),
-            len,
-            Dtype::U8,
-        )
-        .unwrap()
-    }
 
     /// The footprint of `descs`.
     fn footprint(descs: &[Descriptor]) -> Footprint {
@@ -922,10 +772,9 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
-        /// The split validation gives the in-order plan whenever it applies, and it
-        /// applies exactly when the in-order pass succeeds on queues without semaphores.
+        /// Buffers kept from another replay (fewer queues, some skipped) change no plan.
         #[test]
-        fn the_split_validation_equals_the_in_order_one(
+        fn kept_buffers_change_no_plan(
             queues in proptest::collection::vec(
                 proptest::collection::vec(arb_descriptor(), 0..40), 2..=16),
             skip in proptest::bool::ANY,
@@ -934,31 +783,15 @@ mod tests {
             let policy = if skip { InvalidPolicy::Skip } else { InvalidPolicy::Reject };
             let config = EngineConfig { workers: 2, ..config(policy) };
             let in_order =
-                validate_in_order(&f, &mut Slices::new(&queues), &config, Kept::default());
+                validate(&f, &mut Slices::new(&queues), &config, Kept::default());
             // buffers kept from another replay (fewer queues, some skipped) change nothing
             let other: Vec<_> = queues[1..].iter().rev().cloned().collect();
             let skipping = EngineConfig { invalid: InvalidPolicy::Skip, ..config };
-            let kept = validate_in_order(&f, &mut Slices::new(&other), &skipping, Kept::default())
+            let kept = validate(&f, &mut Slices::new(&other), &skipping, Kept::default())
                 .map_or_else(|_| Kept::default(), Plan::into_kept);
-            let again = validate_in_order(&f, &mut Slices::new(&queues), &config, kept);
+            let again = validate(&f, &mut Slices::new(&queues), &config, kept);
             let want = format!("{:?}", in_order.as_ref().map(summary));
             prop_assert_eq!(format!("{:?}", again.map(|p| summary(&p))), want);
-            let crew = Crew::new(1, std::time::Duration::from_micros(50)).unwrap();
-            let split = validate_split(&f, &queues, (&config, &crew), (0, &mut Kept::default()));
-            let semaphores = queues.iter().flatten().any(|d| d.signal().is_some());
-            match (&in_order, split) {
-                (Ok(want), Some(Ok(got))) => prop_assert_eq!(summary(&got), summary(want)),
-                (Ok(_), None) => prop_assert!(semaphores, "the split refused a plain replay"),
-                (Err(_), None) => {}
-                (_, got) => prop_assert!(false, "in order {in_order:?}, split {got:?}"),
-            }
-            // no crew, or fewer descriptors than asked: no split
-            let alone = Crew::new(0, std::time::Duration::ZERO).unwrap();
-            let none = validate_split(&f, &queues, (&config, &alone), (0, &mut Kept::default()));
-            prop_assert!(none.is_none());
-            let total: usize = queues.iter().map(Vec::len).sum();
-            let more = (total + 1, &mut Kept::default());
-            prop_assert!(validate_split(&f, &queues, (&config, &crew), more).is_none());
         }
     }
 
@@ -1002,16 +835,6 @@ mod tests {
         pages.add((FabricAddr(0), 8), 3);
         pages.add((FabricAddr(16), 8), 4);
         assert!(pages.shared());
-        // merging halves of distinct queues finds their common pages
-        let (mut a, mut b) = (PageSet::default(), PageSet::default());
-        a.add((FabricAddr(0), 8), 0);
-        b.add((FabricAddr(2 * P), 8), 1);
-        a.merge(b);
-        assert!(!a.shared() && a.len() == 2);
-        let mut c = PageSet::default();
-        c.add((FabricAddr(2 * P + 8), 8), 3);
-        a.merge(c);
-        assert!(a.shared());
     }
 
     proptest! {
@@ -1094,9 +917,7 @@ mod tests {
             vec![copy(0, gap, 4)],
         ];
         let skip = config(InvalidPolicy::Skip);
-        let crew = Crew::new(1, std::time::Duration::ZERO).unwrap();
-        let on = (&skip, &crew);
-        let plan = validate(&f, &mut Slices::new(&queues), on, Kept::default()).unwrap();
+        let plan = validate(&f, &mut Slices::new(&queues), &skip, Kept::default()).unwrap();
         let want = [
             Skipped {
                 descriptors: 1,
@@ -1114,7 +935,7 @@ mod tests {
         let e = validate(
             &f,
             &mut Slices::new(&queues),
-            (&config(InvalidPolicy::Reject), &crew),
+            &config(InvalidPolicy::Reject),
             Kept::default(),
         );
         let Err(Error::ReplayDescriptor {

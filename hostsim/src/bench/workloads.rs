@@ -11,8 +11,7 @@
 //! before it replays. The embedding update stages its data rows too, in three SBUF
 //! partitions in turn, so that chunk `k + 2`'s rows reach none of the bytes chunk `k`
 //! (replaying) and chunk `k + 1` (prepared) read or write: the runtime copies them beside
-//! chunk `k`'s replay, once chunk `k + 1` is prepared, and the crew threads done with that
-//! replay share the copy.
+//! chunk `k`'s replay, once chunk `k + 1` is prepared.
 
 use dge::generate::{generate_into, Generated, Kind, Request};
 use dge::indirection::{Indirection, OobPolicy};

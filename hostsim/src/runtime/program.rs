@@ -5,7 +5,7 @@
 //! another ([`Fabric::write`], [`Runtime::run_lowered`]), in less time: while the replay
 //! of a DMA-level instruction (DMA_INDIRECT, INDIRECT_COPY, DMA_MEMCPY, or an
 //! access-pattern DMA on the DGE; one DGE request, one replay) runs on the engine's
-//! crew, the caller writes the following steps' host data and generates and validates
+//! thread pool, the caller writes the following steps' host data and generates and validates
 //! the next such instruction's descriptors ([`dma::Engine::run_beside`]);
 //! PSEUDO_EMBEDDING_UPDATE 0xca counts as such an instruction when its raw 0x79 goes to
 //! the DGE. The host writes that follow the next
@@ -14,9 +14,7 @@
 //! reads nor writes between the lowest and the highest byte it reads or writes,
 //! [`dma::Validated::touches`]): its replay then leaves the same memory. (So a write
 //! into memory the running replay reads, staging the operation after next, goes in
-//! beside the next replay instead of waiting for the next-but-one.) The crew threads
-//! done with the running replay share the copies of these writes ([`dma::Beside::write`]).
-//! What cannot be done beside the replay waits for it:
+//! beside the next replay instead of waiting for the next-but-one.) What cannot be done beside the replay waits for it:
 //!
 //! - a host write to a page the replay reads from (between its lowest and highest page
 //!   read) or writes, or to a page with no storage yet, and one after the next

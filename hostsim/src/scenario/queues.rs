@@ -229,8 +229,8 @@ pub struct Replayed {
 }
 
 /// Replays the queue file at `path` over the scenario's initial tensors, through the
-/// engine's async face ([`Engine::replay_file_async`]: the file is read ahead while the
-/// replay runs). The file is verified whole first; its generation must be the scenario's.
+/// engine's async face ([`Engine::replay_file_async`]). The file is verified whole first;
+/// its generation must be the scenario's.
 pub async fn replay(prepared: &Prepared, path: &Path) -> Result<Replayed, Error> {
     let named = |source| Error::QueueFileInput {
         file: path.display().to_string(),

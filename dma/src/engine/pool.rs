@@ -1,0 +1,308 @@
+//! The thread pool an [`Engine`](super::Engine) keeps between replays to run a schedule
+//! with the caller ([`super::executor::execute`]).
+//!
+//! A rayon scope: the job may borrow from the caller, and a run returns once every thread
+//! that runs the job is done with it, so the borrow checker carries the lifetime argument.
+//! After a run each pool thread waits for the next one for [`LINGER`], yielding, before it
+//! may sleep, and the caller waits for the pool threads the same way: waking a sleeping
+//! thread costs a good part of a small replay.
+
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::time::{Duration, Instant};
+
+/// How long a pool thread waits, awake, for the next job.
+const LINGER: Duration = Duration::from_micros(250);
+
+/// Threads that run a job with the caller (see the module docs).
+#[derive(Debug)]
+pub(crate) struct ThreadPool {
+    /// `None` for a pool of no threads.
+    threads: Option<rayon_core::ThreadPool>,
+    helpers: usize,
+    /// Held by the caller whose job the pool runs.
+    busy: Mutex<()>,
+    /// Jobs offered to the pool so far: a lingering thread stops at a new one.
+    posted: Arc<AtomicU64>,
+}
+
+impl ThreadPool {
+    /// A pool of `helpers` threads.
+    pub(crate) fn new(helpers: usize) -> Result<ThreadPool, rayon_core::ThreadPoolBuildError> {
+        let threads = match helpers {
+            0 => None,
+            n => Some(
+                rayon_core::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .thread_name(|i| format!("dma-pool-{i}"))
+                    .build()?,
+            ),
+        };
+        Ok(ThreadPool {
+            threads,
+            helpers,
+            busy: Mutex::new(()),
+            posted: Arc::default(),
+        })
+    }
+
+    /// Its threads (the caller is not one of them).
+    pub(crate) fn helpers(&self) -> usize {
+        self.helpers
+    }
+
+    /// Runs `job` on the calling thread and on every pool thread, and returns when all
+    /// have returned, with `meanwhile` called on this thread first (the caller joins the
+    /// job once it returns); whether the pool was offered the job, and `meanwhile`'s
+    /// result. The pool is not offered a job while another caller's job holds it: this
+    /// thread then calls `meanwhile`, then `job`, alone. A panic of `job` is caught (the
+    /// job records its own failures); a panic of `meanwhile` unwinds from here once `job`
+    /// has run to its end.
+    pub(crate) fn run<R>(
+        &self,
+        job: &(dyn Fn() + Sync),
+        meanwhile: impl FnOnce() -> R,
+    ) -> (bool, R) {
+        let Some(threads) = &self.threads else {
+            return (true, beside_then_job(job, meanwhile));
+        };
+        let _held = match self.busy.try_lock() {
+            Ok(held) => held,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return (false, beside_then_job(job, meanwhile)),
+        };
+        let seen = self.posted.fetch_add(1, Ordering::AcqRel) + 1;
+        let done = AtomicUsize::new(0);
+        let result = threads.in_place_scope(|scope| {
+            for _ in 0..self.helpers {
+                scope.spawn(|_| {
+                    run_caught(job);
+                    done.fetch_add(1, Ordering::AcqRel);
+                });
+            }
+            let result = beside_then_job(job, meanwhile);
+            // wait awake for the pool threads a while (the scope would sleep on a latch)
+            let start = Instant::now();
+            while done.load(Ordering::Acquire) < self.helpers && start.elapsed() < LINGER {
+                std::thread::yield_now();
+            }
+            result
+        });
+        for _ in 0..self.helpers {
+            let posted = Arc::clone(&self.posted);
+            threads.spawn(move || {
+                let start = Instant::now();
+                while posted.load(Ordering::Acquire) == seen && start.elapsed() < LINGER {
+                    std::thread::yield_now();
+                }
+            });
+        }
+        (true, result)
+    }
+}
+
+/// Calls `meanwhile`, then `job` (catching its panic, see [`run_caught`]); `meanwhile`'s
+/// result, or its panic, unwinding once `job` has run.
+pub(crate) fn beside_then_job<R>(job: &(dyn Fn() + Sync), meanwhile: impl FnOnce() -> R) -> R {
+    let result = catch_unwind(AssertUnwindSafe(meanwhile));
+    run_caught(job);
+    result.unwrap_or_else(|payload| resume_unwind(payload))
+}
+
+/// Calls `job`, catching a panic; its payload is dropped where a panic of its own drop is
+/// caught too (and that payload forgotten).
+fn run_caught(job: &(dyn Fn() + Sync)) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
+        if let Err(again) = catch_unwind(AssertUnwindSafe(|| drop(payload))) {
+            std::mem::forget(again);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// [`ThreadPool::run`] with nothing done meanwhile: whether the pool was offered `job`.
+    fn run(pool: &ThreadPool, job: &(dyn Fn() + Sync)) -> bool {
+        pool.run(job, || ()).0
+    }
+
+    /// A job that counts its calls and holds until `all` calls have started (or five
+    /// seconds passed), so that every pool thread runs it at the same time.
+    fn gathering_job(count: &AtomicUsize, all: usize) -> impl Fn() + Sync + '_ {
+        move || {
+            count.fetch_add(1, Ordering::AcqRel);
+            let start = Instant::now();
+            while count.load(Ordering::Acquire) < all && start.elapsed() < Duration::from_secs(5) {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Runs a [`gathering_job`] of `all` threads on `pool` and checks that each ran it
+    /// once.
+    fn all_run_once(pool: &ThreadPool, all: usize) {
+        let count = AtomicUsize::new(0);
+        assert!(run(pool, &gathering_job(&count, all)));
+        assert_eq!(count.into_inner(), all);
+    }
+
+    #[test]
+    fn every_thread_runs_the_job_once() {
+        let pool = ThreadPool::new(3).unwrap();
+        for _ in 0..20 {
+            all_run_once(&pool, 4);
+        }
+        for _ in 0..50 {
+            let count = AtomicUsize::new(0);
+            assert!(run(&pool, &|| {
+                count.fetch_add(1, Ordering::Relaxed);
+            }));
+            assert_eq!(count.into_inner(), 4);
+        }
+    }
+
+    #[test]
+    fn the_pool_is_done_with_a_borrowed_job_when_run_returns() {
+        let pool = ThreadPool::new(2).unwrap();
+        for round in 0..100usize {
+            // data on this frame, freed right after `run`: every call saw it whole
+            let seen: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(round)).collect();
+            let (sum, calls) = (AtomicUsize::new(0), AtomicUsize::new(0));
+            run(&pool, &|| {
+                let s = seen
+                    .iter()
+                    .map(|a| a.load(Ordering::Relaxed))
+                    .sum::<usize>();
+                sum.fetch_add(s, Ordering::Relaxed);
+                calls.fetch_add(1, Ordering::Relaxed);
+            });
+            assert_eq!(sum.into_inner(), calls.into_inner() * 64 * round);
+        }
+    }
+
+    #[test]
+    fn the_pool_runs_a_job_while_the_caller_does_something_else() {
+        let pool = ThreadPool::new(1).unwrap();
+        for _ in 0..20 {
+            // the pool thread takes the first unit and marks it; the caller, meanwhile,
+            // waits for the mark, then joins and the two take the rest
+            let (next, marked, done) = (
+                AtomicUsize::new(0),
+                AtomicBool::new(false),
+                AtomicUsize::new(0),
+            );
+            let me = std::thread::current().id();
+            let job = || {
+                while next.fetch_add(1, Ordering::AcqRel) < 64 {
+                    if std::thread::current().id() != me {
+                        marked.store(true, Ordering::Release);
+                    }
+                    done.fetch_add(1, Ordering::AcqRel);
+                }
+            };
+            let (offered, saw) = pool.run(&job, || {
+                let start = Instant::now();
+                while !marked.load(Ordering::Acquire) && start.elapsed() < Duration::from_secs(5) {
+                    std::thread::yield_now();
+                }
+                marked.load(Ordering::Acquire)
+            });
+            assert!(
+                offered && saw,
+                "the pool ran the job while the caller waited"
+            );
+            assert_eq!(done.into_inner(), 64);
+        }
+        // alone: meanwhile first, then the job
+        let order = Mutex::new(Vec::new());
+        let alone = ThreadPool::new(0).unwrap();
+        let job = || order.lock().unwrap().push("job");
+        let (offered, ()) = alone.run(&job, || order.lock().unwrap().push("meanwhile"));
+        assert!(offered);
+        assert_eq!(order.into_inner().unwrap(), ["meanwhile", "job"]);
+    }
+
+    #[test]
+    fn a_panic_beside_the_job_unwinds_once_the_job_has_run() {
+        let pool = ThreadPool::new(1).unwrap();
+        let runs = AtomicUsize::new(0);
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            pool.run(
+                &|| {
+                    runs.fetch_add(1, Ordering::AcqRel);
+                },
+                || panic!("meanwhile fails"),
+            )
+        }));
+        assert!(caught.is_err());
+        assert_eq!(runs.into_inner(), 2, "the job ran on both threads");
+        all_run_once(&pool, 2);
+    }
+
+    #[test]
+    fn a_pool_of_none_runs_the_job_on_the_caller() {
+        all_run_once(&ThreadPool::new(0).unwrap(), 1);
+    }
+
+    /// A panic payload whose drop panics again.
+    struct Bomb;
+
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                panic!("a payload that panics when dropped");
+            }
+        }
+    }
+
+    #[test]
+    fn a_panicking_job_leaves_the_pool_working() {
+        let pool = ThreadPool::new(2).unwrap();
+        for bomb in [false, true] {
+            let calls = AtomicUsize::new(0);
+            assert!(run(&pool, &|| {
+                gathering_job(&calls, 3)();
+                match bomb {
+                    true => std::panic::panic_any(Bomb),
+                    false => panic!("a failing job"),
+                }
+            }));
+            assert_eq!(calls.into_inner(), 3);
+            all_run_once(&pool, 3);
+        }
+    }
+
+    #[test]
+    fn a_second_caller_runs_alone_while_the_pool_is_busy() {
+        let pool = Arc::new(ThreadPool::new(1).unwrap());
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let release_rx = Mutex::new(release_rx);
+        let entered_tx = Mutex::new(entered_tx);
+        // The first job holds the pool until the test releases it.
+        let first = move || {
+            let _ = entered_tx.lock().unwrap().send(());
+            let _ = release_rx.lock().unwrap().recv();
+        };
+        let holder = {
+            let pool = Arc::clone(&pool);
+            std::thread::spawn(move || run(&pool, &first))
+        };
+        entered_rx.recv().unwrap();
+        let count = AtomicUsize::new(0);
+        assert!(!run(&pool, &|| {
+            count.fetch_add(1, Ordering::Relaxed);
+        }));
+        assert_eq!(count.into_inner(), 1);
+        // one release for the caller's call, one for the pool thread's
+        release_tx.send(()).unwrap();
+        let _ = release_tx.send(());
+        assert!(holder.join().unwrap());
+    }
+}
