@@ -1,55 +1,133 @@
 //! The thread pool an [`Engine`](super::Engine) keeps between replays to run a schedule
 //! with the caller ([`super::executor::execute`]).
 //!
-//! A rayon scope: the job may borrow from the caller, and a run returns once every thread
-//! that runs the job is done with it, so the borrow checker carries the lifetime argument.
-//! After a run each pool thread waits for the next one for [`LINGER`], yielding, before it
-//! may sleep, and the caller waits for the pool threads the same way: waking a sleeping
-//! thread costs a good part of a small replay.
+//! [`ThreadPool::run`] hands its threads a job that borrows from the caller and returns
+//! only once every thread is done with it (the one `unsafe` block below, proven here).
+//! After a job each thread waits for the next one for [`LINGER`], yielding, before it
+//! sleeps, and the caller waits for the threads the same way: waking a sleeping thread
+//! costs a good part of a small replay.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long a pool thread waits, awake, for the next job.
 const LINGER: Duration = Duration::from_micros(250);
 
+/// A job with its lifetime erased; only [`ThreadPool::run`] makes one (see there).
+type JobPtr = *const (dyn Fn() + Sync + 'static);
+
+/// What the caller and the pool threads share.
+#[derive(Debug)]
+struct Shared {
+    /// The job of the current round and whether the pool is shutting down.
+    state: Mutex<Posted>,
+    /// Signalled when a round is posted or the pool shuts down.
+    posted: Condvar,
+    /// Signalled under `state` when the last thread of a round is done.
+    finished: Condvar,
+    /// The current round (also in `state`): a lingering thread polls it.
+    round: AtomicU64,
+    /// Threads not yet done with the current round's job.
+    running: AtomicUsize,
+}
+
+#[derive(Debug)]
+struct Posted {
+    job: Option<SendJob>,
+    round: u64,
+    shut: bool,
+}
+
+/// A [`JobPtr`] that may cross to a pool thread (the job is `Sync`).
+#[derive(Clone, Copy, Debug)]
+struct SendJob(JobPtr);
+
+// SAFETY: the pointee is `Sync`, so sharing it with another thread is sound; the pointer's
+// validity is `ThreadPool::run`'s proof.
+unsafe impl Send for SendJob {}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Posted> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One pool thread: runs each round's job once, until the pool shuts down.
+    fn serve(&self) {
+        let mut seen = 0;
+        while let Some(job) = self.next_job(&mut seen) {
+            // SAFETY: see `ThreadPool::run`: the job lives until this thread's decrement
+            // of `running` below, and this thread does not touch it afterwards.
+            run_caught(unsafe { &*job.0 });
+            if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                let _state = self.lock();
+                self.finished.notify_all();
+            }
+        }
+    }
+
+    /// The job of the round after `seen` (lingering, then asleep, until it is posted),
+    /// or `None` once the pool shuts down.
+    fn next_job(&self, seen: &mut u64) -> Option<SendJob> {
+        let start = Instant::now();
+        while self.round.load(Ordering::Acquire) == *seen && start.elapsed() < LINGER {
+            std::thread::yield_now();
+        }
+        let mut state = self.lock();
+        while state.round == *seen && !state.shut {
+            state = self.posted.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        *seen = state.round;
+        match state.shut {
+            true => None,
+            false => state.job,
+        }
+    }
+}
+
 /// Threads that run a job with the caller (see the module docs).
 #[derive(Debug)]
 pub(crate) struct ThreadPool {
-    /// `None` for a pool of no threads.
-    threads: Option<rayon_core::ThreadPool>,
-    helpers: usize,
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
     /// Held by the caller whose job the pool runs.
     busy: Mutex<()>,
-    /// Jobs offered to the pool so far: a lingering thread stops at a new one.
-    posted: Arc<AtomicU64>,
 }
 
 impl ThreadPool {
     /// A pool of `helpers` threads.
-    pub(crate) fn new(helpers: usize) -> Result<ThreadPool, rayon_core::ThreadPoolBuildError> {
-        let threads = match helpers {
-            0 => None,
-            n => Some(
-                rayon_core::ThreadPoolBuilder::new()
-                    .num_threads(n)
-                    .thread_name(|i| format!("dma-pool-{i}"))
-                    .build()?,
-            ),
-        };
-        Ok(ThreadPool {
-            threads,
-            helpers,
+    pub(crate) fn new(helpers: usize) -> std::io::Result<ThreadPool> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(Posted {
+                job: None,
+                round: 0,
+                shut: false,
+            }),
+            posted: Condvar::new(),
+            finished: Condvar::new(),
+            round: AtomicU64::new(0),
+            running: AtomicUsize::new(0),
+        });
+        let mut pool = ThreadPool {
+            shared,
+            threads: Vec::with_capacity(helpers),
             busy: Mutex::new(()),
-            posted: Arc::default(),
-        })
+        };
+        for i in 0..helpers {
+            let shared = Arc::clone(&pool.shared);
+            let thread = std::thread::Builder::new()
+                .name(format!("dma-pool-{i}"))
+                .spawn(move || shared.serve())?;
+            pool.threads.push(thread);
+        }
+        Ok(pool)
     }
 
     /// Its threads (the caller is not one of them).
     pub(crate) fn helpers(&self) -> usize {
-        self.helpers
+        self.threads.len()
     }
 
     /// Runs `job` on the calling thread and on every pool thread, and returns when all
@@ -64,41 +142,65 @@ impl ThreadPool {
         job: &(dyn Fn() + Sync),
         meanwhile: impl FnOnce() -> R,
     ) -> (bool, R) {
-        let Some(threads) = &self.threads else {
+        if self.threads.is_empty() {
             return (true, beside_then_job(job, meanwhile));
-        };
+        }
         let _held = match self.busy.try_lock() {
             Ok(held) => held,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return (false, beside_then_job(job, meanwhile)),
         };
-        let seen = self.posted.fetch_add(1, Ordering::AcqRel) + 1;
-        let done = AtomicUsize::new(0);
-        let result = threads.in_place_scope(|scope| {
-            for _ in 0..self.helpers {
-                scope.spawn(|_| {
-                    run_caught(job);
-                    done.fetch_add(1, Ordering::AcqRel);
-                });
-            }
-            let result = beside_then_job(job, meanwhile);
-            // wait awake for the pool threads a while (the scope would sleep on a latch)
-            let start = Instant::now();
-            while done.load(Ordering::Acquire) < self.helpers && start.elapsed() < LINGER {
-                std::thread::yield_now();
-            }
-            result
-        });
-        for _ in 0..self.helpers {
-            let posted = Arc::clone(&self.posted);
-            threads.spawn(move || {
-                let start = Instant::now();
-                while posted.load(Ordering::Acquire) == seen && start.elapsed() < LINGER {
-                    std::thread::yield_now();
-                }
-            });
+        // SAFETY (the erased lifetime): a pool thread dereferences the pointer only between
+        // taking it from `state` and its decrement of `running` (`Shared::serve`), once per
+        // round; `Finish` below (dropped on every way out of this call, unwinding
+        // included) returns only when `running` is 0, so after every thread's last use,
+        // and clears the job before another round can be posted (`busy` is held).
+        let erased: JobPtr = unsafe { std::mem::transmute(job as *const (dyn Fn() + Sync)) };
+        let finish = Finish(&self.shared);
+        {
+            let mut state = self.shared.lock();
+            self.shared
+                .running
+                .store(self.threads.len(), Ordering::Release);
+            state.job = Some(SendJob(erased));
+            state.round += 1;
+            self.shared.round.store(state.round, Ordering::Release);
+            self.shared.posted.notify_all();
         }
+        let result = beside_then_job(job, meanwhile);
+        drop(finish);
         (true, result)
+    }
+}
+
+/// Waits, on drop, until every pool thread is done with the posted job, then clears it.
+struct Finish<'a>(&'a Shared);
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        let shared = self.0;
+        let start = Instant::now();
+        while shared.running.load(Ordering::Acquire) > 0 && start.elapsed() < LINGER {
+            std::thread::yield_now();
+        }
+        let mut state = shared.lock();
+        while shared.running.load(Ordering::Acquire) > 0 {
+            state = shared
+                .finished
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        state.job = None;
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.shared.lock().shut = true;
+        self.shared.posted.notify_all();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -264,7 +366,10 @@ mod tests {
     #[test]
     fn a_panicking_job_leaves_the_pool_working() {
         let pool = ThreadPool::new(2).unwrap();
-        for bomb in [false, true] {
+        // (a payload whose drop panics leaves the second payload forgotten, by design: a
+        // leak Miri would report, so Miri runs the plain panic only)
+        let bombs: &[bool] = if cfg!(miri) { &[false] } else { &[false, true] };
+        for &bomb in bombs {
             let calls = AtomicUsize::new(0);
             assert!(run(&pool, &|| {
                 gathering_job(&calls, 3)();
