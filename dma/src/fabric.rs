@@ -18,8 +18,11 @@
 //! holder of its bytes first, and the `*_reserved` forms and [`PageLocks`] then write
 //! open pages under their write locks from any thread; a destination page not open is
 //! [`Error::NotReserved`], before any byte moves. [`Fabric::close_pages`] closes every
-//! page; closed pages are read without a lock (nothing writes them while the fabric is
-//! shared), and only closed pages are shared with clones. The other `&mut self` forms
+//! page; closed pages are read without a lock, and only closed pages are shared with
+//! clones. The one exception, lending to a replay: `Fabric::lend` records the pages a
+//! replay reads, and while lent, `Fabric::write_beside` ([`crate::engine::Beside::write`])
+//! writes closed pages outside them under their write lock, so closed pages outside them
+//! are read under the read lock. The other `&mut self` forms
 //! ([`Fabric::copy`], [`Fabric::fill`], ...) open their destination, run the shared
 //! form and close again what they opened: one implementation serves both;
 //! [`Fabric::write`] writes its pages in place.
@@ -76,9 +79,9 @@ const CLOSED: u64 = 0;
 /// The bytes are reached only through a [`PageRef`] or [`PageMut`] (or `&mut Page`): a
 /// writer always holds the write lock of a page opened in the fabric's current epoch; a
 /// reader holds the read lock, or none when the page is closed in the current epoch
-/// ([`Fabric::engine_view`]), since then no writer can exist until the fabric is next
-/// borrowed mutably, except [`Fabric::write_closed_piece`], whose caller guarantees that no
-/// other thread reads the page or writes the bytes it writes meanwhile.
+/// and [`Fabric::unlocked`] ([`Fabric::engine_view`]): then no writer can exist until
+/// the fabric is next borrowed mutably ([`Fabric::write_beside`], the one writer of
+/// closed pages, takes the write lock, and only of pages not `unlocked`).
 ///
 /// Copy-on-write: a page is made the only holder of its bytes ([`Page::make_unique`])
 /// whenever it is opened, which takes `&mut Fabric`, and a clone of the fabric copies its
@@ -90,12 +93,12 @@ struct Page {
     opened: u64,
     /// The page's part of the digest ([`DigestMemo`]): forgotten by every writer, as it
     /// takes the write lock ([`PageMut::new`]) or writes a closed page
-    /// ([`Fabric::write_closed_piece`]); remembered by a reader holding the read lock or
+    /// ([`Fabric::write_beside`] too); remembered by a reader holding the read lock or
     /// reading a closed page.
     memo: AtomicU64,
     /// The [`Extent`] outside which every byte is zero ([`Extent::pack`]): widened by
     /// every write, before it, by the bytes it writes ([`PageMut::window`],
-    /// [`Fabric::write_closed_piece`], a whole-page write). Copies, comparisons and
+    /// a whole-page write). Copies, comparisons and
     /// digests of the page read only it.
     extent: AtomicU64,
 }
@@ -190,13 +193,12 @@ const _: () = assert!(std::mem::align_of::<PageBytes>() == CACHE_LINE);
 const _: () = assert!(std::mem::size_of::<PageBytes>() == PAGE);
 
 // SAFETY: the bytes in the `UnsafeCell` are reached only through a `Page` (see there): a
-// `PageMut` holds the page's write lock and is made only for a page open in its fabric's
-// current epoch, which holds the only `Arc` of the bytes (`Page::make_unique` at every
-// opening; a fabric's clone copies its open pages); a `PageRef` holds the read lock or
-// views a page closed in the current epoch, which no `PageMut` can be made of while the
-// `PageRef` borrows the fabric; `write_closed_piece` writes only bytes no other thread
-// reaches meanwhile and no other fabric holds (`closed_with_storage`); spare bytes are
-// held by no page. So no thread writes bytes another reads.
+// `PageMut` holds the page's write lock and is made only for a page that holds the only
+// `Arc` of its bytes (open pages: `Page::make_unique` at every opening, a fabric's clone
+// copies its open pages; `Fabric::write_beside` checks under the lock); a `PageRef`
+// holds the read lock or views a closed page that no `PageMut` can be made of while the
+// `PageRef` borrows the fabric (`Fabric::unlocked`); spare bytes are held by no page. So
+// no thread writes bytes another reads.
 unsafe impl Sync for PageBytes {}
 
 impl PageBytes {
@@ -453,14 +455,15 @@ struct PageMut<'a> {
 }
 
 impl<'a> PageMut<'a> {
-    /// `lock` is the page's write lock; the page is open in its fabric's current epoch.
-    /// Forgets the page's digest part: the bytes are about to change.
+    /// `lock` is the page's write lock; the page holds the only `Arc` of its bytes (it
+    /// is open, or `Fabric::write_beside` checked). Forgets the page's digest part: the
+    /// bytes are about to change.
     fn new(page: &'a Page, lock: RwLockWriteGuard<'a, ()>) -> PageMut<'a> {
         page.memo.store(DigestMemo::UNKNOWN, Ordering::Relaxed);
         // The write lock is held, so no other reference to the bytes exists in this
         // fabric (a lock-free `PageRef` is only made of a page no `PageMut` can be made
-        // of), and none in another: an open page holds the only `Arc` of its bytes (see
-        // `Page`). The bytes live while the page is borrowed.
+        // of, `Fabric::unlocked`), and none in another: the page holds the only `Arc` of
+        // its bytes. The bytes live while the page is borrowed.
         PageMut {
             page,
             bytes: page.bytes.slice(),
@@ -523,6 +526,8 @@ pub struct Fabric {
     open_reads: AtomicU64,
     /// The pages open in the current epoch, known without reading the pages.
     open: OpenKeys,
+    /// While the fabric is lent to a replay ([`Fabric::lend`]): the pages it reads.
+    lent: Option<ReadWindow>,
     /// The access log while watched ([`Fabric::watch`]); a clone is not watched.
     watch: Option<Box<Log>>,
 }
@@ -601,6 +606,41 @@ impl OpenKeys {
     }
 }
 
+/// The pages a replay reads, keys `lo..=hi` (none when `lo > hi`).
+#[derive(Clone, Copy, Debug)]
+struct ReadWindow {
+    lo: u64,
+    hi: u64,
+}
+
+impl ReadWindow {
+    const NONE: ReadWindow = ReadWindow { lo: 1, hi: 0 };
+
+    fn holds(self, key: u64) -> bool {
+        self.lo <= key && key <= self.hi
+    }
+}
+
+/// A fabric lent to a replay ([`Fabric::lend`]): read it through `Deref`; dropping it
+/// ends the lending.
+#[derive(Debug)]
+pub(crate) struct Lent<'f> {
+    fabric: &'f mut Fabric,
+}
+
+impl std::ops::Deref for Lent<'_> {
+    type Target = Fabric;
+    fn deref(&self) -> &Fabric {
+        self.fabric
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        self.fabric.lent = None;
+    }
+}
+
 impl Fabric {
     /// An all-zero fabric of `generation`; allocates nothing.
     pub fn new(generation: Generation) -> Fabric {
@@ -610,6 +650,7 @@ impl Fabric {
             epoch: CLOSED + 1,
             open_reads: AtomicU64::new(0),
             open: OpenKeys::default(),
+            lent: None,
             watch: None,
         }
     }
@@ -750,11 +791,11 @@ impl Fabric {
 
     /// [`Fabric::engine_view`] for the public read forms, counting a read of an open page
     /// ([`Fabric::open_reads`]).
-    fn view<'a>(&'a self, page: &'a Page) -> PageRef<'a> {
+    fn view<'a>(&'a self, key: u64, page: &'a Page) -> PageRef<'a> {
         if page.is_open(self.epoch) {
             self.open_reads.fetch_add(1, Ordering::Relaxed);
         }
-        self.engine_view(page)
+        self.engine_view(key, page)
     }
 
     /// How many times the public read forms have read an open page.
@@ -762,23 +803,31 @@ impl Fabric {
         self.open_reads.load(Ordering::Relaxed)
     }
 
-    /// The bytes of `page`: under its read lock if it is open, else without a lock.
-    fn engine_view<'a>(&'a self, page: &'a Page) -> PageRef<'a> {
-        match page.is_open(self.epoch) {
+    /// Whether page `key`, when closed, is read without a lock: always, but while the
+    /// fabric is lent ([`Fabric::lend`]), when [`Fabric::write_beside`] may write the
+    /// closed pages the replay does not read.
+    #[inline(always)]
+    fn unlocked(&self, key: u64) -> bool {
+        self.lent.is_none_or(|reads| reads.holds(key))
+    }
+
+    /// The bytes of page `key` (`page`): without a lock if it is closed and
+    /// [`Fabric::unlocked`], else under its read lock.
+    fn engine_view<'a>(&'a self, key: u64, page: &'a Page) -> PageRef<'a> {
+        match page.is_open(self.epoch) || !self.unlocked(key) {
             true => page.read(),
-            // SAFETY: a closed page gets no `PageMut` (`Page::write` checks the epoch),
-            // and the epoch and `opened` only change through `&mut self`, which cannot
-            // happen while the result borrows `self`; a clone sharing the bytes writes
-            // them only after copying them (`Page::make_unique`). (`write_closed_piece`
-            // writes a closed page only where no other thread reaches it, and returns
-            // before this thread reads it.)
+            // SAFETY: no `PageMut` of the page exists while the result borrows `self`:
+            // `Page::write` makes one only of an open page, `write_beside` only of a page
+            // not `unlocked`, and the epoch, `opened` and `lent` change only through `&mut
+            // self`. A clone sharing the bytes writes them only after copying them
+            // (`Page::make_unique`).
             false => unsafe { PageRef::new(page, None) },
         }
     }
 
     /// [`Fabric::engine_view`] if it can be had without waiting.
-    fn try_view<'a>(&'a self, page: &'a Page) -> Option<PageRef<'a>> {
-        match page.is_open(self.epoch) {
+    fn try_view<'a>(&'a self, key: u64, page: &'a Page) -> Option<PageRef<'a>> {
+        match page.is_open(self.epoch) || !self.unlocked(key) {
             true => page.try_read(),
             // SAFETY: as in `engine_view`.
             false => Some(unsafe { PageRef::new(page, None) }),
@@ -849,7 +898,7 @@ impl Fabric {
     /// [`Fabric::read`] with each page's bytes from `view`.
     fn read_through<'a>(
         &'a self,
-        view: impl Fn(&'a Fabric, &'a Page) -> PageRef<'a>,
+        view: impl Fn(&'a Fabric, u64, &'a Page) -> PageRef<'a>,
         addr: FabricAddr,
         buf: &mut [u8],
     ) -> Result<(), Error> {
@@ -860,7 +909,7 @@ impl Fabric {
             let out = &mut buf[off as usize..off as usize + n];
             let (key, po) = split(addr.0 + off);
             match self.pages.get(key) {
-                Some(page) => out.copy_from_slice(&view(self, page)[po..po + n]),
+                Some(page) => out.copy_from_slice(&view(self, key, page)[po..po + n]),
                 None => out.fill(0),
             }
         }
@@ -930,63 +979,46 @@ impl Fabric {
         Ok(())
     }
 
-    /// Whether the pages `keys` (of [`Fabric::page_keys`]) may be written through `&self`
-    /// beside a replay ([`Fabric::write_closed_piece`]): every one has storage of its own
-    /// (shared with no clone) and is closed.
-    pub(crate) fn closed_with_storage(&self, mut keys: std::ops::Range<u64>) -> bool {
-        keys.all(|k| {
-            self.pages
-                .get(k)
-                .is_some_and(|p| !p.is_open(self.epoch) && p.is_unique())
-        })
+    /// Lends the fabric to a replay that reads pages `reads` (the keys of the lowest and
+    /// the highest byte it reads, `None` if it reads none): until the result is dropped,
+    /// [`Fabric::write_beside`] may write the closed pages outside them.
+    pub(crate) fn lend(&mut self, reads: Option<(u64, u64)>) -> Lent<'_> {
+        self.lent = Some(reads.map_or(ReadWindow::NONE, |(lo, hi)| ReadWindow { lo, hi }));
+        Lent { fabric: self }
     }
 
-    /// The pieces of the `len` bytes at `addr`, each inside one page and at most
-    /// [`PIECE_BYTES`] long, in address order: `(offset from addr, length)`.
-    pub(crate) fn page_pieces(addr: FabricAddr, len: u64) -> impl Iterator<Item = (usize, usize)> {
-        Walk::one(addr.0, len).flat_map(|(off, n)| {
-            (0..n)
-                .step_by(PIECE_BYTES)
-                .map(move |at| (off as usize + at, PIECE_BYTES.min(n - at)))
-        })
-    }
-
-    /// Writes `bytes` at `addr` through `&self`: a range inside one page (one of
-    /// [`Fabric::page_pieces`]) of a range [`Fabric::closed_with_storage`] allowed. Copies
-    /// through a pointer to the bytes written, so that other threads may write other
-    /// pieces of the same page meanwhile.
-    ///
-    /// # Safety
-    ///
-    /// While this runs no other thread reads the page, clones the fabric or writes these
-    /// bytes (others may copy other pieces of it, through this function): the engine
-    /// proves it for the work beside a replay, whose threads reach only its footprint
-    /// (see [`crate::engine::Beside::write`]), each piece being copied by one thread. And
-    /// the page is as `closed_with_storage` found it (the fabric was not borrowed mutably
-    /// since), so no clone holds its bytes.
-    pub(crate) unsafe fn write_closed_piece(&self, addr: FabricAddr, bytes: &[u8]) {
-        let (key, po) = split(addr.0);
-        let Some(page) = self.pages.get(key) else {
-            return;
+    /// Writes `buf` at `addr` through `&self` while the fabric is lent ([`Fabric::lend`]),
+    /// if every page of the range is closed, has storage of its own (shared with no
+    /// clone) and is not one the replay reads: `Ok(true)`. Else nothing is written and
+    /// `Ok(false)`. A range off the fabric is an error, as for [`Fabric::write`].
+    pub(crate) fn write_beside(&self, addr: FabricAddr, buf: &[u8]) -> Result<bool, Error> {
+        let keys = self.page_keys(addr, buf.len() as u64)?;
+        let first = keys.start;
+        // every page write-locked, in ascending order (see `PageLocks`), before any byte
+        let pages: Option<Vec<PageMut<'_>>> = keys.map(|key| self.beside_page(key)).collect();
+        let Some(mut pages) = pages else {
+            return Ok(false);
         };
-        if po + bytes.len() > PAGE {
-            return;
+        for (off, n) in Walk::one(addr.0, buf.len() as u64) {
+            let (key, po) = split(addr.0 + off);
+            let off = off as usize;
+            pages[(key - first) as usize]
+                .window(po..po + n)
+                .copy_from_slice(&buf[off..off + n]);
         }
-        page.memo.store(DigestMemo::UNKNOWN, Ordering::Relaxed);
-        let written = Extent::of(po..po + bytes.len());
-        let widen = |e: u64| Some(Extent::unpack(e).union(written).pack());
-        // (`widen` always answers: the update cannot fail)
-        let _ = page
-            .extent
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, widen);
-        // SAFETY: the piece lies inside the page (checked just above); by the caller's
-        // contract no other thread reads the page or writes these bytes, no other fabric
-        // holds them, and no reference to the page's bytes is made (other pieces of it
-        // may be copied meanwhile, through this function).
-        unsafe {
-            let base = page.bytes.slice().cast::<u8>().as_ptr();
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(po), bytes.len());
+        Ok(true)
+    }
+
+    /// Page `key` write-locked for [`Fabric::write_beside`], if it may be written so.
+    fn beside_page(&self, key: u64) -> Option<PageMut<'_>> {
+        let page = self.pages.get(key)?;
+        if self.unlocked(key) || page.is_open(self.epoch) {
+            return None;
         }
+        let guard = page.lock.write().unwrap_or_else(PoisonError::into_inner);
+        // (a clone takes the read lock to share a page not `unlocked`: checked under the
+        // write lock, the count stays 1 until the bytes are written)
+        page.is_unique().then(|| PageMut::new(page, guard))
     }
 
     // ---- writes through &mut self --------------------------------------------------
@@ -1023,7 +1055,7 @@ impl Fabric {
     fn holds(&self, addr: FabricAddr, bytes: &[u8]) -> bool {
         let (key, po) = split(addr.0);
         match self.pages.get(key) {
-            Some(page) => self.engine_view(page).get(po..po + bytes.len()) == Some(bytes),
+            Some(page) => self.engine_view(key, page).get(po..po + bytes.len()) == Some(bytes),
             None => is_zero(bytes),
         }
     }
@@ -1170,7 +1202,7 @@ impl Fabric {
     #[cfg(test)]
     pub(crate) fn assert_zero_outside_extents(&self) {
         for (key, page) in self.pages.iter() {
-            let bytes = self.view(page);
+            let bytes = self.view(key, page);
             for stale in Extent::FULL.outside(page.extent()) {
                 let at = bytes.page()[stale.clone()].iter().position(|&b| b != 0);
                 assert!(
@@ -1211,7 +1243,7 @@ impl Fabric {
         // Outside both extents both pages are zero (a missing page is zero everywhere).
         let extent = |p: Option<&Page>| p.map_or(Extent::EMPTY, Page::extent);
         let range = extent(a).union(extent(b)).range();
-        let (a, b) = (a.map(|p| self.view(p)), b.map(|p| other.view(p)));
+        let (a, b) = (a.map(|p| self.view(key, p)), b.map(|p| other.view(key, p)));
         let a = &a.as_ref().map_or(&ZERO_PAGE, |p| p.page())[range.clone()];
         let b = &b.as_ref().map_or(&ZERO_PAGE, |p| p.page())[range.clone()];
         if a == b {
@@ -1229,7 +1261,7 @@ impl Fabric {
     pub fn digest(&self) -> u64 {
         let mut h = DIGEST_SEED;
         for (key, page) in self.pages.iter() {
-            if let Some(part) = self.page_digest(page) {
+            if let Some(part) = self.page_digest(key, page) {
                 h = mix(mix(h, key), part);
             }
         }
@@ -1238,9 +1270,9 @@ impl Fabric {
 
     /// A page's part of the digest: the hash of its bytes, `None` if they are all zero;
     /// remembered in the page until a writer forgets it (see [`Page`]).
-    fn page_digest(&self, page: &Page) -> Option<u64> {
+    fn page_digest(&self, key: u64, page: &Page) -> Option<u64> {
         // (under the read lock if the page is open: no writer forgets the part meanwhile)
-        let bytes = self.view(page);
+        let bytes = self.view(key, page);
         if let Some(known) = DigestMemo::recall(&page.memo) {
             return known;
         }
@@ -1251,9 +1283,10 @@ impl Fabric {
 
     /// The page of a clone: the same bytes if `page` is closed (copy-on-write), a copy
     /// of them if it is open (an open page holds the only `Arc` of its bytes); closed.
-    fn page_for_clone(&self, page: &Page) -> Page {
-        // (under the read lock if the page is open: its bytes, extent and memo agree)
-        let bytes = self.view(page);
+    fn page_for_clone(&self, key: u64, page: &Page) -> Page {
+        // (under the read lock if the page is open or not `unlocked`: its bytes, extent
+        // and memo agree, and `write_beside` finds the clone's `Arc` if it comes after)
+        let bytes = self.view(key, page);
         let (memo, extent) = (page.memo.load(Ordering::Relaxed), page.extent());
         match page.is_open(self.epoch) {
             true => Page::holding(PageBytes::copied(bytes.page(), extent), memo, extent),
@@ -1270,10 +1303,11 @@ impl Clone for Fabric {
     fn clone(&self) -> Fabric {
         Fabric {
             map: self.map,
-            pages: self.pages.map(|p| self.page_for_clone(p)),
+            pages: self.pages.map(|key, p| self.page_for_clone(key, p)),
             epoch: self.epoch,
             open_reads: AtomicU64::new(0),
             open: OpenKeys::default(),
+            lent: None,
             watch: None,
         }
     }
@@ -1474,17 +1508,19 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         slot.1
     }
 
-    /// The bytes of page `key` if it is closed (read without a lock, see
-    /// [`Fabric::view`]; zeros for a page with no storage), `None` if it is open.
+    /// The bytes of page `key` if it is closed and [`Fabric::unlocked`] (read without a
+    /// lock; zeros for a page with no storage), else `None`.
     #[inline(always)]
     fn closed(&mut self, key: u64) -> Option<&'a [u8]> {
-        let epoch = self.fabric.epoch;
+        let fabric = self.fabric;
         match self.page(key) {
             None => Some(&ZERO_PAGE[..]),
-            // SAFETY: a closed page gets no `PageMut` and stays closed, with its storage,
-            // for as long as `fabric` is borrowed, and clones sharing the bytes do not
-            // write them (as in `Fabric::engine_view`).
-            Some(page) if !page.is_open(epoch) => Some(unsafe { page.bytes.slice().as_ref() }),
+            // SAFETY: as in `Fabric::engine_view`: no `PageMut` of the page exists for as
+            // long as `fabric` is borrowed, and clones sharing the bytes do not write
+            // them.
+            Some(page) if !page.is_open(fabric.epoch) && fabric.unlocked(key) => {
+                Some(unsafe { page.bytes.slice().as_ref() })
+            }
             Some(_) => None,
         }
     }
@@ -1558,7 +1594,7 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         // deadlock; only pages that would block go through the ordered path below
         // (which otherwise releases the held destination page for every source page
         // below it: a random row gather would relock both pages per descriptor).
-        self.src.try_lock(|p| fabric.try_view(p));
+        self.src.try_lock(|p| fabric.try_view(sk, p));
         self.dst.try_lock(|p| p.try_write(epoch));
         let Some(first) = [self.src.pending(), self.dst.pending()]
             .into_iter()
@@ -1570,11 +1606,11 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         self.src.release_unless_below(first);
         self.dst.release_unless_below(first);
         if sk < dk {
-            self.src.lock(|p| Some(fabric.engine_view(p)));
+            self.src.lock(|p| Some(fabric.engine_view(sk, p)));
             self.dst.lock(|p| p.write(epoch));
         } else {
             self.dst.lock(|p| p.write(epoch));
-            self.src.lock(|p| Some(fabric.engine_view(p)));
+            self.src.lock(|p| Some(fabric.engine_view(sk, p)));
         }
     }
 
@@ -1673,9 +1709,6 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         self.write(FabricAddr(d), acc)
     }
 }
-
-/// Most bytes of one piece of a write beside a replay ([`Fabric::page_pieces`]).
-pub(crate) const PIECE_BYTES: usize = 16 << 10;
 
 /// Most bytes of one operation [`PageLocks::prefetch`] hints at (a longer one is a stream
 /// the hardware prefetcher follows once started).
@@ -2123,29 +2156,6 @@ mod tests {
             .unwrap_err();
         assert_eq!(e, Error::Unmapped { addr: cap });
         assert_eq!(f.allocated_bytes(), 2 * P);
-    }
-
-    #[test]
-    fn page_pieces_cover_a_range_in_order_each_inside_a_page_and_short() {
-        for (at, len) in [
-            (0, 1),
-            (P - 3, 7),
-            (5, 3 * P),
-            (P + 100, 20_000),
-            (0, 2 * P),
-        ] {
-            let pieces: Vec<(usize, usize)> = Fabric::page_pieces(FabricAddr(at), len).collect();
-            let mut next = 0;
-            for &(off, n) in &pieces {
-                assert_eq!(off, next, "{at} {len}: pieces in order, no gap");
-                assert!((1..=PIECE_BYTES).contains(&n));
-                let first = (at + off as u64) / P;
-                assert_eq!(first, (at + (off + n) as u64 - 1) / P, "inside one page");
-                next = off + n;
-            }
-            assert_eq!(next as u64, len);
-        }
-        assert_eq!(Fabric::page_pieces(FabricAddr(0), 2 * P).count(), 8);
     }
 
     /// The keys of the open pages among `0..n`.
@@ -2612,10 +2622,10 @@ mod tests {
     fn a_write_beside_a_replay_is_seen_by_clones_comparisons_and_digests() {
         let mut f = fab();
         f.write(FabricAddr(P + 8), &[1; 8]).unwrap();
-        let keys = f.page_keys(FabricAddr(P + 4000), 4).unwrap();
-        assert!(f.closed_with_storage(keys));
-        // SAFETY: no other thread has the fabric.
-        unsafe { f.write_closed_piece(FabricAddr(P + 4000), &[7; 4]) };
+        assert_eq!(
+            f.lend(None).write_beside(FabricAddr(P + 4000), &[7; 4]),
+            Ok(true)
+        );
         let mut g = fab();
         g.write(FabricAddr(P + 8), &[1; 8]).unwrap();
         assert_eq!(f.first_difference(&g), Some(FabricAddr(P + 4000)));
@@ -2644,17 +2654,75 @@ mod tests {
         }
     }
 
+    /// What a write beside a replay may write: only while lent, only closed pages with
+    /// storage of their own that the replay does not read, all of the range or nothing.
     #[test]
-    fn a_page_shared_with_a_clone_is_not_written_beside_a_replay() {
+    fn a_write_beside_a_replay_writes_only_closed_unshared_pages_the_replay_does_not_read() {
         let mut f = fab();
         f.write(FabricAddr(0), &[1; 8]).unwrap();
-        let keys = f.page_keys(FabricAddr(0), 8).unwrap();
-        assert!(f.closed_with_storage(keys.clone()));
+        f.write(FabricAddr(2 * P), &[1; 8]).unwrap();
+        let two = [2u8; 8];
+        assert_eq!(
+            f.write_beside(FabricAddr(2 * P), &two),
+            Ok(false),
+            "not lent"
+        );
         let g = f.clone();
-        assert!(!f.closed_with_storage(keys.clone()));
-        assert!(!g.closed_with_storage(keys.clone()));
+        let shared = f.lend(None).write_beside(FabricAddr(0), &two);
+        assert_eq!(shared, Ok(false), "shared with a clone");
         drop(g);
-        assert!(f.closed_with_storage(keys));
+        let lent = f.lend(Some((0, 0)));
+        assert_eq!(lent.write_beside(FabricAddr(0), &two), Ok(false), "read");
+        assert_eq!(
+            lent.write_beside(FabricAddr(P), &two),
+            Ok(false),
+            "no storage"
+        );
+        let across = lent.write_beside(FabricAddr(2 * P - 4), &two);
+        assert_eq!(across, Ok(false), "one page of two has no storage");
+        assert_eq!(lent.write_beside(FabricAddr(2 * P), &two), Ok(true));
+        let off = lent.write_beside(FabricAddr(u64::MAX - 4), &two);
+        assert!(matches!(off, Err(Error::AddressOverflow { .. })), "{off:?}");
+        drop(lent);
+        f.reserve(FabricAddr(2 * P), 1).unwrap();
+        let open = f.lend(None).write_beside(FabricAddr(2 * P), &[3; 8]);
+        assert_eq!(open, Ok(false), "open");
+        f.close_pages();
+        assert_eq!(bytes(&f, 0, 8), [1; 8]);
+        assert_eq!(bytes(&f, 2 * P - 4, 4), [0; 4]);
+        assert_eq!(bytes(&f, 2 * P, 8), two);
+        f.assert_zero_outside_extents();
+    }
+
+    /// Writes beside a replay race with readers and clones on other threads of pages the
+    /// replay does not read: each read sees a write whole or not at all (under Miri, no
+    /// data race).
+    #[test]
+    fn writes_beside_a_replay_and_reads_on_other_threads_see_whole_writes() {
+        let mut f = fab();
+        f.write(FabricAddr(0), &[9; 64]).unwrap();
+        f.write(FabricAddr(P), &[0; 64]).unwrap();
+        let rounds = if cfg!(miri) { 4 } else { 200 };
+        let lent = f.lend(Some((0, 0)));
+        let fabric: &Fabric = &lent;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..rounds {
+                    let seen = bytes(fabric, P, 64);
+                    assert!(seen.iter().all(|&b| b == seen[0]), "{seen:?}");
+                    let copy = fabric.clone();
+                    assert_eq!(bytes(&copy, 0, 4), [9; 4]);
+                }
+            });
+            for r in 0..rounds {
+                // refused only while the reader's clone shares the page
+                let _ = fabric.write_beside(FabricAddr(P), &[r as u8; 64]);
+                let mut locks = fabric.page_locks();
+                let mut buf = [0u8; 4];
+                locks.read(FabricAddr(0), &mut buf).unwrap();
+                assert_eq!(buf, [9; 4]);
+            }
+        });
     }
 
     /// Page bytes are reused from dropped fabrics (see `SparePages`): a new page reads

@@ -138,14 +138,19 @@ impl<P> PageTable<P> {
             })
     }
 
-    /// The same keys with each page mapped by `f`.
-    pub(crate) fn map<Q>(&self, mut f: impl FnMut(&P) -> Q) -> PageTable<Q> {
+    /// The same keys with each page mapped by `f` (given its key).
+    pub(crate) fn map<Q>(&self, mut f: impl FnMut(u64, &P) -> Q) -> PageTable<Q> {
         let dir = self
             .dir
             .iter()
-            .map(|leaf| {
+            .enumerate()
+            .map(|(d, leaf)| {
+                let slot = |(j, p): (usize, &Option<P>)| {
+                    let key = self.key((d << LEAF_SHIFT) + j);
+                    p.as_ref().map(|p| f(key, p))
+                };
                 leaf.as_deref()
-                    .map(|l| l.iter().map(|p| p.as_ref().map(&mut f)).collect())
+                    .map(|l| l.iter().enumerate().map(slot).collect())
             })
             .collect();
         PageTable {
@@ -212,9 +217,11 @@ mod tests {
                 prop_assert_eq!(table.get(*key), reference.get(key));
                 prop_assert_eq!(table.get(*key).is_some(), reference.contains_key(key));
             }
-            let doubled = table.map(|v| v * 2);
-            let listed: Vec<(u64, usize)> = doubled.iter().map(|(k, &v)| (k, v)).collect();
-            let expected: Vec<(u64, usize)> = reference.iter().map(|(&k, &v)| (k, 2 * v)).collect();
+            // each page mapped with its own key
+            let doubled = table.map(|k, v| (k, v * 2));
+            let listed: Vec<(u64, (u64, usize))> = doubled.iter().map(|(k, &v)| (k, v)).collect();
+            let expected: Vec<(u64, (u64, usize))> =
+                reference.iter().map(|(&k, &v)| (k, (k, 2 * v))).collect();
             prop_assert_eq!(listed, expected);
         }
     }

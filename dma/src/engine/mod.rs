@@ -227,7 +227,7 @@ impl Engine {
     pub fn new(config: EngineConfig) -> Result<Engine, Error> {
         config.check()?;
         let pool = pool::ThreadPool::new(config.workers - 1).map_err(|e| Error::EngineRuntime {
-            message: e.to_string(),
+            message: format!("cannot start the engine's thread pool: {e}"),
         })?;
         Ok(Engine {
             config,
@@ -457,7 +457,7 @@ impl Engine {
         // caller while the thread pool starts, or alone before it. A streamed source runs window
         // by window (see the `session` module), work beside after it.
         let inline = self.inline(&plan.timeline);
-        let reads = plan.footprint.read_pages();
+        let fabric = fabric.lend(plan.footprint.read_pages());
         let (execution, other) = match source.in_memory() {
             Some(queues) => {
                 let schedule = match (self.page_buckets(queues, plan, inline), buckets) {
@@ -465,14 +465,14 @@ impl Engine {
                     (Some(grouped), None) => Schedule::page_buckets(queues, grouped, &self.buckets),
                     (None, _) => Schedule::segments(queues)?,
                 };
-                let beside = |f: &Fabric| beside(&mut Beside::new(f, reads));
-                let (stats, _, other) = self.execute_schedule(fabric, &schedule, inline, beside);
+                let beside = |f: &Fabric| beside(&mut Beside::new(f));
+                let (stats, _, other) = self.execute_schedule(&fabric, &schedule, inline, beside);
                 self.buckets.keep(schedule);
                 (stats?, other)
             }
             None => {
-                let stats = session::run_source(self, fabric, source)?;
-                (stats, beside(&mut Beside::new(fabric, reads)))
+                let stats = session::run_source(self, &fabric, source)?;
+                (stats, beside(&mut Beside::new(&fabric)))
             }
         };
         let timeline = plan.timeline.clone();
@@ -617,52 +617,31 @@ impl Validated {
 #[derive(Debug)]
 pub struct Beside<'f> {
     fabric: &'f Fabric,
-    /// The pages (lowest and highest key) the replay reads from, if it reads any.
-    reads: Option<(u64, u64)>,
     /// [`Fabric::open_reads`] when the work began.
     open_reads: u64,
 }
 
 impl<'f> Beside<'f> {
-    pub(crate) fn new(fabric: &'f Fabric, reads: Option<(u64, u64)>) -> Beside<'f> {
+    pub(crate) fn new(fabric: &'f Fabric) -> Beside<'f> {
         Beside {
             fabric,
-            reads,
             open_reads: fabric.open_reads(),
         }
     }
 
-    /// The fabric, to read (see [`Beside::read_the_replay`]). Borrowed from the
-    /// `Beside`, so that nothing read through it is alive across a [`Beside::write`].
-    /// Its shared write forms ([`Fabric::write_reserved`] and the like) reach only the
-    /// replay's pages, and writing those beside the replay races with it: do not.
+    /// The fabric, to read (see [`Beside::read_the_replay`]). Its shared write forms
+    /// ([`Fabric::write_reserved`] and the like) reach only the replay's pages, and
+    /// writing those beside the replay races with it: do not.
     pub fn fabric(&self) -> &Fabric {
         self.fabric
     }
 
     /// Writes `buf` at `addr` if no page of the range is one the replay reads from (between
-    /// the lowest and the highest) or writes, and every page of it has storage: `Ok(true)`.
-    /// Else nothing is written and `Ok(false)`: write it once the replay is done. A range
-    /// off the fabric is an error, as for [`Fabric::write`].
+    /// the lowest and the highest) or writes, and every page of it has storage of its own:
+    /// `Ok(true)`. Else nothing is written and `Ok(false)`: write it once the replay is
+    /// done. A range off the fabric is an error, as for [`Fabric::write`].
     pub fn write(&mut self, addr: FabricAddr, buf: &[u8]) -> Result<bool, Error> {
-        let keys = self.fabric.page_keys(addr, buf.len() as u64)?;
-        let read = self
-            .reads
-            .is_some_and(|(lo, hi)| keys.start <= hi && lo < keys.end);
-        if read || !self.fabric.closed_with_storage(keys) {
-            return Ok(false);
-        }
-        for (off, len) in Fabric::page_pieces(addr, buf.len() as u64) {
-            let piece = FabricAddr(addr.0 + off as u64);
-            // SAFETY: the replay's threads reach only the pages of the ranges its
-            // validated descriptors read, all inside `reads`, and those it writes, which
-            // are its reserved (open) pages, refused just above; nothing else touches the
-            // fabric while `beside` runs (the caller lent it to the engine), and `&mut
-            // self` ends every borrow taken through `Beside::fabric` (no `PageRef` or
-            // `PageLocks` of this fabric outlives it, on this thread or another).
-            unsafe { self.fabric.write_closed_piece(piece, &buf[off..off + len]) };
-        }
-        Ok(true)
+        self.fabric.write_beside(addr, buf)
     }
 
     /// Whether the work so far read a page the replay writes (through the fabric's read
