@@ -17,7 +17,11 @@
 //!   repeats;
 //! - `scalar_offset` tiles in SBUF or HBM, i32 or (on an HBM side) i64, with values in
 //!   range and just out of it, i32's and i64's extremes and values past 32 bits;
-//! - every compute op, `oob` error or skip, `unique_indices` true or false.
+//! - every compute op, `oob` error or skip, `unique_indices` true or false;
+//! - now and then an N-D `dma_gather_transpose` ([`crate::nki::dma_gather_transpose_nd`]:
+//!   3-D axes (2, 1, 0) or 4-D (3, 1, 2, 0), 2-byte elements, a `[1, I]` or `(I, 1)`
+//!   index tile with indices around the row count, the destination in HBM or SBUF), as
+//!   the access-pattern DMAs it lowers to (label `gather_transpose_nd`).
 //!
 //! A candidate is checked by `dma_copy_ap` before anything is allocated: a refused one is
 //! not generated (a fragment tries a few candidates).
@@ -27,7 +31,10 @@ use smallvec::SmallVec;
 
 use crate::fuzz::case::{Builder, Case};
 use crate::fuzz::rng::Rng;
-use crate::nki::{dma_copy_ap, ApDim, ApDma, ApOptions, ApSide, ApTensor, OobMode};
+use crate::nki::{
+    dma_copy_ap, dma_gather_transpose_nd, ApDim, ApDma, ApOptions, ApSide, ApTensor, OobMode,
+    Transpose,
+};
 
 /// The most elements a walk visits (but for the rare long index vector).
 const MAX_WALK: u64 = 2048;
@@ -54,6 +61,9 @@ pub fn case(mut rng: Rng, generation: Option<Generation>) -> Case {
 /// One access-pattern DMA, its tensors allocated and written (`None`: no candidate was
 /// valid, or it did not fit).
 pub fn fragment(b: &mut Builder) -> Option<()> {
+    if b.rng.chance(15) {
+        return transpose_fragment(b);
+    }
     for _ in 0..ATTEMPTS {
         let mut names = Names(b.tensor_count());
         if let Some(dma) = candidate(&mut b.rng, &mut names) {
@@ -61,6 +71,57 @@ pub fn fragment(b: &mut Builder) -> Option<()> {
         }
     }
     None
+}
+
+/// An N-D `dma_gather_transpose` (module docs): `src` `[N, m.., K]` in HBM gathered by
+/// `I` indices into `dst` `[K, m.., I]`, checked before anything is allocated (a
+/// refused one, on sunda, is not generated).
+fn transpose_fragment(b: &mut Builder) -> Option<()> {
+    let rng = &mut b.rng;
+    let (n, k, i) = (rng.range(1, 8), rng.range(1, 8), rng.range(1, 16));
+    let (axes, middle): (&[u32], Vec<u64>) = match rng.chance(50) {
+        true => (&[2, 1, 0], vec![rng.range(1, 4).into()]),
+        false => {
+            let m = rng.range(1, 4).into();
+            (&[3, 1, 2, 0], rng.pick(&[[m, 1], [1, m]]).to_vec())
+        }
+    };
+    let dtype = rng.pick(&[Dtype::Bf16, Dtype::F16, Dtype::U16, Dtype::I16]);
+    let oob = rng.pick(&[OobMode::Error, OobMode::Skip]);
+    let index_shape = rng.pick(&[[1, u64::from(i)], [u64::from(i), 1]]).to_vec();
+    let dst_space = rng.pick(&[Space::Hbm, Space::Sbuf]);
+    let shape = |first: u32, last: u32| {
+        let mut s = vec![u64::from(first)];
+        s.extend(&middle);
+        s.push(last.into());
+        s
+    };
+    let mut names = Names(b.tensor_count());
+    let src = unplaced(names.next(), Space::Hbm, shape(n, k), dtype);
+    let index = unplaced(names.next(), Space::Sbuf, index_shape, Dtype::U32);
+    let dst = unplaced(names.next(), dst_space, shape(k, i), dtype);
+    let generation = b.generation();
+    let lower = |src: &ApTensor, index: &ApTensor, dst: &ApTensor| {
+        let t = Transpose {
+            axes,
+            src,
+            index,
+            dst,
+        };
+        dma_gather_transpose_nd(generation, t, oob).ok()
+    };
+    lower(&src, &index, &dst)?;
+    let mut placed = Vec::new();
+    let values = index_values(&mut b.rng, i, n.into());
+    let src_at = place_one(b, &mut placed, &src, data)?;
+    let index_at = place_one(b, &mut placed, &index, |b, t| index_tile_at(b, t, &values))?;
+    let dst_at = place_one(b, &mut placed, &dst, data)?;
+    let at = |t: ApTensor, start| ApTensor { start, ..t };
+    let (src, index, dst) = (at(src, src_at), at(index, index_at), at(dst, dst_at));
+    for dma in lower(&src, &index, &dst)?.ap_dmas {
+        b.push_ap("gather_transpose_nd", dma);
+    }
+    Some(())
 }
 
 /// Fresh tensor names, `t<k>`, unique in the case.

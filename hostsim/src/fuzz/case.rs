@@ -258,20 +258,22 @@ impl Builder {
         self.write(at, bytes)
     }
 
-    /// Random bytes (edge values of `dtype` mixed in) at `offset` of partitions
-    /// `p .. p + n`, `elems` elements each.
+    /// `bytes` random bytes at `offset` of partitions `p .. p + n`: the edge values of a
+    /// random POOL dtype mixed in (the last element cut at `bytes`).
     pub fn data_rows(
         &mut self,
         space: Space,
         p: u32,
         n: u32,
         offset: u32,
-        elems: u32,
+        bytes: u32,
     ) -> Option<()> {
         let dtype = self.rng.pool_dtype();
         for q in p..p.checked_add(n)? {
-            let bytes = self.rng.edge_data(dtype, elems as usize);
-            self.write_at(space, q, offset, &bytes)?;
+            let elems = (bytes as usize).div_ceil(dtype.size());
+            let mut data = self.rng.edge_data(dtype, elems);
+            data.truncate(bytes as usize);
+            self.write_at(space, q, offset, &data)?;
         }
         Some(())
     }

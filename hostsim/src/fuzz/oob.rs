@@ -47,7 +47,7 @@ use crate::isa::{
 const LIMIT: u32 = 4096;
 
 /// Every op label a case carries, in order.
-pub const LABELS: [&str; 11] = [
+pub const LABELS: [&str; 12] = [
     "dma_copy_ap",
     "dma_indirect",
     "dma_indirect_shaped",
@@ -55,6 +55,7 @@ pub const LABELS: [&str; 11] = [
     "embedding_update",
     "gather",
     "gather_transpose",
+    "gather_transpose_nd",
     "indirect_copy",
     "invalid",
     "pool_buffer_load",
@@ -106,13 +107,7 @@ fn gather_fragment(b: &mut Builder) -> Option<()> {
     let step: i16 = b.rng.pick(&[1, 1, 1, 2, -1]);
     let bytes = len * step.unsigned_abs() as u32 * size;
     let off = b.sbuf(bytes)?;
-    b.data_rows(
-        Space::Sbuf,
-        partition,
-        channels,
-        off,
-        len * step.unsigned_abs() as u32,
-    )?;
+    b.data_rows(Space::Sbuf, partition, channels, off, bytes)?;
     // A negative step starts at the last element and walks down.
     let first = if step < 0 {
         off + (len - 1) * size
@@ -127,7 +122,7 @@ fn gather_fragment(b: &mut Builder) -> Option<()> {
     let load = PoolBufferLoad::new(src, dtype, channels as u8).with_start_index(start);
     if !b.rng.chance(5) {
         b.push("pool_buffer_load", load);
-        if b.rng.chance(20) {
+        if b.rng.chance(30) {
             overwrite_window(b, src.start_addr(), dtype)?;
         }
     }
@@ -482,7 +477,7 @@ fn indirect_copy_fragment(b: &mut Builder) -> Option<()> {
         false => p_data,
     });
     let data_off = b.sbuf(f * size)?;
-    b.data_rows(Space::Sbuf, p_data, ch, data_off, f)?;
+    b.data_rows(Space::Sbuf, p_data, ch, data_off, f * size)?;
     let idx_off = b.sbuf(k * 2)?;
     for q in p_idx..p_idx + ch {
         let ids = b
@@ -649,6 +644,20 @@ mod tests {
             seen.extend(case(Rng::new(seed), None).labels);
         }
         assert_eq!(seen.into_iter().collect::<Vec<_>>(), LABELS);
+    }
+
+    /// A reproducer declares each region as a tensor, and tensors may not overlap: no
+    /// fragment writes past what it allocated.
+    #[test]
+    fn the_regions_a_case_writes_never_overlap() {
+        for seed in 0..300 {
+            let mut regions = case(Rng::new(seed), None).regions;
+            regions.sort_unstable();
+            for pair in regions.windows(2) {
+                let [(a, len), (b, _)] = [pair[0], pair[1]];
+                assert!(a.0 + len <= b.0, "seed {seed}: {pair:x?}");
+            }
+        }
     }
 
     #[test]
