@@ -9,8 +9,9 @@
 //!   [`Session`].
 //! - [`Engine::validate`] then [`Engine::run_beside`]: a replay validated ahead, with other
 //!   work done on the caller meanwhile ([`Beside`]).
-//! - [`Engine::replay_async`] and [`Engine::replay_file_async`]: the async face, futures
-//!   that run the synchronous replay on tokio's blocking pool.
+//! - [`Engine::replay_async`], [`Engine::replay_file_async`] and
+//!   [`Engine::stream_async`]: the async face, futures that run the synchronous replay
+//!   on tokio's blocking pool.
 //! - [`execute_sequential`]: the plain reference the tests compare against.
 //!
 //! Every replay returns a [`ReplayReport`]: a [`ReplaySummary`] that follows from the
@@ -63,7 +64,7 @@ use crate::FabricAddr;
 
 pub use report::{ExecutionStats, QueueReport, ReplayReport, ReplaySummary};
 pub use sequential::execute_sequential;
-pub use session::Session;
+pub use session::{Pusher, Session};
 
 use schedule::Schedule;
 use source::{FileSource, QueueSource, Slices};
@@ -566,6 +567,56 @@ impl Engine {
             };
             joined(tokio::task::spawn_blocking(replay).await)
         }
+    }
+
+    /// [`Engine::stream`] fed from async code: the session runs on tokio's blocking pool,
+    /// taking what is pushed through the returned [`Pusher`] (and its clones) as
+    /// [`Session::push`] would, its channel holding [`EngineConfig::channel_depth`]
+    /// pushes. The future ends once every pusher is dropped and every accepted descriptor
+    /// has run, with the fabric and [`Engine::stream`]'s result. Drive the future (spawn
+    /// it, or join it with the producer) while pushing: nothing is taken until it is
+    /// polled, inside a tokio runtime.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use dma::{Descriptor, Dtype, Engine, EngineConfig, Fabric, FabricAddr, Generation};
+    /// let engine = Arc::new(Engine::new(EngineConfig::default())?);
+    /// let rt = tokio::runtime::Runtime::new()?;
+    /// let out = FabricAddr(0x1000);
+    /// let (fabric, report) = rt.block_on(async {
+    ///     let (pusher, run) = engine.stream_async(Fabric::new(Generation::Cayman), 1, vec![(out, 64)]);
+    ///     let run = tokio::spawn(run);
+    ///     pusher.push(0, vec![Descriptor::fill(out, 64, Dtype::U8, 7)?]).await?;
+    ///     drop(pusher); // the session ends once every pusher is gone
+    ///     Ok::<_, dma::Error>(run.await.expect("the session ran"))
+    /// })?;
+    /// assert_eq!(report?.summary.descriptors, 1);
+    /// assert_eq!(fabric.read_obj::<[u8; 4]>(out)?, [7; 4]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stream_async(
+        self: &Arc<Self>,
+        mut fabric: Fabric,
+        queues: usize,
+        destinations: Vec<(FabricAddr, u64)>,
+    ) -> (
+        Pusher,
+        impl Future<Output = (Fabric, Result<ReplayReport, Error>)> + Send + 'static,
+    ) {
+        let (pusher, pushes) = Pusher::channel(self.config.channel_depth);
+        let engine = Arc::clone(self);
+        let run = async move {
+            let stream = move || {
+                let serve = |s: &mut Session<'_>| {
+                    session::serve(s, pushes);
+                    Ok(())
+                };
+                let result = engine.stream(&mut fabric, queues, &destinations, serve);
+                (fabric, result)
+            };
+            joined(tokio::task::spawn_blocking(stream).await)
+        };
+        (pusher, run)
     }
 }
 

@@ -1,10 +1,13 @@
 //! Streamed replays: descriptors that arrive while the replay runs, from a producer pushing
 //! them into a [`Session`] ([`super::Engine::stream`]) or read from a queue file
 //! ([`super::Engine::replay_file`]), held per queue and run window by window, each window
-//! a schedule of queue segments run by the executor.
+//! a schedule of queue segments run by the executor. [`Pusher`] feeds a session from
+//! async code ([`super::Engine::stream_async`]).
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
 
 use crate::descriptor::{Descriptor, SemaphoreLedger};
 use crate::error::Error;
@@ -118,6 +121,60 @@ impl Session<'_> {
     fn abort(&mut self, e: Error) {
         self.pending.queues.iter_mut().for_each(Vec::clear);
         self.aborted = Some(e);
+    }
+}
+
+/// The async producer's end of a session ([`super::Engine::stream_async`]): each push
+/// is checked and held by [`Session::push`] on the session's thread, and its result comes
+/// back to the await. Clones push into the same session; the session ends once every
+/// clone is dropped.
+#[derive(Clone, Debug)]
+pub struct Pusher {
+    pushes: mpsc::Sender<Push>,
+}
+
+/// One push in flight to the session, with where its result goes.
+#[derive(Debug)]
+pub(crate) struct Push {
+    queue: usize,
+    descriptors: Vec<Descriptor>,
+    result: oneshot::Sender<Result<(), Error>>,
+}
+
+impl Pusher {
+    /// A pusher and the session's end of its channel, which holds `depth` pushes.
+    pub(crate) fn channel(depth: usize) -> (Pusher, mpsc::Receiver<Push>) {
+        let (pushes, received) = mpsc::channel(depth);
+        (Pusher { pushes }, received)
+    }
+
+    /// [`Session::push`] of `descriptors` to `queue`: its result once the session has
+    /// checked and held them. Waits while the session is behind by the channel's depth
+    /// (back-pressure). [`Error::EngineAborted`] if the session has ended (it failed to
+    /// start, or its future was dropped before it ran).
+    pub async fn push(&self, queue: usize, descriptors: Vec<Descriptor>) -> Result<(), Error> {
+        let (result, answer) = oneshot::channel();
+        let push = Push {
+            queue,
+            descriptors,
+            result,
+        };
+        let ended = || Error::EngineAborted {
+            queue,
+            reason: "the session has ended".into(),
+        };
+        self.pushes.send(push).await.map_err(|_| ended())?;
+        answer.await.unwrap_or_else(|_| Err(ended()))
+    }
+}
+
+/// Pushes what arrives on `pushes` into `session` until every [`Pusher`] is dropped (the
+/// producer of [`super::Engine::stream_async`], on a blocking thread).
+pub(crate) fn serve(session: &mut Session<'_>, mut pushes: mpsc::Receiver<Push>) {
+    while let Some(push) = pushes.blocking_recv() {
+        let result = session.push(push.queue, &push.descriptors);
+        // (a pusher that stopped waiting for the result is not an error)
+        let _ = push.result.send(result);
     }
 }
 
@@ -502,6 +559,71 @@ mod tests {
             assert!(report.deterministic_eq(&whole));
             assert!(report.execution.units >= 10 * 4);
         }
+    }
+
+    /// An async producer, pushing through clones of its [`Pusher`] while the session's
+    /// future runs on a spawned task, gives the memory and report of the sync session;
+    /// a bad push comes back to its await, and the session goes on.
+    #[test]
+    fn an_async_producer_streams_like_the_sync_one() {
+        let instrs = instructions();
+        let push_all = |s: &mut Session<'_>| {
+            assert!(s.push(1, &[fill(OUT - 8, 16, 3)]).is_err());
+            for (q, d) in instrs.iter().flatten() {
+                s.push(*q, &[*d])?;
+            }
+            Ok(())
+        };
+        let declared = vec![(FabricAddr(OUT), OUT_LEN)];
+        for threads in [0, 2] {
+            let e = std::sync::Arc::new(engine(threads.max(1)));
+            let mut want = fabric();
+            let sync = e.stream(&mut want, 4, &declared, push_all).unwrap();
+            let rt = match threads {
+                0 => tokio::runtime::Builder::new_current_thread().build(),
+                n => tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(n)
+                    .build(),
+            }
+            .unwrap();
+            let (f, got, bad) = rt.block_on(async {
+                let (pusher, run) = e.stream_async(fabric(), 4, declared.clone());
+                let run = tokio::spawn(run);
+                let bad = pusher.push(1, vec![fill(OUT - 8, 16, 3)]).await;
+                let other = pusher.clone();
+                for (q, d) in instrs.iter().flatten() {
+                    let p = if q % 2 == 0 { &pusher } else { &other };
+                    p.push(*q, vec![*d]).await.unwrap();
+                }
+                drop((pusher, other));
+                let (f, got) = run.await.unwrap();
+                (f, got, bad)
+            });
+            let got = got.unwrap();
+            assert_eq!(f.first_difference(&want), None, "{threads} threads");
+            assert_eq!(got.summary.failed, 1);
+            assert_eq!(got.summary, sync.summary);
+            let Err(Error::ReplayDescriptor { what, .. }) = bad else {
+                panic!("{bad:?}")
+            };
+            assert_eq!(what, "destination range");
+        }
+        // a session that cannot start ends: the push says so
+        let e = std::sync::Arc::new(engine(1));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (f, got, pushed) = rt.block_on(async {
+            let (pusher, run) = e.stream_async(fabric(), 9, declared.clone());
+            let (ran, pushed) = tokio::join!(run, pusher.push(0, vec![fill(OUT, 8, 1)]));
+            (ran.0, ran.1, pushed)
+        });
+        assert_eq!(got.unwrap_err(), Error::QueueCount { count: 9, max: 4 });
+        assert!(
+            matches!(pushed, Err(Error::EngineAborted { .. })),
+            "{pushed:?}"
+        );
+        assert_eq!(f.first_difference(&fabric()), None);
     }
 
     #[test]
