@@ -147,7 +147,8 @@ pub struct EngineConfig {
     /// Descriptors a streamed replay reads at once, `1..=8192` ([`MAX_BATCH`]).
     pub batch: usize,
     /// Batches per queue a streamed replay holds before it runs them, `1..=1024`: a
-    /// window of at most `channel_depth * batch` descriptors per queue.
+    /// window of at most `channel_depth * batch` descriptors per queue (a queue file's
+    /// next window is read while one runs).
     pub channel_depth: usize,
     /// The validating mode.
     pub race_check: RaceCheck,

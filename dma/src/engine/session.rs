@@ -111,7 +111,7 @@ impl Session<'_> {
     /// Runs everything held, unless the run has stopped.
     fn run_held(&mut self) {
         while self.aborted.is_none() && self.pending.held() > 0 {
-            if let Err(e) = self.pending.run(self.engine, self.fabric) {
+            if let Err(e) = self.pending.run(self.engine, self.fabric, || ()) {
                 self.abort(e);
             }
         }
@@ -219,9 +219,15 @@ impl Pending {
     }
 
     /// Runs the next window on `fabric` (its destinations reserved): what of each queue
-    /// can run now ([`Progress::runnable`]). Nothing runnable while something is held is
+    /// can run now ([`Progress::runnable`]), calling `beside` on the caller meanwhile
+    /// (see [`Engine::execute_schedule`]). Nothing runnable while something is held is
     /// [`Error::RunAborted`] (validation rules it out).
-    fn run(&mut self, engine: &Engine, fabric: &Fabric) -> Result<(), Error> {
+    fn run<R>(
+        &mut self,
+        engine: &Engine,
+        fabric: &Fabric,
+        beside: impl FnOnce() -> R,
+    ) -> Result<R, Error> {
         let cut = self.progress.runnable(&self.queues);
         let ready = || {
             self.queues
@@ -236,7 +242,7 @@ impl Pending {
         let bytes = ready().flatten().map(|d| u64::from(d.len())).sum();
         let inline = engine.config().inline.admits(descriptors, bytes);
         let schedule = Schedule::window(ready(), &self.progress)?;
-        let (stats, ran, ()) = engine.execute_schedule(fabric, &schedule, inline, |_| ());
+        let (stats, ran, other) = engine.execute_schedule(fabric, &schedule, inline, |_| beside());
         self.executed += ran;
         self.units += schedule.units().len() as u64;
         self.workers = self.workers.max(stats.as_ref().map_or(1, |s| s.workers));
@@ -245,7 +251,7 @@ impl Pending {
         for (list, n) in self.queues.iter_mut().zip(cut) {
             list.drain(..n);
         }
-        Ok(())
+        Ok(other)
     }
 
     /// What was measured, over `wall`.
@@ -260,34 +266,67 @@ impl Pending {
     }
 }
 
-/// Runs a validated `source` on `fabric` (its destinations reserved) window by window:
-/// each queue's next [`super::EngineConfig::batch`] times
-/// [`super::EngineConfig::channel_depth`] descriptors at most, read in batches.
+/// Runs a validated `source` on `fabric` (its destinations reserved) window by window,
+/// reading each queue's next [`super::EngineConfig::batch`] times
+/// [`super::EngineConfig::channel_depth`] descriptors at most, in batches, while the
+/// window before runs (so at most twice that is held per queue). A read that fails stops
+/// the replay once the window running meanwhile is done.
 pub(crate) fn run_source<S: QueueSource>(
     engine: &Engine,
     fabric: &Fabric,
     source: &mut S,
 ) -> Result<ExecutionStats, Error> {
     let started = Instant::now();
-    let config = engine.config();
-    let hold = config.batch.saturating_mul(config.channel_depth);
     let mut pending = Pending::new(source.queues());
-    let mut ended = vec![false; source.queues()];
-    loop {
-        for (queue, list) in pending.queues.iter_mut().enumerate() {
-            while list.len() < hold && ended.get(queue) == Some(&false) {
-                let batch = source.next(queue, config.batch.min(hold - list.len()))?;
+    let mut reader = WindowReader::new(engine.config(), source.queues());
+    reader.read(source, &mut pending.queues)?;
+    let mut ahead = vec![Vec::new(); source.queues()];
+    while pending.held() > 0 {
+        let window = pending.held();
+        let read = pending.run(engine, fabric, || reader.read(source, &mut ahead))?;
+        let next = ahead.iter().map(Vec::len).sum::<usize>();
+        pending.most = pending.most.max(window + next);
+        for (list, next) in pending.queues.iter_mut().zip(&mut ahead) {
+            list.append(next);
+        }
+        read?;
+    }
+    Ok(pending.stats(started.elapsed()))
+}
+
+/// Reads a streamed source's windows: up to a window's descriptors of each queue not yet
+/// done.
+struct WindowReader {
+    batch: usize,
+    window: usize,
+    ended: Vec<bool>,
+}
+
+impl WindowReader {
+    fn new(config: &super::EngineConfig, queues: usize) -> WindowReader {
+        WindowReader {
+            batch: config.batch,
+            window: config.batch.saturating_mul(config.channel_depth),
+            ended: vec![false; queues],
+        }
+    }
+
+    /// Appends each queue's next window to `into` (per queue), batch by batch.
+    fn read<S: QueueSource>(
+        &mut self,
+        source: &mut S,
+        into: &mut [Vec<Descriptor>],
+    ) -> Result<(), Error> {
+        for (queue, (list, ended)) in into.iter_mut().zip(&mut self.ended).enumerate() {
+            let mut read = 0;
+            while read < self.window && !*ended {
+                let batch = source.next(queue, self.batch.min(self.window - read))?;
                 list.extend_from_slice(batch);
-                if batch.is_empty() {
-                    ended[queue] = true;
-                }
+                read += batch.len();
+                *ended = batch.is_empty();
             }
         }
-        pending.most = pending.most.max(pending.held());
-        if pending.held() == 0 {
-            return Ok(pending.stats(started.elapsed()));
-        }
-        pending.run(engine, fabric)?;
+        Ok(())
     }
 }
 
