@@ -77,8 +77,8 @@ const CLOSED: u64 = 0;
 /// bytes may be non-zero and the page's part of the digest as last found.
 ///
 /// The bytes are reached only through a [`PageRef`] or [`PageMut`] (or `&mut Page`): a
-/// writer always holds the write lock of a page opened in the fabric's current epoch; a
-/// reader holds the read lock, or none when the page is closed in the current epoch
+/// writer always holds the write lock of a page opened in the fabric's current epoch (or
+/// of a closed one [`Fabric::write_beside`] writes); a reader holds the read lock, or none when the page is closed in the current epoch
 /// and [`Fabric::unlocked`] ([`Fabric::engine_view`]): then no writer can exist until
 /// the fabric is next borrowed mutably ([`Fabric::write_beside`], the one writer of
 /// closed pages, takes the write lock, and only of pages not `unlocked`).
@@ -91,10 +91,9 @@ struct Page {
     /// (Taken out as the page is dropped, to be kept spare: see [`SparePages`].)
     bytes: ManuallyDrop<Arc<PageBytes>>,
     opened: u64,
-    /// The page's part of the digest ([`DigestMemo`]): forgotten by every writer, as it
-    /// takes the write lock ([`PageMut::new`]) or writes a closed page
-    /// ([`Fabric::write_beside`] too); remembered by a reader holding the read lock or
-    /// reading a closed page.
+    /// The page's part of the digest ([`DigestMemo`]): forgotten by every writer as it
+    /// takes the write lock ([`PageMut::new`]); remembered by a reader holding the read
+    /// lock or reading a closed page.
     memo: AtomicU64,
     /// The [`Extent`] outside which every byte is zero ([`Extent::pack`]): widened by
     /// every write, before it, by the bytes it writes ([`PageMut::window`],
