@@ -2,7 +2,9 @@
 //! with the caller ([`super::executor::execute`]).
 //!
 //! [`ThreadPool::run`] hands its threads a job that borrows from the caller and returns
-//! only once every thread is done with it (the one `unsafe` block below, proven here).
+//! only once every thread is done with it: the job's lifetime is erased for the threads
+//! (the `unsafe` below), and the proof that none uses it after `run` returns is in
+//! `ThreadPool::run`.
 //! After a job each thread waits for the next one for [`LINGER`], yielding, before it
 //! sleeps, and the caller waits for the threads the same way: waking a sleeping thread
 //! costs a good part of a small replay.
