@@ -1,7 +1,7 @@
 //! The differential target: the input drives `hostsim fuzz`'s own generators
 //! (`hostsim::fuzz::case_from_bytes`: the first byte picks ivp, dge, dma, oob or isa),
 //! and the case must pass the same checks (routes agree byte for byte, closed forms
-//! hold).
+//! hold). Built with `-s none --no-trace-compares` (fuzz/README.md says why).
 #![no_main]
 
 use std::cell::RefCell;
