@@ -111,7 +111,7 @@ impl Session<'_> {
     /// Runs everything held, unless the run has stopped.
     fn run_held(&mut self) {
         while self.aborted.is_none() && self.pending.held() > 0 {
-            if let Err(e) = self.pending.run(self.engine, self.fabric, || ()) {
+            if let Err(e) = self.pending.run(self.engine, self.fabric, |_| ()) {
                 self.abort(e);
             }
         }
@@ -220,15 +220,22 @@ impl Pending {
 
     /// Runs the next window on `fabric` (its destinations reserved): what of each queue
     /// can run now ([`Progress::runnable`]), calling `beside` on the caller meanwhile
-    /// (see [`Engine::execute_schedule`]). Nothing runnable while something is held is
-    /// [`Error::RunAborted`] (validation rules it out).
+    /// (see [`Engine::execute_schedule`]) with what each queue holds beyond the window.
+    /// Nothing runnable while something is held is [`Error::RunAborted`] (validation
+    /// rules it out).
     fn run<R>(
         &mut self,
         engine: &Engine,
         fabric: &Fabric,
-        beside: impl FnOnce() -> R,
+        beside: impl FnOnce(&[usize]) -> R,
     ) -> Result<R, Error> {
         let cut = self.progress.runnable(&self.queues);
+        let left: Vec<usize> = self
+            .queues
+            .iter()
+            .zip(&cut)
+            .map(|(q, &n)| q.len() - n)
+            .collect();
         let ready = || {
             self.queues
                 .iter()
@@ -242,7 +249,8 @@ impl Pending {
         let bytes = ready().flatten().map(|d| u64::from(d.len())).sum();
         let inline = engine.config().inline.admits(descriptors, bytes);
         let schedule = Schedule::window(ready(), &self.progress)?;
-        let (stats, ran, other) = engine.execute_schedule(fabric, &schedule, inline, |_| beside());
+        let (stats, ran, other) =
+            engine.execute_schedule(fabric, &schedule, inline, |_| beside(&left));
         self.executed += ran;
         self.units += schedule.units().len() as u64;
         self.workers = self.workers.max(stats.as_ref().map_or(1, |s| s.workers));
@@ -266,11 +274,11 @@ impl Pending {
     }
 }
 
-/// Runs a validated `source` on `fabric` (its destinations reserved) window by window,
-/// reading each queue's next [`super::EngineConfig::batch`] times
-/// [`super::EngineConfig::channel_depth`] descriptors at most, in batches, while the
-/// window before runs (so at most twice that is held per queue). A read that fails stops
-/// the replay once the window running meanwhile is done.
+/// Runs a validated `source` on `fabric` (its destinations reserved) window by window:
+/// while one runs, each queue is read, in batches, up to a window of
+/// [`super::EngineConfig::batch`] times [`super::EngineConfig::channel_depth`]
+/// descriptors with what it still holds (so at most two windows are held per queue). A
+/// read that fails stops the replay once the window running meanwhile is done.
 pub(crate) fn run_source<S: QueueSource>(
     engine: &Engine,
     fabric: &Fabric,
@@ -279,11 +287,11 @@ pub(crate) fn run_source<S: QueueSource>(
     let started = Instant::now();
     let mut pending = Pending::new(source.queues());
     let mut reader = WindowReader::new(engine.config(), source.queues());
-    reader.read(source, &mut pending.queues)?;
     let mut ahead = vec![Vec::new(); source.queues()];
+    reader.read(source, &mut pending.queues, &vec![0; source.queues()])?;
     while pending.held() > 0 {
         let window = pending.held();
-        let read = pending.run(engine, fabric, || reader.read(source, &mut ahead))?;
+        let read = pending.run(engine, fabric, |left| reader.read(source, &mut ahead, left))?;
         let next = ahead.iter().map(Vec::len).sum::<usize>();
         pending.most = pending.most.max(window + next);
         for (list, next) in pending.queues.iter_mut().zip(&mut ahead) {
@@ -311,14 +319,17 @@ impl WindowReader {
         }
     }
 
-    /// Appends each queue's next window to `into` (per queue), batch by batch.
+    /// Appends to `into` (per queue), batch by batch, what each queue that `held` that
+    /// many descriptors still needs to hold a window.
     fn read<S: QueueSource>(
         &mut self,
         source: &mut S,
         into: &mut [Vec<Descriptor>],
+        held: &[usize],
     ) -> Result<(), Error> {
-        for (queue, (list, ended)) in into.iter_mut().zip(&mut self.ended).enumerate() {
-            let mut read = 0;
+        let queues = into.iter_mut().zip(&mut self.ended).zip(held);
+        for (queue, ((list, ended), &held)) in queues.enumerate() {
+            let mut read = held;
             while read < self.window && !*ended {
                 let batch = source.next(queue, self.batch.min(self.window - read))?;
                 list.extend_from_slice(batch);

@@ -1110,6 +1110,36 @@ fn file_of(
     VerifiedQueueFile::open(Cursor::new(bytes)).unwrap()
 }
 
+/// A queue whose first descriptor waits for the last of another holds at most one window
+/// (and the next read while one runs), however long the other is: reading ahead stops at
+/// a window's worth of what a queue still holds.
+#[test]
+fn a_blocked_queue_of_a_file_holds_at_most_a_window() {
+    const WINDOW: usize = 8 * 2;
+    let n = 20 * WINDOW as u64;
+    let mut waiting: Vec<Descriptor> = (0..n).map(|i| fill(i % 64 * 8, 8, 1)).collect();
+    waiting[0] = waiting[0].with_wait(wait(0, 1));
+    let mut other: Vec<Descriptor> = (0..n).map(|i| fill(0x1000 + i % 64 * 8, 8, 2)).collect();
+    if let Some(last) = other.last_mut() {
+        *last = last.with_signal(sem(0));
+    }
+    let queues = vec![waiting, other];
+    let e = with(2, |c| {
+        c.batch = 8;
+        c.channel_depth = 2;
+    });
+    let mut f = fabric();
+    let report = e.replay_file(&mut f, &mut file_of(GEN, &queues)).unwrap();
+    let mut want = fabric();
+    e.run(&mut want, &queues).unwrap();
+    assert_eq!(f.first_difference(&want), None);
+    // each queue: a window held and the next read beside it
+    assert!(
+        report.execution.max_buffered <= 2 * 2 * WINDOW,
+        "{report:?}"
+    );
+}
+
 #[test]
 fn a_file_replays_like_its_queues_in_memory() {
     let queues = spray(&workload(), 4);
