@@ -36,6 +36,8 @@ struct Shared {
     running: AtomicUsize,
 }
 
+/// The round posted last: its job (cleared once every thread is done with it), its
+/// number, and whether the pool shuts down.
 #[derive(Debug)]
 struct Posted {
     job: Option<SendJob>,
@@ -52,6 +54,7 @@ struct SendJob(JobPtr);
 unsafe impl Send for SendJob {}
 
 impl Shared {
+    /// The posted round, locked (no code panics under the lock, so poisoning is ignored).
     fn lock(&self) -> MutexGuard<'_, Posted> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
