@@ -252,61 +252,92 @@ impl AddressMap {
     }
 }
 
-/// The region the last range passed [`AddressMap::check_range`] in, so that a run of
-/// ranges inside one region (a queue's descriptors mostly are) is checked by a subtraction
-/// and two compares instead of decoding the region again. A cache serves one map only.
+/// The space (HBM, SBUF or PSUM) the last range passed [`AddressMap::check_range`] in,
+/// as a lattice of equal regions a stride apart, so that a run of ranges inside that space
+/// (a queue's descriptors mostly are, even when each lands in another partition, as a
+/// tile's rows do) is checked by a subtraction, a mask and three compares instead of
+/// decoding the region again. A cache serves one map only.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RegionCache {
-    /// First address of the cached region.
+    /// First address of the cached space's first region.
     base: u64,
-    /// Bytes in the cached region (0: none cached yet).
+    /// Bytes from `base` to the end of the space's last region (0: none cached yet).
+    span: u64,
+    /// The offset bits inside one region's stride (all bits for HBM, one region).
+    mask: u64,
+    /// Bytes in each region, from the start of its stride.
     len: u64,
 }
 
 impl RegionCache {
-    /// [`AddressMap::check_range`] on `map`, answered from the cached region when the
-    /// range lies inside it (regions are disjoint, so `addr` is then in no other region).
+    /// [`AddressMap::check_range`] on `map`, answered from the cached space when the
+    /// range lies inside one of its regions (regions are disjoint, so `addr` is then in no
+    /// other region).
     #[inline]
     pub fn check(&mut self, map: &AddressMap, addr: FabricAddr, len: u64) -> Result<(), Error> {
-        let off = addr.0.wrapping_sub(self.base);
-        // `1 <= len <= self.len - off` with `off < self.len`: the range is non-empty and
-        // its last byte, `base + off + len - 1`, is below the region's end (no overflow).
-        if off < self.len && len.wrapping_sub(1) < self.len - off {
+        if self.contains(addr.0, len) {
             return Ok(());
         }
         self.refill(map, addr, len)
     }
 
-    /// Whether the bytes `lo..=last` (`lo <= last`) lie inside one region, which is
+    /// Whether `len` bytes at `addr` lie inside one region of the cached space:
+    /// `within < self.len` and `1 <= len <= self.len - within`, so the range is non-empty
+    /// and its last byte, `addr + len - 1`, is below its region's end (no overflow).
+    #[inline(always)]
+    fn contains(&self, addr: u64, len: u64) -> bool {
+        let off = addr.wrapping_sub(self.base);
+        let within = off & self.mask;
+        off < self.span && within < self.len && len.wrapping_sub(1) < self.len - within
+    }
+
+    /// Whether the bytes `lo..=last` (`lo <= last`) lie inside one region, whose space is
     /// cached as [`RegionCache::check`] caches it; builds no error.
     #[inline]
     pub fn holds(&mut self, map: &AddressMap, lo: u64, last: u64) -> bool {
-        let inside = |r: &RegionCache| last.wrapping_sub(r.base) < r.len && lo >= r.base;
-        if inside(self) {
+        let len = (last - lo).wrapping_add(1);
+        if self.contains(lo, len) {
             return true;
         }
         let Ok(region) = map.region_of(FabricAddr(lo)) else {
             return false;
         };
-        let region = RegionCache {
-            base: region.base,
-            len: region.len,
-        };
-        inside(&region) && {
-            *self = region;
+        let space = RegionCache::of(map, region.space);
+        space.contains(lo, len) && {
+            *self = space;
             true
         }
     }
 
-    /// The full check; caches the region on success.
+    /// The full check; caches the region's space on success.
     #[inline(never)]
     fn refill(&mut self, map: &AddressMap, addr: FabricAddr, len: u64) -> Result<(), Error> {
         let region = map.check_range(addr, len)?;
-        *self = RegionCache {
-            base: region.base,
-            len: region.len,
-        };
+        *self = RegionCache::of(map, region.space);
         Ok(())
+    }
+
+    /// The lattice of `space`'s regions on `map`.
+    fn of(map: &AddressMap, space: Space) -> RegionCache {
+        let len = map.partition_bytes(space);
+        let (base, stride) = match space {
+            Space::Hbm => {
+                return RegionCache {
+                    base: 0,
+                    span: len,
+                    mask: u64::MAX,
+                    len,
+                }
+            }
+            Space::Sbuf => (SBUF_BASE, SBUF_STRIDE),
+            Space::Psum => (PSUM_BASE, PSUM_STRIDE),
+        };
+        RegionCache {
+            base,
+            span: u64::from(map.partitions(space) - 1) * stride + len,
+            mask: stride - 1,
+            len,
+        }
     }
 }
 
@@ -539,6 +570,19 @@ mod tests {
         assert_eq!(cache.check(&m, FabricAddr(p1 + 1), 1), Ok(()));
     }
 
+    /// Addresses anywhere, and near the first partitions of SBUF and PSUM and the end of
+    /// HBM (where a cached space's edges are).
+    fn lattice_addr() -> impl Strategy<Value = u64> {
+        let hbm_end = Generation::Maverick.hbm_bytes();
+        prop_oneof![
+            any::<u64>(),
+            SBUF_BASE..SBUF_BASE + 4 * SBUF_STRIDE,
+            PSUM_BASE..PSUM_BASE + 4 * PSUM_STRIDE,
+            PSUM_BASE + 124 * PSUM_STRIDE..PSUM_BASE + 132 * PSUM_STRIDE,
+            hbm_end - 0x20000..hbm_end + 0x20000,
+        ]
+    }
+
     proptest! {
         #[test]
         fn addr4_round_trips(psum in any::<bool>(), p in 0u32..128, o in 0u32..(16 * 1024)) {
@@ -555,15 +599,35 @@ mod tests {
         #[test]
         fn region_cache_agrees_with_check_range(
             warm in any::<u64>(),
-            addr in prop_oneof![any::<u64>(), SBUF_BASE..SBUF_BASE + 4 * SBUF_STRIDE],
+            addr in lattice_addr(),
             len in prop_oneof![any::<u64>(), 0u64..0x50000],
+            to_end in prop_oneof![Just(None), (0u64..4).prop_map(Some)],
         ) {
             let m = map(Generation::Mariana);
             let mut cache = RegionCache::default();
             let _ = cache.check(&m, FabricAddr(warm), 1);
             let _ = cache.check(&m, FabricAddr(addr & !0xffff), 1);
+            // half the time a range reaching to its region's end, give or take two bytes
+            let len = match (to_end, m.region_of(FabricAddr(addr))) {
+                (Some(d), Ok(r)) => (r.base + r.len - addr + d).wrapping_sub(2),
+                _ => len,
+            };
             let want = m.check_range(FabricAddr(addr), len).map(|_| ());
             prop_assert_eq!(cache.check(&m, FabricAddr(addr), len), want);
+        }
+
+        #[test]
+        fn region_cache_holds_what_check_range_passes(
+            warm in lattice_addr(),
+            lo in lattice_addr(),
+            len in prop_oneof![1u64..0x50000, 1..u64::MAX],
+        ) {
+            let m = map(Generation::Cayman);
+            let mut cache = RegionCache::default();
+            let _ = cache.check(&m, FabricAddr(warm), 1);
+            let Some(last) = lo.checked_add(len - 1) else { return Ok(()) };
+            let want = m.check_range(FabricAddr(lo), len).is_ok();
+            prop_assert_eq!(cache.holds(&m, lo, last), want);
         }
 
         #[test]

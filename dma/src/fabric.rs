@@ -692,12 +692,12 @@ impl Fabric {
     fn open_key(&mut self, key: u64) -> Result<(), Error> {
         let epoch = self.epoch;
         // A checked range's keys are all in a window of the map.
-        let unmapped = Error::Unmapped {
+        let unmapped = || Error::Unmapped {
             addr: key << PAGE_SHIFT,
         };
-        let i = self.pages.dense(key).ok_or(unmapped.clone())?;
+        let i = self.pages.dense(key).ok_or_else(unmapped)?;
         let page = self.pages.get_or_insert_with(key, Page::zeroed);
-        let page = page.ok_or(unmapped)?;
+        let page = page.ok_or_else(unmapped)?;
         page.make_unique();
         page.opened = epoch;
         self.open.insert(i, key);
@@ -1346,7 +1346,7 @@ pub struct PageLocks<'a, const RECENT: usize = 1> {
     fabric: &'a Fabric,
     src: Slot<'a, PageRef<'a>>,
     dst: Slot<'a, PageMut<'a>>,
-    /// Pages looked up lately (the page, or none), each at its key modulo `RECENT`: a
+    /// Pages looked up lately (the page, or none), each in a slot its key picks: a
     /// gather's source page is looked up as it is prefetched and again as it is read a
     /// few descriptors later, and a table's pages recur.
     recent: [(u64, Option<&'a Page>); RECENT],
@@ -1500,7 +1500,9 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
     #[inline(always)]
     fn page(&mut self, key: u64) -> Option<&'a Page> {
         let fabric: &'a Fabric = self.fabric;
-        let slot = &mut self.recent[(key % RECENT as u64) as usize];
+        // An SBUF partition is 4 keys from the next: fold the partition bits down, so that
+        // a tile's partitions take different slots.
+        let slot = &mut self.recent[((key ^ (key >> 2)) % RECENT as u64) as usize];
         if slot.0 != key {
             *slot = (key, fabric.pages.get(key));
         }
