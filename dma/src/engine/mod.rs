@@ -31,7 +31,8 @@
 //! Validation compiles a replay into a schedule of units: queue segments between
 //! semaphore points, or page buckets where the queues touch independent pages. One
 //! executor runs any schedule by work claiming on the caller and the engine's thread
-//! pool; a replay within [`EngineConfig::inline`] runs on the caller alone. Streamed
+//! pool; a replay of [`Engine::run`] within [`EngineConfig::inline`] runs on the caller
+//! alone. Streamed
 //! replays run window by window.
 //!
 //! # Determinism
@@ -154,7 +155,8 @@ pub struct EngineConfig {
     pub race_check: RaceCheck,
     /// What to do with a descriptor off the fabric.
     pub invalid: InvalidPolicy,
-    /// Which replays run on the calling thread instead of the workers.
+    /// Which replays of [`Engine::run`] and [`Engine::replay_file`] run on the calling
+    /// thread instead of the workers ([`Engine::run_beside`] always hands its replay on).
     pub inline: InlineLimit,
 }
 
@@ -356,8 +358,9 @@ impl Engine {
 
     /// Runs `validated` on `fabric` (as [`Engine::run`] would) and calls `beside` on this
     /// thread while the queues run on the thread pool; this thread joins the replay once
-    /// `beside` returns. A replay within [`EngineConfig::inline`] runs on this thread
-    /// alone, after `beside`. Through its [`Beside`], `beside` may read the fabric and
+    /// `beside` returns. Whatever its size the replay goes to the thread pool (the
+    /// [`EngineConfig::inline`] limit is [`Engine::run`]'s), so that `beside` overlaps it:
+    /// measured, a program of small replays runs faster so (`BENCHMARKS.md`). Through its [`Beside`], `beside` may read the fabric and
     /// write where the replay neither reads nor writes, so that the next replay can be
     /// prepared meanwhile; what it read of the replay's pages may be stale
     /// ([`Beside::read_the_replay`]).
@@ -383,7 +386,13 @@ impl Engine {
         }
         let mut source = Slices::new(&validated.queues);
         let buckets = lock(&validated.buckets).take();
-        self.execute(fabric, &mut source, &validated.plan, buckets, beside)
+        self.execute(
+            fabric,
+            &mut source,
+            (&validated.plan, buckets),
+            false,
+            beside,
+        )
     }
 
     /// The queues of `validated`, given back (to be filled again); the engine keeps its
@@ -421,7 +430,8 @@ impl Engine {
     ) -> Result<ReplayReport, Error> {
         let plan = self.plan(fabric, source)?;
         let no_beside = |_: &mut Beside<'_>| ();
-        let (report, ()) = self.execute(fabric, source, &plan, None, no_beside)?;
+        let inline = self.inline(&plan.timeline);
+        let (report, ()) = self.execute(fabric, source, (&plan, None), inline, no_beside)?;
         self.keep(plan);
         Ok(report)
     }
@@ -439,14 +449,15 @@ impl Engine {
         *lock(&self.kept) = Some(plan.into_kept());
     }
 
-    /// Reserves `plan`'s destinations and executes `source` (validated into `plan`), and
-    /// calls `beside` (see [`Engine::run_beside`]).
+    /// Reserves `plan`'s destinations and executes `source` (validated into `plan`, with
+    /// its page buckets if dealt ahead), on the caller alone if `inline`, and calls
+    /// `beside` (see [`Engine::run_beside`]).
     fn execute<S: QueueSource, R>(
         &self,
         fabric: &mut Fabric,
         source: &mut S,
-        plan: &Plan,
-        buckets: Option<Schedule<'static>>,
+        (plan, buckets): (&Plan, Option<Schedule<'static>>),
+        inline: bool,
         beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ReplayReport, R), Error> {
         // This replay's destinations are opened; every page it reads is closed, so read
@@ -458,7 +469,6 @@ impl Engine {
         // enough, else on the caller and the thread pool; work beside the replay runs on the
         // caller while the thread pool starts, or alone before it. A streamed source runs window
         // by window (see the `session` module), work beside after it.
-        let inline = self.inline(&plan.timeline);
         let fabric = fabric.lend(plan.footprint.read_pages());
         let (execution, other) = match source.in_memory() {
             Some(queues) => {

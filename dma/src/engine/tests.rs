@@ -1061,7 +1061,7 @@ fn the_engine_may_be_called_from_async_code() {
 }
 
 #[test]
-fn small_replays_run_on_the_caller_and_larger_ones_on_the_workers() {
+fn small_replays_run_on_the_caller_and_larger_ones_and_those_beside_work_on_the_workers() {
     let limit = InlineLimit {
         descriptors: 4,
         bytes: 64,
@@ -1093,6 +1093,12 @@ fn small_replays_run_on_the_caller_and_larger_ones_on_the_workers() {
         let mut g = fabric();
         execute_sequential(&mut g, &queues).unwrap();
         assert_eq!(f.first_difference(&g), None);
+        // work beside a replay overlaps it: the limit is not run_beside's
+        let mut h = fabric();
+        let validated = e.validate(&h, queues.clone()).unwrap();
+        let (beside, ()) = e.run_beside(&mut h, &validated, |_| ()).unwrap();
+        assert_eq!(beside.execution.workers, 2);
+        assert_eq!(h.first_difference(&g), None);
     }
 }
 
