@@ -386,13 +386,7 @@ impl Engine {
         }
         let mut source = Slices::new(&validated.queues);
         let buckets = lock(&validated.buckets).take();
-        self.execute(
-            fabric,
-            &mut source,
-            (&validated.plan, buckets),
-            false,
-            beside,
-        )
+        self.execute(fabric, &mut source, &validated.plan, buckets, false, beside)
     }
 
     /// The queues of `validated`, given back (to be filled again); the engine keeps its
@@ -431,7 +425,7 @@ impl Engine {
         let plan = self.plan(fabric, source)?;
         let no_beside = |_: &mut Beside<'_>| ();
         let inline = self.inline(&plan.timeline);
-        let (report, ()) = self.execute(fabric, source, (&plan, None), inline, no_beside)?;
+        let (report, ()) = self.execute(fabric, source, &plan, None, inline, no_beside)?;
         self.keep(plan);
         Ok(report)
     }
@@ -456,7 +450,8 @@ impl Engine {
         &self,
         fabric: &mut Fabric,
         source: &mut S,
-        (plan, buckets): (&Plan, Option<Schedule<'static>>),
+        plan: &Plan,
+        buckets: Option<Schedule<'static>>,
         inline: bool,
         beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ReplayReport, R), Error> {
