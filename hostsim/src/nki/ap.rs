@@ -198,14 +198,15 @@ impl ApSide {
     /// The pattern's element offset of position `pos` (multi-index, outermost first) with
     /// `index` for the indexed dim and the scalar offset `scalar`.
     pub fn element(&self, pos: &[u32], index: u64, scalar: i64) -> i128 {
+        let stride = i128::from(self.indirect_stride());
         let mut e = i128::from(self.offset);
         for (k, (d, &i)) in self.dims.iter().zip(pos).enumerate() {
             e += match self.indexed_dim(k) {
-                true => i128::from(index) * i128::from(self.indirect_stride()),
+                true => i128::from(index) * stride,
                 false => i128::from(d.step) * i128::from(i),
             };
         }
-        e + i128::from(scalar) * i128::from(self.indirect_stride())
+        e + i128::from(scalar) * stride
     }
 
     /// Whether every position lies inside the tensor (and, on SBUF/PSUM, whether the

@@ -1,7 +1,9 @@
 //! The software-DGE access-pattern copy ([`ApDma`], NKI `dma_copy` / `dma_compute`
 //! over `.ap()` sides) in closed form: the scalar offsets and index tiles are read and
 //! checked first, then element `k` of the source's walk reduces into element `k` of the
-//! destination's, in walk order, each reading its source when it moves, through
+//! destination's, in walk order, each reading its source when it moves (a run of
+//! elements consecutive on both sides moves as one read and one write where the two do
+//! not overlap, which is the same), through
 //! [`dma::cast::cast`] (a cast through f32 where the dtypes differ, else the compute op of
 //! the one dtype).
 //!
@@ -41,19 +43,87 @@ pub fn ap_dma(fabric: &mut Fabric, c: &ApDma) -> Result<Outcome, Error> {
     }
     let mut out = Outcome::default();
     let (mut sp, mut dp) = (Walk::new(&c.src), Walk::new(&c.dst));
+    let mut run = Run::default();
     for _ in 0..c.src.elements() {
         let from = sp.position(src.as_ref(), scalars[0]);
         let to = dp.position(dst.as_ref(), scalars[1]);
         if let (Some(from), Some(to)) = (from, to) {
             let (a, b) = (c.src.tensor.addr(from), c.dst.tensor.addr(to));
-            out.bytes_written += element(fabric, c, a, b)?;
+            if !run.extend(c, a, b) {
+                out.bytes_written += run.flush(fabric, c)?;
+                run = Run {
+                    src: a,
+                    dst: b,
+                    n: 1,
+                };
+            }
         }
         sp.advance();
         dp.advance();
     }
+    out.bytes_written += run.flush(fabric, c)?;
     out.skipped = skipped(src.as_ref(), dst.as_ref());
     out.oob_notification = !out.skipped.is_empty();
     Ok(out)
+}
+
+/// Consecutive moving elements whose source and destination addresses each step by one
+/// element: `n` of them from `src` and `dst` on.
+#[derive(Default)]
+struct Run {
+    src: FabricAddr,
+    dst: FabricAddr,
+    n: u64,
+}
+
+impl Run {
+    /// Whether the element from `a` to `b` comes next in this run; if so it joins.
+    fn extend(&mut self, c: &ApDma, a: FabricAddr, b: FabricAddr) -> bool {
+        let (fs, ts) = sizes(c);
+        let next = self.n > 0
+            && Some(a.0) == self.src.0.checked_add(self.n * fs)
+            && Some(b.0) == self.dst.0.checked_add(self.n * ts);
+        self.n += u64::from(next);
+        next
+    }
+
+    /// Moves the run: one read of its source and one write of its destination, as its
+    /// elements one by one would (none of them writes bytes a later one reads); element by
+    /// element where the two ranges overlap. The bytes written.
+    fn flush(&self, fabric: &mut Fabric, c: &ApDma) -> Result<u64, Error> {
+        let (fs, ts) = sizes(c);
+        let (src_len, dst_len) = (self.n * fs, self.n * ts);
+        let (a, b) = (self.src.0, self.dst.0);
+        if self.n == 0 {
+            return Ok(0);
+        }
+        if a < b + dst_len && b < a + src_len {
+            for i in 0..self.n {
+                element(fabric, c, FabricAddr(a + i * fs), FabricAddr(b + i * ts))?;
+            }
+            return Ok(dst_len);
+        }
+        let (mut value, mut image) = (vec![0; src_len as usize], vec![0; dst_len as usize]);
+        fabric.read(self.src, &mut value)?;
+        if c.op != ComputeOp::None {
+            fabric.read(self.dst, &mut image)?;
+        }
+        dma::cast::cast(
+            c.op,
+            c.src.tensor.dtype,
+            &value,
+            c.dst.tensor.dtype,
+            &mut image,
+        )?;
+        fabric.write(self.dst, &image)?;
+        Ok(dst_len)
+    }
+}
+
+/// The source's and the destination's element sizes.
+fn sizes(c: &ApDma) -> (u64, u64) {
+    let size = |s: &ApSide| s.tensor.dtype.size() as u64;
+    (size(&c.src), size(&c.dst))
 }
 
 /// `dst (op)= src` for the source element at `a` and the destination element at `b`;
@@ -182,5 +252,66 @@ impl<'s> Walk<'s> {
             }
             self.pos[k] = 0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nki::{ApDim, ApTensor};
+    use dma::{Generation, Space};
+
+    /// `[n]` f32 elements of one HBM tensor `t` from element `from` to element `to`,
+    /// `n` of them each, with `op`.
+    fn within(n: u32, (from, to): (u64, u64), op: ComputeOp) -> ApDma {
+        let t = ApTensor {
+            name: "t".into(),
+            start: FabricAddr(0x1000),
+            space: Space::Hbm,
+            shape: vec![16],
+            dtype: Dtype::F32,
+        };
+        let side = |offset| ApSide {
+            tensor: t.clone(),
+            offset,
+            dims: [ApDim { step: 1, num: n }].into_iter().collect(),
+            indirect_dim: 0,
+            vector_offset: None,
+            scalar_offset: None,
+        };
+        ApDma {
+            src: side(from),
+            dst: side(to),
+            op,
+            oob: OobMode::Error,
+            unique_indices: true,
+        }
+    }
+
+    fn run(c: &ApDma) -> Vec<f32> {
+        let mut f = Fabric::new(Generation::Cayman);
+        let ramp: Vec<f32> = (0..16).map(|i| i as f32).collect();
+        f.write_elems(FabricAddr(0x1000), &ramp).unwrap();
+        let out = ap_dma(&mut f, c).unwrap();
+        assert_eq!(out.bytes_written, u64::from(c.dst.dims[0].num) * 4);
+        let mut got = vec![0f32; 16];
+        f.read_elems(FabricAddr(0x1000), &mut got).unwrap();
+        got
+    }
+
+    #[test]
+    fn elements_move_in_walk_order_where_source_and_destination_overlap() {
+        // each element reads its source when it moves: a copy one element up smears
+        // element 0, and an add one element up accumulates (a prefix sum)
+        let smear = run(&within(6, (0, 1), ComputeOp::None));
+        assert_eq!(&smear[..8], &[0., 0., 0., 0., 0., 0., 0., 7.]);
+        let sums = run(&within(4, (0, 1), ComputeOp::Add));
+        assert_eq!(&sums[..6], &[0., 1., 3., 6., 10., 5.]);
+        // one element down reads each source before it is overwritten
+        let down = run(&within(6, (1, 0), ComputeOp::None));
+        assert_eq!(&down[..8], &[1., 2., 3., 4., 5., 6., 6., 7.]);
+        // apart, a run moves whole
+        let apart = run(&within(4, (0, 8), ComputeOp::Add));
+        assert_eq!(&apart[8..12], &[8., 10., 12., 14.]);
     }
 }

@@ -70,7 +70,7 @@ pub struct Sanitizer {
 }
 
 /// What an access did wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Wrong {
     /// Bytes of a tensor the op does not name (`None`: of no tensor).
     Foreign(Option<usize>),
@@ -161,11 +161,11 @@ impl Sanitizer {
                 }
                 Event::Access { addr, len, kind } => (addr.0, len, kind),
             };
-            if let Some(wrong) = self.wrong(named, addr, len, kind) {
+            if let Some((wrong, lo, hi)) = self.wrong(named, addr, len, kind) {
                 let f = Finding {
                     kind,
-                    addr,
-                    len,
+                    addr: lo,
+                    len: hi - lo,
                     wrong,
                     note,
                 };
@@ -181,8 +181,15 @@ impl Sanitizer {
         read
     }
 
-    /// What is wrong with `len` bytes at `addr`, if anything.
-    fn wrong(&self, named: &[usize], addr: u64, len: u64, kind: AccessKind) -> Option<Wrong> {
+    /// What is wrong with `len` bytes at `addr`, if anything, and the bytes `lo..hi` of
+    /// the access it is wrong about (the first such part).
+    fn wrong(
+        &self,
+        named: &[usize],
+        addr: u64,
+        len: u64,
+        kind: AccessKind,
+    ) -> Option<(Wrong, u64, u64)> {
         let end = addr.saturating_add(len);
         let mut at = addr;
         for &(lo, hi, t) in self.owners.from(addr) {
@@ -190,28 +197,38 @@ impl Sanitizer {
                 return None;
             }
             if lo > at {
-                return Some(Wrong::Foreign(None));
-            }
-            if !named.contains(&t) {
-                return Some(Wrong::Foreign(Some(t)));
+                return Some((Wrong::Foreign(None), at, lo.min(end)));
             }
             let upto = hi.min(end);
-            if kind == AccessKind::Read && !self.was_written(t, at, upto) {
-                return Some(Wrong::Unwritten(t));
+            if !named.contains(&t) {
+                return Some((Wrong::Foreign(Some(t)), at, upto));
+            }
+            if kind == AccessKind::Read {
+                if let Some((x, y)) = self.first_unwritten(t, at, upto) {
+                    return Some((Wrong::Unwritten(t), x, y));
+                }
             }
             at = upto;
         }
-        (at < end).then_some(Wrong::Foreign(None))
+        (at < end).then_some((Wrong::Foreign(None), at, end))
     }
 
-    /// Whether every byte `lo..hi` of tensor `t` was written (always, unless uninit).
-    /// Written ranges never touch, so one of them holds all of `lo..hi` or it is not.
-    fn was_written(&self, t: usize, lo: u64, hi: u64) -> bool {
+    /// The first run of bytes of `lo..hi` of tensor `t` that nothing wrote, if any (none
+    /// unless `t` is uninit). Written ranges never touch, so the run ends where the next
+    /// one starts.
+    fn first_unwritten(&self, t: usize, lo: u64, hi: u64) -> Option<(u64, u64)> {
         let Some(Some(ranges)) = self.written.get(t) else {
-            return true;
+            return None;
         };
-        let last = ranges.range(..=lo).next_back();
-        last.is_some_and(|(_, &end)| end >= hi)
+        let from = match ranges.range(..=lo).next_back() {
+            Some((_, &end)) if end > lo => end,
+            _ => lo,
+        };
+        let to = ranges
+            .range(from..)
+            .next()
+            .map_or(hi, |(&start, _)| start.min(hi));
+        (from < hi).then_some((from, to))
     }
 
     /// Adds `lo..hi` to the written ranges of the uninit tensors it covers.
@@ -356,7 +373,8 @@ mod tests {
     fn reading_unwritten_bytes_of_an_uninit_tensor_is_a_finding() {
         let read = format!("{UNINIT}[[op]]\nop = \"dma_copy\"\nsrc = \"u\"\ndst = \"o\"\n");
         let e = sanitized(&read, Path::new(".")).unwrap_err().to_string();
-        assert!(e.contains("reads 4 bytes at"), "{e}");
+        // the reference reads `u` whole; the finding names the bytes nothing wrote
+        assert!(e.contains("reads 64 bytes at 0x40: tensor 1 (u)"), "{e}");
         assert!(
             e.ends_with("tensor 1 (u), bytes no op has written (init = \"uninit\")"),
             "{e}"
@@ -366,6 +384,7 @@ mod tests {
         let text = format!("{UNINIT}{half}[[op]]\nop = \"dma_copy\"\nsrc = \"u\"\ndst = \"o\"\n");
         let e = sanitized(&text, Path::new(".")).unwrap_err().to_string();
         assert!(e.starts_with("op 1 (dma_copy"), "{e}");
+        assert!(e.contains("reads 32 bytes at 0x60: tensor 1 (u)"), "{e}");
         // a raw gather (DMA_INDIRECT, a plain copy) into the uninit tensor writes it
         // without reading it
         let gather = "[[tensor]]\nname = \"i\"\nspace = \"sbuf\"\ndtype = \"u32\"\nshape = [1, 4]\ninit = \"iota\"\n\
@@ -410,27 +429,33 @@ mod tests {
         }
     }
 
-    /// The byte-by-byte verdict: the first bad byte's fault, writes before reads.
+    /// The byte-by-byte verdict: the first bad byte and its fault, writes before reads.
     fn brute(
         tensors: &[(u64, u64)],
         named: &[usize],
         events: &[(u64, u64, bool)],
-    ) -> Option<(u64, Wrong)> {
+    ) -> Option<(u64, u64, Wrong)> {
         let owner = |b: u64| tensors.iter().position(|&(s, l)| s <= b && b < s + l);
         let mut written = std::collections::HashSet::new();
         let mut read = None;
         for &(addr, len, write) in events {
-            let bad = (addr..addr + len).find_map(|b| match owner(b) {
+            let fault = |b: u64| match owner(b) {
                 None => Some(Wrong::Foreign(None)),
                 Some(t) if !named.contains(&t) => Some(Wrong::Foreign(Some(t))),
                 Some(t) if !write && t % 2 == 1 && !written.contains(&b) => {
                     Some(Wrong::Unwritten(t))
                 }
                 _ => None,
+            };
+            // the first bad byte, and how many bytes from it have the same fault
+            let bad = (addr..addr + len).find_map(|b| {
+                let w = fault(b)?;
+                let n = (b..addr + len).take_while(|&e| fault(e) == Some(w)).count();
+                Some((b, n as u64, w))
             });
             match (bad, write) {
-                (Some(w), true) => return Some((addr, w)),
-                (Some(w), false) => read = read.or(Some((addr, w))),
+                (Some(w), true) => return Some(w),
+                (Some(w), false) => read = read.or(Some(w)),
                 _ => {}
             }
             if write {
@@ -482,8 +507,8 @@ mod tests {
         })
     }
 
-    fn verdict(s: &mut Sanitizer, named: &[usize], events: &[Event]) -> Option<(u64, Wrong)> {
-        s.scan(named, events).map(|f| (f.addr, f.wrong))
+    fn verdict(s: &mut Sanitizer, named: &[usize], events: &[Event]) -> Option<(u64, u64, Wrong)> {
+        s.scan(named, events).map(|f| (f.addr, f.len, f.wrong))
     }
 
     proptest! {
