@@ -270,6 +270,12 @@ pub struct RegionCache {
 }
 
 impl RegionCache {
+    /// A cache of `map` holding HBM, where most ranges lie (a short-lived cache, such as
+    /// one operation's, then decodes no region for them).
+    pub fn hbm(map: &AddressMap) -> RegionCache {
+        RegionCache::of(map, Space::Hbm)
+    }
+
     /// [`AddressMap::check_range`] on `map`, answered from the cached space when the
     /// range lies inside one of its regions (regions are disjoint, so `addr` is then in no
     /// other region).

@@ -1165,7 +1165,7 @@ impl Fabric {
             src: Slot::EMPTY,
             dst: Slot::EMPTY,
             recent: [(NO_PAGE, None); RECENT],
-            regions: [RegionCache::default(); 2],
+            regions: [RegionCache::hbm(&self.map); 2],
         }
     }
 

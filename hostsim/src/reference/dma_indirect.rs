@@ -165,14 +165,14 @@ impl Side {
     fn row(&self, fabric: &Fabric, k: u32, size: u64, hard: bool) -> Result<Row, Error> {
         let Some(ix) = &self.indices else {
             // k < 4096 and k * step is inside the run validation put on the fabric.
-            let overflow = dma::Error::AddressOverflow {
-                addr: self.start.0,
-                len: self.len,
+            let Some(addr) = (self.start).checked_add(u64::from(k).saturating_mul(self.step))
+            else {
+                let overflow = dma::Error::AddressOverflow {
+                    addr: self.start.0,
+                    len: self.len,
+                };
+                return Err(dma_at(self.start_at)(overflow));
             };
-            let addr = self
-                .start
-                .checked_add(u64::from(k).saturating_mul(self.step));
-            let addr = addr.ok_or(overflow).map_err(dma_at(self.start_at))?;
             fabric
                 .check(addr, self.len)
                 .map_err(dma_at(self.start_at))?;
