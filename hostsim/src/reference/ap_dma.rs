@@ -89,7 +89,8 @@ impl Run {
 
     /// Moves the run: one read of its source and one write of its destination, as its
     /// elements one by one would (none of them writes bytes a later one reads); element by
-    /// element where the two ranges overlap. The bytes written.
+    /// element where the two ranges overlap (and for a single element, without buffers).
+    /// The bytes written.
     fn flush(&self, fabric: &mut Fabric, c: &ApDma) -> Result<u64, Error> {
         let (fs, ts) = sizes(c);
         let (src_len, dst_len) = (self.n * fs, self.n * ts);
@@ -97,7 +98,7 @@ impl Run {
         if self.n == 0 {
             return Ok(0);
         }
-        if a < b + dst_len && b < a + src_len {
+        if self.n == 1 || (a < b + dst_len && b < a + src_len) {
             for i in 0..self.n {
                 element(fabric, c, FabricAddr(a + i * fs), FabricAddr(b + i * ts))?;
             }
