@@ -32,8 +32,7 @@
 //! semaphore points, or page buckets where the queues touch independent pages. One
 //! executor runs any schedule by work claiming on the caller and the engine's thread
 //! pool; a replay of [`Engine::run`] within [`EngineConfig::inline`] runs on the caller
-//! alone. Streamed
-//! replays run window by window.
+//! alone. Streamed replays run window by window.
 //!
 //! # Determinism
 //!
@@ -360,10 +359,10 @@ impl Engine {
     /// thread while the queues run on the thread pool; this thread joins the replay once
     /// `beside` returns. Whatever its size the replay goes to the thread pool (the
     /// [`EngineConfig::inline`] limit is [`Engine::run`]'s), so that `beside` overlaps it:
-    /// measured, a program of small replays runs faster so (`BENCHMARKS.md`). Through its [`Beside`], `beside` may read the fabric and
-    /// write where the replay neither reads nor writes, so that the next replay can be
-    /// prepared meanwhile; what it read of the replay's pages may be stale
-    /// ([`Beside::read_the_replay`]).
+    /// measured, a program of small replays runs faster so (`BENCHMARKS.md`). Through its
+    /// [`Beside`], `beside` may read the fabric and write where the replay neither reads
+    /// nor writes, so that the next replay can be prepared meanwhile; what it read of the
+    /// replay's pages may be stale ([`Beside::read_the_replay`]).
     ///
     /// `validated` must come from this engine's [`Engine::validate`] on a fabric of the
     /// generation ([`Error::NotValidatedHere`] otherwise, before anything runs). The

@@ -92,12 +92,12 @@ impl Run {
     /// element where the two ranges overlap (and for a single element, without buffers).
     /// The bytes written.
     fn flush(&self, fabric: &mut Fabric, c: &ApDma) -> Result<u64, Error> {
-        let (fs, ts) = sizes(c);
-        let (src_len, dst_len) = (self.n * fs, self.n * ts);
-        let (a, b) = (self.src.0, self.dst.0);
         if self.n == 0 {
             return Ok(0);
         }
+        let (fs, ts) = sizes(c);
+        let (src_len, dst_len) = (self.n * fs, self.n * ts);
+        let (a, b) = (self.src.0, self.dst.0);
         if self.n == 1 || (a < b + dst_len && b < a + src_len) {
             for i in 0..self.n {
                 element(fabric, c, FabricAddr(a + i * fs), FabricAddr(b + i * ts))?;
