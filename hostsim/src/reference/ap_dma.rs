@@ -67,6 +67,10 @@ pub fn ap_dma(fabric: &mut Fabric, c: &ApDma) -> Result<Outcome, Error> {
     Ok(out)
 }
 
+/// Bytes a run holds at most on either side (its buffers are this size at most, whatever
+/// the copy's size).
+const RUN_BYTES: u64 = 1 << 20;
+
 /// Consecutive moving elements whose source and destination addresses each step by one
 /// element: `n` of them from `src` and `dst` on.
 #[derive(Default)]
@@ -81,6 +85,7 @@ impl Run {
     fn extend(&mut self, c: &ApDma, a: FabricAddr, b: FabricAddr) -> bool {
         let (fs, ts) = sizes(c);
         let next = self.n > 0
+            && (self.n + 1) * fs.max(ts) <= RUN_BYTES
             && Some(a.0) == self.src.0.checked_add(self.n * fs)
             && Some(b.0) == self.dst.0.checked_add(self.n * ts);
         self.n += u64::from(next);
@@ -314,5 +319,21 @@ mod tests {
         // apart, a run moves whole
         let apart = run(&within(4, (0, 8), ComputeOp::Add));
         assert_eq!(&apart[8..12], &[8., 10., 12., 14.]);
+    }
+
+    #[test]
+    fn a_run_holds_at_most_run_bytes() {
+        let c = within(16, (0, 0), ComputeOp::None);
+        let mut r = Run {
+            src: FabricAddr(0),
+            dst: FabricAddr(1 << 30),
+            n: 1,
+        };
+        let fits = RUN_BYTES / 4;
+        for k in 1..fits {
+            assert!(r.extend(&c, FabricAddr(4 * k), FabricAddr((1 << 30) + 4 * k)));
+        }
+        assert_eq!(r.n, fits);
+        assert!(!r.extend(&c, FabricAddr(4 * fits), FabricAddr((1 << 30) + 4 * fits)));
     }
 }
