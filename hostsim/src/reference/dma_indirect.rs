@@ -165,7 +165,9 @@ impl Side {
     fn row(&self, fabric: &Fabric, k: u32, size: u64, hard: bool) -> Result<Row, Error> {
         let Some(ix) = &self.indices else {
             // k < 4096 and k * step is inside the run validation put on the fabric.
-            let Some(addr) = (self.start).checked_add(u64::from(k).saturating_mul(self.step))
+            let Some(addr) = self
+                .start
+                .checked_add(u64::from(k).saturating_mul(self.step))
             else {
                 let overflow = dma::Error::AddressOverflow {
                     addr: self.start.0,
