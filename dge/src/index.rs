@@ -236,9 +236,7 @@ impl IndexPort {
         if region_slot(base) != region_slot(end - 1) {
             return IndexPort::read_listed(fabric, &addrs.to_vec(size), size);
         }
-        let mut port = IndexPort::default();
-        port.push(fabric, base, end)?;
-        Ok(port)
+        IndexPort::read_windows(fabric, vec![(base, end - base)])
     }
 
     /// Reads the windows holding `size`-byte elements at every address of `addrs` (any
@@ -252,45 +250,39 @@ impl IndexPort {
                 v.into()
             }
         };
-        let mut port = IndexPort::default();
         let mut iter = sorted.iter().copied();
         let Some(first) = iter.next() else {
-            return Ok(port);
+            return Ok(IndexPort::default());
         };
-        // enough for windows without gaps (each element its own bytes)
-        let room = sorted.len().saturating_mul(size as usize);
-        port.bytes.reserve_exact(room);
-        port.windows.reserve_exact(sorted.len());
+        let mut windows = Vec::with_capacity(sorted.len());
         let (mut lo, mut hi) = (first, first.saturating_add(size));
         for a in iter {
             if a <= hi.saturating_add(WINDOW_GAP) && region_slot(a) == region_slot(lo) {
                 hi = hi.max(a.saturating_add(size));
                 continue;
             }
-            port.push(fabric, lo, hi)?;
+            windows.push((lo, hi - lo));
             (lo, hi) = (a, a.saturating_add(size));
         }
-        port.push(fabric, lo, hi)?;
-        Ok(port)
+        windows.push((lo, hi - lo));
+        IndexPort::read_windows(fabric, windows)
     }
 
-    /// Reads the fabric's bytes `lo .. hi` into a window after the last one.
-    fn push(&mut self, fabric: &Fabric, lo: u64, hi: u64) -> Result<(), Error> {
-        let table = self.bytes.len();
-        let len = usize::try_from(hi - lo).ok();
-        let end = len.and_then(|len| table.checked_add(len));
-        let end = end.ok_or_else(|| dma::Error::AddressOverflow {
-            addr: lo,
-            len: hi - lo,
-        })?;
-        self.bytes.resize(end, 0);
-        fabric.read(dma::FabricAddr(lo), &mut self.bytes[table..])?;
-        self.windows.push(Window {
-            base: lo,
-            start: table,
-            len: hi - lo,
-        });
-        Ok(())
+    /// Reads `windows` (`(base, len)`, ascending and disjoint) into one table, in one
+    /// [`Fabric::read_ranges`].
+    fn read_windows(fabric: &Fabric, windows: Vec<(u64, u64)>) -> Result<IndexPort, Error> {
+        let mut start = 0usize;
+        let mut port = IndexPort::default();
+        port.windows.reserve_exact(windows.len());
+        for &(base, len) in &windows {
+            let end = usize::try_from(len).ok().and_then(|n| start.checked_add(n));
+            let end = end.ok_or(dma::Error::AddressOverflow { addr: base, len })?;
+            port.windows.push(Window { base, start, len });
+            start = end;
+        }
+        port.bytes = vec![0; start];
+        fabric.read_ranges(&windows, &mut port.bytes)?;
+        Ok(port)
     }
 
     /// The `bytes` bytes from `addr`, if they all lie in one window.

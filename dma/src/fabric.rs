@@ -894,6 +894,34 @@ impl Fabric {
         self.read_through(Fabric::view, addr, buf)
     }
 
+    /// Reads each range `(addr, len)` of `ranges` into `out`, one after another: what
+    /// [`Fabric::read`] of each range into its part of `out` does (the same checks,
+    /// errors and access log), through one region cache, so that many small ranges
+    /// spread over partitions (an index tile's column) decode no region each. `out` must
+    /// hold the ranges' bytes exactly.
+    pub fn read_ranges(&self, ranges: &[(u64, u64)], out: &mut [u8]) -> Result<(), Error> {
+        let total = ranges
+            .iter()
+            .try_fold(0u64, |n, &(_, len)| n.checked_add(len));
+        if total != Some(out.len() as u64) {
+            return Err(Error::OperandLengthMismatch {
+                dst: out.len(),
+                src: total.map_or(usize::MAX, |n| n as usize),
+            });
+        }
+        let mut regions = RegionCache::default();
+        let mut rest = out;
+        for &(addr, len) in ranges {
+            self.log(FabricAddr(addr), len, AccessKind::Read);
+            regions.check(&self.map, FabricAddr(addr), len)?;
+            // the lengths sum to the buffer's: each fits it
+            let (buf, tail) = rest.split_at_mut(len as usize);
+            self.copy_out(Fabric::view, addr, buf);
+            rest = tail;
+        }
+        Ok(())
+    }
+
     /// [`Fabric::read`] with each page's bytes from `view`.
     fn read_through<'a>(
         &'a self,
@@ -901,18 +929,27 @@ impl Fabric {
         addr: FabricAddr,
         buf: &mut [u8],
     ) -> Result<(), Error> {
-        let len = buf.len() as u64;
-        self.check(addr, len)?;
-        for (off, n) in Walk::one(addr.0, len) {
+        self.check(addr, buf.len() as u64)?;
+        self.copy_out(view, addr.0, buf);
+        Ok(())
+    }
+
+    /// Copies the bytes at `addr` (a checked range) into `buf`, each page's from `view`.
+    fn copy_out<'a>(
+        &'a self,
+        view: impl Fn(&'a Fabric, u64, &'a Page) -> PageRef<'a>,
+        addr: u64,
+        buf: &mut [u8],
+    ) {
+        for (off, n) in Walk::one(addr, buf.len() as u64) {
             // Walk pieces lie inside `buf` and inside one page.
             let out = &mut buf[off as usize..off as usize + n];
-            let (key, po) = split(addr.0 + off);
+            let (key, po) = split(addr + off);
             match self.pages.get(key) {
                 Some(page) => out.copy_from_slice(&view(self, key, page)[po..po + n]),
                 None => out.fill(0),
             }
         }
-        Ok(())
     }
 
     /// Reads a zerocopy value (a struct, an array or a slice) at `addr`, in its in-memory
@@ -3182,6 +3219,42 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// `read_ranges` gives what `read` of each range gives, bytes or the first
+        /// range's error, over SBUF partitions (their ends included), HBM and unmapped
+        /// addresses; a wrong buffer length is refused.
+        #[test]
+        fn read_ranges_reads_what_read_reads_range_by_range(
+            ranges in proptest::collection::vec((0..4usize, prop_oneof![0..3 * P, P - 64..P + 2100], 0..40u64), 1..12),
+            short in any::<bool>(),
+        ) {
+            let mut f = fab();
+            let stride = SBUF_STRIDE;
+            let bases = [0, SBUF_BASE, SBUF_BASE + 5 * stride, PSUM_BASE + 7 * PSUM_STRIDE];
+            for (k, base) in bases.iter().enumerate() {
+                let ramp: Vec<u8> = (0..2000).map(|i| (i % 241) as u8 + k as u8).collect();
+                f.write(FabricAddr(*base), &ramp).unwrap();
+            }
+            let ranges: Vec<(u64, u64)> = ranges
+                .iter()
+                .map(|&(b, off, len)| (bases[b].wrapping_sub(P).wrapping_add(off), len))
+                .collect();
+            let each: Result<Vec<u8>, Error> = ranges.iter().try_fold(Vec::new(), |mut v, &(a, n)| {
+                let mut buf = vec![0; n as usize];
+                f.read(FabricAddr(a), &mut buf)?;
+                v.extend(buf);
+                Ok(v)
+            });
+            let total: u64 = ranges.iter().map(|r| r.1).sum();
+            let mut out = vec![0xAA; total as usize + usize::from(short)];
+            let got = f.read_ranges(&ranges, &mut out);
+            if short {
+                let refused = matches!(got, Err(Error::OperandLengthMismatch { .. }));
+                prop_assert!(refused, "{:?}", got);
+            } else {
+                prop_assert_eq!(got.map(|()| out), each);
+            }
+        }
 
         #[test]
         fn one_lock_cache_matches_flat_model(ops in proptest::collection::vec(op(), 1..24)) {
