@@ -512,6 +512,10 @@ impl QueueTimeline {
 
     /// Drops the SIGNAL ends no active queue can need any more (see [`SignalEnds`]).
     fn trim(&mut self) {
+        // most replays signal nothing: then there is no floor to find
+        if self.signal_ends.iter().all(|e| e.ends.is_empty()) {
+            return;
+        }
         let floor = self
             .queues
             .iter()
