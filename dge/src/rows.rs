@@ -1,11 +1,14 @@
 //! The descriptor loop's fast path for the shape most requests have: whole rows moved by
-//! index (a row gather, a row scatter, or both at once), one contiguous row per index
-//! position on each side.
+//! index (a row gather, a row scatter, or both at once) or between row-strided sides (an
+//! SBUF tile's partitions to HBM rows and back), one contiguous row per position on each
+//! side.
 //!
-//! [`RowMove::of`] recognises the shape from the two reshaped sides: each side is either
-//! *indexed* (the indirection dimension outermost, then at most one contiguous row) or
-//! *consecutive* (one contiguous dimension holding the rows back to back), at least one
-//! side indexed, no fill policy, rows of equal length of at most one descriptor.
+//! [`RowMove::of`] recognises the shape from the two reshaped sides: each side is
+//! *indexed* (the indirection dimension outermost, then at most one contiguous row),
+//! *consecutive* (one contiguous dimension holding the rows back to back) or *strided*
+//! (rows a fixed non-negative stride apart: an outer dimension over one contiguous row, or
+//! one dimension of single elements), not both sides consecutive, no fill policy, rows of
+//! equal length of at most one descriptor.
 //! [`RowMove::for_each_run`] then yields, position by position, the row of every position
 //! whose index passed its bound check on both sides, merged with the previous run exactly
 //! as [`crate::runs::for_each_run`] merges (contiguous on both sides in the same regions,
@@ -21,6 +24,13 @@ use crate::runs::{joins, Hull, IndexedBases, Run, MAX_RUN_BYTES};
 enum Side<'a> {
     /// Rows back to back from `start`, `bytes` in all.
     Consecutive { start: u64, bytes: u64 },
+    /// `rows` rows of `row` bytes from `start`, `stride` bytes apart.
+    Strided {
+        start: u64,
+        rows: u64,
+        row: u64,
+        stride: u64,
+    },
     /// `rows` rows of `row` bytes at the per-index addresses of `bases`; a position moves
     /// only where its index is valid.
     Indexed {
@@ -30,16 +40,45 @@ enum Side<'a> {
     },
 }
 
-/// Which sides of a row move are indexed (at least one is), with where the rows of a
-/// consecutive side start.
+/// Which sides of a row move are indexed, with where the rows of a side that is not start
+/// and how far apart they lie (a [`Rows`]).
 #[derive(Clone, Copy, Debug)]
 enum Sides<'a> {
-    /// Indexed rows gathered into consecutive ones.
-    Gather(&'a IndexedBases, u64),
-    /// Consecutive rows scattered to indexed ones.
-    Scatter(u64, &'a IndexedBases),
+    /// Indexed rows gathered into plain ones.
+    Gather(&'a IndexedBases, Rows),
+    /// Plain rows scattered to indexed ones.
+    Scatter(Rows, &'a IndexedBases),
     /// Indexed rows to indexed rows.
     Both(&'a IndexedBases, &'a IndexedBases),
+    /// Plain rows to plain rows.
+    Copy(Rows, Rows),
+}
+
+/// Rows of a side that is not indexed: the first at `start`, each `stride` bytes after
+/// the one before.
+#[derive(Clone, Copy, Debug)]
+struct Rows {
+    start: u64,
+    stride: u64,
+}
+
+impl Rows {
+    /// The address of every row of `n`.
+    #[inline(always)]
+    fn addrs(self, n: usize) -> impl Iterator<Item = Option<u64>> {
+        (0..n as u64).map(move |i| Some(self.start.wrapping_add(i.wrapping_mul(self.stride))))
+    }
+
+    /// `[lo, hi)` around `n` rows of `row` bytes.
+    fn hull(self, n: usize, row: u64) -> Hull {
+        match (n as u64).checked_sub(1) {
+            None => Hull::EMPTY,
+            Some(last) => {
+                let end = self.start.wrapping_add(last.wrapping_mul(self.stride));
+                Hull::new(self.start, end.wrapping_add(row))
+            }
+        }
+    }
 }
 
 /// Where [`RowMove::for_each_run`] hands its runs (a trait rather than a closure so that
@@ -68,11 +107,24 @@ fn side<'a>(p: &Reshaped, bases: Option<&'a IndexedBases>) -> Option<Side<'a>> {
     let elem = u64::from(p.elem_size);
     let contiguous = |k: usize| p.dims.get(k).filter(|d| d.step == elem as i64);
     match (p.indirect_dim, bases) {
-        (None, None) if p.dims.len() == 1 => {
+        (None, None) if p.dims.len() == 1 && contiguous(0).is_some() => {
             let bytes = contiguous(0)?.count.checked_mul(elem)?;
             Some(Side::Consecutive {
                 start: p.start,
                 bytes,
+            })
+        }
+        (None, None) if (1..=2).contains(&p.dims.len()) => {
+            let outer = p.dims.first()?;
+            let row = match p.dims.len() {
+                1 => elem,
+                _ => contiguous(1)?.count.checked_mul(elem)?,
+            };
+            Some(Side::Strided {
+                start: p.start,
+                rows: outer.count,
+                row,
+                stride: u64::try_from(outer.step).ok()?,
             })
         }
         (Some(0), Some(b)) if b.fill.is_none() && (1..=2).contains(&p.dims.len()) => {
@@ -107,29 +159,40 @@ impl<'a> RowMove<'a> {
         (src, src_bases): (&Reshaped, Option<&'a IndexedBases>),
         (dst, dst_bases): (&Reshaped, Option<&'a IndexedBases>),
     ) -> Option<RowMove<'a>> {
-        // a consecutive side holds exactly the other side's rows
-        let holds = |rows: u64, row: u64, bytes: u64| rows.checked_mul(row) == Some(bytes);
-        let (rows, row, sides) = match (side(src, src_bases)?, side(dst, dst_bases)?) {
-            (Side::Indexed { rows, row, bases }, Side::Consecutive { start, bytes })
-                if holds(rows, row, bytes) =>
-            {
-                (rows, row, Sides::Gather(bases, start))
+        let (from, to) = (side(src, src_bases)?, side(dst, dst_bases)?);
+        // the rows of a side, given the other's (a consecutive side holds exactly them)
+        let plain = |s: Side, rows: u64, row: u64| match s {
+            Side::Consecutive { start, bytes } if rows.checked_mul(row) == Some(bytes) => {
+                Some(Rows { start, stride: row })
             }
-            (Side::Consecutive { start, bytes }, Side::Indexed { rows, row, bases })
-                if holds(rows, row, bytes) =>
-            {
-                (rows, row, Sides::Scatter(start, bases))
-            }
-            (
-                Side::Indexed { rows, row, bases },
+            Side::Strided {
+                start,
+                rows: r,
+                row: w,
+                stride,
+            } if (r, w) == (rows, row) => Some(Rows { start, stride }),
+            _ => None,
+        };
+        let (rows, row, sides) = match (from, to) {
+            (Side::Indexed { rows, row, bases }, d) => match d {
                 Side::Indexed {
                     rows: d_rows,
                     row: d_row,
                     bases: d_bases,
-                },
-            ) if rows == d_rows && row == d_row => (rows, row, Sides::Both(bases, d_bases)),
+                } if (d_rows, d_row) == (rows, row) => (rows, row, Sides::Both(bases, d_bases)),
+                d => (rows, row, Sides::Gather(bases, plain(d, rows, row)?)),
+            },
+            (s, Side::Indexed { rows, row, bases }) => {
+                (rows, row, Sides::Scatter(plain(s, rows, row)?, bases))
+            }
+            (Side::Strided { rows, row, .. }, _) | (_, Side::Strided { rows, row, .. }) => (
+                rows,
+                row,
+                Sides::Copy(plain(from, rows, row)?, plain(to, rows, row)?),
+            ),
             _ => return None,
         };
+
         let ok = src.elem_size == dst.elem_size && (1..=MAX_RUN_BYTES).contains(&row);
         ok.then_some(RowMove {
             sides,
@@ -141,23 +204,21 @@ impl<'a> RowMove<'a> {
     /// `[lo, hi)` around every byte read and around every byte written (a superset of
     /// them: a consecutive side's skipped rows are inside).
     pub fn hulls(&self) -> (Hull, Hull) {
-        let row = self.row;
-        let block = |start: u64| Hull::new(start, start.wrapping_add(self.rows as u64 * row));
+        let (rows, row) = (self.rows, self.row);
         match self.sides {
-            Sides::Gather(s, d) => (indexed_hull(s, row), block(d)),
-            Sides::Scatter(s, d) => (block(s), indexed_hull(d, row)),
+            Sides::Gather(s, d) => (indexed_hull(s, row), d.hull(rows, row)),
+            Sides::Scatter(s, d) => (s.hull(rows, row), indexed_hull(d, row)),
             Sides::Both(s, d) => (indexed_hull(s, row), indexed_hull(d, row)),
+            Sides::Copy(s, d) => (s.hull(rows, row), d.hull(rows, row)),
         }
     }
 
     /// Hands `sink` every maximal run, in order (module docs), and returns the bytes
-    /// they move. One loop per kind of sides (gather, scatter or both), so that neither
-    /// side's kind is looked at per position.
+    /// they move. One loop per kind of sides (gather, scatter, both or neither indexed),
+    /// so that neither side's kind is looked at per position.
     #[inline(always)]
     pub fn for_each_run(&self, sink: &mut impl RunSink) -> u64 {
         let (rows, row) = (self.rows, self.row);
-        let consecutive =
-            |start: u64| (0..rows as u64).map(move |i| Some(start.wrapping_add(i * row)));
         let indexed = |b: &'a IndexedBases| {
             b.addrs
                 .iter()
@@ -165,9 +226,10 @@ impl<'a> RowMove<'a> {
                 .map(|(&a, &ok)| ok.then_some(a))
         };
         match self.sides {
-            Sides::Gather(s, d) => merge_rows(indexed(s), consecutive(d), row, sink),
-            Sides::Scatter(s, d) => merge_rows(consecutive(s), indexed(d), row, sink),
+            Sides::Gather(s, d) => merge_rows(indexed(s), d.addrs(rows), row, sink),
+            Sides::Scatter(s, d) => merge_rows(s.addrs(rows), indexed(d), row, sink),
             Sides::Both(s, d) => merge_rows(indexed(s), indexed(d), row, sink),
+            Sides::Copy(s, d) => merge_rows(s.addrs(rows), d.addrs(rows), row, sink),
         }
     }
 }
@@ -315,9 +377,15 @@ mod tests {
         let two_d = shape(1 << 20, 4, &[(512, 4), (4, 64)], None);
         let inner_indexed = shape(0, 4, &[(4, 64), (256, 4)], Some(1));
         assert!(RowMove::of((&rows, Some(&b)), (&flat, None)).is_some());
-        assert!(RowMove::of((&rows, Some(&b)), (&strided, None)).is_none());
+        assert!(RowMove::of((&rows, Some(&b)), (&two_d, None)).is_some());
+        assert!(RowMove::of((&two_d, None), (&flat, None)).is_some());
+        assert!(
+            RowMove::of((&rows, Some(&b)), (&strided, None)).is_none(),
+            "256 rows of 4 bytes against 4 of 256"
+        );
         assert!(RowMove::of((&rows, Some(&b)), (&short, None)).is_none());
-        assert!(RowMove::of((&rows, Some(&b)), (&two_d, None)).is_none());
+        let backward = shape(1 << 20, 4, &[(-512, 4), (4, 64)], None);
+        assert!(RowMove::of((&rows, Some(&b)), (&backward, None)).is_none());
         assert!(RowMove::of((&inner_indexed, Some(&b)), (&flat, None)).is_none());
         assert!(
             RowMove::of((&flat, None), (&flat, None)).is_none(),
@@ -348,17 +416,19 @@ mod tests {
     }
 
     proptest! {
-        /// Random gathers, scatters and both-sided moves (adjacent and repeated rows,
-        /// invalid positions, rows up to 32 KiB, sides at a partition's end): the fast
-        /// path gives the general walk's runs exactly.
+        /// Random gathers, scatters, both-sided and plain moves (adjacent and repeated
+        /// rows, invalid positions, rows up to 32 KiB, plain sides consecutive, at a
+        /// partition's end or strided, a partition apart among them): the fast path gives
+        /// the general walk's runs exactly.
         #[test]
         fn the_fast_path_gives_the_walk_s_runs(
             n in 1usize..40,
             row_elems in prop::sample::select(vec![1u64, 2, 64, 3000, 8192]),
-            mode in 0u8..3,
+            mode in 0u8..4,
             (sa, sv) in arb_indexed(40),
             (da, dv) in arb_indexed(40),
             at_partition_end in any::<bool>(),
+            plain in (0u8..5, 0u8..5),
         ) {
             let row = row_elems * 4;
             let rows_side = |start: u64| match row_elems {
@@ -370,6 +440,22 @@ mod tests {
                 false => 1 << 30,
             };
             let flat = shape(flat_at, 4, &[(4, n as u64 * row_elems)], None);
+            // a plain side: consecutive, or rows `stride` apart (an SBUF partition apart
+            // from partition 0, or in HBM)
+            let plain_side = |kind: u8, hbm: u64| {
+                let (start, stride) = match kind {
+                    1 => (hbm, row),
+                    2 => (hbm, row + 4),
+                    3 => (SBUF_BASE, SBUF_STRIDE),
+                    _ => (hbm, 0),
+                };
+                match (kind, row_elems) {
+                    (0, _) => flat.clone(),
+                    (_, 1) => shape(start, 4, &[(stride as i64, n as u64)], None),
+                    _ => shape(start, 4, &[(stride as i64, n as u64), (4, row_elems)], None),
+                }
+            };
+            let (ps, pd) = (plain_side(plain.0, 1 << 34), plain_side(plain.1, 1 << 35));
             let to_bases = |a: &[u64], v: &[bool], base: u64| {
                 bases(a[..n].iter().map(|r| base + r * row).collect(), v[..n].to_vec())
             };
@@ -377,12 +463,17 @@ mod tests {
             let db = to_bases(&da, &dv, 1 << 32);
             let (s, d) = (rows_side(0), rows_side(1 << 32));
             let (src, dst) = match mode {
-                0 => ((&s, Some(&sb)), (&flat, None)),
-                1 => ((&flat, None), (&d, Some(&db))),
-                _ => ((&s, Some(&sb)), (&d, Some(&db))),
+                0 => ((&s, Some(&sb)), (&pd, None)),
+                1 => ((&ps, None), (&d, Some(&db))),
+                2 => ((&s, Some(&sb)), (&d, Some(&db))),
+                _ => ((&ps, None), (&pd, None)),
             };
-            let m = RowMove::of(src, dst).expect("a row move");
-            prop_assert_eq!(fast(&m), walked(src, dst));
+            let consecutive = |kind: u8| kind == 0 || (kind == 1 && row_elems == 1);
+            let both_consecutive = mode == 3 && consecutive(plain.0) && consecutive(plain.1);
+            match RowMove::of(src, dst) {
+                Some(m) => prop_assert_eq!(fast(&m), walked(src, dst)),
+                None => prop_assert!(both_consecutive, "not a row move"),
+            }
         }
     }
 }
