@@ -194,11 +194,15 @@ impl GatherReg {
             self.posted = 0;
             return;
         }
-        for (k, &addr) in self.addrs.iter().enumerate().take(width.lanes()) {
-            if posted >> k & 1 == 0 {
-                continue;
-            }
-            if let Some(value) = port.load(addr, elem_sz) {
+        // the posted lanes in ascending order, by their bits (a gather's groups are often
+        // one lane each: a scan of every lane per group made a vector's lanes cost their
+        // square)
+        let mut left = posted & every;
+        while left != 0 {
+            let k = left.trailing_zeros() as usize;
+            left &= left - 1;
+            let value = self.addrs.get(k).and_then(|&addr| port.load(addr, elem_sz));
+            if let Some(value) = value {
                 self.data.set_lane(view, k, value);
                 self.gathered.set_lane(view, k, value);
             }
