@@ -154,16 +154,18 @@ pub fn inspect(args: &InspectArgs) -> Result<(), Error> {
         broken: false,
     };
     let mut progress = Progress::new(file.summary().descriptors, "inspect");
-    let listed = write_listing(
-        &mut file,
-        format,
-        &mut out,
-        &mut progress,
-        args.timeline.is_some(),
-    );
+    let wants_ops = args.timeline.is_some();
+    let mut listed = write_listing(&mut file, format, &mut out, &mut progress, wants_ops);
+    // A closed pipe (`inspect | head`) ends the listing quietly, but not the files asked
+    // for: their walk goes on without the listing.
+    let files_asked = args.timeline.is_some() || args.trace.is_some();
+    if listed.is_err() && out.broken && files_asked {
+        let mut sink = std::io::sink();
+        listed = write_listing(&mut file, format, &mut sink, &mut progress, wants_ops);
+    }
     progress.finish();
     let ops = match listed {
-        Err(_) if out.broken => return Ok(()),
+        Err(_) if out.broken && !files_asked => return Ok(()),
         other => other?,
     };
     let mut files = Vec::new();

@@ -171,6 +171,33 @@ fn inspect_draws_the_timeline() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `inspect q --timeline t.svg --trace t.json | head -1`: the listing's reader goes away,
+/// the files asked for are still written (the pipe here is closed before the first line).
+#[test]
+fn inspect_writes_its_files_when_the_listing_pipe_closes() {
+    let dir = scratch("closed-pipe");
+    let file = dir.join("q.dmaq");
+    write_queue_file(&file);
+    let (svg, trace) = (dir.join("t.svg"), dir.join("t.json"));
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_hostsim"))
+        .args(["inspect", file.to_str().unwrap()])
+        .args(["--timeline", svg.to_str().unwrap()])
+        .args(["--trace", trace.to_str().unwrap()])
+        .env_remove("RUST_LOG")
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(picture.matches("</title></rect>").count(), 3, "three boxes");
+    let events: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&trace).unwrap()).expect("the trace is JSON");
+    assert!(events.is_object() || events.is_array(), "{events}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn inspect_rejects_a_bad_file_before_printing() {
     let dir = scratch("bad");
