@@ -574,6 +574,16 @@ impl Explanation {
     }
 }
 
+/// `names` joined by commas, a run of equal ones as one name with its count (an N-D
+/// `dma_gather_transpose` is one instruction per slab).
+fn counted(names: &[String]) -> String {
+    let runs = names.chunk_by(|a, b| a == b).map(|run| match run.len() {
+        1 => run[0].clone(),
+        n => format!("{} x {n}", run[0]),
+    });
+    runs.collect::<Vec<_>>().join(", ")
+}
+
 fn op_text(out: &mut String, op: &OpExplained) {
     let dge = op
         .dge
@@ -584,7 +594,7 @@ fn op_text(out: &mut String, op: &OpExplained) {
         "\nop {} ({}): {}{dge}",
         op.index,
         op.op,
-        op.instructions.join(", ")
+        counted(&op.instructions)
     );
     for (k, st) in op.stages.iter().enumerate() {
         let _ = writeln!(out, "  request {k} ({}):", st.kind);
@@ -606,7 +616,9 @@ fn op_text(out: &mut String, op: &OpExplained) {
         .iter()
         .map(|b| format!("{}-{} B: {}", b.from_bytes, b.to_bytes, b.descriptors))
         .collect();
-    let _ = writeln!(out, "  sizes: {}", sizes.join(", "));
+    if !sizes.is_empty() {
+        let _ = writeln!(out, "  sizes: {}", sizes.join(", "));
+    }
     for q in &op.queues {
         let _ = writeln!(
             out,
@@ -704,6 +716,16 @@ mod tests {
 
     fn codes(op: &OpExplained) -> Vec<&str> {
         op.lints.iter().map(|l| l.code).collect()
+    }
+
+    #[test]
+    fn an_op_s_instructions_are_named_once_per_run_with_its_count() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let slabs = names(&["ap DMA"; 96]);
+        assert_eq!(counted(&slabs), "ap DMA x 96");
+        let mixed = names(&["a", "a", "b", "a"]);
+        assert_eq!(counted(&mixed), "a x 2, b, a");
+        assert_eq!(counted(&[]), "");
     }
 
     #[test]
