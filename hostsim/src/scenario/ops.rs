@@ -350,6 +350,12 @@ impl Cx<'_> {
                     "{field}: a vector_offset or scalar_offset needs an explicit ap (its indirect dim's count is the index count)"
                 )))
             }
+            None if p.offset != 0 => {
+                return Err(self.error(format!(
+                    "{field}: offset {} needs an explicit ap (without one the side walks its whole tensor, which an offset pushes past its end)",
+                    p.offset
+                )))
+            }
             None => rows_side(tensor.clone(), None).dims,
         };
         Ok(ApSide {
@@ -573,6 +579,10 @@ mod tests {
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", vector_offset = \"idx\" }\ndst = \"out\"",
                 "op 0 (dma_copy): src: a vector_offset or scalar_offset needs an explicit ap",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = { tensor = \"out\", offset = 5 }\ndst = \"out\"",
+                "op 0 (dma_copy): src: offset 5 needs an explicit ap (without one the side walks its whole tensor, which an offset pushes past its end)",
             ),
             (
                 "op = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx1\"\ndst = \"ldst\"",

@@ -438,7 +438,14 @@ pub fn initial_bytes(
         Init::Iota => Ok(Some(iota(t.dtype, t.bytes() / t.dtype.size() as u64))),
         Init::Uninit => Ok(Some(vec![0xff; t.bytes() as usize])),
         Init::Npy(file) => {
-            let a = read(file)?;
+            // `init` is a keyword or a file: name both where the file is not there
+            let a = read(file).map_err(|e| {
+                let rule = format!(
+                    "init = {:?} must be zeros, iota, uninit or a readable .npy file ({e})",
+                    file.display()
+                );
+                tensor_error(index, spec, rule)
+            })?;
             check_npy(index, spec, t, file, &a)?;
             Ok(Some(a.data))
         }
@@ -708,6 +715,14 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "tensor 0 (t): init t.npy has shape [3, 2] but the tensor's shape is [2, 3]"
+        );
+        // a word that is no keyword is a file name: the error names the keywords too
+        s.init = Init::from("ones".to_string());
+        let e = initial_bytes(0, &s, t, &|p: &Path| crate::npy::read(p)).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.starts_with("tensor 0 (t): init = \"ones\" must be zeros, iota, uninit or a readable .npy file (ones: cannot be read: "),
+            "{e}"
         );
     }
 
