@@ -909,6 +909,40 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_that_reads_what_it_writes_is_an_overlap() {
+        let text = |offset: u32| {
+            tensor("a", "hbm", "[1, 200]", "iota")
+                + &format!("[[op]]\nop = \"dma_copy\"\nsrc = {{ tensor = \"a\", ap = [[1, 100]] }}\ndst = {{ tensor = \"a\", ap = [[1, 100]], offset = {offset} }}\n")
+        };
+        let op = op0("overlap", &text(50), &[]);
+        // (the walk goes element by element where it meets itself: small descriptors)
+        assert_eq!(codes(&op), ["small-descriptors", "overlap"]);
+        assert!(
+            op.lints[1].message.contains("one at 0x"),
+            "{}",
+            op.lints[1].message
+        );
+        // the second half of the same tensor: no byte in common
+        assert!(!codes(&op0("apart", &text(100), &[])).contains(&"overlap"));
+    }
+
+    #[test]
+    fn first_common_byte_sweeps_sorted_ranges() {
+        use super::lint::first_common_byte;
+        assert_eq!(first_common_byte(&[(0, 10), (20, 30)], &[(10, 20)]), None);
+        assert_eq!(
+            first_common_byte(&[(0, 10), (20, 30)], &[(10, 21)]),
+            Some(20)
+        );
+        assert_eq!(first_common_byte(&[(0, 100)], &[(5, 6), (50, 60)]), Some(5));
+        assert_eq!(
+            first_common_byte(&[(0, 30), (10, 20)], &[(25, 40)]),
+            Some(25)
+        );
+        assert_eq!(first_common_byte(&[], &[(0, 1)]), None);
+    }
+
+    #[test]
     fn a_bad_op_number_is_an_error_naming_the_flag() {
         let text = tensor("a", "hbm", "[2, 2]", "iota")
             + &tensor("b", "hbm", "[2, 2]", "zeros")

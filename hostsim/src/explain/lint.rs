@@ -1,5 +1,5 @@
 //! The lints of `hostsim explain`, each with a stable code: `small-descriptors`,
-//! `duplicate-indices`, `oob-indices`, `queue-imbalance`, `partition-split`. Each reads
+//! `duplicate-indices`, `oob-indices`, `queue-imbalance`, `partition-split`, `overlap`. Each reads
 //! what the run already found ([`Facts`]): the descriptors, the DGE stages, the queues'
 //! timing, the runtime's skips and warnings, the op's error.
 
@@ -59,6 +59,7 @@ pub fn all(f: &Facts) -> Vec<Lint> {
         oob_indices(f),
         queue_imbalance(f),
         partition_split(f),
+        overlap(f),
     ]
     .into_iter()
     .flatten()
@@ -256,4 +257,49 @@ fn partition_split(f: &Facts) -> Option<Lint> {
         ),
         suggestion: Some("put the partition dim outermost in the access pattern so each partition gets a contiguous run".into()),
     })
+}
+
+/// `overlap`: the op reads bytes it also writes (a copy within one tensor, its two walks
+/// meeting). Its elements then move one after another in walk order, each seeing the
+/// writes before it: numpy's copy-then-assign differs.
+fn overlap(f: &Facts) -> Option<Lint> {
+    let ranges = |pick: fn(&Descriptor) -> Option<(dma::FabricAddr, u64)>| {
+        let mut v: Vec<(u64, u64)> = f
+            .descriptors
+            .iter()
+            .filter_map(|d| pick(d))
+            .map(|(a, n)| (a.raw(), a.raw().saturating_add(n)))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let reads = ranges(Descriptor::source_range);
+    let writes = ranges(|d| Some(d.dest_range()));
+    let at = first_common_byte(&reads, &writes)?;
+    Some(Lint {
+        code: "overlap",
+        message: format!(
+            "the op reads bytes it also writes (one at {at:#x}): its elements move one after another in walk order, each seeing the writes before it, unlike numpy's copy-then-assign"
+        ),
+        suggestion: Some("copy through a separate tensor (or a tile) for snapshot semantics".into()),
+    })
+}
+
+/// A byte inside both a range of `a` and one of `b` (each sorted `[lo, hi)` ranges), if
+/// any: the sweep drops a range only once it ends before the other list's current one.
+pub(super) fn first_common_byte(a: &[(u64, u64)], b: &[(u64, u64)]) -> Option<u64> {
+    let (mut i, mut j) = (0, 0);
+    while let (Some(&(alo, ahi)), Some(&(blo, bhi))) = (a.get(i), b.get(j)) {
+        let (lo, hi) = (alo.max(blo), ahi.min(bhi));
+        if lo < hi {
+            return Some(lo);
+        }
+        // the range that ends first meets nothing further in the other list
+        if ahi <= bhi {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    None
 }
