@@ -2,33 +2,38 @@
 //! streams ([`QueueFileWriter`], [`QueueFileReader`]), checked whole before anything runs
 //! ([`verify`], [`VerifiedQueueFile`]).
 //!
-//! # Byte layout (versions 1 and 2, little-endian)
+//! # Byte layout (little-endian)
 //!
 //! | bytes     | field              | rule                                              |
 //! |-----------|--------------------|---------------------------------------------------|
 //! | 0..8      | magic              | `b"DMAQUEUE"`                                     |
-//! | 8..10     | version            | 1 or 2 (below)                                    |
+//! | 8..10     | version            | 1, 2 or 3 (below)                                 |
 //! | 10        | generation         | NeuronCore version 2..=5 (sunda..maverick)        |
 //! | 11        | queue count `Q`    | 1..=16                                            |
 //! | 12..16    | descriptor size    | 32                                                |
 //! | 16..24    | checksum           | FNV-1a 64 of the content (below)                  |
 //! | 24..152   | 16 counts (u64)    | descriptors per queue; slots `Q..16` are zero     |
 //! | 152..     | payload            | queue 0's descriptors, then queue 1's, ... (32 bytes each, [`crate::descriptor`] layout) |
+//! | end - 8.. | origin (version 3) | a u64 its producer tags the file with (below)     |
 //!
-//! The file ends right after the last descriptor: its length is exactly
-//! `152 + 32 * sum(counts)`. The checksum is FNV-1a 64 (offset basis `0xcbf29ce484222325`,
-//! prime `0x100000001b3`) over the payload followed by the header without its checksum
-//! field (bytes `0..16` then `24..152`), so a change to any byte is caught, header included.
-//! Payload first lets the writer hash descriptors as they stream out and the header last.
+//! The file ends right after the last descriptor (version 3: after the origin): its length
+//! is exactly `152 + 32 * sum(counts)` (`+ 8`). The checksum is FNV-1a 64 (offset basis
+//! `0xcbf29ce484222325`, prime `0x100000001b3`, [`fnv1a64`]) over the payload, then the
+//! origin, then the header without its checksum field (bytes `0..16` then `24..152`), so a
+//! change to any byte is caught, header included. Payload first lets the writer hash
+//! descriptors as they stream out and the header last.
 //!
 //! # Versions
 //!
-//! The two versions differ only in what a descriptor may say: version 2 added casts
-//! ([`crate::descriptor`], byte 26 `src_dtype`), which version 1 reserved as zero. Both are
+//! Version 2 added casts ([`crate::descriptor`], byte 26 `src_dtype`), which version 1
+//! reserved as zero; version 3 added the origin, an 8-byte tag after the payload saying
+//! what the queues were made for (`hostsim gen` writes a digest of the scenario's initial
+//! tensors there, and `hostsim replay` refuses the file over other tensors). All three are
 //! read; a version 1 file whose descriptor casts is refused, naming the descriptor and the
-//! rule. The writer writes the lowest version that holds its descriptors: version 1 when
-//! none casts (such a file is byte for byte what it was before casts existed, and older
-//! readers take it), version 2 otherwise (older readers refuse it by its version).
+//! rule. The writer writes the lowest version that holds what it was given: version 3 with
+//! an origin ([`QueueFileWriter::with_origin`]), else version 1 when no descriptor casts
+//! (such a file is byte for byte what it was before casts existed, and older readers take
+//! it), else version 2 (older readers refuse a newer file by its version).
 //!
 //! # Writing
 //!
@@ -64,10 +69,14 @@ use crate::timing::{QueueTimeline, TimelineReport, TimingModel};
 
 /// The file magic.
 pub const MAGIC: [u8; 8] = *b"DMAQUEUE";
-/// The newest format version: 2, whose descriptors may cast.
-pub const VERSION: u16 = 2;
+/// The newest format version: 3, which carries an origin (module docs, "Versions").
+pub const VERSION: u16 = 3;
+/// The version of a file whose descriptors may cast, without an origin.
+pub const VERSION_WITH_CASTS: u16 = 2;
 /// The version of a file in which no descriptor casts (module docs, "Versions").
 pub const VERSION_WITHOUT_CASTS: u16 = 1;
+/// Bytes of the origin after a version 3 file's payload.
+const ORIGIN_BYTES: u64 = 8;
 /// Queues in a file at most (the 16 DMA rings).
 pub const MAX_QUEUES: usize = 16;
 /// Header bytes (the payload starts here).
@@ -93,6 +102,14 @@ struct RawHeader {
 }
 
 const _: () = assert!(size_of::<RawHeader>() == HEADER_BYTES as usize);
+
+/// FNV-1a 64 of `bytes`: the file checksum's hash, for a producer that digests what its
+/// queues were made for into an origin ([`QueueFileWriter::with_origin`]).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h = Fnv1a64::new();
+    h.update(bytes);
+    h.0
+}
 
 /// FNV-1a 64, fed in pieces.
 #[derive(Clone, Copy, Debug)]
@@ -146,12 +163,17 @@ pub struct QueueFileHeader {
 }
 
 impl QueueFileHeader {
-    /// The format version, 1 or 2.
+    /// The format version, 1, 2 or 3.
     pub fn version(&self) -> u16 {
         self.version
     }
 
-    /// Whether the file's descriptors may cast (version 2).
+    /// Whether an origin follows the payload (version 3).
+    fn has_origin(&self) -> bool {
+        self.version >= VERSION
+    }
+
+    /// Whether the file's descriptors may cast (version 2 or 3).
     fn casts_allowed(&self) -> bool {
         self.version > VERSION_WITHOUT_CASTS
     }
@@ -221,7 +243,7 @@ fn check_format(raw: &RawHeader) -> Result<(), Error> {
     }
     let version = raw.version.get();
     if !(VERSION_WITHOUT_CASTS..=VERSION).contains(&version) {
-        let rule = "versions 1 and 2 are known";
+        let rule = "versions 1, 2 and 3 are known";
         return Err(header_error("version", 8, version.into(), rule));
     }
     let size = raw.descriptor_bytes.get();
@@ -490,6 +512,8 @@ pub struct QueueFileSummary {
     pub descriptors: u64,
     /// Bytes the descriptors move (the sum of their lengths).
     pub bytes: u64,
+    /// The origin a version 3 file carries (module docs, "Versions").
+    pub origin: Option<u64>,
 }
 
 /// A streaming reader over any `Read`: the queues in file order, in bounded batches.
@@ -506,6 +530,8 @@ pub struct QueueFileReader<R> {
     bytes: u64,
     done: bool,
     failed: Option<Error>,
+    /// The origin, once the end of a version 3 file is read.
+    origin: Option<u64>,
     /// Recorded only for a [`VerifiedQueueFile`].
     digests: Option<ChunkDigests>,
 }
@@ -530,6 +556,7 @@ impl<R: Read> QueueFileReader<R> {
             bytes: 0,
             done: false,
             failed: None,
+            origin: None,
             digests: None,
         })
     }
@@ -604,8 +631,23 @@ impl<R: Read> QueueFileReader<R> {
         Ok(Some(self.at.queue))
     }
 
-    /// The end of the file: no trailing bytes, the checksum, every WAIT reachable.
+    /// The end of the file: its origin (version 3), no trailing bytes, the checksum, every
+    /// WAIT reachable.
     fn check_end(&mut self) -> Result<(), Error> {
+        if self.header.has_origin() {
+            let mut origin = [0u8; ORIGIN_BYTES as usize];
+            let got = read_full(&mut self.r, &mut origin, self.at.offset)?;
+            if got < origin.len() {
+                return Err(Error::QueueFileTruncated {
+                    offset: self.at.offset + got as u64,
+                    needed: ORIGIN_BYTES - got as u64,
+                    what: "the origin (version 3)".to_string(),
+                });
+            }
+            self.hasher.update(&origin);
+            self.origin = Some(u64::from_le_bytes(origin));
+            self.at.offset += ORIGIN_BYTES;
+        }
         let mut probe = [0u8; 1];
         if read_full(&mut self.r, &mut probe, self.at.offset)? != 0 {
             return Err(Error::QueueFileTrailing {
@@ -628,6 +670,7 @@ impl<R: Read> QueueFileReader<R> {
             header: self.header.clone(),
             descriptors: self.stats.descriptors,
             bytes: self.bytes,
+            origin: self.origin,
         }
     }
 }
@@ -831,8 +874,10 @@ pub struct QueueFileWriter<W: Write + Seek> {
     ledger: SemaphoreLedger,
     buf: Vec<u8>,
     flushed: u64,
-    /// Whether some descriptor casts (the file is then version 2).
+    /// Whether some descriptor casts (the file is then version 2 at least).
     casts: bool,
+    /// The origin, if the producer gave one (the file is then version 3).
+    origin: Option<u64>,
 }
 
 impl<W: Write + Seek> QueueFileWriter<W> {
@@ -863,7 +908,15 @@ impl<W: Write + Seek> QueueFileWriter<W> {
             buf: Vec::with_capacity(WRITE_CHUNK),
             flushed: 0,
             casts: false,
+            origin: None,
         })
+    }
+
+    /// Tags the file with `origin`, what its queues were made for (a version 3 file; see
+    /// the module docs).
+    pub fn with_origin(mut self, origin: u64) -> QueueFileWriter<W> {
+        self.origin = Some(origin);
+        self
     }
 
     /// Appends `d` to queue `queue`; queues come in order (0 first, any may be empty) and
@@ -906,11 +959,15 @@ impl<W: Write + Seek> QueueFileWriter<W> {
     /// Writes the rest, patches the header, leaves the writer at the end of the file and
     /// returns it. Fails (leaving the zero placeholder header) if a WAIT can never be met.
     pub fn finish(mut self) -> Result<W, Error> {
+        if let Some(origin) = self.origin {
+            self.buf.extend_from_slice(&origin.to_le_bytes());
+        }
         self.flush_buf()?;
         self.ledger.check_complete()?;
-        let version = match self.casts {
-            true => VERSION,
-            false => VERSION_WITHOUT_CASTS,
+        let version = match (self.origin, self.casts) {
+            (Some(_), _) => VERSION,
+            (None, true) => VERSION_WITH_CASTS,
+            (None, false) => VERSION_WITHOUT_CASTS,
         };
         let mut header = RawHeader {
             magic: MAGIC,
@@ -1000,9 +1057,10 @@ mod tests {
         ]
     }
 
-    /// A file from its parts, with a correct checksum (to reach the checks behind it).
+    /// A file from its parts, with a correct checksum (to reach the checks behind it):
+    /// version 2, casts allowed and no origin.
     fn assemble(generation: u8, queues: u8, counts: &[u64], payload: &[u8]) -> Vec<u8> {
-        assemble_version(VERSION, generation, queues, counts, payload)
+        assemble_version(VERSION_WITH_CASTS, generation, queues, counts, payload)
     }
 
     /// [`assemble`] with a given format version.
@@ -1107,7 +1165,7 @@ mod tests {
 
     #[test]
     fn rejects_wrong_version() {
-        for version in [0u8, 3, 0xff] {
+        for version in [0u8, 4, 0xff] {
             let mut bytes = write_file(Generation::Sunda, &small_queues());
             bytes[8] = version;
             assert_eq!(header_err(&bytes), ("version", 8, u64::from(version)));
@@ -1137,6 +1195,64 @@ mod tests {
         let payload = encoded(&small_queues().concat());
         let v2 = assemble_version(2, 3, 3, &[2, 0, 1], &payload);
         assert_eq!(read_all(&v2).unwrap().1, small_queues());
+    }
+
+    #[test]
+    fn an_origin_makes_version_3_and_is_checked_with_the_rest() {
+        let mut queues = small_queues();
+        queues[1].push(cast_copy());
+        let write = |origin: Option<u64>| {
+            let mut w =
+                QueueFileWriter::new(Cursor::new(Vec::new()), Generation::Cayman, 3).unwrap();
+            if let Some(o) = origin {
+                w = w.with_origin(o);
+            }
+            for (q, descs) in queues.iter().enumerate() {
+                descs.iter().for_each(|d| w.push(q, d).unwrap());
+            }
+            w.finish().unwrap().into_inner()
+        };
+        let tag = 0x0123_4567_89ab_cdef;
+        let bytes = write(Some(tag));
+        assert_eq!(&bytes[8..10], &[3, 0]);
+        assert_eq!(bytes.len(), 152 + 32 * 4 + 8);
+        assert_eq!(&bytes[bytes.len() - 8..], &tag.to_le_bytes());
+        let (header, back) = read_all(&bytes).unwrap();
+        assert_eq!((header.version(), &back), (3, &queues));
+        let file = VerifiedQueueFile::open(Cursor::new(&bytes)).unwrap();
+        assert_eq!(file.summary().origin, Some(tag));
+        // without one: no trailer, no origin
+        let plain = VerifiedQueueFile::open(Cursor::new(write(None))).unwrap();
+        assert_eq!(
+            (plain.header().version(), plain.summary().origin),
+            (2, None)
+        );
+        // the checksum covers the origin
+        let mut flipped = bytes.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        assert!(matches!(
+            read_all(&flipped).unwrap_err(),
+            Error::QueueFileChecksum { .. }
+        ));
+        // a version 3 file cut inside its origin is truncated there
+        let cut = &bytes[..bytes.len() - 3];
+        assert_eq!(
+            read_all(cut).unwrap_err(),
+            Error::QueueFileTruncated {
+                offset: 152 + 32 * 4 + 5,
+                needed: 3,
+                what: "the origin (version 3)".into(),
+            }
+        );
+        // and one byte past it is trailing
+        let mut long = bytes.clone();
+        long.push(0);
+        assert_eq!(
+            read_all(&long).unwrap_err(),
+            Error::QueueFileTrailing {
+                offset: 152 + 32 * 4 + 8
+            }
+        );
     }
 
     #[test]

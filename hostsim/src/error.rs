@@ -53,6 +53,14 @@ pub enum Error {
     /// A queue file that cannot be opened or fails verification (`inspect`), naming it.
     #[error("{file}: {source}")]
     QueueFileInput { file: String, source: dma::Error },
+    /// A queue file `gen` made for other initial tensors than the scenario `replay` was
+    /// given.
+    #[error("{file}: made by gen for other initial tensors (origin {stored:#018x}) than the scenario's (origin {scenario:#018x}): replay it over the scenario it was made from, or gen it again")]
+    QueueFileOrigin {
+        file: String,
+        stored: u64,
+        scenario: u64,
+    },
     /// A reserved byte that is not zero.
     #[error("{field}[{index}] = {value:#04x}: reserved bytes must be zero")]
     ReservedByte {

@@ -1007,7 +1007,7 @@ mod tests {
             );
             let file =
                 std::env::temp_dir().join(format!("hostsim-explain-{}.dmaq", std::process::id()));
-            queues::write_queue_file(&file, &set).unwrap();
+            queues::write_queue_file(&file, &set, None).unwrap();
             let mut f = dma::VerifiedQueueFile::open_path(&file).unwrap();
             let traced = crate::trace::queue_file_trace(&mut f, "q").unwrap();
             assert_eq!(

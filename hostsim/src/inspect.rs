@@ -96,6 +96,8 @@ where
     let summary = file.summary();
     let header = &summary.header;
     let g = header.generation();
+    // what gen made the file for (a digest of the scenario's initial tensors), if it says
+    let origin = summary.origin.map(|o| format!("{o:#018x}"));
     let text = match format {
         ListingFormat::JsonLines => json_object(&[
             ("record", "header".into()),
@@ -105,6 +107,7 @@ where
             ("counts", header.counts().into()),
             ("descriptors", summary.descriptors.into()),
             ("bytes", summary.bytes.into()),
+            ("origin", origin.into()),
         ]),
         ListingFormat::Table => {
             let counts: Vec<String> = header
@@ -113,8 +116,9 @@ where
                 .enumerate()
                 .map(|(q, n)| format!("q{q}={n}"))
                 .collect();
+            let origin = origin.map_or(String::new(), |o| format!(", origin {o}"));
             format!(
-                "queue file: {} (v{}), {} queues, {} descriptors, {} bytes\ncounts: {}\n{TABLE_HEADER}",
+                "queue file: {} (v{}), {} queues, {} descriptors, {} bytes{origin}\ncounts: {}\n{TABLE_HEADER}",
                 g.name(),
                 g.version(),
                 header.queues(),
@@ -321,7 +325,7 @@ mod tests {
         assert_eq!(
             lines[0],
             json!({"record": "header", "generation": "cayman", "version": 3, "queues": 2,
-                   "counts": [1, 2], "descriptors": 3, "bytes": 576})
+                   "counts": [1, 2], "descriptors": 3, "bytes": 576, "origin": null})
         );
         let map = AddressMap::new(Generation::Cayman);
         assert_eq!(

@@ -446,7 +446,7 @@ pub(crate) mod tests {
             replays: 1,
         };
         let file = std::env::temp_dir().join(format!("hostsim-trace-{}.dmaq", std::process::id()));
-        crate::scenario::queues::write_queue_file(&file, &set).unwrap();
+        crate::scenario::queues::write_queue_file(&file, &set, None).unwrap();
         let mut f = VerifiedQueueFile::open_path(&file).unwrap();
         let text = queue_file_trace(&mut f, "t").unwrap();
         assert_eq!(check(&text), (1024 + 2048 + 512 + 256, 4));

@@ -336,6 +336,48 @@ fn run_timeline_has_a_lane_per_queue_and_a_legend() {
 }
 
 #[test]
+/// `gen` tags its file with the scenario's initial tensors; `replay` over other tensors
+/// is refused, and a file without a tag (another producer's) replays as given.
+fn a_queue_file_replays_only_over_the_tensors_it_was_made_for() {
+    let dir = scratch("replay-origin");
+    let queues = dir.join("e.dmaq");
+    let o = hostsim(&["gen", &example("embedding"), "-o", s(&queues)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // another cayman scenario's tensors: refused by the file's origin
+    let out = dir.join("out");
+    let other = example("bound_register");
+    let o = hostsim(&["replay", s(&queues), "--scenario", &other, "--out", s(&out)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("e.dmaq: made by gen for other initial tensors"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists());
+    // the same file without its origin (version 2, as another producer writes it)
+    // replays over any tensors of its generation
+    let mut file = dma::VerifiedQueueFile::open_path(&queues).unwrap();
+    let header = file.header().clone();
+    let mut w = dma::QueueFileWriter::new(
+        std::io::Cursor::new(Vec::new()),
+        header.generation(),
+        header.queues(),
+    )
+    .unwrap();
+    let mut batch = Vec::new();
+    for q in 0..header.queues() {
+        while file.read_queue(q, 4096, &mut batch).unwrap() > 0 {
+            batch.iter().for_each(|d| w.push(q, d).unwrap());
+        }
+    }
+    let untagged = dir.join("untagged.dmaq");
+    std::fs::write(&untagged, w.finish().unwrap().into_inner()).unwrap();
+    let o = hostsim(&["replay", s(&untagged), "--scenario", &example("embedding")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn a_failed_replay_or_timeline_writes_nothing_to_out() {
     let dir = scratch("replay-fail");
     let queues = dir.join("e.dmaq");

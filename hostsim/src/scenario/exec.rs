@@ -3,6 +3,7 @@
 //! `.npy` arrays, the [`Report`] (`report.json`) and the output folder written only
 //! after success.
 
+use std::fmt::Write as _;
 use std::fs::File;
 use std::path::Path;
 use std::time::Instant;
@@ -48,6 +49,22 @@ impl Prepared {
             }
         }
         Ok(fabric)
+    }
+
+    /// What the queue file `gen` records is for: a digest of the generation, every
+    /// tensor's name, placement, dtype and shape, and the initial bytes (`replay` refuses a
+    /// file made for other ones; see [`dma::queue_file`], "Versions").
+    pub fn origin(&self) -> Result<u64, Error> {
+        let mut text = format!("hostsim origin 1: {}\n", self.generation);
+        for t in &self.tensors {
+            let _ = writeln!(
+                text,
+                "{} {:?} {:?} {:?} {} {}",
+                t.name, t.space, t.dtype, t.shape, t.offset, t.partition
+            );
+        }
+        let _ = write!(text, "{:016x}", self.initial_fabric()?.digest());
+        Ok(dma::queue_file::fnv1a64(text.as_bytes()))
     }
 
     /// A runtime for `mechanism` with the scenario's generation and queue count.

@@ -185,16 +185,20 @@ fn wait(sem: usize, count: u32) -> Result<SemWait, Error> {
     })
 }
 
-/// Writes `set` as a queue file at `path` atomically (temporary file, then rename).
-pub fn write_queue_file(path: &Path, set: &QueueSet) -> Result<(), Error> {
+/// Writes `set` as a queue file at `path` atomically (temporary file, then rename),
+/// tagged with `origin` if given ([`Prepared::origin`]).
+pub fn write_queue_file(path: &Path, set: &QueueSet, origin: Option<u64>) -> Result<(), Error> {
     write_atomic_with(path, |file: File| {
-        write_set(BufWriter::new(file), set).map(drop)
+        write_set(BufWriter::new(file), set, origin).map(drop)
     })
 }
 
-/// Writes `set` as a queue file into `w`.
-fn write_set<W: Write + Seek>(w: W, set: &QueueSet) -> Result<W, Error> {
+/// Writes `set` as a queue file into `w`, tagged with `origin` if given.
+fn write_set<W: Write + Seek>(w: W, set: &QueueSet, origin: Option<u64>) -> Result<W, Error> {
     let mut writer = QueueFileWriter::new(w, set.generation, set.queues.len())?;
+    if let Some(o) = origin {
+        writer = writer.with_origin(o);
+    }
     for (q, list) in set.queues.iter().enumerate() {
         for d in list {
             writer.push(q, d)?;
@@ -205,7 +209,7 @@ fn write_set<W: Write + Seek>(w: W, set: &QueueSet) -> Result<W, Error> {
 
 /// The SVG timeline (`crate::timeline`) of `set` on its generation's timing model.
 pub fn timeline_svg(set: &QueueSet, title: &str) -> Result<String, Error> {
-    let mut buf = write_set(Cursor::new(Vec::new()), set)?;
+    let mut buf = write_set(Cursor::new(Vec::new()), set, None)?;
     buf.set_position(0);
     let mut file = VerifiedQueueFile::open(buf)?;
     file_svg(&mut file, title)
@@ -237,6 +241,19 @@ pub async fn replay(prepared: &Prepared, path: &Path) -> Result<Replayed, Error>
         source,
     };
     let file = VerifiedQueueFile::open_path(path).map_err(named)?;
+    // A file gen made says what for: other initial tensors are refused (another
+    // generation is named as such by the engine).
+    let same_generation = file.header().generation() == prepared.generation;
+    if let Some(stored) = file.summary().origin.filter(|_| same_generation) {
+        let scenario = prepared.origin()?;
+        if stored != scenario {
+            return Err(Error::QueueFileOrigin {
+                file: path.display().to_string(),
+                stored,
+                scenario,
+            });
+        }
+    }
     let fabric = prepared.initial_fabric()?;
     let config = EngineConfig {
         queues: file.header().queues(),
