@@ -264,13 +264,16 @@ impl Summary {
 
     /// The table of op x generation x policy.
     pub fn table(&self) -> String {
-        let mut t = String::from(
-            "op  kind                   generation  policy              cases    wrote  skipped  errored\n",
+        // the policy column as wide as its longest label (`oob=skip unique=false`)
+        let w = self.tally.keys().map(|k| k.3.len()).fold(18, usize::max);
+        let mut t = format!(
+            "op  kind                   generation  {:<w$}  cases    wrote  skipped  errored\n",
+            "policy"
         );
         for ((op, kind, g, policy), [cases, wrote, skipped, errored]) in &self.tally {
             let _ = writeln!(
                 t,
-                "{op:<3} {kind:<22} {g:<11} {policy:<18} {cases:>7} {wrote:>8} {skipped:>8} {errored:>8}"
+                "{op:<3} {kind:<22} {g:<11} {policy:<w$} {cases:>7} {wrote:>8} {skipped:>8} {errored:>8}"
             );
         }
         let _ = writeln!(t, "refused (edits the CLI rejects): {}", self.refused);
