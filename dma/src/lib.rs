@@ -38,8 +38,8 @@ pub use descriptor::{
 };
 pub use dtype::Dtype;
 pub use engine::{
-    execute_sequential, Beside, Engine, EngineConfig, ExecutionStats, InlineLimit, InvalidPolicy,
-    Pusher, QueueReport, RaceCheck, ReplayReport, ReplaySummary, Session, Validated,
+    execute_sequential, Beside, Engine, EngineConfig, ExecutionStats, InlineLimit, Pusher,
+    QueueReport, RaceCheck, ReplayReport, ReplaySummary, Session, Validated,
 };
 pub use error::{AccessKind, Error};
 pub use fabric::{Fabric, PAGE_BYTES};

@@ -11,7 +11,7 @@ use crate::fabric::{Fabric, PageLocks};
 
 use super::cast::execute_cast;
 use super::schedule::Unit;
-use super::validate::{replay_error, RangeRule};
+use super::validate::replay_error;
 
 /// The pattern a FILL repeats: its element's `dtype.size()` little-endian bytes.
 pub(crate) fn with_fill_pattern<T>(d: &Descriptor, f: impl FnOnce(&[u8]) -> T) -> T {
@@ -52,17 +52,15 @@ fn prefetch<const R: usize>(locks: &mut PageLocks<'_, R>, d: &Descriptor) {
 /// these pages next. Each descriptor prefetches the one [`PREFETCH_AHEAD`] after it, and
 /// the first ones are prefetched before the loop, so that a short unit (a page bucket of a
 /// few dozen scattered rows) does not wait for its first rows one by one. Adds the
-/// descriptors that ran (skipped ones included) to `ran`, and traces the unit's end. An
+/// descriptors that ran to `ran`, and traces the unit's end. An
 /// error names the descriptor's queue and index ([`Unit::at`]).
 pub(crate) fn run_unit(
     fabric: &Fabric,
-    skip_invalid: bool,
     unit: &Unit<'_>,
     ran: &AtomicU64,
 ) -> Result<(), ((usize, u64), Error)> {
     let run = unit.descriptors();
     let mut locks = fabric.run_locks();
-    let mut ranges = RangeRule::default();
     for d in run.iter().take(PREFETCH_AHEAD) {
         prefetch(&mut locks, d);
     }
@@ -70,14 +68,11 @@ pub(crate) fn run_unit(
         if let Some(next) = run.get(i + PREFETCH_AHEAD) {
             prefetch(&mut locks, next);
         }
-        // Validation proved the ranges (or, under the Skip policy, the same check fails
-        // here for exactly the descriptors it counted as skipped) and reserved the pages.
-        if !(skip_invalid && ranges.check(fabric, d).is_err()) {
-            if let Err(e) = execute_descriptor(&mut locks, d) {
-                ran.fetch_add(i as u64, Ordering::Relaxed);
-                let (queue, index) = unit.at(i);
-                return Err(((queue, index), replay_error(queue, index, "execution", e)));
-            }
+        // Validation proved the ranges and reserved the pages.
+        if let Err(e) = execute_descriptor(&mut locks, d) {
+            ran.fetch_add(i as u64, Ordering::Relaxed);
+            let (queue, index) = unit.at(i);
+            return Err(((queue, index), replay_error(queue, index, "execution", e)));
         }
         if d.signal().is_some() {
             locks.release();
@@ -119,7 +114,7 @@ pub(crate) mod tests {
             },
         };
         let ran = AtomicU64::new(0);
-        let run = |u: &Unit<'_>| run_unit(fabric, false, u, &ran);
+        let run = |u: &Unit<'_>| run_unit(fabric, u, &ran);
         let (outcome, workers) = executor::execute(&schedule, run, |job| match pool {
             Some(c) if c.run(job, || ()).0 => c.helpers() + 1,
             _ => {

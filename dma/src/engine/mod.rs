@@ -23,8 +23,7 @@
 //! [`Fabric::check`], semaphores have one signalling queue and do not stall the
 //! [`QueueTimeline`], and with [`RaceCheck::On`] no two queues touch the same bytes
 //! unordered); a rejected replay leaves the fabric as it was, and its error names the
-//! queue and index ([`Error::ReplayDescriptor`]). [`InvalidPolicy::Skip`] skips a bad
-//! descriptor instead. A [`Session`] is fail closed per push.
+//! queue and index ([`Error::ReplayDescriptor`]). A [`Session`] is fail closed per push.
 //!
 //! # Execution
 //!
@@ -85,17 +84,6 @@ pub enum RaceCheck {
     On,
 }
 
-/// What happens to a descriptor whose source or destination range fails the fabric check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum InvalidPolicy {
-    /// The whole replay is rejected and nothing is written (fail closed).
-    #[default]
-    Reject,
-    /// The descriptor moves nothing, still waits and signals, and is counted as skipped.
-    /// (Sessions always reject.)
-    Skip,
-}
-
 /// Which replays are small enough to run on the calling thread alone: those of at most
 /// `descriptors` descriptors moving at most `bytes` bytes (both limits hold).
 ///
@@ -135,8 +123,8 @@ impl Default for InlineLimit {
 }
 
 /// How the engine runs. [`EngineConfig::default`] gives 16 queues, one worker per core
-/// (at most 16), batches of 2048 descriptors, windows of 2 batches, no race check,
-/// [`InvalidPolicy::Reject`], the default [`InlineLimit`].
+/// (at most 16), batches of 2048 descriptors, windows of 2 batches, no race check, the
+/// default [`InlineLimit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EngineConfig {
     /// DMA rings available, `1..=16`: a replay may use at most this many queues.
@@ -152,8 +140,6 @@ pub struct EngineConfig {
     pub channel_depth: usize,
     /// The validating mode.
     pub race_check: RaceCheck,
-    /// What to do with a descriptor off the fabric.
-    pub invalid: InvalidPolicy,
     /// Which replays of [`Engine::run`] and [`Engine::replay_file`] run on the calling
     /// thread instead of the workers ([`Engine::run_beside`] always hands its replay on).
     pub inline: InlineLimit,
@@ -168,7 +154,6 @@ impl Default for EngineConfig {
             batch: 2048,
             channel_depth: 2,
             race_check: RaceCheck::Off,
-            invalid: InvalidPolicy::Reject,
             inline: InlineLimit::default(),
         }
     }
@@ -483,7 +468,7 @@ impl Engine {
         };
         let timeline = plan.timeline.clone();
         let report = ReplayReport {
-            summary: ReplaySummary::new(fabric.generation(), timeline, &plan.skipped, 0),
+            summary: ReplaySummary::new(fabric.generation(), timeline, 0),
             execution,
         };
         Ok((report, other))
@@ -504,9 +489,8 @@ impl Engine {
         beside: impl FnOnce(&Fabric) -> R,
     ) -> (Result<ExecutionStats, Error>, u64, R) {
         let started = std::time::Instant::now();
-        let skip = self.config.invalid == InvalidPolicy::Skip;
         let ran = std::sync::atomic::AtomicU64::new(0);
-        let run = |unit: &schedule::Unit<'_>| exec::run_unit(fabric, skip, unit, &ran);
+        let run = |unit: &schedule::Unit<'_>| exec::run_unit(fabric, unit, &ran);
         let (outcome, (workers, other)) = executor::execute(schedule, run, |job| {
             let meanwhile = || beside(fabric);
             match inline {
@@ -661,9 +645,8 @@ impl Validated {
 
     /// Whether running the replay may read or write a byte of the `len` bytes at `addr`:
     /// a byte between the lowest and the highest byte its descriptors read, or between
-    /// the lowest and the highest they write (descriptors skipped under the Skip policy
-    /// do neither). `false` means the bytes are the same whether written before or after
-    /// the replay runs.
+    /// the lowest and the highest they write. `false` means the bytes are the same whether
+    /// written before or after the replay runs.
     pub fn touches(&self, addr: FabricAddr, len: u64) -> bool {
         self.plan.footprint.meets(addr.0, len)
     }

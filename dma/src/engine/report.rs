@@ -6,8 +6,6 @@ use std::time::Duration;
 use crate::generation::Generation;
 use crate::timing::TimelineReport;
 
-use super::validate::Skipped;
-
 /// One queue's share of a replay.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueueReport {
@@ -15,10 +13,7 @@ pub struct QueueReport {
     pub descriptors: u64,
     /// Bytes they wrote.
     pub bytes: u64,
-    /// Descriptors skipped ([`super::InvalidPolicy::Skip`]): they moved nothing.
-    pub skipped: u64,
-    /// Time the queue's DMA engine is busy in the timing model, ps. Skipped descriptors
-    /// count too: the ring still fetches them.
+    /// Time the queue's DMA engine is busy in the timing model, ps.
     pub busy_ps: u64,
     /// End of the queue's last descriptor in the timing model, ps.
     pub end_ps: u64,
@@ -36,8 +31,6 @@ pub struct ReplaySummary {
     pub descriptors: u64,
     /// Bytes written in all queues.
     pub bytes: u64,
-    /// Descriptors skipped in all queues.
-    pub skipped: u64,
     /// Descriptors rejected (a [`super::Session`]'s rejected pushes); none of them ran.
     pub failed: u64,
     /// The queues' busy time summed, ps.
@@ -47,35 +40,26 @@ pub struct ReplaySummary {
 }
 
 impl ReplaySummary {
-    /// The summary of a timeline (over every descriptor, skipped ones included), given
-    /// per-queue skip counts and the number of rejected descriptors.
+    /// The summary of a timeline, given the number of rejected descriptors.
     pub(crate) fn new(
         generation: Generation,
         timeline: TimelineReport,
-        skipped: &[Skipped],
         failed: u64,
     ) -> ReplaySummary {
-        let none = Skipped::default();
         let queues: Vec<QueueReport> = timeline
             .queues
             .iter()
-            .enumerate()
-            .map(|(q, t)| {
-                let s = skipped.get(q).unwrap_or(&none);
-                QueueReport {
-                    descriptors: t.descriptors.saturating_sub(s.descriptors),
-                    bytes: t.bytes.saturating_sub(s.bytes),
-                    skipped: s.descriptors,
-                    busy_ps: t.busy_ps,
-                    end_ps: t.end_ps,
-                }
+            .map(|t| QueueReport {
+                descriptors: t.descriptors,
+                bytes: t.bytes,
+                busy_ps: t.busy_ps,
+                end_ps: t.end_ps,
             })
             .collect();
         ReplaySummary {
             generation,
             descriptors: queues.iter().map(|q| q.descriptors).sum(),
             bytes: queues.iter().map(|q| q.bytes).sum(),
-            skipped: queues.iter().map(|q| q.skipped).sum(),
             busy_ps: queues.iter().map(|q| q.busy_ps).sum(),
             failed,
             makespan_ps: timeline.makespan_ps,
@@ -159,41 +143,30 @@ mod tests {
             queues: vec![timing(3, 300, 50, 60), timing(1, 8, 7, 90)],
             makespan_ps: 90,
         };
-        let skipped = [
-            Skipped {
-                descriptors: 1,
-                bytes: 100,
-            },
-            Skipped::default(),
-        ];
-        ReplaySummary::new(Generation::Mariana, timeline, &skipped, 4)
+        ReplaySummary::new(Generation::Mariana, timeline, 4)
     }
 
     #[test]
-    fn totals_exclude_skipped_descriptors() {
+    fn totals_sum_the_queues() {
         let s = summary();
         assert_eq!(
             s.queues[0],
             QueueReport {
-                descriptors: 2,
-                bytes: 200,
-                skipped: 1,
+                descriptors: 3,
+                bytes: 300,
                 busy_ps: 50,
                 end_ps: 60,
             }
         );
-        assert_eq!(
-            (s.descriptors, s.bytes, s.skipped, s.failed),
-            (3, 208, 1, 4)
-        );
+        assert_eq!((s.descriptors, s.bytes, s.failed), (4, 308, 4));
         assert_eq!((s.busy_ps, s.makespan_ps), (57, 90));
-        assert_eq!(s.average_descriptor_bytes(), 208.0 / 3.0);
+        assert_eq!(s.average_descriptor_bytes(), 308.0 / 4.0);
         let empty = TimelineReport {
             queues: vec![timing(0, 0, 0, 0)],
             makespan_ps: 0,
         };
         assert_eq!(
-            ReplaySummary::new(Generation::Sunda, empty, &[], 0).average_descriptor_bytes(),
+            ReplaySummary::new(Generation::Sunda, empty, 0).average_descriptor_bytes(),
             0.0
         );
     }

@@ -182,7 +182,7 @@ pub(crate) fn serve(session: &mut Session<'_>, mut pushes: mpsc::Receiver<Push>)
 pub(crate) struct Pending {
     queues: Vec<Vec<Descriptor>>,
     progress: Progress,
-    /// Descriptors that ran (skipped ones included).
+    /// Descriptors that ran.
     executed: u64,
     /// Units run, the most descriptors held at once, the most workers a window had.
     units: u64,
@@ -477,7 +477,7 @@ where
     produced?;
     let execution = session.pending.stats(started.elapsed());
     Ok(ReplayReport {
-        summary: ReplaySummary::new(generation, session.timeline.finish()?, &[], failed),
+        summary: ReplaySummary::new(generation, session.timeline.finish()?, failed),
         execution,
     })
 }
@@ -735,7 +735,7 @@ mod tests {
         assert_eq!(bytes(&f, OUT + 64, 8), [0; 8]); // the rejected push's valid first descriptor
         assert_eq!(bytes(&f, OUT + 192, 8), [5; 8]);
         let s = report.summary;
-        assert_eq!((s.descriptors, s.bytes, s.failed, s.skipped), (2, 16, 5, 0));
+        assert_eq!((s.descriptors, s.bytes, s.failed), (2, 16, 5));
     }
 
     /// The run aborts mid-send: the descriptors that ran and those that did not add up to

@@ -697,7 +697,7 @@ fn any_queue_count_and_worker_count_gives_the_same_memory_and_report() {
         assert!(summaries.iter().all(|r| r.deterministic_eq(&summaries[0])));
         let s = &summaries[0].summary;
         assert_eq!(s.queues.len(), queues);
-        totals.push((s.descriptors, s.bytes, s.busy_ps, s.skipped, s.failed));
+        totals.push((s.descriptors, s.bytes, s.busy_ps, s.failed));
     }
     let bytes: u64 = descs.iter().map(|(_, d)| u64::from(d.len())).sum();
     let busy: u64 = descs
@@ -705,7 +705,7 @@ fn any_queue_count_and_worker_count_gives_the_same_memory_and_report() {
         .map(|(_, d)| TimingModel::new(GEN).descriptor_ps(d))
         .sum();
     assert!(
-        totals.iter().all(|t| *t == (3000, bytes, busy, 0, 0)),
+        totals.iter().all(|t| *t == (3000, bytes, busy, 0)),
         "{totals:?}"
     );
 }
@@ -728,7 +728,6 @@ fn the_report_times_each_queue_on_the_model() {
         QueueReport {
             descriptors: 2,
             bytes: 4352,
-            skipped: 0,
             busy_ps: q0,
             end_ps: q0
         }
@@ -738,7 +737,6 @@ fn the_report_times_each_queue_on_the_model() {
         QueueReport {
             descriptors: 1,
             bytes: 100,
-            skipped: 0,
             busy_ps: q1,
             end_ps: q1
         }
@@ -963,28 +961,6 @@ fn queue_counts_beyond_the_rings_are_rejected() {
     let three = vec![vec![fill(0, 8, 1)]; 3];
     assert_eq!(rejected(&e, &three), Error::QueueCount { count: 3, max: 2 });
     assert_eq!(rejected(&e, &[]), Error::QueueCount { count: 0, max: 2 });
-}
-
-#[test]
-fn the_skip_policy_runs_the_rest_and_counts() {
-    let e = with(2, |c| c.invalid = InvalidPolicy::Skip);
-    let gap = GEN.hbm_bytes() + 0x40;
-    // the skipped descriptor still signals, so queue 0's wait is met
-    let queues = vec![
-        vec![fill(0, 16, 0x11).with_wait(wait(3, 1))],
-        vec![
-            copy(gap, 0x100, 8).with_signal(sem(3)),
-            fill(0x200, 8, 0x22),
-        ],
-    ];
-    let mut f = fabric();
-    let mut want = image();
-    want[..16].fill(0x11);
-    want[0x200..0x208].fill(0x22);
-    let r = e.run(&mut f, &queues).unwrap().summary;
-    assert_eq!(window(&f), want);
-    assert_eq!((r.descriptors, r.bytes, r.skipped), (2, 24, 1));
-    assert_eq!((r.queues[1].descriptors, r.queues[1].skipped), (1, 1));
 }
 
 #[test]

@@ -24,27 +24,19 @@ use crate::FabricAddr;
 
 use super::race::RaceRecorder;
 use super::source::QueueSource;
-use super::{EngineConfig, InvalidPolicy, RaceCheck};
+use super::{EngineConfig, RaceCheck};
 
 /// Descriptors per validation batch.
 pub(crate) const VALIDATE_BATCH: usize = MAX_BATCH;
-
-/// Descriptors skipped under [`InvalidPolicy::Skip`] in one queue.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Skipped {
-    pub descriptors: u64,
-    pub bytes: u64,
-}
 
 /// What validation proved and found.
 #[derive(Debug)]
 pub(crate) struct Plan {
     pub timeline: TimelineReport,
-    pub skipped: Vec<Skipped>,
     pub pages: PageSet,
     /// Whether some descriptor waits or signals.
     pub semaphores: bool,
-    /// Where the descriptors that will execute read and write.
+    /// Where the descriptors read and write.
     pub footprint: Footprint,
     /// Whether the replay was validated ahead of its run ([`super::Engine::validate`]),
     /// which deals it too, so that its first run does not ([`Plan::deals_by_page`]; a
@@ -63,7 +55,6 @@ pub(crate) struct Kept {
     pub pages: PageSet,
     timeline: Option<QueueTimeline>,
     next: Vec<u64>,
-    skipped: Vec<Skipped>,
 }
 
 /// Where a replay's checked descriptors read and write: the hulls (lowest and highest
@@ -165,7 +156,6 @@ impl Plan {
             pages,
             timeline: Some(self.timeline_kept),
             next: self.next_kept,
-            skipped: self.skipped,
         }
     }
 
@@ -264,12 +254,10 @@ pub(crate) fn validate<S: QueueSource>(
 
 struct Validator<'f> {
     fabric: &'f Fabric,
-    skip_invalid: bool,
     next: Vec<u64>,
     ledger: SemaphoreLedger,
     timeline: QueueTimeline,
     race: Option<RaceRecorder>,
-    skipped: Vec<Skipped>,
     pages: PageSet,
     footprint: Footprint,
     ranges: RangeRule,
@@ -290,12 +278,10 @@ impl<'f> Validator<'f> {
         };
         Ok(Validator {
             fabric,
-            skip_invalid: config.invalid == InvalidPolicy::Skip,
             next: refilled(kept.next, queues, 0),
             ledger: SemaphoreLedger::new(),
             timeline: timeline?,
             race: (config.race_check == RaceCheck::On).then(|| RaceRecorder::new(queues)),
-            skipped: refilled(kept.skipped, queues, Skipped::default()),
             pages: kept.pages,
             footprint: Footprint::default(),
             ranges: RangeRule::default(),
@@ -334,12 +320,12 @@ impl<'f> Validator<'f> {
         };
         if !self.check_whole(queue, batch) {
             for (index, d) in (first..).zip(batch) {
-                let valid = self.check(queue, index, d)?;
+                self.check(queue, index, d)?;
                 if d.synchronises() {
                     self.ledger.record(queue, index, d)?;
                 }
                 if let Some(race) = &mut self.race {
-                    race.record(queue, index, d, valid);
+                    race.record(queue, index, d);
                 }
             }
         }
@@ -379,23 +365,13 @@ impl<'f> Validator<'f> {
         true
     }
 
-    /// The range rule under the policy: whether the descriptor will execute.
-    fn check(&mut self, queue: usize, index: u64, d: &Descriptor) -> Result<bool, Error> {
-        match self.ranges.check(self.fabric, d) {
-            Ok(()) => {
-                self.pages.add(d.dest_range(), queue);
-                self.footprint.add(d);
-                Ok(true)
-            }
-            Err((what, e)) if !self.skip_invalid => Err(replay_error(queue, index, what, e)),
-            Err(_) => {
-                if let Some(s) = self.skipped.get_mut(queue) {
-                    s.descriptors += 1;
-                    s.bytes += u64::from(d.len());
-                }
-                Ok(false)
-            }
-        }
+    /// The range rule; adds the descriptor's pages and footprint.
+    fn check(&mut self, queue: usize, index: u64, d: &Descriptor) -> Result<(), Error> {
+        let checked = self.ranges.check(self.fabric, d);
+        checked.map_err(|(what, e)| replay_error(queue, index, what, e))?;
+        self.pages.add(d.dest_range(), queue);
+        self.footprint.add(d);
+        Ok(())
     }
 
     /// The checks that need every descriptor: reachable waits, no stall, no race.
@@ -407,7 +383,6 @@ impl<'f> Validator<'f> {
         }
         Ok(Plan {
             timeline,
-            skipped: self.skipped,
             pages: self.pages,
             semaphores: !self.ledger.is_empty(),
             footprint: self.footprint,
@@ -632,17 +607,17 @@ mod tests {
     }
 
     /// What a validator has collected: its pages (with addresses and first queues),
-    /// whether a page is shared, its footprint and its skipped counts.
-    type Collected = (Vec<(u64, u64, usize)>, bool, Footprint, Vec<Skipped>);
+    /// whether a page is shared, and its footprint.
+    type Collected = (Vec<(u64, u64, usize)>, bool, Footprint);
 
     fn collected(v: &Validator) -> Collected {
         let pages = v.pages.entries().collect();
-        (pages, v.pages.shared(), v.footprint, v.skipped.clone())
+        (pages, v.pages.shared(), v.footprint)
     }
 
     proptest! {
         /// A batch checked whole leaves the validator as checking each of its descriptors
-        /// leaves it, and one it declines leaves it as it was; both policies.
+        /// leaves it, and one it declines leaves it as it was.
         #[test]
         fn a_batch_checked_whole_is_its_descriptors_checked_one_by_one(
             batches in proptest::collection::vec(
@@ -652,13 +627,9 @@ mod tests {
                 )),
                 1..6,
             ),
-            skip in any::<bool>(),
         ) {
             let fabric = Fabric::new(Generation::Cayman);
-            let config = EngineConfig {
-                invalid: if skip { InvalidPolicy::Skip } else { InvalidPolicy::Reject },
-                ..EngineConfig::default()
-            };
+            let config = EngineConfig::default();
             let new = || Validator::new(&fabric, 3, &config, Kept::default()).unwrap();
             let (mut whole, mut each) = (new(), new());
             for (queue, regions, batch) in batches {
@@ -667,7 +638,7 @@ mod tests {
                 let before = collected(&whole);
                 if whole.check_whole(queue, &batch) {
                     for (i, d) in batch.iter().enumerate() {
-                        prop_assert_eq!(each.check(queue, i as u64, d), Ok(true));
+                        prop_assert_eq!(each.check(queue, i as u64, d), Ok(()));
                     }
                     prop_assert_eq!(collected(&whole), collected(&each));
                 } else {
@@ -735,18 +706,11 @@ mod tests {
         assert_eq!(a.join(Footprint::default()), a);
     }
 
-    fn config(invalid: InvalidPolicy) -> EngineConfig {
-        EngineConfig {
-            invalid,
-            ..EngineConfig::default()
-        }
-    }
-
-    /// A plan as comparable values: timeline, skipped counts, the sorted written pages.
-    fn summary(plan: &Plan) -> (TimelineReport, Vec<Skipped>, Vec<u64>) {
+    /// A plan as comparable values: timeline, the sorted written pages.
+    fn summary(plan: &Plan) -> (TimelineReport, Vec<u64>) {
         let mut pages: Vec<u64> = plan.pages.entries().map(|(page, ..)| page).collect();
         pages.sort_unstable();
-        (plan.timeline.clone(), plan.skipped.clone(), pages)
+        (plan.timeline.clone(), pages)
     }
 
     /// One descriptor of the split test: a copy inside HBM (or, `bad`, from the gap below
@@ -772,22 +736,23 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
-        /// Buffers kept from another replay (fewer queues, some skipped) change no plan.
+        /// Buffers kept from another replay (fewer queues) change no plan.
         #[test]
         fn kept_buffers_change_no_plan(
             queues in proptest::collection::vec(
                 proptest::collection::vec(arb_descriptor(), 0..40), 2..=16),
-            skip in proptest::bool::ANY,
         ) {
             let f = Fabric::new(Generation::Cayman);
-            let policy = if skip { InvalidPolicy::Skip } else { InvalidPolicy::Reject };
-            let config = EngineConfig { workers: 2, ..config(policy) };
+            let config = EngineConfig { workers: 2, ..EngineConfig::default() };
             let in_order =
                 validate(&f, &mut Slices::new(&queues), &config, Kept::default());
-            // buffers kept from another replay (fewer queues, some skipped) change nothing
-            let other: Vec<_> = queues[1..].iter().rev().cloned().collect();
-            let skipping = EngineConfig { invalid: InvalidPolicy::Skip, ..config };
-            let kept = validate(&f, &mut Slices::new(&other), &skipping, Kept::default())
+            // buffers kept from another replay (fewer queues, its bad descriptors left
+            // out) change nothing
+            let valid = |q: &Vec<Descriptor>| -> Vec<Descriptor> {
+                q.iter().filter(|d| check_ranges(&f, d).is_ok()).copied().collect()
+            };
+            let other: Vec<_> = queues[1..].iter().rev().map(valid).collect();
+            let kept = validate(&f, &mut Slices::new(&other), &config, Kept::default())
                 .map_or_else(|_| Kept::default(), Plan::into_kept);
             let again = validate(&f, &mut Slices::new(&queues), &config, kept);
             let want = format!("{:?}", in_order.as_ref().map(summary));
@@ -909,35 +874,15 @@ mod tests {
     }
 
     #[test]
-    fn skip_policy_counts_instead_of_failing() {
+    fn a_bad_range_is_named_by_queue_and_index() {
         let f = Fabric::new(Generation::Cayman);
         let gap = SBUF_BASE - 0x1000;
         let queues = vec![
             vec![copy(0, 64, 8), copy(gap, 64, 16)],
             vec![copy(0, gap, 4)],
         ];
-        let skip = config(InvalidPolicy::Skip);
-        let plan = validate(&f, &mut Slices::new(&queues), &skip, Kept::default()).unwrap();
-        let want = [
-            Skipped {
-                descriptors: 1,
-                bytes: 16,
-            },
-            Skipped {
-                descriptors: 1,
-                bytes: 4,
-            },
-        ];
-        assert_eq!(plan.skipped, want);
-        assert_eq!(plan.pages.len(), 1);
-        // every descriptor is still timed
-        assert_eq!(plan.timeline.queues[0].descriptors, 2);
-        let e = validate(
-            &f,
-            &mut Slices::new(&queues),
-            &config(InvalidPolicy::Reject),
-            Kept::default(),
-        );
+        let config = EngineConfig::default();
+        let e = validate(&f, &mut Slices::new(&queues), &config, Kept::default());
         let Err(Error::ReplayDescriptor {
             queue, index, what, ..
         }) = e
