@@ -39,7 +39,7 @@ pub use descriptor::{
 pub use dtype::Dtype;
 pub use engine::{
     execute_sequential, Beside, Engine, EngineConfig, ExecutionStats, InlineLimit, Pusher,
-    QueueReport, RaceCheck, ReplayReport, ReplaySummary, Session, Validated,
+    RaceCheck, ReplayReport, ReplaySummary, Session, Validated,
 };
 pub use error::{AccessKind, Error};
 pub use fabric::{Fabric, PAGE_BYTES};

@@ -61,7 +61,7 @@ use crate::queue_file::{VerifiedQueueFile, MAX_BATCH, MAX_QUEUES};
 use crate::timing::TimelineReport;
 use crate::FabricAddr;
 
-pub use report::{ExecutionStats, QueueReport, ReplayReport, ReplaySummary};
+pub use report::{ExecutionStats, ReplayReport, ReplaySummary};
 pub use sequential::execute_sequential;
 pub use session::{Pusher, Session};
 

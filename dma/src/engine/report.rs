@@ -4,20 +4,7 @@
 use std::time::Duration;
 
 use crate::generation::Generation;
-use crate::timing::TimelineReport;
-
-/// One queue's share of a replay.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct QueueReport {
-    /// Descriptors executed.
-    pub descriptors: u64,
-    /// Bytes they wrote.
-    pub bytes: u64,
-    /// Time the queue's DMA engine is busy in the timing model, ps.
-    pub busy_ps: u64,
-    /// End of the queue's last descriptor in the timing model, ps.
-    pub end_ps: u64,
-}
+use crate::timing::{QueueTiming, TimelineReport};
 
 /// Everything about a replay that follows from its queues and the fabric alone: equal for
 /// every worker count and schedule (and, per queue, for every run of the same queues).
@@ -25,8 +12,8 @@ pub struct QueueReport {
 pub struct ReplaySummary {
     /// The generation the replay was timed on (the fabric's).
     pub generation: Generation,
-    /// Per queue, in queue order.
-    pub queues: Vec<QueueReport>,
+    /// Per queue, in queue order, as the timing model timed it (no spans).
+    pub queues: Vec<QueueTiming>,
     /// Descriptors executed in all queues.
     pub descriptors: u64,
     /// Bytes written in all queues.
@@ -46,33 +33,16 @@ impl ReplaySummary {
         timeline: TimelineReport,
         failed: u64,
     ) -> ReplaySummary {
-        let queues: Vec<QueueReport> = timeline
-            .queues
-            .iter()
-            .map(|t| QueueReport {
-                descriptors: t.descriptors,
-                bytes: t.bytes,
-                busy_ps: t.busy_ps,
-                end_ps: t.end_ps,
-            })
-            .collect();
+        let sum = |f: fn(&QueueTiming) -> u64| timeline.queues.iter().map(f).sum();
         ReplaySummary {
             generation,
-            descriptors: queues.iter().map(|q| q.descriptors).sum(),
-            bytes: queues.iter().map(|q| q.bytes).sum(),
-            busy_ps: queues.iter().map(|q| q.busy_ps).sum(),
+            descriptors: sum(|q| q.descriptors),
+            bytes: sum(|q| q.bytes),
+            busy_ps: sum(|q| q.busy_ps),
             failed,
             makespan_ps: timeline.makespan_ps,
-            queues,
+            queues: timeline.queues,
         }
-    }
-
-    /// Bytes per executed descriptor (0 without descriptors).
-    pub fn average_descriptor_bytes(&self) -> f64 {
-        if self.descriptors == 0 {
-            return 0.0;
-        }
-        self.bytes as f64 / self.descriptors as f64
     }
 }
 
@@ -96,17 +66,6 @@ pub struct ExecutionStats {
     pub page_buckets: bool,
 }
 
-impl ExecutionStats {
-    /// Bytes per second of wall time (0 for an instantaneous run).
-    pub fn bytes_per_second(&self, bytes: u64) -> f64 {
-        let secs = self.wall.as_secs_f64();
-        if secs == 0.0 {
-            return 0.0;
-        }
-        bytes as f64 / secs
-    }
-}
-
 /// A replay's report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplayReport {
@@ -116,17 +75,9 @@ pub struct ReplayReport {
     pub execution: ExecutionStats,
 }
 
-impl ReplayReport {
-    /// Whether the deterministic parts are equal (wall time and other measurements ignored).
-    pub fn deterministic_eq(&self, other: &ReplayReport) -> bool {
-        self.summary == other.summary
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::timing::QueueTiming;
 
     fn timing(descriptors: u64, bytes: u64, busy_ps: u64, end_ps: u64) -> QueueTiming {
         QueueTiming {
@@ -138,62 +89,15 @@ mod tests {
         }
     }
 
-    fn summary() -> ReplaySummary {
+    #[test]
+    fn totals_sum_the_queues() {
         let timeline = TimelineReport {
             queues: vec![timing(3, 300, 50, 60), timing(1, 8, 7, 90)],
             makespan_ps: 90,
         };
-        ReplaySummary::new(Generation::Mariana, timeline, 4)
-    }
-
-    #[test]
-    fn totals_sum_the_queues() {
-        let s = summary();
-        assert_eq!(
-            s.queues[0],
-            QueueReport {
-                descriptors: 3,
-                bytes: 300,
-                busy_ps: 50,
-                end_ps: 60,
-            }
-        );
+        let s = ReplaySummary::new(Generation::Mariana, timeline.clone(), 4);
+        assert_eq!(s.queues, timeline.queues);
         assert_eq!((s.descriptors, s.bytes, s.failed), (4, 308, 4));
         assert_eq!((s.busy_ps, s.makespan_ps), (57, 90));
-        assert_eq!(s.average_descriptor_bytes(), 308.0 / 4.0);
-        let empty = TimelineReport {
-            queues: vec![timing(0, 0, 0, 0)],
-            makespan_ps: 0,
-        };
-        assert_eq!(
-            ReplaySummary::new(Generation::Sunda, empty, 0).average_descriptor_bytes(),
-            0.0
-        );
-    }
-
-    #[test]
-    fn deterministic_eq_ignores_measurements() {
-        let stats = |ms, units| ExecutionStats {
-            wall: Duration::from_millis(ms),
-            workers: 1,
-            units,
-            max_buffered: 10,
-            page_buckets: false,
-        };
-        let a = ReplayReport {
-            summary: summary(),
-            execution: stats(5, 2),
-        };
-        let b = ReplayReport {
-            summary: summary(),
-            execution: stats(9, 7),
-        };
-        assert!(a.deterministic_eq(&b));
-        assert_ne!(a, b);
-        let mut c = b.clone();
-        c.summary.queues[1].busy_ps += 1;
-        assert!(!a.deterministic_eq(&c));
-        assert_eq!(stats(500, 1).bytes_per_second(1000), 2000.0);
-        assert_eq!(stats(0, 1).bytes_per_second(1000), 0.0);
     }
 }

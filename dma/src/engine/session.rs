@@ -70,11 +70,6 @@ pub struct Session<'e> {
 }
 
 impl Session<'_> {
-    /// Queues of the session.
-    pub fn queues(&self) -> usize {
-        self.pending.queues.len()
-    }
-
     /// Checks `descriptors` as a whole and appends them to `queue` (see the type docs).
     pub fn push(&mut self, queue: usize, descriptors: &[Descriptor]) -> Result<(), Error> {
         let checked = self
@@ -591,7 +586,6 @@ mod tests {
             let mut f = fabric();
             let report = engine(workers)
                 .stream(&mut f, 4, &[(FabricAddr(OUT), OUT_LEN)], |s| {
-                    assert_eq!(s.queues(), 4);
                     for instr in &instrs {
                         for q in 0..4 {
                             let part: Vec<Descriptor> = instr
@@ -606,7 +600,7 @@ mod tests {
                 })
                 .unwrap();
             assert_eq!(f.first_difference(&want), None);
-            assert!(report.deterministic_eq(&whole));
+            assert_eq!(report.summary, whole.summary);
             assert!(report.execution.units >= 10 * 4);
         }
     }
