@@ -530,13 +530,10 @@ impl Engine {
         queues: Vec<Vec<Descriptor>>,
     ) -> impl Future<Output = (Fabric, Result<ReplayReport, Error>)> + Send + 'static {
         let engine = Arc::clone(self);
-        async move {
-            let replay = move || {
-                let result = engine.run(&mut fabric, &queues);
-                (fabric, result)
-            };
-            joined(tokio::task::spawn_blocking(replay).await)
-        }
+        on_blocking_pool(move || {
+            let result = engine.run(&mut fabric, &queues);
+            (fabric, result)
+        })
     }
 
     /// [`Engine::replay_file`] as a future: the file and the fabric move to tokio's
@@ -549,13 +546,10 @@ impl Engine {
     ) -> impl Future<Output = (Fabric, VerifiedQueueFile<R>, Result<ReplayReport, Error>)> + Send + 'static
     {
         let engine = Arc::clone(self);
-        async move {
-            let replay = move || {
-                let result = engine.replay_file(&mut fabric, &mut file);
-                (fabric, file, result)
-            };
-            joined(tokio::task::spawn_blocking(replay).await)
-        }
+        on_blocking_pool(move || {
+            let result = engine.replay_file(&mut fabric, &mut file);
+            (fabric, file, result)
+        })
     }
 
     /// [`Engine::stream`] fed from async code: the session runs on tokio's blocking pool,
@@ -594,24 +588,22 @@ impl Engine {
     ) {
         let (pusher, pushes) = Pusher::channel(self.config.channel_depth);
         let engine = Arc::clone(self);
-        let run = async move {
-            let stream = move || {
-                let serve = |s: &mut Session<'_>| {
-                    session::serve(s, pushes);
-                    Ok(())
-                };
-                let result = engine.stream(&mut fabric, queues, &destinations, serve);
-                (fabric, result)
+        let run = on_blocking_pool(move || {
+            let serve = |s: &mut Session<'_>| {
+                session::serve(s, pushes);
+                Ok(())
             };
-            joined(tokio::task::spawn_blocking(stream).await)
-        };
+            let result = engine.stream(&mut fabric, queues, &destinations, serve);
+            (fabric, result)
+        });
         (pusher, run)
     }
 }
 
-/// What a blocking task returned; its panic unwinds from here.
-fn joined<T>(joined: Result<T, tokio::task::JoinError>) -> T {
-    match joined {
+/// `f` run on tokio's blocking pool (once the future is polled): what it returned; its
+/// panic unwinds from the await.
+async fn on_blocking_pool<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
         Ok(value) => value,
         Err(e) => match e.try_into_panic() {
             Ok(panic) => std::panic::resume_unwind(panic),

@@ -80,10 +80,8 @@ impl Session<'_> {
             return Err(e);
         }
         self.accepted += descriptors.len() as u64;
-        for d in descriptors {
-            // The checker proved the one-signalling-queue rule the timeline enforces.
-            self.timeline.push(queue, d)?;
-        }
+        // The checker proved the one-signalling-queue rule the timeline enforces.
+        self.timeline.push_all(queue, descriptors)?;
         let held = self.pending.push(queue, descriptors);
         let config = self.engine.config();
         if held >= config.batch.saturating_mul(config.channel_depth) {
