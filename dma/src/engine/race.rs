@@ -177,16 +177,19 @@ impl RaceRecorder {
     /// The sweep: the first unordered conflict in address order, as [`Error::Race`].
     pub(crate) fn check(mut self) -> Result<(), Error> {
         let clocks = self.clocks()?;
-        let order = Order {
-            segments: &self.segments,
-            clocks: &clocks,
+        let segments = &self.segments;
+        // whether segment `a` is before `b`, and whether either is before the other
+        let before = |a: usize, b: usize| match (segments.get(a), clocks.get(b)) {
+            (Some(sa), Some(cb)) => cb.get(sa.queue).is_some_and(|&k| k > sa.last),
+            _ => false,
         };
+        let ordered = |a, b| before(a, b) || before(b, a);
         self.accesses
             .sort_unstable_by_key(|a| (a.lo, a.queue, a.first, a.write));
         let mut active: Vec<Active> = Vec::new();
         for x in &self.accesses {
             active.retain_mut(|e| e.still_reaches(x.lo));
-            if let Some(race) = active.iter().find_map(|e| e.race_with(x, &order)) {
+            if let Some(race) = active.iter().find_map(|e| e.race_with(x, ordered)) {
                 return Err(race);
             }
             match active.iter_mut().find(|e| e.segment == x.segment) {
@@ -266,26 +269,6 @@ impl RaceRecorder {
     }
 }
 
-/// The happens-before test between segments.
-struct Order<'a> {
-    segments: &'a [Segment],
-    clocks: &'a [Clock],
-}
-
-impl Order<'_> {
-    /// Whether segment `a` is before `b`.
-    fn before(&self, a: usize, b: usize) -> bool {
-        let (Some(sa), Some(cb)) = (self.segments.get(a), self.clocks.get(b)) else {
-            return false;
-        };
-        cb.get(sa.queue).is_some_and(|&k| k > sa.last)
-    }
-
-    fn ordered(&self, a: usize, b: usize) -> bool {
-        self.before(a, b) || self.before(b, a)
-    }
-}
-
 /// One segment's active intervals: per kind, the one reaching furthest.
 struct Active {
     segment: usize,
@@ -327,8 +310,9 @@ impl Active {
         self.write.is_some() || self.read.is_some()
     }
 
-    /// The race between this segment's intervals (all overlapping `x`) and `x`, if any.
-    fn race_with(&self, x: &Access, order: &Order<'_>) -> Option<Error> {
+    /// The race between this segment's intervals (all overlapping `x`) and `x`, if any,
+    /// given whether two segments are `ordered` by happens-before.
+    fn race_with(&self, x: &Access, ordered: impl Fn(usize, usize) -> bool) -> Option<Error> {
         if self.queue == x.queue {
             return None;
         }
@@ -337,7 +321,7 @@ impl Active {
         } else {
             self.write
         }?;
-        if order.ordered(self.segment, x.segment) {
+        if ordered(self.segment, x.segment) {
             return None;
         }
         Some(Error::Race {

@@ -42,19 +42,17 @@ pub(crate) struct Plan {
     /// which deals it too, so that its first run does not ([`Plan::deals_by_page`]; a
     /// second run of the same queues deals them again on its own path).
     pub ahead: bool,
-    /// The validator's timeline, its report taken, and its per-queue counters: kept for
-    /// the next validation ([`Plan::into_kept`]).
+    /// The validator's timeline, its report taken: kept for the next validation
+    /// ([`Plan::into_kept`]).
     timeline_kept: QueueTimeline,
-    next_kept: Vec<u64>,
 }
 
 /// What one validation leaves for the next to fill again without allocating: its page
-/// set, timeline and per-queue counters (`Default`: nothing kept yet).
+/// set and timeline (`Default`: nothing kept yet).
 #[derive(Debug, Default)]
 pub(crate) struct Kept {
     pub pages: PageSet,
     timeline: Option<QueueTimeline>,
-    next: Vec<u64>,
 }
 
 /// Where a replay's checked descriptors read and write: the hulls (lowest and highest
@@ -155,7 +153,6 @@ impl Plan {
         Kept {
             pages,
             timeline: Some(self.timeline_kept),
-            next: self.next_kept,
         }
     }
 
@@ -278,7 +275,7 @@ impl<'f> Validator<'f> {
         };
         Ok(Validator {
             fabric,
-            next: refilled(kept.next, queues, 0),
+            next: vec![0; queues],
             ledger: SemaphoreLedger::new(),
             timeline: timeline?,
             race: (config.race_check == RaceCheck::On).then(|| RaceRecorder::new(queues)),
@@ -388,16 +385,8 @@ impl<'f> Validator<'f> {
             footprint: self.footprint,
             ahead: false,
             timeline_kept: self.timeline,
-            next_kept: self.next,
         })
     }
-}
-
-/// `v` holding `len` copies of `value`, in its own buffer.
-fn refilled<T: Clone>(mut v: Vec<T>, len: usize, value: T) -> Vec<T> {
-    v.clear();
-    v.resize(len, value);
-    v
 }
 
 /// The fabric pages the replay writes: each page with one address inside both the page and
