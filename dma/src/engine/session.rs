@@ -101,19 +101,14 @@ impl Session<'_> {
         }
     }
 
-    /// Runs everything held, unless the run has stopped.
+    /// Runs everything held, unless the run has stopped: a window's error stops it (what
+    /// is held then never runs, and later pushes fail).
     fn run_held(&mut self) {
         while self.aborted.is_none() && self.pending.held() > 0 {
             if let Err(e) = self.pending.run(self.engine, self.fabric, |_| ()) {
-                self.abort(e);
+                self.aborted = Some(e);
             }
         }
-    }
-
-    /// Stops the run with `e`: what is held is dropped, later pushes fail.
-    fn abort(&mut self, e: Error) {
-        self.pending.queues.iter_mut().for_each(Vec::clear);
-        self.aborted = Some(e);
     }
 }
 
@@ -751,7 +746,7 @@ mod tests {
                     for i in 0..40u64 {
                         s.push((i % 2) as usize, &[fill(OUT + i * 8, 8, 0x5a)])?;
                     }
-                    s.abort(Error::RunAborted);
+                    s.aborted = Some(Error::RunAborted);
                     for i in 40..200u64 {
                         late += u64::from(
                             s.push((i % 2) as usize, &[fill(OUT + i * 8, 8, 0x5a)])
