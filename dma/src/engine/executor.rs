@@ -30,9 +30,9 @@ struct State {
     /// Workers waiting on the condition variable (a notification with none waiting
     /// would cost a system call for nothing).
     parked: usize,
-    /// The first error by (queue, index), and whether to stop claiming.
+    /// The first error by (queue, index) (a stall is [`Error::RunAborted`] past every
+    /// descriptor); claiming stops once there is one.
     failed: Option<((usize, u64), Error)>,
-    stop: bool,
 }
 
 /// Runs `schedule`: every unit through `run`, on the caller and on whatever threads
@@ -61,7 +61,6 @@ where
         finished: 0,
         parked: 0,
         failed: None,
-        stop: false,
     });
     let wake = Condvar::new();
     let job = || work(schedule, &run, &state, &wake);
@@ -83,13 +82,13 @@ where
     let units = schedule.units();
     let mut st = lock(state);
     loop {
-        if st.stop || st.finished == units.len() {
+        if st.failed.is_some() || st.finished == units.len() {
             return;
         }
         let Some(u) = st.ready.pop_front() else {
             if st.running == 0 {
                 // nothing ready, nothing running, not done: nothing can become ready
-                st.stop = true;
+                st.failed = Some(((usize::MAX, u64::MAX), Error::RunAborted));
                 notify(&st, wake, usize::MAX);
                 return;
             }
@@ -145,7 +144,6 @@ where
                 if st.failed.as_ref().is_none_or(|(first, _)| at < *first) {
                     st.failed = Some((at, e));
                 }
-                st.stop = true;
                 notify(&st, wake, usize::MAX);
             }
         }
