@@ -209,6 +209,10 @@ pub struct IndexPort {
     /// Every window's bytes, in window order.
     bytes: Vec<u8>,
     windows: SmallVec<[Window; 4]>,
+    /// The window the last lookup found: a gather's lanes mostly go up the windows in
+    /// order (a tile's column, one window a partition), so it and the next are looked at
+    /// first.
+    last: std::cell::Cell<usize>,
 }
 
 /// One window of an [`IndexPort`]: `len` bytes of the fabric from `base`, held from
@@ -291,7 +295,19 @@ impl IndexPort {
         let w = match self.windows.as_slice() {
             // the contiguous case: one window, no search
             [only] => only,
-            all => all.get(all.partition_point(|w| w.base <= addr).checked_sub(1)?)?,
+            all => {
+                // a window holding `addr` is the last one starting at or below it (windows
+                // are disjoint and sorted), which the search finds
+                let holds = |&i: &usize| {
+                    all.get(i)
+                        .is_some_and(|w| w.base <= addr && addr - w.base < w.len)
+                };
+                let last = self.last.get();
+                let i = [last, last + 1].into_iter().find(holds);
+                let i = i.or_else(|| all.partition_point(|w| w.base <= addr).checked_sub(1))?;
+                self.last.set(i);
+                all.get(i)?
+            }
         };
         let offset = addr.checked_sub(w.base)?;
         if offset.checked_add(bytes)? > w.len {
