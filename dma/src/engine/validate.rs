@@ -225,6 +225,21 @@ impl RangeRule {
             |cache: &mut RegionCache, (lo, hi): (u64, u64)| lo > hi || cache.holds(map, lo, hi);
         inside(&mut self.source, footprint.reads) && inside(&mut self.destination, footprint.writes)
     }
+
+    /// Whether every descriptor of `batch` passes the rule, each range inside one region
+    /// on its own (a tile's descriptors, a partition each, have no one region around
+    /// them); builds no error.
+    fn holds_each(&mut self, fabric: &Fabric, batch: &[Descriptor]) -> bool {
+        let map = fabric.map();
+        let inside = |cache: &mut RegionCache, (at, len): (FabricAddr, u64)| {
+            let last = len.checked_sub(1).and_then(|n| at.0.checked_add(n));
+            last.is_some_and(|last| cache.holds(map, at.0, last))
+        };
+        batch.iter().all(|d| {
+            let read = d.source_range().is_none_or(|r| inside(&mut self.source, r));
+            read && inside(&mut self.destination, d.dest_range())
+        })
+    }
 }
 
 /// Runs the whole validation pass over `source` (which it leaves at the end): queues fed a
@@ -337,15 +352,20 @@ impl<'f> Validator<'f> {
 
     /// Checks `batch` (of `queue`) as a whole where that gives what checking each
     /// descriptor does: without a race check, without a WAIT or a SIGNAL in it, and with
-    /// the hull of its sources inside one region and that of its destinations inside one,
-    /// every descriptor passes the range rule. A batch writing inside one page adds that
-    /// page once. Whether it did (else nothing changed).
+    /// the hull of its sources inside one region and that of its destinations inside one
+    /// (or, failing that, each range inside one), every descriptor passes the range rule.
+    /// A batch writing inside one page adds that page once. Whether it did (else nothing
+    /// changed).
     fn check_whole(&mut self, queue: usize, batch: &[Descriptor]) -> bool {
         if self.race.is_some() {
             return false;
         }
         let (footprint, synchronises) = Footprint::of_batch(batch);
-        if synchronises || !self.ranges.holds(self.fabric, &footprint) {
+        if synchronises {
+            return false;
+        }
+        let ranges = &mut self.ranges;
+        if !(ranges.holds(self.fabric, &footprint) || ranges.holds_each(self.fabric, batch)) {
             return false;
         }
         let (lo, hi) = footprint.writes;
@@ -661,14 +681,21 @@ mod tests {
         assert!(!v.check_whole(0, &[copy(0, hbm - 7, 8)]));
         assert_eq!(v.pages.len(), 4);
         let part = |p: u64| SBUF_BASE + p * SBUF_STRIDE;
-        // each valid, but the destinations span two partitions: one by one
+        // destinations in two partitions (no one region around them), each inside its
+        // own: whole, a page each
         let two_partitions = [copy(0, part(1), 64), copy(0, part(2), 64)];
-        assert!(!v.check_whole(1, &two_partitions));
+        assert!(v.check_whole(1, &two_partitions));
+        assert_eq!(v.pages.len(), 6);
+        // one of them past its partition's end: one by one (the check names it)
+        let partition = Generation::Cayman.sbuf_partition_bytes();
+        let past = [copy(0, part(3), 64), copy(0, part(4) + partition - 8, 16)];
+        assert!(!v.check_whole(1, &past));
         let signals = [copy(0, 5 * P, 64).with_signal(SemId::new(0).unwrap())];
         assert!(!v.check_whole(1, &signals));
-        assert_eq!(v.pages.len(), 4);
+        assert_eq!(v.pages.len(), 6);
         let at_the_end = [copy(hbm - 64, 0, 64), copy(0, hbm - 8, 8)];
-        assert_eq!(v.footprint, footprint(&[&in_hbm[..], &at_the_end].concat()));
+        let whole = [&in_hbm[..], &at_the_end, &two_partitions].concat();
+        assert_eq!(v.footprint, footprint(&whole));
     }
 
     #[test]
