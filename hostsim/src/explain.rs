@@ -596,11 +596,26 @@ fn op_text(out: &mut String, op: &OpExplained) {
         op.op,
         counted(&op.instructions)
     );
-    for (k, st) in op.stages.iter().enumerate() {
-        let _ = writeln!(out, "  request {k} ({}):", st.kind);
-        for (name, side) in [("src", &st.src), ("dst", &st.dst)] {
-            side_text(out, name, side);
-        }
+    // requests alike one after another (an N-D transpose's slabs) are shown once
+    let shown: Vec<(&str, String)> = op
+        .stages
+        .iter()
+        .map(|st| {
+            let mut sides = String::new();
+            side_text(&mut sides, "src", &st.src);
+            side_text(&mut sides, "dst", &st.dst);
+            (st.kind.as_str(), sides)
+        })
+        .collect();
+    let mut k = 0;
+    for run in shown.chunk_by(|a, b| a == b) {
+        let (kind, sides) = &run[0];
+        let _ = match run.len() {
+            1 => writeln!(out, "  request {k} ({kind}):"),
+            n => writeln!(out, "  requests {k}-{} ({kind}), {n} alike:", k + n - 1),
+        };
+        out.push_str(sides);
+        k += run.len();
     }
     let _ = writeln!(
         out,
@@ -924,6 +939,29 @@ mod tests {
         );
         // the second half of the same tensor: no byte in common
         assert!(!codes(&op0("apart", &text(100), &[])).contains(&"overlap"));
+    }
+
+    #[test]
+    fn a_transpose_s_alike_slab_requests_are_shown_once() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/gather_transpose/scenario.toml");
+        let (e, _) = explain(&path, &Options::default(), false).unwrap();
+        let text = e.text();
+        let requests: usize = e.ops.iter().map(|o| o.stages.len()).sum();
+        assert!(requests > 2, "{requests}");
+        assert!(text.contains(" alike:"), "{text}");
+        // every request is counted once, shown alone or in a run
+        let shown: usize = text
+            .lines()
+            .filter_map(|l| {
+                let l = l.trim_start();
+                match l.strip_prefix("requests ") {
+                    Some(r) => r.split(", ").nth(1)?.split(' ').next()?.parse().ok(),
+                    None => l.starts_with("request ").then_some(1),
+                }
+            })
+            .sum();
+        assert_eq!(shown, requests, "{text}");
     }
 
     #[test]
