@@ -240,7 +240,7 @@ impl IndexPort {
         if region_slot(base) != region_slot(end - 1) {
             return IndexPort::read_listed(fabric, &addrs.to_vec(size), size);
         }
-        IndexPort::read_windows(fabric, vec![(base, end - base)])
+        IndexPort::read_windows(fabric, &[(base, end - base)])
     }
 
     /// Reads the windows holding `size`-byte elements at every address of `addrs` (any
@@ -269,23 +269,23 @@ impl IndexPort {
             (lo, hi) = (a, a.saturating_add(size));
         }
         windows.push((lo, hi - lo));
-        IndexPort::read_windows(fabric, windows)
+        IndexPort::read_windows(fabric, &windows)
     }
 
     /// Reads `windows` (`(base, len)`, ascending and disjoint) into one table, in one
     /// [`Fabric::read_ranges`].
-    fn read_windows(fabric: &Fabric, windows: Vec<(u64, u64)>) -> Result<IndexPort, Error> {
+    fn read_windows(fabric: &Fabric, windows: &[(u64, u64)]) -> Result<IndexPort, Error> {
         let mut start = 0usize;
         let mut port = IndexPort::default();
         port.windows.reserve_exact(windows.len());
-        for &(base, len) in &windows {
+        for &(base, len) in windows {
             let end = usize::try_from(len).ok().and_then(|n| start.checked_add(n));
             let end = end.ok_or(dma::Error::AddressOverflow { addr: base, len })?;
             port.windows.push(Window { base, start, len });
             start = end;
         }
         port.bytes = vec![0; start];
-        fabric.read_ranges(&windows, &mut port.bytes)?;
+        fabric.read_ranges(windows, &mut port.bytes)?;
         Ok(port)
     }
 

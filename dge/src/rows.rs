@@ -40,8 +40,8 @@ enum Side<'a> {
     },
 }
 
-/// Which sides of a row move are indexed, with where the rows of a side that is not start
-/// and how far apart they lie (a [`Rows`]).
+/// Which sides of a row move are indexed, with where the rows of a side that is not
+/// indexed start and how far apart they lie (a [`Rows`]).
 #[derive(Clone, Copy, Debug)]
 enum Sides<'a> {
     /// Indexed rows gathered into plain ones.
@@ -192,7 +192,6 @@ impl<'a> RowMove<'a> {
             ),
             _ => return None,
         };
-
         let ok = src.elem_size == dst.elem_size && (1..=MAX_RUN_BYTES).contains(&row);
         ok.then_some(RowMove {
             sides,

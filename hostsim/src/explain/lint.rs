@@ -1,6 +1,6 @@
 //! The lints of `hostsim explain`, each with a stable code: `small-descriptors`,
-//! `duplicate-indices`, `oob-indices`, `queue-imbalance`, `partition-split`, `overlap`. Each reads
-//! what the run already found ([`Facts`]): the descriptors, the DGE stages, the queues'
+//! `duplicate-indices`, `oob-indices`, `queue-imbalance`, `partition-split`, `overlap`.
+//! Each reads what the run already found ([`Facts`]): the descriptors, the DGE stages, the queues'
 //! timing, the runtime's skips and warnings, the op's error.
 
 use dma::Descriptor;

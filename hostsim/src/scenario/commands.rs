@@ -135,7 +135,7 @@ pub fn gen(scenario: &Path, out: &Path, queue_count: Option<usize>) -> Result<St
     };
     let p = prepared(scenario, &settings)?;
     let set = queues::generate(&p)?;
-    queues::write_queue_file(out, &set, Some(p.origin()?))?;
+    queues::write_queue_file(out, &set, Some(p.origin(&p.initial_fabric()?)))?;
     let counts = set.counts();
     let mut text = format!(
         "{}: {} descriptors from {} ops ({} engine replays joined by semaphores) on {}, {} queues\n",

@@ -52,9 +52,10 @@ impl Prepared {
     }
 
     /// What the queue file `gen` records is for: a digest of the generation, every
-    /// tensor's name, placement, dtype and shape, and the initial bytes (`replay` refuses a
-    /// file made for other ones; see [`dma::queue_file`], "Versions").
-    pub fn origin(&self) -> Result<u64, Error> {
+    /// tensor's name, placement, dtype and shape, and the initial bytes, read from
+    /// `initial` ([`Prepared::initial_fabric`]; `replay` refuses a file made for other
+    /// ones; see [`dma::queue_file`], "Versions").
+    pub fn origin(&self, initial: &Fabric) -> u64 {
         let mut text = format!("hostsim origin 1: {}\n", self.generation);
         for t in &self.tensors {
             let _ = writeln!(
@@ -63,8 +64,8 @@ impl Prepared {
                 t.name, t.space, t.dtype, t.shape, t.offset, t.partition
             );
         }
-        let _ = write!(text, "{:016x}", self.initial_fabric()?.digest());
-        Ok(dma::queue_file::fnv1a64(text.as_bytes()))
+        let _ = write!(text, "{:016x}", initial.digest());
+        dma::queue_file::fnv1a64(text.as_bytes())
     }
 
     /// A runtime for `mechanism` with the scenario's generation and queue count.

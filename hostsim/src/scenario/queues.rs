@@ -241,11 +241,12 @@ pub async fn replay(prepared: &Prepared, path: &Path) -> Result<Replayed, Error>
         source,
     };
     let file = VerifiedQueueFile::open_path(path).map_err(named)?;
+    let fabric = prepared.initial_fabric()?;
     // A file gen made says what for: other initial tensors are refused (another
     // generation is named as such by the engine).
     let same_generation = file.header().generation() == prepared.generation;
     if let Some(stored) = file.summary().origin.filter(|_| same_generation) {
-        let scenario = prepared.origin()?;
+        let scenario = prepared.origin(&fabric);
         if stored != scenario {
             return Err(Error::QueueFileOrigin {
                 file: path.display().to_string(),
@@ -254,7 +255,6 @@ pub async fn replay(prepared: &Prepared, path: &Path) -> Result<Replayed, Error>
             });
         }
     }
-    let fabric = prepared.initial_fabric()?;
     let config = EngineConfig {
         queues: file.header().queues(),
         ..EngineConfig::default()
