@@ -149,12 +149,16 @@ pub struct Generated {
     pub oob_notification: bool,
     /// Payload bytes moved.
     pub bytes: u64,
+    /// The request's descriptors as one block ([`generate_block`] only; `queues` and
+    /// `later_phases` are then empty).
+    pub block: Option<dma::Block>,
 }
 
 impl Generated {
     /// Total descriptors over all queues and phases.
     pub fn descriptor_count(&self) -> usize {
-        self.phases().flatten().map(Vec::len).sum()
+        let rows = self.block.as_ref().map_or(0, dma::Block::rows);
+        self.phases().flatten().map(Vec::len).sum::<usize>() + rows
     }
 
     /// Every phase's queues, in replay order (`queues` first).
@@ -221,6 +225,23 @@ pub fn generate(fabric: &Fabric, req: &Request) -> Result<Generated, Error> {
 /// keeps one `Generated` and allocates nothing per descriptor once it is warm). On error
 /// `out` holds no descriptors.
 pub fn generate_into(fabric: &Fabric, req: &Request, out: &mut Generated) -> Result<(), Error> {
+    generate_with(fabric, req, out, false)
+}
+
+/// As [`generate_into`], but a request whose rows are each one descriptor, gathered by
+/// indices that all passed or copied between plain sides, reading no byte it writes
+/// ([`RowMove::block`]), comes out as one [`dma::Block`] in `out.block` (its queues
+/// empty): the same descriptors, as [`dma::Block::queues`] builds them.
+pub fn generate_block(fabric: &Fabric, req: &Request, out: &mut Generated) -> Result<(), Error> {
+    generate_with(fabric, req, out, true)
+}
+
+fn generate_with(
+    fabric: &Fabric,
+    req: &Request,
+    out: &mut Generated,
+    blocks: bool,
+) -> Result<(), Error> {
     let mut buffers = std::mem::take(&mut out.queues);
     buffers.iter_mut().for_each(Vec::clear);
     *out = Generated {
@@ -228,6 +249,11 @@ pub fn generate_into(fabric: &Fabric, req: &Request, out: &mut Generated) -> Res
         ..Generated::default()
     };
     let (s, d, queues) = prepare(fabric, req)?;
+    if let Some((block, bytes)) = blocks.then(|| block_of(req, &s, &d, &queues)).flatten() {
+        out.block = Some(block);
+        out.bytes = bytes;
+        return Ok(());
+    }
     let mut emitter = Emitter::new(req, std::mem::take(&mut out.queues));
     spray_runs(req, &s, &d, &queues, &mut emitter)?;
     *out = emitter.finish()?;
@@ -334,6 +360,23 @@ fn spray_runs(
         }
         (Err(e), ElementOrder::Any) => Err(e),
     }
+}
+
+/// The request as one block and the bytes it moves, where [`RowMove::block`] makes one
+/// and the bytes read and written are apart (as the descriptor loop deals them).
+fn block_of(req: &Request, s: &Side, d: &Side, queues: &[u8]) -> Option<(dma::Block, u64)> {
+    if spray_mode(req, d) != SprayMode::Disjoint {
+        return None;
+    }
+    let rows = RowMove::of((&s.shape, bases(s)), (&d.shape, bases(d)))?;
+    let (src, dst) = rows.hulls();
+    if src.meets(dst) {
+        return None;
+    }
+    let (op, dtypes) = (DescOp::from(req.op), (req.source_dtype(), req.dtype));
+    let block = rows.block(|r| describe(op, dtypes, r), queues)?;
+    let bytes = block.rows() as u64 * u64::from(block.template().len());
+    Some((block, bytes))
 }
 
 /// A side's per-index bases, if it is indexed.
@@ -1217,6 +1260,7 @@ mod tests {
     /// Without phases the descriptor count must be minimal.
     fn check(f: &Fabric, req: &Request) -> Generated {
         let g = generate(f, req).unwrap();
+        same_as_block(f, req, &g);
         let mut expect = f.clone();
         let moves = reference(&mut expect, req);
         if g.later_phases.is_empty() {
@@ -1246,6 +1290,31 @@ mod tests {
             );
         }
         g
+    }
+
+    /// `generate_block` of `req` gives `g`'s descriptors: as a block (its queues, up to
+    /// the last one used) or, where it makes none, as `g` itself.
+    fn same_as_block(f: &Fabric, req: &Request, g: &Generated) {
+        let mut b = Generated::default();
+        generate_block(f, req, &mut b).unwrap();
+        assert_eq!(
+            (b.bytes, b.descriptor_count()),
+            (g.bytes, g.descriptor_count())
+        );
+        match b.block.take() {
+            Some(block) => {
+                let mut queues = g.queues.clone();
+                queues.truncate(
+                    queues
+                        .iter()
+                        .rposition(|q| !q.is_empty())
+                        .map_or(1, |q| q + 1),
+                );
+                assert_eq!(block.queues(), queues);
+                assert!(g.later_phases.is_empty() && b.queues.iter().all(Vec::is_empty));
+            }
+            None => assert_eq!(&b, g),
+        }
     }
 
     fn gather(cols: u32, n: u32, bound: Option<u64>, policy: OobPolicy) -> Request {

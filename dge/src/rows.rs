@@ -18,6 +18,7 @@
 
 use crate::reshape::Reshaped;
 use crate::runs::{joins, Hull, IndexedBases, Run, MAX_RUN_BYTES};
+use dma::{Block, Descriptor};
 
 /// One side of the shape, as [`side`] finds it.
 #[derive(Clone, Copy, Debug)]
@@ -230,6 +231,43 @@ impl<'a> RowMove<'a> {
             Sides::Both(s, d) => merge_rows(indexed(s), indexed(d), row, sink),
             Sides::Copy(s, d) => merge_rows(s.addrs(rows), d.addrs(rows), row, sink),
         }
+    }
+}
+
+impl Rows {
+    /// The block side of these rows.
+    fn block_side(self) -> dma::Rows {
+        dma::Rows::Strided {
+            start: self.start,
+            stride: self.stride,
+        }
+    }
+}
+
+impl RowMove<'_> {
+    /// The move as one [`Block`] dealt over `deal`, where each row is one run: a gather
+    /// whose indices all passed, or a copy between plain sides, no two consecutive rows
+    /// merging; each row's descriptor is `describe`'s of its run (`None` if it refuses).
+    /// Expanded, the block holds the runs [`RowMove::for_each_run`] yields, dealt
+    /// round-robin from `deal`'s first queue.
+    pub fn block(
+        &self,
+        describe: impl Fn(Run) -> Option<Descriptor>,
+        deal: &[u8],
+    ) -> Option<Block> {
+        let (src, dst) = match self.sides {
+            Sides::Gather(b, d) if b.valid.iter().all(|&ok| ok) => {
+                (dma::Rows::Listed(b.addrs.clone()), d.block_side())
+            }
+            Sides::Copy(s, d) => (s.block_side(), d.block_side()),
+            _ => return None,
+        };
+        let run = |i: usize| Run::copy(src.addr(i), dst.addr(i), self.row);
+        if (1..self.rows).any(|i| joins(&run(i - 1), &run(i))) {
+            return None;
+        }
+        let block = Block::new(describe(run(0))?, self.rows, src, dst, deal.to_vec());
+        block.ok()
     }
 }
 

@@ -451,6 +451,13 @@ impl Descriptor {
         Descriptor { flags, ..self }
     }
 
+    /// The same descriptor at other addresses (a block's row: never a FILL, whose `src`
+    /// is its element).
+    #[inline(always)]
+    pub(crate) fn at(self, src: FabricAddr, dst: FabricAddr) -> Descriptor {
+        Descriptor { src, dst, ..self }
+    }
+
     /// The same descriptor with a WAIT (replacing any earlier one).
     pub fn with_wait(self, wait: SemWait) -> Descriptor {
         Descriptor {

@@ -1448,6 +1448,37 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         Ok(())
     }
 
+    /// Copies `rows` rows of `len` bytes, row `i` from `src(i)`, to consecutive rows from
+    /// `dst`: each row read (without a lock from a closed page), then all written at
+    /// once, as the copies of the rows in turn would where no row reads bytes a row
+    /// writes. Both sides are checked as for [`PageLocks::copy`]; a failing row (the
+    /// first row for the destination) is returned with its error, and leaves the
+    /// destination unwritten.
+    pub fn gather(
+        &mut self,
+        rows: std::ops::Range<usize>,
+        src: impl Fn(usize) -> u64,
+        len: usize,
+        dst: FabricAddr,
+    ) -> Result<(), (usize, Error)> {
+        let (first, mut buf) = (rows.start, vec![0u8; rows.len() * len]);
+        for (i, out) in rows.zip(buf.chunks_exact_mut(len.max(1))) {
+            let at = src(i);
+            let (sk, so) = split(at);
+            let checked = self.check_source(FabricAddr(at), len as u64);
+            let read = match checked.map(|()| self.closed(sk)) {
+                Ok(Some(page)) if so + len <= PAGE => {
+                    out.copy_from_slice(&page[so..so + len]);
+                    Ok(())
+                }
+                Ok(_) => self.read(FabricAddr(at), out),
+                Err(e) => Err(e),
+            };
+            read.map_err(|e| (i, e))?;
+        }
+        self.write(dst, &buf).map_err(|e| (first, e))
+    }
+
     /// [`Fabric::copy_reserved`].
     pub fn copy(&mut self, src: FabricAddr, dst: FabricAddr, len: u64) -> Result<(), Error> {
         self.check_source(src, len)?;

@@ -10,12 +10,14 @@
 //! - [`cast`]: casts between dtypes through float32, with or without a compute op;
 //! - [`fabric`]: HBM (sparse), SBUF and PSUM storage behind one bounds-checked access path;
 //! - [`descriptor`], [`queue_file`]: the DMA descriptor and the queue file format;
+//! - [`block`]: descriptors held as rows of two address rules;
 //! - [`engine`], [`timing`]: the multi-queue engine and its timing model.
 //!
 //! Data enters as bytes written through the bounds-checked fabric access path and leaves
 //! the same way; nothing in this crate knows about the IVP core or the ISA.
 
 pub mod addr;
+pub mod block;
 pub mod cast;
 pub mod compute;
 pub mod descriptor;
@@ -32,6 +34,7 @@ pub mod timing;
 pub mod watch;
 
 pub use addr::{Addr4, AddressMap, FabricAddr, Location, Region, Space};
+pub use block::{Block, Rows};
 pub use compute::{apply, CceOp, ComputeOp, Element};
 pub use descriptor::{
     DescFlags, DescOp, Descriptor, RawDescriptor, SemId, SemWait, SemaphoreLedger,

@@ -443,16 +443,24 @@ impl QueueTimeline {
 
     /// Times `run`, a [`QueueTimeline::plain_run`] of `queue`, as its pushes would.
     fn time_plain(&mut self, queue: usize, run: &[Descriptor]) {
-        let (Some(first), Some(state)) = (run.first(), self.queues.get_mut(queue)) else {
+        if let Some(first) = run.first() {
+            self.push_equal(queue, first, run.len() as u64);
+        }
+    }
+
+    /// Times `n` descriptors like `d` on `queue` as their pushes would, where each is
+    /// timed at once ([`QueueState::times_at_once`]): a block's rows on a queue of its
+    /// own ([`crate::Block`]).
+    pub(crate) fn push_equal(&mut self, queue: usize, d: &Descriptor, n: u64) {
+        let Some(state) = self.queues.get_mut(queue) else {
             return;
         };
-        let cost_ps = self.costs.of(&self.model, first);
+        let cost_ps = self.costs.of(&self.model, d);
         if !self.spans {
-            let bytes = u64::from(first.len()) * run.len() as u64;
-            state.timing.add_run(cost_ps, run.len() as u64, bytes);
+            state.timing.add_run(cost_ps, n, u64::from(d.len()) * n);
             return;
         }
-        for d in run {
+        for _ in 0..n {
             let start = state.timing.end_ps;
             state.timing.add(start, cost_ps, d.len(), true);
         }

@@ -2,8 +2,11 @@
 //! unit of a [`Schedule`](super::schedule::Schedule) in order (what each executor worker
 //! does with the unit it claims).
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::addr::FabricAddr;
+use crate::block::{Block, Rows};
 use crate::compute::ComputeOp;
 use crate::descriptor::Descriptor;
 use crate::error::Error;
@@ -59,6 +62,9 @@ pub(crate) fn run_unit(
     unit: &Unit<'_>,
     ran: &AtomicU64,
 ) -> Result<(), ((usize, u64), Error)> {
+    if let Some((block, rows)) = unit.rows() {
+        return run_rows(fabric, block, rows, ran);
+    }
     let run = unit.descriptors();
     let mut locks = fabric.run_locks();
     for d in run.iter().take(PREFETCH_AHEAD) {
@@ -81,6 +87,42 @@ pub(crate) fn run_unit(
     ran.fetch_add(run.len() as u64, Ordering::Relaxed);
     // a unit is named by its first descriptor's (queue, index)
     tracing::trace!(unit = ?unit.at(0), descriptors = run.len(), "unit done");
+    Ok(())
+}
+
+/// Runs `rows` of `block` (validated whole, so in any order) through one [`PageLocks`],
+/// each row as its descriptor; as [`run_unit`] for the rest.
+fn run_rows(
+    fabric: &Fabric,
+    block: &Block,
+    rows: Range<usize>,
+    ran: &AtomicU64,
+) -> Result<(), ((usize, u64), Error)> {
+    let mut locks = fabric.run_locks();
+    let (n, first) = (rows.len() as u64, rows.start);
+    let d = block.template();
+    let (src, dst) = block.sides();
+    if let (Rows::Strided { stride, .. }, Some(ComputeOp::None), false) =
+        (dst, d.op().compute_op(), d.is_cast())
+    {
+        if *stride == u64::from(d.len()) {
+            let to = FabricAddr(dst.addr(first));
+            if let Err((i, e)) = locks.gather(rows, |i| src.addr(i), d.len() as usize, to) {
+                let (queue, index) = block.at(i);
+                return Err(((queue, index), replay_error(queue, index, "execution", e)));
+            }
+            ran.fetch_add(n, Ordering::Relaxed);
+            return Ok(());
+        }
+    }
+    for i in rows {
+        if let Err(e) = execute_descriptor(&mut locks, &block.descriptor(i)) {
+            ran.fetch_add((i - first) as u64, Ordering::Relaxed);
+            let (queue, index) = block.at(i);
+            return Err(((queue, index), replay_error(queue, index, "execution", e)));
+        }
+    }
+    ran.fetch_add(n, Ordering::Relaxed);
     Ok(())
 }
 

@@ -8,7 +8,8 @@
 //!   [`VerifiedQueueFile`], streamed; [`Engine::stream`] what a producer pushes into a
 //!   [`Session`].
 //! - [`Engine::validate`] then [`Engine::run_beside`]: a replay validated ahead, with other
-//!   work done on the caller meanwhile ([`Beside`]).
+//!   work done on the caller meanwhile ([`Beside`]); [`Engine::validate_block`] for one
+//!   [`Block`], validated and run without building its descriptors where it can be.
 //! - [`Engine::replay_async`], [`Engine::replay_file_async`] and
 //!   [`Engine::stream_async`]: the async face, futures that run the synchronous replay
 //!   on tokio's blocking pool.
@@ -28,7 +29,8 @@
 //! # Execution
 //!
 //! Validation compiles a replay into a schedule of units: queue segments between
-//! semaphore points, or page buckets where the queues touch independent pages. One
+//! semaphore points, page buckets where the queues touch independent pages, or a block's
+//! rows cut into runs of rows. One
 //! executor runs any schedule by work claiming on the caller and the engine's thread
 //! pool; a replay of [`Engine::run`] within [`EngineConfig::inline`] runs on the caller
 //! alone. Streamed replays run window by window.
@@ -50,10 +52,12 @@ mod session;
 mod source;
 mod validate;
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::io::{Read, Seek};
 use std::sync::Arc;
 
+use crate::block::Block;
 use crate::descriptor::Descriptor;
 use crate::error::Error;
 use crate::fabric::Fabric;
@@ -333,8 +337,30 @@ impl Engine {
             .map(|grouped| Schedule::page_buckets(&queues, grouped, &self.buckets));
         Ok(Validated {
             queues,
+            block: None,
             plan,
             buckets: std::sync::Mutex::new(buckets),
+            generation: fabric.generation(),
+            config: self.config,
+        })
+    }
+
+    /// [`Engine::validate`] of `block`'s queues ([`Block::queues`]), without building them
+    /// where its rows can be checked whole (see [`crate::block`]): the same checks, plan
+    /// and report, and the same error for a bad descriptor (found in the expansion).
+    pub fn validate_block(&self, fabric: &Fabric, block: Block) -> Result<Validated, Error> {
+        self.check_queue_count(block.queue_count())?;
+        let Some(footprint) = validate::block_footprint(fabric, &block, &self.config) else {
+            return self.validate(fabric, block.queues());
+        };
+        let kept = lock(&self.kept).take().unwrap_or_default();
+        let mut plan = validate::validate_block(fabric, &block, footprint, &self.config, kept)?;
+        plan.ahead = true;
+        Ok(Validated {
+            queues: Vec::new(),
+            block: Some(block),
+            plan,
+            buckets: std::sync::Mutex::new(None),
             generation: fabric.generation(),
             config: self.config,
         })
@@ -367,6 +393,9 @@ impl Engine {
                 validated: describe(validated.generation, &validated.config),
                 running: describe(here.0, &here.1),
             });
+        }
+        if let Some(block) = &validated.block {
+            return self.execute_block(fabric, block, &validated.plan, beside);
         }
         let mut source = Slices::new(&validated.queues);
         let buckets = lock(&validated.buckets).take();
@@ -466,12 +495,32 @@ impl Engine {
                 (stats, beside(&mut Beside::new(&fabric)))
             }
         };
-        let timeline = plan.timeline.clone();
-        let report = ReplayReport {
-            summary: ReplaySummary::new(fabric.generation(), timeline, 0),
-            execution,
-        };
-        Ok((report, other))
+        Ok((report(fabric.generation(), plan, execution), other))
+    }
+
+    /// [`Engine::execute`] of a block validated whole: its rows cut into units
+    /// ([`Schedule::rows`]) on the caller and the thread pool, `beside` on the caller.
+    fn execute_block<R>(
+        &self,
+        fabric: &mut Fabric,
+        block: &Block,
+        plan: &Plan,
+        beside: impl FnOnce(&mut Beside<'_>) -> R,
+    ) -> Result<(ReplayReport, R), Error> {
+        plan.pages.reopen(fabric, plan.footprint.read_pages())?;
+        let fabric = fabric.lend(plan.footprint.read_pages());
+        let schedule = Schedule::rows(block);
+        let beside = |f: &Fabric| beside(&mut Beside::new(f));
+        let (stats, _, other) = self.execute_schedule(&fabric, &schedule, false, beside);
+        Ok((report(fabric.generation(), plan, stats?), other))
+    }
+}
+
+/// The report of a replay validated into `plan` that ran as `execution`.
+fn report(generation: crate::Generation, plan: &Plan, execution: ExecutionStats) -> ReplayReport {
+    ReplayReport {
+        summary: ReplaySummary::new(generation, plan.timeline.clone(), 0),
+        execution,
     }
 }
 
@@ -621,7 +670,10 @@ fn describe(generation: crate::Generation, config: &EngineConfig) -> String {
 /// In-memory queues validated by [`Engine::validate`], ready for [`Engine::run_beside`].
 #[derive(Debug)]
 pub struct Validated {
+    /// The queues (empty for a block validated whole).
     queues: Vec<Vec<Descriptor>>,
+    /// The block validated whole ([`Engine::validate_block`]).
+    block: Option<Block>,
     plan: Plan,
     /// The queues dealt by destination page, for the first run (see [`Engine::validate`]).
     buckets: std::sync::Mutex<Option<Schedule<'static>>>,
@@ -630,9 +682,12 @@ pub struct Validated {
 }
 
 impl Validated {
-    /// The queues.
-    pub fn queues(&self) -> &[Vec<Descriptor>] {
-        &self.queues
+    /// The queues (a block's built from it).
+    pub fn queues(&self) -> Cow<'_, [Vec<Descriptor>]> {
+        match &self.block {
+            Some(block) => Cow::Owned(block.queues()),
+            None => Cow::Borrowed(&self.queues),
+        }
     }
 
     /// Whether running the replay may read or write a byte of the `len` bytes at `addr`:

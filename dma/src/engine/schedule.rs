@@ -17,8 +17,10 @@
 //! descriptor without searching the replay again.
 
 use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::Mutex;
 
+use crate::block::Block;
 use crate::descriptor::{Descriptor, SEMAPHORES};
 use crate::error::Error;
 use crate::fabric::PAGE_BYTES;
@@ -28,6 +30,12 @@ use super::lock;
 /// Buckets of destination pages a replay is dealt into: page `k` goes to bucket
 /// `k % PAGE_BUCKETS`.
 pub(crate) const PAGE_BUCKETS: usize = 16;
+
+/// Bytes a unit of block rows writes, about ([`Schedule::rows`]).
+const UNIT_BYTES: u64 = 64 << 10;
+
+/// The most rows a unit of block rows has.
+const UNIT_ROWS: usize = 1024;
 
 /// Groups of pages inside a bucket: page `k` is in group `(k / PAGE_BUCKETS) % PAGE_GROUPS`,
 /// so a bucket's pages of a table of up to 64 MiB are one group each.
@@ -60,17 +68,34 @@ enum Origin {
 #[derive(Debug, Clone)]
 pub(crate) struct Unit<'q> {
     descs: Cow<'q, [Descriptor]>,
+    /// A block's rows, run instead of `descs` (empty then).
+    rows: Option<(&'q Block, Range<usize>)>,
     origin: Origin,
 }
 
-impl Unit<'_> {
-    /// The descriptors, in the order they run.
+impl<'q> Unit<'q> {
+    /// The descriptors, in the order they run (none for a block's rows).
     pub(crate) fn descriptors(&self) -> &[Descriptor] {
         &self.descs
     }
 
+    /// The block rows it runs instead, in order.
+    pub(crate) fn rows(&self) -> Option<(&'q Block, Range<usize>)> {
+        self.rows.clone()
+    }
+
+    /// How many descriptors it runs (rows of a block).
+    pub(crate) fn len(&self) -> usize {
+        self.rows
+            .as_ref()
+            .map_or(self.descs.len(), |(_, r)| r.len())
+    }
+
     /// The queue and index in the replay of descriptor `i` of the unit.
     pub(crate) fn at(&self, i: usize) -> (usize, u64) {
+        if let Some((block, rows)) = &self.rows {
+            return block.at(rows.start + i);
+        }
         match &self.origin {
             Origin::Queue { queue, first } => (*queue, first + i as u64),
             Origin::Bucket(at) => at
@@ -125,6 +150,7 @@ impl<'q> Schedule<'q> {
             let mut cut = |s: &mut Schedule<'q>, start: usize, end: usize| {
                 let unit = s.push(Unit {
                     descs: Cow::Borrowed(descs.get(start..end).unwrap_or_default()),
+                    rows: None,
                     origin: Origin::Queue {
                         queue,
                         first: base + start as u64,
@@ -212,10 +238,33 @@ impl<'q> Schedule<'q> {
             }
             s.push(Unit {
                 descs: Cow::Owned(b.descs),
+                rows: None,
                 origin: Origin::Bucket(b.at),
             });
         }
         buffers.keep_scratch(scratch);
+        s
+    }
+
+    /// `block`'s rows cut into unordered units of [`UNIT_BYTES`] (at most [`UNIT_ROWS`]
+    /// rows, at least one): its rows write disjoint bytes and read none written
+    /// ([`super::validate::block_footprint`]), so any order gives the same memory.
+    pub(crate) fn rows(block: &'q Block) -> Schedule<'q> {
+        let len = block.template().dest_range().1.max(1);
+        let per_unit = (UNIT_BYTES / len).clamp(1, UNIT_ROWS as u64) as usize;
+        let mut s = Schedule {
+            units: Vec::new(),
+            before: Vec::new(),
+            then: Vec::new(),
+            by_page: false,
+        };
+        for start in (0..block.rows()).step_by(per_unit) {
+            s.push(Unit {
+                descs: Cow::Borrowed(&[]),
+                rows: Some((block, start..(start + per_unit).min(block.rows()))),
+                origin: Origin::Queue { queue: 0, first: 0 },
+            });
+        }
         s
     }
 
@@ -258,7 +307,7 @@ impl<'q> Schedule<'q> {
 
     /// The descriptors of every unit.
     pub(crate) fn descriptors(&self) -> usize {
-        self.units.iter().map(|u| u.descs.len()).sum()
+        self.units.iter().map(Unit::len).sum()
     }
 }
 

@@ -15,6 +15,7 @@
 use hashbrown::HashMap;
 
 use crate::addr::RegionCache;
+use crate::block::{Block, Rows};
 use crate::descriptor::{Descriptor, SemaphoreLedger};
 use crate::error::Error;
 use crate::fabric::{Fabric, PAGE_BYTES};
@@ -261,6 +262,90 @@ pub(crate) fn validate<S: QueueSource>(
             v.push(queue, batch, false)?;
         }
     }
+    v.finish()
+}
+
+/// The footprint of `block` if validation may take it whole, without building its
+/// descriptors: no race check; a strided destination whose rows are at least a row apart
+/// (so no two rows write one byte); both sides' row addresses ascending without wrapping
+/// (or listed); every row inside one region on each side (the hull, or failing that row
+/// by row); and no byte read is written. `None`: validate its expansion instead, which
+/// names a bad descriptor.
+pub(crate) fn block_footprint(
+    fabric: &Fabric,
+    block: &Block,
+    config: &EngineConfig,
+) -> Option<Footprint> {
+    let (d, rows) = (block.template(), block.rows());
+    let (src, dst) = block.sides();
+    let ((_, read), (_, written)) = (d.source_range()?, d.dest_range());
+    let apart = matches!(dst, Rows::Strided { stride, .. } if rows == 1 || *stride >= written);
+    if config.race_check == RaceCheck::On || !apart {
+        return None;
+    }
+    let (reads, writes) = (row_hull(src, rows, read)?, row_hull(dst, rows, written)?);
+    let meet = reads.0 <= writes.1 && writes.0 <= reads.1;
+    let map = fabric.map();
+    let inside = |side: &Rows, len: u64, hull: (u64, u64)| {
+        let mut cache = RegionCache::default();
+        cache.holds(map, hull.0, hull.1)
+            || (0..rows).all(|i| cache.holds(map, side.addr(i), side.addr(i) + (len - 1)))
+    };
+    if meet || !inside(src, read, reads) || !inside(dst, written, writes) {
+        return None;
+    }
+    let one_page = |a: u64| a / PAGE_BYTES == (a + (written - 1)) / PAGE_BYTES;
+    Some(Footprint {
+        reads,
+        writes,
+        one_page_writes: (0..rows).all(|i| one_page(dst.addr(i))),
+        bytes_written: rows as u64 * written,
+    })
+}
+
+/// The lowest and the highest byte of `rows` rows of `len` bytes (`len >= 1`) of `side`:
+/// `None` if a strided side's rows wrap or a row ends past the address space.
+fn row_hull(side: &Rows, rows: usize, len: u64) -> Option<(u64, u64)> {
+    if let Rows::Strided { start, stride } = side {
+        (rows as u64 - 1)
+            .checked_mul(*stride)?
+            .checked_add(*start)?;
+    }
+    let (lo, hi) = side.span(rows);
+    Some((lo, hi.checked_add(len - 1)?))
+}
+
+/// [`validate`] of `block`'s expansion, whose `footprint` ([`block_footprint`]) proved its
+/// ranges: the same plan (pages added in the order the expansion's batches add them,
+/// queues timed in one step each), its descriptors never built.
+pub(crate) fn validate_block(
+    fabric: &Fabric,
+    block: &Block,
+    footprint: Footprint,
+    config: &EngineConfig,
+    kept: Kept,
+) -> Result<Plan, Error> {
+    let counts = block.per_queue(block.queue_count());
+    let mut v = Validator::new(fabric, counts.len(), config, kept)?;
+    let (deal, (_, dst)) = (block.deal(), block.sides());
+    let len = block.template().dest_range().1;
+    let longest = counts.iter().copied().max().unwrap_or(0) as usize;
+    for first in (0..longest).step_by(VALIDATE_BATCH) {
+        for (queue, &count) in counts.iter().enumerate() {
+            let Some(k) = deal.iter().position(|&q| usize::from(q) == queue) else {
+                continue;
+            };
+            for j in first..(first + VALIDATE_BATCH).min(count as usize) {
+                let at = dst.addr(k + j * deal.len());
+                v.pages.add((FabricAddr(at), len), queue);
+            }
+        }
+    }
+    for (queue, &count) in counts.iter().enumerate() {
+        v.timeline.push_equal(queue, &block.template(), count);
+        v.timeline.close(queue)?;
+    }
+    v.footprint = footprint;
     v.finish()
 }
 

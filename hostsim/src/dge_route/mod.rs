@@ -61,7 +61,7 @@ mod indirect_copy;
 #[cfg(test)]
 mod test_support;
 
-use dge::generate::{generate_into, Generated};
+use dge::generate::{generate_block, generate_into, Generated};
 use dge::runs::Hull;
 use dge::{AccessPattern, ByteRanges, Request};
 use dma::{Addr4, AddressMap, Dtype, Engine, Fabric, FabricAddr, Location, ReplayReport, Space};
@@ -329,16 +329,21 @@ impl DgeRoute {
         };
         let mut generated = self.prepared_buffers.pop().unwrap_or_default();
         req.eng_mask = fitted(req.eng_mask, engine);
-        let made = generate_into(fabric, req, &mut generated);
+        let made = generate_block(fabric, req, &mut generated);
         made.map_err(|e| lowered.map_error(fabric, e))?;
         if !generated.later_phases.is_empty() {
             self.prepared_buffers.push(generated);
             return Ok(None);
         }
         let outcome = lowered.outcome(std::slice::from_ref(&generated));
-        let mut queues = std::mem::take(&mut generated.queues);
-        queues.truncate(used_queues(&queues));
-        let validated = engine.validate(fabric, queues)?;
+        let validated = match generated.block.take() {
+            Some(block) => engine.validate_block(fabric, block)?,
+            None => {
+                let mut queues = std::mem::take(&mut generated.queues);
+                queues.truncate(used_queues(&queues));
+                engine.validate(fabric, queues)?
+            }
+        };
         Ok(Some(Prepared {
             validated,
             outcome,
@@ -355,14 +360,17 @@ impl DgeRoute {
         report: ReplayReport,
     ) -> DgeOutcome {
         if let Some(sink) = self.recorded.as_mut() {
-            sink.push(prepared.validated.queues().to_vec());
+            sink.push(prepared.validated.queues().into_owned());
         }
         let Prepared {
             validated,
             outcome,
             mut generated,
         } = prepared;
-        generated.queues = engine.recycle(validated);
+        let queues = engine.recycle(validated);
+        if !queues.is_empty() {
+            generated.queues = queues;
+        }
         self.prepared_buffers.push(generated);
         DgeOutcome {
             outcome,
