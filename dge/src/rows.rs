@@ -255,18 +255,30 @@ impl RowMove<'_> {
         describe: impl Fn(Run) -> Option<Descriptor>,
         deal: &[u8],
     ) -> Option<Block> {
+        let row = self.row;
+        // Two rows merge only where both sides continue: a gather's consecutive
+        // destinations and indexed rows (then `joins` decides), or a copy's consecutive
+        // sides (left to the descriptor loop).
         let (src, dst) = match self.sides {
             Sides::Gather(b, d) if b.valid.iter().all(|&ok| ok) => {
+                let run =
+                    |i: usize, s: u64| Run::copy(s, d.start.wrapping_add(i as u64 * row), row);
+                let merges = |(i, w): (usize, &[u64])| match *w {
+                    [a, b] => b == a.wrapping_add(row) && joins(&run(i, a), &run(i + 1, b)),
+                    _ => false,
+                };
+                if d.stride == row && b.addrs.windows(2).enumerate().any(merges) {
+                    return None;
+                }
                 (dma::Rows::Listed(b.addrs.clone()), d.block_side())
             }
-            Sides::Copy(s, d) => (s.block_side(), d.block_side()),
+            Sides::Copy(s, d) if (s.stride, d.stride) != (row, row) => {
+                (s.block_side(), d.block_side())
+            }
             _ => return None,
         };
-        let run = |i: usize| Run::copy(src.addr(i), dst.addr(i), self.row);
-        if (1..self.rows).any(|i| joins(&run(i - 1), &run(i))) {
-            return None;
-        }
-        let block = Block::new(describe(run(0))?, self.rows, src, dst, deal.to_vec());
+        let first = Run::copy(src.addr(0), dst.addr(0), row);
+        let block = Block::new(describe(first)?, self.rows, src, dst, deal.to_vec());
         block.ok()
     }
 }

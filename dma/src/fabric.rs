@@ -178,6 +178,35 @@ impl Extent {
     }
 }
 
+/// `out.copy_from_slice(row)`, a fixed-size copy for an element's length (a slice of
+/// run-time length is a call into memcpy).
+#[inline(always)]
+fn copy_row(out: &mut [u8], row: &[u8]) {
+    fn fixed<const N: usize>(out: &mut [u8], row: &[u8]) -> bool {
+        match (<&mut [u8; N]>::try_from(out), <&[u8; N]>::try_from(row)) {
+            (Ok(o), Ok(r)) => {
+                *o = *r;
+                true
+            }
+            _ => false,
+        }
+    }
+    let done = match out.len() {
+        1 => fixed::<1>(out, row),
+        2 => fixed::<2>(out, row),
+        4 => fixed::<4>(out, row),
+        8 => fixed::<8>(out, row),
+        16 => fixed::<16>(out, row),
+        _ => false,
+    };
+    if !done {
+        out.copy_from_slice(row);
+    }
+}
+
+/// The bytes [`PageLocks::gather`] reads before it writes them.
+pub const GATHER_BYTES: usize = 4096;
+
 /// A page's bytes, aligned to a cache line. Each host cache line then holds one
 /// 64-byte-aligned piece of fabric address space, so an access touches as many cache
 /// lines as its fabric range spans (a 256-byte row is 4 lines, not 5), and
@@ -1448,10 +1477,10 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         Ok(())
     }
 
-    /// Copies `rows` rows of `len` bytes, row `i` from `src(i)`, to consecutive rows from
-    /// `dst`: each row read (without a lock from a closed page), then all written at
-    /// once, as the copies of the rows in turn would where no row reads bytes a row
-    /// writes. Both sides are checked as for [`PageLocks::copy`]; a failing row (the
+    /// Copies `rows` rows of `len` bytes (1 to [`GATHER_BYTES`]), row `i` from
+    /// `src(i)`, to consecutive rows from `dst`: each row read (without a lock from a
+    /// closed page), then [`GATHER_BYTES`] of them written at once, as the copies of the
+    /// rows in turn would where no row reads bytes a row writes. Both sides are checked as for [`PageLocks::copy`]; a failing row (the
     /// first row for the destination) is returned with its error, and leaves the
     /// destination unwritten.
     pub fn gather(
@@ -1461,14 +1490,45 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         len: usize,
         dst: FabricAddr,
     ) -> Result<(), (usize, Error)> {
-        let (first, mut buf) = (rows.start, vec![0u8; rows.len() * len]);
+        if !(1..=GATHER_BYTES).contains(&len) {
+            let rule = format!("a gathered row is 1 to {GATHER_BYTES} bytes");
+            return Err((
+                rows.start,
+                Error::BadDescriptor {
+                    field: "len",
+                    value: len as u64,
+                    rule,
+                },
+            ));
+        }
+        let mut buf = [0u8; GATHER_BYTES];
+        let per = GATHER_BYTES / len;
+        for (k, first) in rows.clone().step_by(per).enumerate() {
+            let part = first..(first + per).min(rows.end);
+            let at = FabricAddr(dst.0 + (k * per * len) as u64);
+            let buf = buf.get_mut(..part.len() * len).unwrap_or(&mut []);
+            self.gather_part(part, &src, len, buf, at)?;
+        }
+        Ok(())
+    }
+
+    /// [`PageLocks::gather`] of `rows`, which fit `buf`.
+    fn gather_part(
+        &mut self,
+        rows: std::ops::Range<usize>,
+        src: impl Fn(usize) -> u64,
+        len: usize,
+        buf: &mut [u8],
+        dst: FabricAddr,
+    ) -> Result<(), (usize, Error)> {
+        let first = rows.start;
         for (i, out) in rows.zip(buf.chunks_exact_mut(len.max(1))) {
             let at = src(i);
             let (sk, so) = split(at);
             let checked = self.check_source(FabricAddr(at), len as u64);
             let read = match checked.map(|()| self.closed(sk)) {
                 Ok(Some(page)) if so + len <= PAGE => {
-                    out.copy_from_slice(&page[so..so + len]);
+                    copy_row(out, &page[so..so + len]);
                     Ok(())
                 }
                 Ok(_) => self.read(FabricAddr(at), out),
@@ -1476,7 +1536,7 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
             };
             read.map_err(|e| (i, e))?;
         }
-        self.write(dst, &buf).map_err(|e| (first, e))
+        self.write(dst, buf).map_err(|e| (first, e))
     }
 
     /// [`Fabric::copy_reserved`].

@@ -90,8 +90,12 @@ pub(crate) fn run_unit(
     Ok(())
 }
 
-/// Runs `rows` of `block` (validated whole, so in any order) through one [`PageLocks`],
-/// each row as its descriptor; as [`run_unit`] for the rest.
+/// The longest row [`run_rows`] gathers ([`PageLocks::gather`]) rather than copies.
+const GATHER_ROW: usize = 64;
+
+/// Runs `rows` of `block` (validated whole, so in any order) through one [`PageLocks`]:
+/// plain copies of short rows to consecutive ones gathered, every other row as its
+/// descriptor; as [`run_unit`] for the rest.
 fn run_rows(
     fabric: &Fabric,
     block: &Block,
@@ -105,7 +109,8 @@ fn run_rows(
     if let (Rows::Strided { stride, .. }, Some(ComputeOp::None), false) =
         (dst, d.op().compute_op(), d.is_cast())
     {
-        if *stride == u64::from(d.len()) {
+        // small rows: a call to copy each costs more than the bytes
+        if *stride == u64::from(d.len()) && d.len() as usize <= GATHER_ROW {
             let to = FabricAddr(dst.addr(first));
             if let Err((i, e)) = locks.gather(rows, |i| src.addr(i), d.len() as usize, to) {
                 let (queue, index) = block.at(i);

@@ -294,11 +294,11 @@ pub(crate) fn block_footprint(
     if meet || !inside(src, read, reads) || !inside(dst, written, writes) {
         return None;
     }
-    let one_page = |a: u64| a / PAGE_BYTES == (a + (written - 1)) / PAGE_BYTES;
     Some(Footprint {
         reads,
         writes,
-        one_page_writes: (0..rows).all(|i| one_page(dst.addr(i))),
+        // [`validate_block`] finds it as it adds the pages
+        one_page_writes: true,
         bytes_written: rows as u64 * written,
     })
 }
@@ -316,30 +316,21 @@ fn row_hull(side: &Rows, rows: usize, len: u64) -> Option<(u64, u64)> {
 }
 
 /// [`validate`] of `block`'s expansion, whose `footprint` ([`block_footprint`]) proved its
-/// ranges: the same plan (pages added in the order the expansion's batches add them,
-/// queues timed in one step each), its descriptors never built.
+/// ranges: the same plan (the same pages, listed in row order; queues timed in one step
+/// each), its descriptors never built.
 pub(crate) fn validate_block(
     fabric: &Fabric,
     block: &Block,
-    footprint: Footprint,
+    mut footprint: Footprint,
     config: &EngineConfig,
     kept: Kept,
 ) -> Result<Plan, Error> {
     let counts = block.per_queue(block.queue_count());
     let mut v = Validator::new(fabric, counts.len(), config, kept)?;
-    let (deal, (_, dst)) = (block.deal(), block.sides());
-    let len = block.template().dest_range().1;
-    let longest = counts.iter().copied().max().unwrap_or(0) as usize;
-    for first in (0..longest).step_by(VALIDATE_BATCH) {
-        for (queue, &count) in counts.iter().enumerate() {
-            let Some(k) = deal.iter().position(|&q| usize::from(q) == queue) else {
-                continue;
-            };
-            for j in first..(first + VALIDATE_BATCH).min(count as usize) {
-                let at = dst.addr(k + j * deal.len());
-                v.pages.add((FabricAddr(at), len), queue);
-            }
-        }
+    if let (_, Rows::Strided { start, stride }) = block.sides() {
+        let len = block.template().dest_range().1;
+        let rows = (0..block.rows() as u64).map(|i| start + i * stride);
+        footprint.one_page_writes = v.pages.add_ascending(rows, len, block.deal().len() > 1);
     }
     for (queue, &count) in counts.iter().enumerate() {
         v.timeline.push_equal(queue, &block.template(), count);
@@ -602,6 +593,32 @@ impl PageSet {
             let first = self.first_queue(page, dst.0.max(page * PAGE_BYTES), queue);
             self.shared |= first != queue;
         }
+    }
+
+    /// Adds the pages of ranges of `len` bytes at `starts`, ascending and apart (a block's
+    /// strided destinations, into an empty set), each written by another queue than the
+    /// one before it if `dealt`; whether each range lies inside one page.
+    pub(crate) fn add_ascending(
+        &mut self,
+        starts: impl Iterator<Item = u64>,
+        len: u64,
+        dealt: bool,
+    ) -> bool {
+        let (mut one_page, mut met, mut next) = (true, false, 0);
+        for at in starts {
+            let (lo, hi) = (at / PAGE_BYTES, (at + (len - 1)) / PAGE_BYTES);
+            one_page &= lo == hi;
+            // a page the range before reached
+            met |= lo < next;
+            if hi >= next {
+                for page in lo.max(next)..hi + 1 {
+                    self.list.push((page, at.max(page * PAGE_BYTES)));
+                }
+                next = hi + 1;
+            }
+        }
+        self.shared |= dealt && met;
+        one_page
     }
 
     /// Empties the set, keeping its storage (for the next replay).

@@ -761,7 +761,15 @@ mod tests {
     /// The steps one after another: the reports of every instruction, or the failing
     /// step and its error.
     fn in_order(f: &mut Fabric, steps: &[Step<'_>]) -> Result<Vec<StepReport>, (usize, String)> {
-        let mut rt = runtime();
+        in_order_on(&mut runtime(), f, steps)
+    }
+
+    /// [`in_order`] on `rt`.
+    fn in_order_on(
+        rt: &mut Runtime,
+        f: &mut Fabric,
+        steps: &[Step<'_>],
+    ) -> Result<Vec<StepReport>, (usize, String)> {
         let mut reports = Vec::new();
         for (k, step) in steps.iter().enumerate() {
             let done = match step {
@@ -782,8 +790,14 @@ mod tests {
             let data = lower(&ops);
             let steps = steps(&data);
             let (mut want, mut got) = (fabric(), fabric());
-            let expected = in_order(&mut want, &steps);
-            let ran = runtime().run_program(&mut got, steps.iter().copied());
+            let (mut one_by_one, mut program) = (runtime(), runtime());
+            one_by_one.record_queues(true);
+            program.record_queues(true);
+            let expected = in_order_on(&mut one_by_one, &mut want, &steps);
+            let ran = program.run_program(&mut got, steps.iter().copied());
+            // the descriptors a program replays (as blocks where it can) are the ones
+            // its steps replay one by one (`gen` writes these)
+            prop_assert_eq!(program.take_recorded(), one_by_one.take_recorded());
             match (ran, expected) {
                 (Ok(report), Ok(reports)) => prop_assert_eq!(report.steps, reports),
                 (Err(Error::ProgramStep { step, source }), Err((k, e))) => {
