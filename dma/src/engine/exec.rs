@@ -95,7 +95,7 @@ const GATHER_ROW: usize = 64;
 
 /// Runs `rows` of `block` (validated whole, so in any order) through one [`PageLocks`]:
 /// plain copies of short rows to consecutive ones gathered, every other row as its
-/// descriptor; as [`run_unit`] for the rest.
+/// descriptor, prefetched as [`run_unit`] prefetches; as [`run_unit`] for the rest.
 fn run_rows(
     fabric: &Fabric,
     block: &Block,
@@ -120,7 +120,13 @@ fn run_rows(
             return Ok(());
         }
     }
-    for i in rows {
+    for i in rows.clone().take(PREFETCH_AHEAD) {
+        prefetch(&mut locks, &block.descriptor(i));
+    }
+    for i in rows.clone() {
+        if i + PREFETCH_AHEAD < rows.end {
+            prefetch(&mut locks, &block.descriptor(i + PREFETCH_AHEAD));
+        }
         if let Err(e) = execute_descriptor(&mut locks, &block.descriptor(i)) {
             ran.fetch_add((i - first) as u64, Ordering::Relaxed);
             let (queue, index) = block.at(i);
