@@ -257,7 +257,6 @@ impl Pending {
             workers: self.workers,
             units: self.units,
             max_buffered: self.most,
-            page_buckets: false,
         }
     }
 }
