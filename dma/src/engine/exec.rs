@@ -53,10 +53,10 @@ fn prefetch<const R: usize>(locks: &mut PageLocks<'_, R>, d: &Descriptor) {
 /// one [`PageLocks`], so that consecutive descriptors on the same pages keep them locked;
 /// the locks are released at each SIGNAL, since the unit waiting for it likely touches
 /// these pages next. Each descriptor prefetches the one [`PREFETCH_AHEAD`] after it, and
-/// the first ones are prefetched before the loop, so that a short unit (a queue segment of
-/// a few dozen scattered rows) does not wait for its first rows one by one. Adds the
-/// descriptors that ran to `ran`, and traces the unit's end. An error names the
-/// descriptor's queue and index ([`Unit::at`]).
+/// the first ones are prefetched before the loop, so that a short unit (a page bucket of a
+/// few dozen scattered rows) does not wait for its first rows one by one. Adds the
+/// descriptors that ran to `ran`, and traces the unit's end. An
+/// error names the descriptor's queue and index ([`Unit::at`]).
 pub(crate) fn run_unit(
     fabric: &Fabric,
     unit: &Unit<'_>,
@@ -138,7 +138,7 @@ fn run_rows(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::addr::FabricAddr;
     use crate::descriptor::{DescOp, SemId, SemWait};
@@ -150,16 +150,21 @@ mod tests {
     use crate::generation::Generation;
     use std::num::NonZeroU32;
 
-    /// Runs `queues` as queue segments on `fabric` with the executor, on the caller and
-    /// `pool`: the outcome, the workers and the descriptors that ran.
+    /// Runs `queues` (as page buckets, grouped, if `by_page`, else as queue segments) on
+    /// `fabric` with the executor, on the caller and `pool`: the outcome, the workers and
+    /// the descriptors that ran.
     fn run(
         pool: Option<&ThreadPool>,
         fabric: &Fabric,
         queues: &[Vec<Descriptor>],
+        by_page: bool,
     ) -> (Result<(), Error>, usize, u64) {
-        let schedule = match Schedule::segments(queues) {
-            Ok(s) => s,
-            Err(e) => return (Err(e), 0, 0),
+        let schedule = match by_page {
+            true => Schedule::page_buckets(queues, true, &Default::default()),
+            false => match Schedule::segments(queues) {
+                Ok(s) => s,
+                Err(e) => return (Err(e), 0, 0),
+            },
         };
         let ran = AtomicU64::new(0);
         let run = |u: &Unit<'_>| run_unit(fabric, u, &ran);
@@ -219,7 +224,7 @@ mod tests {
             vec![copy(0x100, 0x108).with_wait(wait(sem, 1))],
             vec![copy(0, 0x100).with_signal(sem)],
         ];
-        let (outcome, workers, ran) = run(None, &f, &queues);
+        let (outcome, workers, ran) = run(None, &f, &queues, false);
         assert_eq!((outcome, workers, ran), (Ok(()), 1, 2));
         let mut out = [0u8; 8];
         f.read(FabricAddr(0x108), &mut out).unwrap();
@@ -238,7 +243,7 @@ mod tests {
             vec![fill(0).with_wait(wait(sem, 1))],
             vec![fill(1 << 30).with_signal(sem)],
         ];
-        let (e, _, ran) = run(Some(&pool(1)), &f, &queues);
+        let (e, _, ran) = run(Some(&pool(1)), &f, &queues, false);
         let Err(Error::ReplayDescriptor {
             queue,
             index,
@@ -274,7 +279,7 @@ mod tests {
             count: 2,
             reached: 1,
         };
-        assert_eq!(run(None, &f, &queues).0, Err(want));
+        assert_eq!(run(None, &f, &queues, false).0, Err(want));
         let mut out = [0u8; 32];
         f.read(FabricAddr(0), &mut out).unwrap();
         assert_eq!(out, [0; 32]);
@@ -313,11 +318,11 @@ mod tests {
             f.reserve(FabricAddr(0), 0x10000).unwrap();
         }
         execute_sequential(&mut want, &queues).unwrap();
-        let (outcome, workers, ran) = run(Some(&pool(1)), &together, &queues);
+        let (outcome, workers, ran) = run(Some(&pool(1)), &together, &queues, false);
         assert_eq!((outcome, workers, ran), (Ok(()), 2, 1200));
         assert_eq!(together.first_difference(&want), None);
         // without a thread pool the caller runs them all, to the same memory
-        let (outcome, workers, _) = run(None, &alone, &queues);
+        let (outcome, workers, _) = run(None, &alone, &queues, false);
         assert_eq!((outcome, workers), (Ok(()), 1));
         assert_eq!(alone.first_difference(&want), None);
         let mut out = [0u8; 8];
@@ -344,7 +349,7 @@ mod tests {
         for _ in 0..10 {
             let mut f = Fabric::new(Generation::Cayman);
             f.reserve(FabricAddr(0), 0x10000).unwrap();
-            let (e, _, ran) = run(Some(&pool), &f, &queues);
+            let (e, _, ran) = run(Some(&pool), &f, &queues, false);
             let Err(Error::ReplayDescriptor { queue, index, .. }) = e else {
                 panic!("{e:?}")
             };
@@ -357,5 +362,70 @@ mod tests {
             f.read(FabricAddr(0x4000 + 3 * 8), &mut out).unwrap();
             assert_eq!(out, [3; 8]);
         }
+    }
+
+    /// Four round-robin queues gathering 64-byte rows from a table at 0 (not written) to
+    /// rows at 1 MiB, over several pages, each queue also adding twice into its own row
+    /// of a sum block (duplicates stay in one queue, in order).
+    pub(crate) fn gather_queues() -> Vec<Vec<Descriptor>> {
+        let mut queues = vec![Vec::new(); 4];
+        for i in 0..4096u64 {
+            let row = (i * 7919) % 1000;
+            let copy = Descriptor::new(
+                DescOp::Copy,
+                FabricAddr(row * 64),
+                FabricAddr((1 << 20) + i * 64),
+                64,
+                Dtype::U8,
+            );
+            queues[(i % 4) as usize].push(copy.unwrap());
+        }
+        for (q, list) in queues.iter_mut().enumerate() {
+            for k in 0..2u64 {
+                let add = Descriptor::new(
+                    DescOp::Add,
+                    FabricAddr(k * 64 + q as u64 * 4),
+                    FabricAddr((2 << 20) + q as u64 * 64),
+                    64,
+                    Dtype::F32,
+                );
+                list.push(add.unwrap());
+            }
+        }
+        queues
+    }
+
+    #[test]
+    fn page_buckets_equal_the_queues_in_order() {
+        let queues = gather_queues();
+        let mut f = Fabric::new(Generation::Cayman);
+        let table: Vec<u8> = (0..64_000u32).map(|i| (i * 31 % 256) as u8).collect();
+        f.write(FabricAddr(0), &table).unwrap();
+        let mut want = f.clone();
+        execute_sequential(&mut want, &queues).unwrap();
+        let pool = pool(1);
+        for _ in 0..5 {
+            let mut g = f.clone();
+            g.close_pages();
+            g.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
+            g.reserve(FabricAddr(2 << 20), 256).unwrap();
+            let (outcome, _, ran) = run(Some(&pool), &g, &queues, true);
+            assert_eq!((outcome, ran), (Ok(()), 4096 + 8));
+            assert_eq!(g.first_difference(&want), None);
+        }
+    }
+
+    #[test]
+    fn page_buckets_name_the_failing_descriptor_by_queue_and_index() {
+        let queues = with_two_unreserved(gather_queues());
+        let mut f = Fabric::new(Generation::Cayman);
+        f.reserve(FabricAddr(1 << 20), 4096 * 64).unwrap();
+        f.reserve(FabricAddr(2 << 20), 256).unwrap();
+        let e = run(Some(&pool(1)), &f, &queues, true).0;
+        let Err(Error::ReplayDescriptor { queue, index, .. }) = e else {
+            panic!("{e:?}")
+        };
+        // both are on one page, so in one bucket, in round order: queue 3's comes first
+        assert_eq!((queue, index), (3, 0));
     }
 }

@@ -190,7 +190,7 @@ mod tests {
         log: &Mutex<Vec<(usize, u64)>>,
     ) -> impl Fn(&Unit<'_>) -> Result<(), ((usize, u64), Error)> + Sync + '_ {
         move |u| {
-            for i in 0..u.descriptors().len() {
+            for i in 0..u.len() {
                 lock(log).push(u.at(i));
             }
             Ok(())

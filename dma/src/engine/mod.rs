@@ -29,7 +29,8 @@
 //! # Execution
 //!
 //! Validation compiles a replay into a schedule of units: queue segments between
-//! semaphore points, or a block's rows cut into runs of rows. One
+//! semaphore points, page buckets where the queues touch independent pages, or a block's
+//! rows cut into runs of rows. One
 //! executor runs any schedule by work claiming on the caller and the engine's thread
 //! pool; a replay of [`Engine::run`] within [`EngineConfig::inline`] runs on the caller
 //! alone. Streamed replays run window by window.
@@ -209,6 +210,8 @@ pub struct Engine {
     /// The validation buffers of the last replay (its page set, timeline and per-queue
     /// counters), emptied: the next one's validation fills them without allocating again.
     kept: std::sync::Mutex<Option<validate::Kept>>,
+    /// The page-bucket buffers of the last replay dealt by page.
+    buckets: schedule::BucketBuffers,
 }
 
 impl Engine {
@@ -222,6 +225,7 @@ impl Engine {
             config,
             pool,
             kept: std::sync::Mutex::new(None),
+            buckets: schedule::BucketBuffers::default(),
         })
     }
 
@@ -324,11 +328,18 @@ impl Engine {
         fabric: &Fabric,
         queues: Vec<Vec<Descriptor>>,
     ) -> Result<Validated, Error> {
-        let plan = self.plan(fabric, &mut Slices::new(&queues))?;
+        let mut plan = self.plan(fabric, &mut Slices::new(&queues))?;
+        plan.ahead = true;
+        // Page buckets for a run on the caller and the thread pool are dealt now, beside
+        // the replay before.
+        let buckets = self
+            .page_buckets(&queues, &plan, false)
+            .map(|grouped| Schedule::page_buckets(&queues, grouped, &self.buckets));
         Ok(Validated {
             queues,
             block: None,
             plan,
+            buckets: std::sync::Mutex::new(buckets),
             generation: fabric.generation(),
             config: self.config,
         })
@@ -343,11 +354,13 @@ impl Engine {
             return self.validate(fabric, block.queues());
         };
         let kept = lock(&self.kept).take().unwrap_or_default();
-        let plan = validate::validate_block(fabric, &block, footprint, &self.config, kept)?;
+        let mut plan = validate::validate_block(fabric, &block, footprint, &self.config, kept)?;
+        plan.ahead = true;
         Ok(Validated {
             queues: Vec::new(),
             block: Some(block),
             plan,
+            buckets: std::sync::Mutex::new(None),
             generation: fabric.generation(),
             config: self.config,
         })
@@ -385,7 +398,8 @@ impl Engine {
             return self.execute_block(fabric, block, &validated.plan, beside);
         }
         let mut source = Slices::new(&validated.queues);
-        self.execute(fabric, &mut source, &validated.plan, false, beside)
+        let buckets = lock(&validated.buckets).take();
+        self.execute(fabric, &mut source, &validated.plan, buckets, false, beside)
     }
 
     /// The queues of `validated`, given back (to be filled again); the engine keeps its
@@ -393,6 +407,19 @@ impl Engine {
     pub fn recycle(&self, validated: Validated) -> Vec<Vec<Descriptor>> {
         self.keep(validated.plan);
         validated.queues
+    }
+
+    /// Whether in-memory `queues` validated into `plan` run as page buckets (`None`: as
+    /// queue segments), and if so whether grouped by page: where they have no semaphore,
+    /// [`Plan::deals_by_page`], at most [`schedule::DEALT_MAX`] descriptors, and run on
+    /// more than one thread or on the caller alone (`inline`).
+    fn page_buckets(&self, queues: &[Vec<Descriptor>], plan: &Plan, inline: bool) -> Option<bool> {
+        let descriptors = queues.iter().map(Vec::len).sum::<usize>();
+        let by_page = (inline || self.config.workers > 1)
+            && !plan.semaphores
+            && plan.deals_by_page()
+            && descriptors <= schedule::DEALT_MAX;
+        by_page.then(|| schedule::grouped(descriptors, plan.pages.len()))
     }
 
     /// Whether a validated replay is small enough to run on the caller alone
@@ -411,7 +438,7 @@ impl Engine {
         let plan = self.plan(fabric, source)?;
         let no_beside = |_: &mut Beside<'_>| ();
         let inline = self.inline(&plan.timeline);
-        let (report, ()) = self.execute(fabric, source, &plan, inline, no_beside)?;
+        let (report, ()) = self.execute(fabric, source, &plan, None, inline, no_beside)?;
         self.keep(plan);
         Ok(report)
     }
@@ -429,13 +456,15 @@ impl Engine {
         *lock(&self.kept) = Some(plan.into_kept());
     }
 
-    /// Reserves `plan`'s destinations and executes `source` (validated into `plan`), on the
-    /// caller alone if `inline`, and calls `beside` (see [`Engine::run_beside`]).
+    /// Reserves `plan`'s destinations and executes `source` (validated into `plan`, with
+    /// its page buckets if dealt ahead), on the caller alone if `inline`, and calls
+    /// `beside` (see [`Engine::run_beside`]).
     fn execute<S: QueueSource, R>(
         &self,
         fabric: &mut Fabric,
         source: &mut S,
         plan: &Plan,
+        buckets: Option<Schedule<'static>>,
         inline: bool,
         beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ReplayReport, R), Error> {
@@ -443,17 +472,22 @@ impl Engine {
         // without a lock while the queues run (Fabric::reopen).
         plan.pages.reopen(fabric, plan.footprint.read_pages())?;
         source.rewind();
-        // In-memory queues compile into queue segments run by the executor: on the caller
-        // alone if small enough, else on the caller and the thread pool; work beside the
-        // replay runs on the caller while the thread pool starts, or alone before it. A
-        // streamed source runs window by window (see the `session` module), work beside
-        // after it.
+        // In-memory queues compile into a schedule (page buckets where they are dealt by
+        // page, else queue segments) run by the executor: on the caller alone if small
+        // enough, else on the caller and the thread pool; work beside the replay runs on the
+        // caller while the thread pool starts, or alone before it. A streamed source runs window
+        // by window (see the `session` module), work beside after it.
         let fabric = fabric.lend(plan.footprint.read_pages());
         let (execution, other) = match source.in_memory() {
             Some(queues) => {
-                let schedule = Schedule::segments(queues)?;
+                let schedule = match (self.page_buckets(queues, plan, inline), buckets) {
+                    (Some(_), Some(buckets)) => buckets,
+                    (Some(grouped), None) => Schedule::page_buckets(queues, grouped, &self.buckets),
+                    (None, _) => Schedule::segments(queues)?,
+                };
                 let beside = |f: &Fabric| beside(&mut Beside::new(f));
                 let (stats, _, other) = self.execute_schedule(&fabric, &schedule, inline, beside);
+                self.buckets.keep(schedule);
                 (stats?, other)
             }
             None => {
@@ -520,7 +554,11 @@ impl Engine {
             wall: started.elapsed(),
             workers,
             units: schedule.units().len() as u64,
-            max_buffered: 0,
+            max_buffered: match schedule.by_page() {
+                true => schedule.descriptors(),
+                false => 0,
+            },
+            page_buckets: schedule.by_page(),
         });
         (stats, ran.into_inner(), other)
     }
@@ -637,6 +675,8 @@ pub struct Validated {
     /// The block validated whole ([`Engine::validate_block`]).
     block: Option<Block>,
     plan: Plan,
+    /// The queues dealt by destination page, for the first run (see [`Engine::validate`]).
+    buckets: std::sync::Mutex<Option<Schedule<'static>>>,
     generation: crate::Generation,
     config: EngineConfig,
 }

@@ -55,12 +55,15 @@ pub struct ExecutionStats {
     /// Threads the replay was offered to: the caller plus the thread pool's (1 when the
     /// caller ran it alone; a pool thread that did not join in time still counts).
     pub workers: usize,
-    /// Units of work run (queue segments or runs of a block's rows; over every window of
-    /// a streamed replay).
+    /// Units of work run (queue segments or page buckets; over every window of a
+    /// streamed replay).
     pub units: u64,
-    /// For a streamed replay, the most descriptors held at once (at most `queues *
-    /// channel_depth * batch`); none when in-memory queues run in place.
+    /// Descriptors copied out of the queues: into page buckets, or, for a streamed
+    /// replay, the most held at once (at most `queues * channel_depth * batch`); none
+    /// when in-memory queues run in place.
     pub max_buffered: usize,
+    /// Whether the units were page buckets (see the engine's "Execution" overview).
+    pub page_buckets: bool,
 }
 
 /// A replay's report.

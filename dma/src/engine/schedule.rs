@@ -6,7 +6,9 @@
 //!   segment starts at a WAIT and ends at a SIGNAL). A segment runs after the segment
 //!   before it in its queue and, if it starts with WAIT(s, n), after the segment ending
 //!   with the n-th SIGNAL of `s`. Without semaphores each queue is one unit.
-//! - [`Schedule::rows`]: a block's rows cut into unordered units.
+//! - [`Schedule::page_buckets`]: for a replay whose pages are independent, the
+//!   descriptors dealt by destination page into [`PAGE_BUCKETS`] buckets, with no order
+//!   between them.
 //!
 //! A streamed replay is scheduled a window at a time ([`Schedule::window`]), its
 //! [`Progress`] saying what ran before.
@@ -14,11 +16,20 @@
 //! Every unit keeps the (queue, index) of each of its descriptors, so an error names the
 //! descriptor without searching the replay again.
 
+use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::Mutex;
 
 use crate::block::Block;
 use crate::descriptor::{Descriptor, SEMAPHORES};
 use crate::error::Error;
+use crate::fabric::PAGE_BYTES;
+
+use super::lock;
+
+/// Buckets of destination pages a replay is dealt into: page `k` goes to bucket
+/// `k % PAGE_BUCKETS`.
+pub(crate) const PAGE_BUCKETS: usize = 16;
 
 /// Bytes a unit of block rows writes, about ([`Schedule::rows`]).
 const UNIT_BYTES: u64 = 64 << 10;
@@ -26,21 +37,46 @@ const UNIT_BYTES: u64 = 64 << 10;
 /// The most rows a unit of block rows has.
 const UNIT_ROWS: usize = 1024;
 
+/// Groups of pages inside a bucket: page `k` is in group `(k / PAGE_BUCKETS) % PAGE_GROUPS`,
+/// so a bucket's pages of a table of up to 64 MiB are one group each.
+const PAGE_GROUPS: u64 = 64;
+
+/// The most descriptors a replay dealt into page buckets copies.
+pub(crate) const DEALT_MAX: usize = 1 << 20;
+
+/// Descriptors per destination page, on average, from which page buckets are grouped.
+const GROUP_MIN: usize = 4;
+
+/// Whether page buckets of `descriptors` over `pages` pages are grouped by page: where some
+/// bucket has two pages or more and the pages have [`GROUP_MIN`] descriptors each on
+/// average (grouping costs a pass over each bucket, which a page met once or twice in a
+/// bucket does not win back).
+pub(crate) fn grouped(descriptors: usize, pages: usize) -> bool {
+    pages > PAGE_BUCKETS && descriptors >= pages.saturating_mul(GROUP_MIN)
+}
+
+/// Where a unit's descriptors come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Origin {
+    /// Descriptors `first..` of `queue`, in order.
+    Queue { queue: usize, first: u64 },
+    /// Each descriptor's queue and index.
+    Bucket(Vec<(u32, u32)>),
+}
+
 /// One unit of work: descriptors run in order by one worker.
 #[derive(Debug, Clone)]
 pub(crate) struct Unit<'q> {
-    /// Descriptors `first..` of `queue`, in order.
-    descs: &'q [Descriptor],
-    queue: usize,
-    first: u64,
+    descs: Cow<'q, [Descriptor]>,
     /// A block's rows, run instead of `descs` (empty then).
     rows: Option<(&'q Block, Range<usize>)>,
+    origin: Origin,
 }
 
 impl<'q> Unit<'q> {
     /// The descriptors, in the order they run (none for a block's rows).
-    pub(crate) fn descriptors(&self) -> &'q [Descriptor] {
-        self.descs
+    pub(crate) fn descriptors(&self) -> &[Descriptor] {
+        &self.descs
     }
 
     /// The block rows it runs instead, in order.
@@ -48,11 +84,23 @@ impl<'q> Unit<'q> {
         self.rows.clone()
     }
 
+    /// How many descriptors it runs (rows of a block).
+    pub(crate) fn len(&self) -> usize {
+        self.rows
+            .as_ref()
+            .map_or(self.descs.len(), |(_, r)| r.len())
+    }
+
     /// The queue and index in the replay of descriptor `i` of the unit.
     pub(crate) fn at(&self, i: usize) -> (usize, u64) {
-        match &self.rows {
-            Some((block, rows)) => block.at(rows.start + i),
-            None => (self.queue, self.first + i as u64),
+        if let Some((block, rows)) = &self.rows {
+            return block.at(rows.start + i);
+        }
+        match &self.origin {
+            Origin::Queue { queue, first } => (*queue, first + i as u64),
+            Origin::Bucket(at) => at
+                .get(i)
+                .map_or((usize::MAX, i as u64), |&(q, x)| (q as usize, u64::from(x))),
         }
     }
 }
@@ -65,6 +113,8 @@ pub(crate) struct Schedule<'q> {
     before: Vec<u32>,
     /// Per unit, the units waiting for it.
     then: Vec<Vec<u32>>,
+    /// Whether the units are page buckets.
+    by_page: bool,
 }
 
 impl<'q> Schedule<'q> {
@@ -87,6 +137,7 @@ impl<'q> Schedule<'q> {
             units: Vec::with_capacity(units),
             before: Vec::with_capacity(units),
             then: Vec::with_capacity(units),
+            by_page: false,
         };
         // per semaphore, the unit of each of its signals in order
         let mut signals: [Vec<u32>; SEMAPHORES as usize] = Default::default();
@@ -98,10 +149,12 @@ impl<'q> Schedule<'q> {
             let mut previous: Option<u32> = None;
             let mut cut = |s: &mut Schedule<'q>, start: usize, end: usize| {
                 let unit = s.push(Unit {
-                    descs: descs.get(start..end).unwrap_or_default(),
-                    queue,
-                    first: base + start as u64,
+                    descs: Cow::Borrowed(descs.get(start..end).unwrap_or_default()),
                     rows: None,
+                    origin: Origin::Queue {
+                        queue,
+                        first: base + start as u64,
+                    },
                 });
                 if let Some(p) = previous.replace(unit) {
                     s.order(p, unit);
@@ -151,6 +204,48 @@ impl<'q> Schedule<'q> {
         Ok(s)
     }
 
+    /// `queues` dealt by destination page into [`PAGE_BUCKETS`] unordered units, each in
+    /// round order (descriptor `r` of every queue, in queue order, then `r + 1`), or, if
+    /// `grouped`, group of pages by group, each group in round order. Only for a replay
+    /// whose pages are independent: then any order of the buckets gives the memory the
+    /// queues give.
+    pub(crate) fn page_buckets(
+        queues: &[Vec<Descriptor>],
+        grouped: bool,
+        buffers: &BucketBuffers,
+    ) -> Schedule<'static> {
+        let (mut buckets, mut scratch) = buffers.take();
+        let longest = queues.iter().map(Vec::len).max().unwrap_or(0);
+        for r in 0..longest {
+            for (q, list) in queues.iter().enumerate() {
+                if let Some(d) = list.get(r) {
+                    if let Some(b) = buckets.get_mut(page_slot(d).0) {
+                        b.descs.push(*d);
+                        b.at.push((q as u32, r as u32));
+                    }
+                }
+            }
+        }
+        let mut s = Schedule {
+            units: Vec::with_capacity(PAGE_BUCKETS),
+            before: Vec::with_capacity(PAGE_BUCKETS),
+            then: Vec::with_capacity(PAGE_BUCKETS),
+            by_page: true,
+        };
+        for mut b in buckets {
+            if grouped {
+                b.group(&mut scratch);
+            }
+            s.push(Unit {
+                descs: Cow::Owned(b.descs),
+                rows: None,
+                origin: Origin::Bucket(b.at),
+            });
+        }
+        buffers.keep_scratch(scratch);
+        s
+    }
+
     /// `block`'s rows cut into unordered units of [`UNIT_BYTES`] (at most [`UNIT_ROWS`]
     /// rows, at least one): its rows write disjoint bytes and read none written
     /// ([`super::validate::block_footprint`]), so any order gives the same memory.
@@ -161,13 +256,13 @@ impl<'q> Schedule<'q> {
             units: Vec::new(),
             before: Vec::new(),
             then: Vec::new(),
+            by_page: false,
         };
         for start in (0..block.rows()).step_by(per_unit) {
             s.push(Unit {
-                descs: &[],
-                queue: 0,
-                first: 0,
+                descs: Cow::Borrowed(&[]),
                 rows: Some((block, start..(start + per_unit).min(block.rows()))),
+                origin: Origin::Queue { queue: 0, first: 0 },
             });
         }
         s
@@ -203,6 +298,16 @@ impl<'q> Schedule<'q> {
     /// The units that wait for unit `u`.
     pub(crate) fn then(&self, u: usize) -> &[u32] {
         self.then.get(u).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether the units are page buckets.
+    pub(crate) fn by_page(&self) -> bool {
+        self.by_page
+    }
+
+    /// The descriptors of every unit.
+    pub(crate) fn descriptors(&self) -> usize {
+        self.units.iter().map(Unit::len).sum()
     }
 }
 
@@ -257,11 +362,97 @@ impl Progress {
     }
 }
 
+/// The bucket of the page `d` writes, and the page's group in the bucket.
+fn page_slot(d: &Descriptor) -> (usize, u64) {
+    let page = d.dest_range().0 .0 / PAGE_BYTES;
+    let group = (page / PAGE_BUCKETS as u64) % PAGE_GROUPS;
+    ((page % PAGE_BUCKETS as u64) as usize, group)
+}
+
+/// A page bucket being dealt: its descriptors and the (queue, index) of each.
+#[derive(Debug, Default)]
+struct Bucket {
+    descs: Vec<Descriptor>,
+    at: Vec<(u32, u32)>,
+}
+
+impl Bucket {
+    fn clear(&mut self) {
+        self.descs.clear();
+        self.at.clear();
+    }
+
+    /// Orders the bucket group by group, keeping the order inside each group (a stable
+    /// counting sort through `scratch`); a bucket of one group stays as it is.
+    fn group(&mut self, scratch: &mut Bucket) {
+        let group = |d: &Descriptor| page_slot(d).1 as usize;
+        let mut next = [0usize; PAGE_GROUPS as usize];
+        for d in &self.descs {
+            if let Some(n) = next.get_mut(group(d)) {
+                *n += 1;
+            }
+        }
+        if next.iter().filter(|&&n| n > 0).count() < 2 {
+            return;
+        }
+        let mut start = 0;
+        for n in next.iter_mut() {
+            (*n, start) = (start, start + *n);
+        }
+        scratch.clear();
+        scratch.descs.extend_from_slice(&self.descs);
+        scratch.at.extend_from_slice(&self.at);
+        for (d, at) in scratch.descs.iter().zip(&scratch.at) {
+            let Some(slot) = next.get_mut(group(d)) else {
+                continue;
+            };
+            if let (Some(od), Some(oa)) = (self.descs.get_mut(*slot), self.at.get_mut(*slot)) {
+                (*od, *oa) = (*d, *at);
+            }
+            *slot += 1;
+        }
+    }
+}
+
+/// Page-bucket buffers kept between replays: fresh ones of a few MiB cost their page
+/// faults on every replay.
+#[derive(Debug, Default)]
+pub(crate) struct BucketBuffers(Mutex<(Vec<Bucket>, Bucket)>);
+
+impl BucketBuffers {
+    /// [`PAGE_BUCKETS`] empty buckets and a scratch bucket (fresh where none are kept).
+    fn take(&self) -> (Vec<Bucket>, Bucket) {
+        let (held, scratch) = &mut *lock(&self.0);
+        let mut buckets: Vec<Bucket> = held.drain(..held.len().min(PAGE_BUCKETS)).collect();
+        buckets.iter_mut().for_each(Bucket::clear);
+        buckets.resize_with(PAGE_BUCKETS, Bucket::default);
+        (buckets, std::mem::take(scratch))
+    }
+
+    fn keep_scratch(&self, scratch: Bucket) {
+        lock(&self.0).1 = scratch;
+    }
+
+    /// Keeps the buffers of `schedule`'s page buckets for the next replay.
+    pub(crate) fn keep(&self, schedule: Schedule<'_>) {
+        let buckets = schedule
+            .units
+            .into_iter()
+            .filter_map(|u| match (u.descs, u.origin) {
+                (Cow::Owned(descs), Origin::Bucket(at)) => Some(Bucket { descs, at }),
+                _ => None,
+            });
+        let (held, _) = &mut *lock(&self.0);
+        held.extend(buckets);
+        held.truncate(PAGE_BUCKETS);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::addr::FabricAddr;
-    use crate::descriptor::{SemId, SemWait};
+    use crate::descriptor::{DescOp, SemId, SemWait};
     use crate::dtype::Dtype;
     use std::num::NonZeroU32;
 
@@ -313,5 +504,131 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn page_buckets_keep_each_descriptors_queue_and_index() {
+        let queues = vec![
+            vec![fill(0), fill(PAGE_BYTES)],
+            vec![fill(8), fill(PAGE_BYTES * 17)],
+        ];
+        let s = Schedule::page_buckets(&queues, true, &BucketBuffers::default());
+        assert_eq!(s.units().len(), PAGE_BUCKETS);
+        assert!(s.before().iter().all(|&n| n == 0));
+        let b1 = &s.units()[1];
+        assert_eq!((b1.at(0), b1.at(1)), ((0, 1), (1, 1)));
+        assert_eq!(s.units()[0].at(1), (1, 0));
+        assert_eq!(s.descriptors(), 4);
+    }
+
+    use crate::engine::exec::tests::gather_queues;
+
+    #[test]
+    fn page_buckets_keep_every_descriptor_once_and_each_queue_in_order() {
+        let queues = gather_queues();
+        for grouped in [false, true] {
+            let s = Schedule::page_buckets(&queues, grouped, &BucketBuffers::default());
+            assert_eq!(s.units().len(), PAGE_BUCKETS);
+            assert_eq!(s.descriptors(), queues.iter().map(Vec::len).sum::<usize>());
+            for (b, unit) in s.units().iter().enumerate() {
+                let mut last = None;
+                for (i, d) in unit.descriptors().iter().enumerate() {
+                    assert_eq!(page_slot(d).0, b);
+                    let (q, r) = unit.at(i);
+                    assert_eq!(queues[q][r as usize], *d);
+                    // a queue's descriptors on one page keep their order
+                    let key = (q, page_slot(d).1);
+                    if let Some((k, before)) = last.filter(|(k, _)| *k == key) {
+                        assert!(before < r, "{k:?}");
+                    }
+                    last = Some((key, r));
+                }
+            }
+            let none = Schedule::page_buckets(&[], grouped, &BucketBuffers::default());
+            assert!(none.units().iter().all(|u| u.descriptors().is_empty()));
+        }
+    }
+
+    #[test]
+    fn kept_buckets_come_back_empty_and_deal_the_same() {
+        let queues = gather_queues();
+        let buffers = BucketBuffers::default();
+        let first = Schedule::page_buckets(&queues, true, &buffers);
+        let want: Vec<Vec<Descriptor>> = first
+            .units()
+            .iter()
+            .map(|u| u.descriptors().to_vec())
+            .collect();
+        buffers.keep(first);
+        let (buckets, _) = buffers.take();
+        assert_eq!(buckets.len(), PAGE_BUCKETS);
+        assert!(buckets
+            .iter()
+            .all(|b| b.descs.is_empty() && b.at.is_empty()));
+        assert!(buckets.iter().any(|b| b.descs.capacity() > 0));
+        buffers.keep(Schedule::page_buckets(
+            &queues,
+            true,
+            &BucketBuffers::default(),
+        ));
+        let again = Schedule::page_buckets(&queues, true, &buffers);
+        let got: Vec<Vec<Descriptor>> = again
+            .units()
+            .iter()
+            .map(|u| u.descriptors().to_vec())
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn buckets_are_grouped_from_four_descriptors_a_page_over_more_pages_than_buckets() {
+        assert!(grouped(4096, 390) && grouped(4 * 17, 17));
+        assert!(!grouped(896, 300) && !grouped(4 * 17 - 1, 17));
+        assert!(!grouped(4096, 16) && !grouped(1 << 20, 1));
+    }
+
+    proptest::proptest! {
+        /// A scatter of 256-byte rows over a table of up to 1024 pages: ungrouped, each
+        /// bucket is in round order; grouped, every page's descriptors are one run of its
+        /// bucket, in round order; each descriptor is located at its queue and index.
+        #[test]
+        fn page_buckets_of_a_scatter_put_each_page_together_in_round_order(
+            rows in proptest::collection::vec(0..1024 * 256u64, 1..600),
+            queues in 1..=16usize,
+        ) {
+            let mut lists = vec![Vec::new(); queues];
+            for (i, &row) in rows.iter().enumerate() {
+                let d = Descriptor::new(DescOp::Add, FabricAddr(i as u64 * 256), FabricAddr((64 << 20) + row * 256), 256, Dtype::F32);
+                lists[i % queues].push(d.unwrap());
+            }
+            let plain = Schedule::page_buckets(&lists, false, &BucketBuffers::default());
+            for unit in plain.units() {
+                let at: Vec<(usize, u64)> = (0..unit.descriptors().len()).map(|i| unit.at(i)).collect();
+                proptest::prop_assert!(at.iter().map(|&(q, r)| (r, q)).is_sorted());
+                for (&(q, r), d) in at.iter().zip(unit.descriptors()) {
+                    proptest::prop_assert_eq!(lists[q][r as usize], *d);
+                }
+            }
+            let buckets = Schedule::page_buckets(&lists, true, &BucketBuffers::default());
+            let page = |d: &Descriptor| d.dest_range().0 .0 / PAGE_BYTES;
+            for (b, unit) in buckets.units().iter().enumerate() {
+                let descs = unit.descriptors();
+                let runs: Vec<u64> = descs.chunk_by(|x, y| page(x) == page(y)).map(|run| page(&run[0])).collect();
+                let distinct: std::collections::BTreeSet<u64> = runs.iter().copied().collect();
+                proptest::prop_assert_eq!(runs.len(), distinct.len(), "bucket {} pages {:?}", b, runs);
+                let mut last = None;
+                for (i, d) in descs.iter().enumerate() {
+                    let (q, r) = unit.at(i);
+                    proptest::prop_assert_eq!(lists[q][r as usize], *d);
+                    // a page's descriptors in round order (the same page is one run)
+                    let at = (page(d), r, q);
+                    if let Some(before) = last.filter(|l: &(u64, u64, usize)| l.0 == at.0) {
+                        proptest::prop_assert!(before < at);
+                    }
+                    last = Some(at);
+                }
+            }
+            proptest::prop_assert_eq!(buckets.descriptors(), rows.len());
+        }
     }
 }

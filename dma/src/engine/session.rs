@@ -257,6 +257,7 @@ impl Pending {
             workers: self.workers,
             units: self.units,
             max_buffered: self.most,
+            page_buckets: false,
         }
     }
 }

@@ -297,13 +297,18 @@ fn work_beside_may_write_up_to_the_first_page_the_replay_reads() {
 }
 
 #[test]
-fn a_validated_round_robin_gather_runs_again_alike() {
+fn a_validated_round_robin_gather_is_dealt_ahead_and_again_when_run_again() {
     let queues = round_robin_gather();
     let (mut f, mut want) = (fabric(), fabric());
     execute_sequential(&mut want, &queues).unwrap();
     let validated = engine(2).validate(&f, queues.clone()).unwrap();
+    assert!(
+        lock(&validated.buckets).is_some(),
+        "bucketed when validated"
+    );
     for _ in 0..2 {
-        engine(2).run_beside(&mut f, &validated, |_| ()).unwrap();
+        let (report, ()) = engine(2).run_beside(&mut f, &validated, |_| ()).unwrap();
+        assert!(report.execution.page_buckets);
         assert_eq!(f.first_difference(&want), None);
     }
     assert_eq!(engine(2).recycle(validated), queues);
@@ -421,10 +426,12 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Row gathers and row adds from a table nothing writes into rows over four
-    /// pages, every row's writers in one queue, run or validated ahead on two threads:
-    /// the queues run in order.
+    /// pages, every row's writers in one queue: a run on two threads deals them by page
+    /// where they write two pages or more (here, two buckets), some page has two
+    /// queues, and the pages are dense (a quarter written on average) or the queues
+    /// were validated ahead; and equals the queues run in order either way.
     #[test]
-    fn row_moves_equal_the_sequential_reference(
+    fn runs_page_buckets_equal_the_sequential_reference(
         moves in proptest::collection::vec((0..64u64, 0..256u64, any::<bool>()), 1..300),
         queues in 2..=16usize,
     ) {
@@ -437,16 +444,48 @@ proptest! {
             let d = Descriptor::new(op, from, to, ROW as u32, dtype).unwrap();
             lists[dst as usize % queues].push(d);
         }
+        let pages: std::collections::BTreeSet<u64> =
+            moves.iter().map(|m| m.1 * ROW / PAGE).collect();
+        let queue_pages: std::collections::BTreeSet<(u64, u64)> =
+            moves.iter().map(|m| (m.1 * ROW / PAGE, m.1 % queues as u64)).collect();
+        let shared = queue_pages.len() > pages.len() && pages.len() > 1;
+        let dense = moves.len() as u64 * ROW >= pages.len() as u64 * PAGE / 4;
         let mut f = Fabric::new(GEN);
         f.write(FabricAddr(0), &image()[..64 * ROW as usize]).unwrap();
         let mut want = f.clone();
         execute_sequential(&mut want, &lists).unwrap();
         let mut ahead = f.clone();
-        engine(3).run(&mut f, &lists).unwrap();
+        let report = engine(3).run(&mut f, &lists).unwrap();
+        prop_assert_eq!(report.execution.page_buckets, dense && shared);
         prop_assert_eq!(f.first_difference(&want), None);
         let validated = engine(3).validate(&ahead, lists).unwrap();
-        engine(3).run_beside(&mut ahead, &validated, |_| ()).unwrap();
+        let (report, ()) = engine(3).run_beside(&mut ahead, &validated, |_| ()).unwrap();
+        prop_assert_eq!(report.execution.page_buckets, shared);
         prop_assert_eq!(ahead.first_difference(&want), None);
+    }
+}
+
+/// A gather of 4096 four-byte elements into one page, sprayed round-robin over 16
+/// queues (a chunk of `hostsim bench`'s elem_gather): dealt, it would be one bucket
+/// that one thread runs, after a pass over every descriptor; validated ahead, it runs
+/// by queues instead, with the memory of the queues in order. So does its second half
+/// moved 16 pages on (the same bucket); moved one page on, it is dealt.
+#[test]
+fn a_replay_into_one_bucket_is_not_dealt_even_ahead() {
+    for (second_half, dealt) in [(0, false), (16, false), (1, true)] {
+        let mut queues = vec![Vec::new(); 16];
+        for i in 0..4096u64 {
+            let src = (i * 7919) % 16384 * 4;
+            let dst = (1 << 20) + i * 4 + (i / 2048) * second_half * PAGE;
+            queues[(i % 16) as usize].push(copy(src, dst, 4));
+        }
+        let (mut f, mut want) = (fabric(), fabric());
+        execute_sequential(&mut want, &queues).unwrap();
+        let e = engine(3);
+        let validated = e.validate(&f, queues).unwrap();
+        let (report, ()) = e.run_beside(&mut f, &validated, |_| ()).unwrap();
+        assert_eq!(report.execution.page_buckets, dealt, "{second_half}");
+        assert_eq!(f.first_difference(&want), None);
     }
 }
 
@@ -463,12 +502,19 @@ fn round_robin_gather() -> Vec<Vec<Descriptor>> {
 }
 
 #[test]
-fn a_round_robin_gather_longer_than_the_channels_equals_the_reference() {
+fn a_round_robin_gather_longer_than_the_channels_is_page_buckets() {
     let queues = round_robin_gather();
     let (mut f, mut want) = (fabric(), fabric());
     execute_sequential(&mut want, &queues).unwrap();
-    engine(2).run(&mut f, &queues).unwrap();
+    let report = engine(2).run(&mut f, &queues).unwrap();
+    assert!(report.execution.page_buckets);
     assert_eq!(f.first_difference(&want), None);
+    // past the most a replay dealt by page copies, it runs as queue segments
+    let e = engine(2);
+    let plan = e.plan(&f, &mut Slices::new(&queues)).unwrap();
+    assert!(e.page_buckets(&queues, &plan, false).is_some());
+    let huge = vec![vec![queues[0][0]; schedule::DEALT_MAX / 2 + 1]; 2];
+    assert_eq!(e.page_buckets(&huge, &plan, false), None);
 }
 
 /// Mailbox `k` is `[k * MAILBOX, +MAILBOX)`, below the groups. Every write to a mailbox

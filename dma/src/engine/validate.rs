@@ -12,7 +12,7 @@
 //! every batch under the race check, is checked descriptor by descriptor, which finds the
 //! same bad descriptor as before.
 
-use hashbrown::HashSet;
+use hashbrown::HashMap;
 
 use crate::addr::RegionCache;
 use crate::block::{Block, Rows};
@@ -35,8 +35,14 @@ pub(crate) const VALIDATE_BATCH: usize = MAX_BATCH;
 pub(crate) struct Plan {
     pub timeline: TimelineReport,
     pub pages: PageSet,
+    /// Whether some descriptor waits or signals.
+    pub semaphores: bool,
     /// Where the descriptors read and write.
     pub footprint: Footprint,
+    /// Whether the replay was validated ahead of its run ([`super::Engine::validate`]),
+    /// which deals it too, so that its first run does not ([`Plan::deals_by_page`]; a
+    /// second run of the same queues deals them again on its own path).
+    pub ahead: bool,
     /// The validator's timeline, its report taken: kept for the next validation
     /// ([`Plan::into_kept`]).
     timeline_kept: QueueTimeline,
@@ -51,11 +57,15 @@ pub(crate) struct Kept {
 }
 
 /// Where a replay's checked descriptors read and write: the hulls (lowest and highest
-/// byte) of their source and of their destination ranges.
+/// byte) of their source and of their destination ranges, and whether each destination
+/// range lies inside one fabric page. Enough to tell that a run may be dealt by
+/// destination page ([`Footprint::pages_independent`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Footprint {
     reads: (u64, u64),
     writes: (u64, u64),
+    one_page_writes: bool,
+    bytes_written: u64,
 }
 
 impl Default for Footprint {
@@ -64,6 +74,8 @@ impl Default for Footprint {
         Footprint {
             reads: (u64::MAX, 0),
             writes: (u64::MAX, 0),
+            one_page_writes: true,
+            bytes_written: 0,
         }
     }
 }
@@ -76,7 +88,10 @@ impl Footprint {
         let hull = |h: &mut (u64, u64), (at, len): (FabricAddr, u64)| {
             *h = (h.0.min(at.0), h.1.max(at.0.saturating_add(len - 1)));
         };
-        hull(&mut self.writes, d.dest_range());
+        let (dst, len) = d.dest_range();
+        hull(&mut self.writes, (dst, len));
+        self.bytes_written += len;
+        self.one_page_writes &= dst.0 / PAGE_BYTES == dst.0.saturating_add(len - 1) / PAGE_BYTES;
         if let Some(src) = d.source_range() {
             hull(&mut self.reads, src);
         }
@@ -100,6 +115,8 @@ impl Footprint {
         Footprint {
             reads: hull(self.reads, other.reads),
             writes: hull(self.writes, other.writes),
+            one_page_writes: self.one_page_writes && other.one_page_writes,
+            bytes_written: self.bytes_written + other.bytes_written,
         }
     }
 
@@ -119,6 +136,14 @@ impl Footprint {
         let (lo, hi) = self.reads;
         (lo <= hi).then_some((lo / PAGE_BYTES, hi / PAGE_BYTES))
     }
+
+    /// Whether every destination lies inside one page and no byte read is a byte written
+    /// (the hulls do not meet): then descriptors on different destination pages touch no
+    /// common byte.
+    pub(crate) fn pages_independent(&self) -> bool {
+        let (r, w) = (self.reads, self.writes);
+        self.one_page_writes && (r.0 > r.1 || w.0 > w.1 || r.1 < w.0 || w.1 < r.0)
+    }
 }
 
 impl Plan {
@@ -130,6 +155,23 @@ impl Plan {
             pages,
             timeline: Some(self.timeline_kept),
         }
+    }
+
+    /// Whether this replay runs best as page buckets: its pages fall in two buckets or
+    /// more (one bucket would run on one thread), are independent
+    /// ([`Footprint::pages_independent`]), some page is written by two queues (threads
+    /// running queues would meet on it), and either the pages are dense (at least a
+    /// quarter of each written on average) or the replay was validated [`Plan::ahead`],
+    /// where bucketing is off the run's path. The thresholds are measured: see
+    /// BENCHMARKS.md.
+    pub(crate) fn deals_by_page(&self) -> bool {
+        let pages = self.pages.len() as u64;
+        let dense = || self.footprint.bytes_written >= pages.saturating_mul(PAGE_BYTES / 4);
+        self.pages
+            .spans_buckets(super::schedule::PAGE_BUCKETS as u64)
+            && self.footprint.pages_independent()
+            && self.pages.shared()
+            && (self.ahead || dense())
     }
 }
 
@@ -252,7 +294,13 @@ pub(crate) fn block_footprint(
     if meet || !inside(src, read, reads) || !inside(dst, written, writes) {
         return None;
     }
-    Some(Footprint { reads, writes })
+    Some(Footprint {
+        reads,
+        writes,
+        // [`validate_block`] finds it as it adds the pages
+        one_page_writes: true,
+        bytes_written: rows as u64 * written,
+    })
 }
 
 /// The lowest and the highest byte of `rows` rows of `len` bytes (`len >= 1`) of `side`:
@@ -273,7 +321,7 @@ fn row_hull(side: &Rows, rows: usize, len: u64) -> Option<(u64, u64)> {
 pub(crate) fn validate_block(
     fabric: &Fabric,
     block: &Block,
-    footprint: Footprint,
+    mut footprint: Footprint,
     config: &EngineConfig,
     kept: Kept,
 ) -> Result<Plan, Error> {
@@ -282,7 +330,7 @@ pub(crate) fn validate_block(
     if let (_, Rows::Strided { start, stride }) = block.sides() {
         let len = block.template().dest_range().1;
         let rows = (0..block.rows() as u64).map(|i| start + i * stride);
-        v.pages.add_ascending(rows, len);
+        footprint.one_page_writes = v.pages.add_ascending(rows, len, block.deal().len() > 1);
     }
     for (queue, &count) in counts.iter().enumerate() {
         v.timeline.push_equal(queue, &block.template(), count);
@@ -358,7 +406,7 @@ impl<'f> Validator<'f> {
         let Some(&first) = self.next.get(queue) else {
             return Err(Error::NoSuchQueue { queue, queues });
         };
-        if !self.check_whole(batch) {
+        if !self.check_whole(queue, batch) {
             for (index, d) in (first..).zip(batch) {
                 self.check(queue, index, d)?;
                 if d.synchronises() {
@@ -384,7 +432,7 @@ impl<'f> Validator<'f> {
     /// (or, failing that, each range inside one), every descriptor passes the range rule.
     /// A batch writing inside one page adds that page once. Whether it did (else nothing
     /// changed).
-    fn check_whole(&mut self, batch: &[Descriptor]) -> bool {
+    fn check_whole(&mut self, queue: usize, batch: &[Descriptor]) -> bool {
         if self.race.is_some() {
             return false;
         }
@@ -399,8 +447,12 @@ impl<'f> Validator<'f> {
         let (lo, hi) = footprint.writes;
         match batch.first() {
             // every destination in the first one's page: that page alone, from it
-            Some(first) if lo / PAGE_BYTES == hi / PAGE_BYTES => self.pages.add(first.dest_range()),
-            _ => batch.iter().for_each(|d| self.pages.add(d.dest_range())),
+            Some(first) if lo / PAGE_BYTES == hi / PAGE_BYTES => {
+                self.pages.add(first.dest_range(), queue)
+            }
+            _ => batch
+                .iter()
+                .for_each(|d| self.pages.add(d.dest_range(), queue)),
         }
         self.footprint = self.footprint.join(footprint);
         true
@@ -410,7 +462,7 @@ impl<'f> Validator<'f> {
     fn check(&mut self, queue: usize, index: u64, d: &Descriptor) -> Result<(), Error> {
         let checked = self.ranges.check(self.fabric, d);
         checked.map_err(|(what, e)| replay_error(queue, index, what, e))?;
-        self.pages.add(d.dest_range());
+        self.pages.add(d.dest_range(), queue);
         self.footprint.add(d);
         Ok(())
     }
@@ -425,33 +477,42 @@ impl<'f> Validator<'f> {
         Ok(Plan {
             timeline,
             pages: self.pages,
+            semaphores: !self.ledger.is_empty(),
             footprint: self.footprint,
+            ahead: false,
             timeline_kept: self.timeline,
         })
     }
 }
 
 /// The fabric pages the replay writes: each page with one address inside both the page and
-/// a checked destination range (so reserving one byte there materialises the page).
+/// a checked destination range (so reserving one byte there materialises the page), and
+/// the first queue that writes it; and whether some page is written by two queues.
 ///
 /// A page is found through its slot of a direct-mapped table (`page % SEEN`), which the
 /// first page to reach it keeps until [`PageSet::clear`]; a page whose slot another page
-/// holds goes to a hash set, so a scatter over a table of consecutive pages never hashes.
+/// holds goes to a hash map, so a scatter over a table of consecutive pages never hashes.
 #[derive(Debug)]
 pub(crate) struct PageSet {
     /// Every page with its address, in order of first addition.
     list: Vec<(u64, u64)>,
-    /// The page holding each slot, [`FREE`] for a free slot.
+    /// The page holding each slot with its first queue (`page | first_queue << 56`),
+    /// all ones for a free slot.
     slots: Box<[u64; SEEN]>,
-    /// The pages whose slot another page holds.
-    overflow: HashSet<u64>,
-    /// The page numbers of the last range added (consecutive descriptors share pages).
-    last: Option<(u64, u64)>,
+    /// The first queue of each page whose slot another page holds.
+    overflow: HashMap<u64, usize>,
+    /// The page numbers of the last range added and its queue (consecutive descriptors of
+    /// a queue share pages).
+    last: Option<(u64, u64, usize)>,
+    shared: bool,
 }
 
 /// Slots of [`PageSet::slots`].
 const SEEN: usize = 1024;
-/// A free slot (no page number is all ones).
+/// Where [`PageSet::slots`] keeps the queue (page numbers are below 2^48), and the bits of
+/// the page below it (a free slot, all ones, matches no page).
+const SEEN_QUEUE_SHIFT: u32 = 56;
+const SEEN_PAGE: u64 = (1 << SEEN_QUEUE_SHIFT) - 1;
 const FREE: u64 = u64::MAX;
 
 impl Default for PageSet {
@@ -459,8 +520,9 @@ impl Default for PageSet {
         PageSet {
             list: Vec::new(),
             slots: Box::new([FREE; SEEN]),
-            overflow: HashSet::new(),
+            overflow: HashMap::new(),
             last: None,
+            shared: false,
         }
     }
 }
@@ -471,52 +533,83 @@ impl PageSet {
         self.list.len()
     }
 
-    /// Every page with its address, in order of first addition.
-    #[cfg(test)]
-    fn entries(&self) -> &[(u64, u64)] {
-        &self.list
+    /// Whether some page is written by two queues.
+    pub(crate) fn shared(&self) -> bool {
+        self.shared
     }
 
-    /// Adds `page` (with `addr`, inside it) if it is new.
+    /// Every page with its address and first queue, in order of first addition.
+    #[cfg(test)]
+    fn entries(&self) -> impl Iterator<Item = (u64, u64, usize)> + '_ {
+        self.list.iter().map(|&(page, addr)| {
+            let slot = self.slots[page as usize % SEEN];
+            let queue = match slot & SEEN_PAGE == page {
+                true => (slot >> SEEN_QUEUE_SHIFT) as usize,
+                false => self.overflow.get(&page).copied().unwrap_or(0),
+            };
+            (page, addr, queue)
+        })
+    }
+
+    /// Adds `page` (with `addr`, inside it) for `queue` if it is new; its first queue.
     #[inline(always)]
-    fn insert(&mut self, page: u64, addr: u64) {
-        if self.slots[page as usize % SEEN] != page {
-            self.insert_unslotted(page, addr);
+    fn first_queue(&mut self, page: u64, addr: u64, queue: usize) -> usize {
+        let slot = self.slots[page as usize % SEEN];
+        match slot & SEEN_PAGE == page {
+            true => (slot >> SEEN_QUEUE_SHIFT) as usize,
+            false => self.first_queue_unslotted(page, addr, queue),
         }
     }
 
-    /// [`PageSet::insert`] of a page that does not hold its slot: it takes the slot if it
-    /// is free, else it is in (or goes to) the overflow set.
+    /// [`PageSet::first_queue`] of a page that does not hold its slot: it takes the slot
+    /// if it is free, else it is in (or goes to) the overflow map.
     #[inline(never)]
-    fn insert_unslotted(&mut self, page: u64, addr: u64) {
+    fn first_queue_unslotted(&mut self, page: u64, addr: u64, queue: usize) -> usize {
         let slot = &mut self.slots[page as usize % SEEN];
         if *slot == FREE {
-            *slot = page;
+            *slot = page | (queue as u64) << SEEN_QUEUE_SHIFT;
             self.list.push((page, addr));
-        } else if self.overflow.insert(page) {
-            self.list.push((page, addr));
+            return queue;
         }
+        let list = &mut self.list;
+        *self.overflow.entry(page).or_insert_with(|| {
+            list.push((page, addr));
+            queue
+        })
     }
 
-    /// Adds the pages of a range that passed [`Fabric::check`].
-    pub(crate) fn add(&mut self, (dst, len): (FabricAddr, u64)) {
+    /// Adds the pages of a range of `queue` that passed [`Fabric::check`].
+    pub(crate) fn add(&mut self, (dst, len): (FabricAddr, u64), queue: usize) {
         // check_ranges proved `len >= 1` and that `dst + len - 1` does not overflow.
         let (lo, hi) = (dst.0 / PAGE_BYTES, (dst.0 + (len - 1)) / PAGE_BYTES);
-        if self.last.is_some_and(|(a, b)| a <= lo && hi <= b) {
+        if self
+            .last
+            .is_some_and(|(a, b, q)| a <= lo && hi <= b && q == queue)
+        {
             return;
         }
-        self.last = Some((lo, hi));
+        self.last = Some((lo, hi, queue));
         for page in lo..=hi {
-            self.insert(page, dst.0.max(page * PAGE_BYTES));
+            let first = self.first_queue(page, dst.0.max(page * PAGE_BYTES), queue);
+            self.shared |= first != queue;
         }
     }
 
     /// Adds the pages of ranges of `len` bytes at `starts`, ascending and apart (a block's
-    /// strided destinations, into an empty set).
-    pub(crate) fn add_ascending(&mut self, starts: impl Iterator<Item = u64>, len: u64) {
-        let mut next = 0;
+    /// strided destinations, into an empty set), each written by another queue than the
+    /// one before it if `dealt`; whether each range lies inside one page.
+    pub(crate) fn add_ascending(
+        &mut self,
+        starts: impl Iterator<Item = u64>,
+        len: u64,
+        dealt: bool,
+    ) -> bool {
+        let (mut one_page, mut met, mut next) = (true, false, 0);
         for at in starts {
             let (lo, hi) = (at / PAGE_BYTES, (at + (len - 1)) / PAGE_BYTES);
+            one_page &= lo == hi;
+            // a page the range before reached
+            met |= lo < next;
             if hi >= next {
                 for page in lo.max(next)..hi + 1 {
                     self.list.push((page, at.max(page * PAGE_BYTES)));
@@ -524,6 +617,8 @@ impl PageSet {
                 next = hi + 1;
             }
         }
+        self.shared |= dealt && met;
+        one_page
     }
 
     /// Empties the set, keeping its storage (for the next replay).
@@ -534,6 +629,15 @@ impl PageSet {
         self.list.clear();
         self.overflow.clear();
         self.last = None;
+        self.shared = false;
+    }
+
+    /// Whether two of the pages differ modulo `buckets` (fall in two buckets of a run dealt
+    /// by page).
+    pub(crate) fn spans_buckets(&self, buckets: u64) -> bool {
+        let mut pages = self.list.iter().map(|&(page, _)| page % buckets.max(1));
+        let first = pages.next();
+        pages.any(|bucket| Some(bucket) != first)
     }
 
     /// Opens every page for a replay that reads pages `reads` ([`Fabric::reopen`]);
@@ -613,11 +717,13 @@ mod tests {
         }
     }
 
-    /// What a validator has collected: its pages (with addresses) and its footprint.
-    type Collected = (Vec<(u64, u64)>, Footprint);
+    /// What a validator has collected: its pages (with addresses and first queues),
+    /// whether a page is shared, and its footprint.
+    type Collected = (Vec<(u64, u64, usize)>, bool, Footprint);
 
     fn collected(v: &Validator) -> Collected {
-        (v.pages.entries().to_vec(), v.footprint)
+        let pages = v.pages.entries().collect();
+        (pages, v.pages.shared(), v.footprint)
     }
 
     proptest! {
@@ -641,7 +747,7 @@ mod tests {
                 let batch: Vec<Descriptor> =
                     batch.into_iter().map(|d| edge_descriptor(regions, d)).collect();
                 let before = collected(&whole);
-                if whole.check_whole(&batch) {
+                if whole.check_whole(queue, &batch) {
                     for (i, d) in batch.iter().enumerate() {
                         prop_assert_eq!(each.check(queue, i as u64, d), Ok(()));
                     }
@@ -668,35 +774,59 @@ mod tests {
         let config = EngineConfig::default();
         let mut v = Validator::new(&fabric, 2, &config, Kept::default()).unwrap();
         let in_hbm = [copy(0, 5 * P, 64), copy(3 * P, 9 * P + 8, 4)];
-        assert!(v.check_whole(&in_hbm));
+        assert!(v.check_whole(0, &in_hbm));
         assert_eq!(v.pages.len(), 2);
         // up to HBM's last byte, and one byte past it
         let hbm = Generation::Cayman.hbm_bytes();
-        assert!(v.check_whole(&[copy(hbm - 64, 0, 64), copy(0, hbm - 8, 8)]));
-        assert!(!v.check_whole(&[copy(hbm - 63, 0, 64)]));
-        assert!(!v.check_whole(&[copy(0, hbm - 7, 8)]));
+        assert!(v.check_whole(0, &[copy(hbm - 64, 0, 64), copy(0, hbm - 8, 8)]));
+        assert!(!v.check_whole(0, &[copy(hbm - 63, 0, 64)]));
+        assert!(!v.check_whole(0, &[copy(0, hbm - 7, 8)]));
         assert_eq!(v.pages.len(), 4);
         let part = |p: u64| SBUF_BASE + p * SBUF_STRIDE;
         // destinations in two partitions (no one region around them), each inside its
         // own: whole, a page each
         let two_partitions = [copy(0, part(1), 64), copy(0, part(2), 64)];
-        assert!(v.check_whole(&two_partitions));
+        assert!(v.check_whole(1, &two_partitions));
         assert_eq!(v.pages.len(), 6);
         // one of them past its partition's end: one by one (the check names it)
         let partition = Generation::Cayman.sbuf_partition_bytes();
         let past = [copy(0, part(3), 64), copy(0, part(4) + partition - 8, 16)];
-        assert!(!v.check_whole(&past));
+        assert!(!v.check_whole(1, &past));
         let signals = [copy(0, 5 * P, 64).with_signal(SemId::new(0).unwrap())];
-        assert!(!v.check_whole(&signals));
+        assert!(!v.check_whole(1, &signals));
         assert_eq!(v.pages.len(), 6);
         let at_the_end = [copy(hbm - 64, 0, 64), copy(0, hbm - 8, 8)];
         let whole = [&in_hbm[..], &at_the_end, &two_partitions].concat();
         assert_eq!(v.footprint, footprint(&whole));
     }
 
+    #[test]
+    fn pages_are_independent_when_reads_miss_writes_and_writes_stay_in_a_page() {
+        let fill = Descriptor::fill(FabricAddr(5 * P), 8, Dtype::U8, 1).unwrap();
+        assert!(Footprint::default().pages_independent());
+        assert!(footprint(&[fill]).pages_independent());
+        // reads below the writes, and above them
+        assert!(footprint(&[copy(0, 2 * P, 64), copy(P - 64, 3 * P, 64)]).pages_independent());
+        assert!(footprint(&[copy(9 * P, 2 * P, 64), fill]).pages_independent());
+        // a read meeting a write (by one byte), even of another descriptor
+        assert!(!footprint(&[copy(0, 2 * P, 64), copy(2 * P + 63, 3 * P, 1)]).pages_independent());
+        assert!(!footprint(&[copy(2 * P, 2 * P + 32, 64)]).pages_independent());
+        assert!(footprint(&[copy(2 * P, 2 * P + 64, 64)]).pages_independent());
+        // a write across a page edge
+        assert!(!footprint(&[copy(0, 2 * P - 8, 16)]).pages_independent());
+        // joining keeps both hulls and the page rule
+        let (a, b) = (
+            footprint(&[copy(0, 2 * P, 64)]),
+            footprint(&[copy(2 * P, 4 * P, 64)]),
+        );
+        assert!(a.pages_independent() && b.pages_independent());
+        assert!(!a.join(b).pages_independent());
+        assert_eq!(a.join(Footprint::default()), a);
+    }
+
     /// A plan as comparable values: timeline, the sorted written pages.
     fn summary(plan: &Plan) -> (TimelineReport, Vec<u64>) {
-        let mut pages: Vec<u64> = plan.pages.entries().iter().map(|&(page, _)| page).collect();
+        let mut pages: Vec<u64> = plan.pages.entries().map(|(page, ..)| page).collect();
         pages.sort_unstable();
         (plan.timeline.clone(), pages)
     }
@@ -751,57 +881,78 @@ mod tests {
     #[test]
     fn page_set_collects_each_written_page_once() {
         let mut pages = PageSet::default();
-        pages.add((FabricAddr(P - 4), 8)); // pages 0 and 1
-        pages.add((FabricAddr(P + 16), 8)); // inside the last range: cached
-        pages.add((FabricAddr(5 * P + 1), 2 * P)); // pages 5, 6, 7
-        pages.add((FabricAddr(0), 1));
+        pages.add((FabricAddr(P - 4), 8), 0); // pages 0 and 1
+        pages.add((FabricAddr(P + 16), 8), 0); // inside the last range: cached
+        pages.add((FabricAddr(5 * P + 1), 2 * P), 0); // pages 5, 6, 7
+        pages.add((FabricAddr(0), 1), 0);
+        assert!(!pages.shared());
         assert_eq!(pages.len(), 5);
         // the address kept for a page lies in the page and in a range that was added
-        let want = [(0, P - 4), (1, P), (5, 5 * P + 1), (6, 6 * P), (7, 7 * P)];
-        assert_eq!(pages.entries(), want);
+        let entries: Vec<(u64, u64, usize)> = pages.entries().collect();
+        let want = [
+            (0, P - 4, 0),
+            (1, P, 0),
+            (5, 5 * P + 1, 0),
+            (6, 6 * P, 0),
+            (7, 7 * P, 0),
+        ];
+        assert_eq!(entries, want);
         let mut f = Fabric::new(Generation::Cayman);
         pages.reopen(&mut f, None).unwrap();
         assert_eq!(f.allocated_bytes(), 5 * P);
         // emptied and used again: pages seen before are not taken for present
         pages.clear();
         assert_eq!(pages.len(), 0);
-        pages.add((FabricAddr(5 * P + 8), 8));
-        pages.add((FabricAddr(0), 8));
-        pages.add((FabricAddr(5 * P), 8));
-        pages.add((FabricAddr(SEEN as u64 * P), 8)); // the slot of page 0
-        pages.add((FabricAddr(0), 8));
-        let keys: Vec<u64> = pages.entries().iter().map(|&(page, _)| page).collect();
-        assert_eq!(keys, [5, 0, SEEN as u64]);
-        // ascending ranges apart, some across a page edge, into an empty set
+        pages.add((FabricAddr(5 * P + 8), 8), 1);
+        pages.add((FabricAddr(0), 8), 1);
+        pages.add((FabricAddr(5 * P), 8), 1);
+        pages.add((FabricAddr(SEEN as u64 * P), 8), 1); // the slot of page 0
+        pages.add((FabricAddr(0), 8), 1);
+        let keys: Vec<(u64, usize)> = pages.entries().map(|(page, _, q)| (page, q)).collect();
+        assert_eq!(keys, [(5, 1), (0, 1), (SEEN as u64, 1)]);
+        assert!(!pages.shared());
+        // another queue on a page seen (the filter), then on the last range (not cached)
+        pages.add((FabricAddr(5 * P + 64), 8), 2);
+        assert!(pages.shared());
         pages.clear();
-        pages.add_ascending([P - 8, P + 8, 4 * P, 4 * P + 64].into_iter(), 16);
-        assert_eq!(pages.entries(), [(0, P - 8), (1, P), (4, 4 * P)]);
+        pages.add((FabricAddr(0), 8), 3);
+        pages.add((FabricAddr(16), 8), 4);
+        assert!(pages.shared());
     }
 
     proptest! {
         /// The page set, its filter and its last-range cache included, against a plain
-        /// set, over adds (pages that share filter slots, runs across pages) and clears.
+        /// map of each page's first queue, over adds (pages that share filter slots, runs
+        /// across pages) and clears.
         #[test]
-        fn page_set_equals_a_plain_set(
+        fn page_set_equals_a_plain_map(
             ops in prop::collection::vec(
-                (0u64..6, 0u64..P, 1u64..2 * P, prop::bool::weighted(0.05)),
+                (0u64..6, 0u64..P, 1u64..2 * P, 0usize..3, prop::bool::weighted(0.05)),
                 1..200,
             ),
         ) {
             let mut pages = PageSet::default();
-            let mut model = std::collections::BTreeSet::new();
-            for (slot, off, len, clear) in ops {
+            let mut model = std::collections::BTreeMap::new();
+            let mut shared = false;
+            for (slot, off, len, queue, clear) in ops {
                 if clear {
                     pages.clear();
                     model.clear();
+                    shared = false;
                     continue;
                 }
                 let dst = slot * SEEN as u64 * P / 2 + off;
-                pages.add((FabricAddr(dst), len));
-                model.extend(dst / P..=(dst + len - 1) / P);
-                let mut got: Vec<u64> = pages.entries().iter().map(|&(k, _)| k).collect();
+                pages.add((FabricAddr(dst), len), queue);
+                for page in dst / P..=(dst + len - 1) / P {
+                    let first = *model.entry(page).or_insert(queue);
+                    shared |= first != queue;
+                }
+                prop_assert_eq!(pages.shared(), shared);
+                let mut got: Vec<(u64, usize)> =
+                    pages.entries().map(|(k, _, q)| (k, q)).collect();
                 got.sort_unstable();
-                prop_assert_eq!(got, model.iter().copied().collect::<Vec<_>>());
+                let want: Vec<(u64, usize)> = model.iter().map(|(&k, &q)| (k, q)).collect();
+                prop_assert_eq!(got, want);
             }
         }
     }
