@@ -248,10 +248,9 @@ fn generate_with(
         queues: buffers,
         ..Generated::default()
     };
-    let (s, d, queues) = prepare(fabric, req)?;
-    if let Some((block, bytes)) = blocks.then(|| block_of(req, &s, &d, &queues)).flatten() {
-        out.block = Some(block);
-        out.bytes = bytes;
+    let (mut s, d, queues) = prepare(fabric, req)?;
+    if let Some(block) = blocks.then(|| block_of(req, &mut s, &d, &queues)).flatten() {
+        (out.block, out.bytes) = block.map(|(b, bytes)| (Some(b), bytes))?;
         return Ok(());
     }
     let mut emitter = Emitter::new(req, std::mem::take(&mut out.queues));
@@ -363,20 +362,36 @@ fn spray_runs(
 }
 
 /// The request as one block and the bytes it moves, where [`RowMove::block`] makes one
-/// and the bytes read and written are apart (as the descriptor loop deals them).
-fn block_of(req: &Request, s: &Side, d: &Side, queues: &[u8]) -> Option<(dma::Block, u64)> {
+/// and the bytes read and written are apart (as the descriptor loop deals them). A
+/// gather's source rows are moved out of `s`'s bases; a block [`dma::Block::new`] refuses
+/// (none: the shape guarantees its rules) is an error, as `s` then lacks them.
+fn block_of(
+    req: &Request,
+    s: &mut Side,
+    d: &Side,
+    queues: &[u8],
+) -> Option<Result<(dma::Block, u64), Error>> {
     if spray_mode(req, d) != SprayMode::Disjoint {
         return None;
     }
-    let rows = RowMove::of((&s.shape, bases(s)), (&d.shape, bases(d)))?;
-    let (src, dst) = rows.hulls();
-    if src.meets(dst) {
-        return None;
-    }
     let (op, dtypes) = (DescOp::from(req.op), (req.source_dtype(), req.dtype));
-    let block = rows.block(|r| describe(op, dtypes, r), queues)?;
-    let bytes = block.rows() as u64 * u64::from(block.template().len());
-    Some((block, bytes))
+    let shape = {
+        let rows = RowMove::of((&s.shape, bases(s)), (&d.shape, bases(d)))?;
+        let (src, dst) = rows.hulls();
+        if src.meets(dst) {
+            return None;
+        }
+        rows.block(|r| describe(op, dtypes, r))?
+    };
+    let listed = || {
+        let indexed = s.indexed.as_mut();
+        indexed.map_or_else(Vec::new, |i| std::mem::take(&mut i.bases.addrs))
+    };
+    let block = shape.block(queues, listed);
+    Some(block.map_err(Error::from).map(|b| {
+        let bytes = b.rows() as u64 * u64::from(b.template().len());
+        (b, bytes)
+    }))
 }
 
 /// A side's per-index bases, if it is indexed.

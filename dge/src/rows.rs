@@ -244,22 +244,41 @@ impl Rows {
     }
 }
 
-impl RowMove<'_> {
-    /// The move as one [`Block`] dealt over `deal`, where each row is one run: a gather
-    /// whose indices all passed, or a copy between plain sides, no two consecutive rows
-    /// merging; each row's descriptor is `describe`'s of its run (`None` if it refuses).
-    /// Expanded, the block holds the runs [`RowMove::for_each_run`] yields, dealt
-    /// round-robin from `deal`'s first queue.
+/// A row move that is one [`Block`] ([`RowMove::block`]): its rows' descriptor (at row
+/// 0), its rows, and its sides, a gather's source (`None`) being its bases' addresses.
+#[derive(Clone, Debug)]
+pub struct BlockShape {
+    pub template: Descriptor,
+    pub rows: usize,
+    pub src: Option<dma::Rows>,
+    pub dst: dma::Rows,
+}
+
+impl BlockShape {
+    /// The block, dealt over `deal`, a gather's source rows at `listed` (its bases'
+    /// addresses).
     pub fn block(
-        &self,
-        describe: impl Fn(Run) -> Option<Descriptor>,
+        self,
         deal: &[u8],
-    ) -> Option<Block> {
+        listed: impl FnOnce() -> Vec<u64>,
+    ) -> Result<Block, dma::Error> {
+        let src = self.src.unwrap_or_else(|| dma::Rows::Listed(listed()));
+        Block::new(self.template, self.rows, src, self.dst, deal.to_vec())
+    }
+}
+
+impl RowMove<'_> {
+    /// The move's shape as one block, where each row is one run: a gather whose indices
+    /// all passed, or a copy between plain sides, no two consecutive rows merging; each
+    /// row's descriptor is `describe`'s of its run (`None` if it refuses). Dealt
+    /// round-robin ([`BlockShape::block`]), the block expands to the runs
+    /// [`RowMove::for_each_run`] yields.
+    pub fn block(&self, describe: impl Fn(Run) -> Option<Descriptor>) -> Option<BlockShape> {
         let row = self.row;
         // Two rows merge only where both sides continue: a gather's consecutive
         // destinations and indexed rows (then `joins` decides), or a copy's consecutive
         // sides (left to the descriptor loop).
-        let (src, dst) = match self.sides {
+        let (src, first, dst) = match self.sides {
             Sides::Gather(b, d) if b.valid.iter().all(|&ok| ok) => {
                 let run =
                     |i: usize, s: u64| Run::copy(s, d.start.wrapping_add(i as u64 * row), row);
@@ -270,16 +289,21 @@ impl RowMove<'_> {
                 if d.stride == row && b.addrs.windows(2).enumerate().any(merges) {
                     return None;
                 }
-                (dma::Rows::Listed(b.addrs.clone()), d.block_side())
+                let first = b.addrs.first().copied()?;
+                (None, first, d.block_side())
             }
             Sides::Copy(s, d) if (s.stride, d.stride) != (row, row) => {
-                (s.block_side(), d.block_side())
+                (Some(s.block_side()), s.start, d.block_side())
             }
             _ => return None,
         };
-        let first = Run::copy(src.addr(0), dst.addr(0), row);
-        let block = Block::new(describe(first)?, self.rows, src, dst, deal.to_vec());
-        block.ok()
+        let template = describe(Run::copy(first, dst.addr(0), row))?;
+        Some(BlockShape {
+            template,
+            rows: self.rows,
+            src,
+            dst,
+        })
     }
 }
 

@@ -116,7 +116,7 @@ impl Block {
             ));
         }
         Ok(Block {
-            template: template.with_flags(DescFlags::NONE),
+            template,
             rows,
             src,
             dst,
@@ -134,9 +134,10 @@ impl Block {
         (&self.src, &self.dst)
     }
 
-    /// Every row's op, dtypes and length, at row 0's addresses.
+    /// Every row's op, dtypes and length, at row 0's addresses, without flags.
     pub fn template(&self) -> Descriptor {
-        self.descriptor(0)
+        let at = |side: &Rows| FabricAddr(side.addr(0));
+        self.template.at(at(&self.src), at(&self.dst))
     }
 
     /// The queues in dealing order.

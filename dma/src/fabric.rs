@@ -1480,9 +1480,10 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
     /// Copies `rows` rows of `len` bytes (1 to [`GATHER_BYTES`]), row `i` from
     /// `src(i)`, to consecutive rows from `dst`: each row read (without a lock from a
     /// closed page), then [`GATHER_BYTES`] of them written at once, as the copies of the
-    /// rows in turn would where no row reads bytes a row writes. Both sides are checked as for [`PageLocks::copy`]; a failing row (the
-    /// first row for the destination) is returned with its error, and leaves the
-    /// destination unwritten.
+    /// rows in turn would where no row reads bytes a row writes and the destination lies
+    /// in one region. Each source row is checked as [`PageLocks::copy`] checks it, each
+    /// part of the destination as one range; a failing row (the part's first row for the
+    /// destination) is returned with its error, its part unwritten.
     pub fn gather(
         &mut self,
         rows: std::ops::Range<usize>,

@@ -2,7 +2,7 @@
 //! [`Engine::run_beside`] gives the memory, summary and error [`Engine::run`] gives for
 //! [`Block::queues`], whether the block is validated whole or falls back to its queues.
 
-use dma::addr::{SBUF_BASE, SBUF_STRIDE};
+use dma::addr::{PSUM_BASE, PSUM_STRIDE, SBUF_BASE, SBUF_STRIDE};
 use dma::{
     Block, DescOp, Descriptor, Dtype, Engine, EngineConfig, Fabric, FabricAddr, Generation,
     InlineLimit, RaceCheck, Rows,
@@ -41,6 +41,12 @@ fn window(f: &Fabric) -> Vec<u8> {
             .unwrap();
         out.extend_from_slice(&sbuf);
     }
+    let mut psum = vec![0; PSUM_STRIDE as usize];
+    for p in 0..2 {
+        f.read(FabricAddr(PSUM_BASE + p * PSUM_STRIDE), &mut psum)
+            .unwrap();
+        out.extend_from_slice(&psum);
+    }
     out
 }
 
@@ -56,9 +62,9 @@ fn template(kind: u8, elems: u32) -> Descriptor {
 }
 
 /// A block of up to 300 rows: listed or strided sources in the table (sometimes one
-/// listed row off the fabric or over the destination), strided destinations in HBM or
-/// one SBUF partition apart (sometimes overlapping or starting inside the table); rows
-/// that meet are dealt to one queue.
+/// listed row off the fabric or over the destination), strided destinations in HBM, one
+/// SBUF partition apart, or consecutive across a PSUM partition's end (sometimes
+/// overlapping or starting inside the table); rows that meet are dealt to one queue.
 fn block() -> impl Strategy<Value = Block> {
     let deal = proptest::sample::subsequence((0u8..16).collect::<Vec<_>>(), 1..=16).prop_shuffle();
     (
@@ -108,6 +114,11 @@ fn block() -> impl Strategy<Value = Block> {
                     start: 4096,
                     stride: row,
                 }, // inside the table
+                // consecutive rows across a PSUM partition's end (partitions adjoin)
+                6 => Rows::Strided {
+                    start: PSUM_BASE + PSUM_STRIDE - 2 * row,
+                    stride: row,
+                },
                 _ => Rows::Strided {
                     start: OUT + next(64) * 4,
                     stride: row + next(3) * 4,
@@ -115,6 +126,7 @@ fn block() -> impl Strategy<Value = Block> {
             };
             let rows = match twist {
                 4 => rows.min(4),
+                6 => rows.min(8),
                 _ => rows,
             };
             // Rows that meet are ordered only inside one queue (else they race).
@@ -195,6 +207,36 @@ fn a_gather_is_validated_whole_and_shows_its_descriptors() {
         assert_eq!(
             f.read_obj::<[u8; 4]>(FabricAddr(OUT + i * 4)).unwrap(),
             fabric().read_obj::<[u8; 4]>(FabricAddr(at)).unwrap()
+        );
+    }
+}
+
+/// Consecutive short rows across the end of a region whose next region adjoins it (PSUM
+/// partitions on every generation, SBUF partitions from v4): each row is in one region, so
+/// the block is validated whole, and it runs as its queues do (gathered rows are written
+/// as one range only inside one region).
+#[test]
+fn short_rows_across_adjoining_partitions_run_as_their_queues() {
+    let cases = [
+        (Generation::Cayman, PSUM_BASE + PSUM_STRIDE - 32, 4),
+        (Generation::Mariana, SBUF_BASE + SBUF_STRIDE - 32, 4),
+        (Generation::Cayman, PSUM_BASE + PSUM_STRIDE - 4096 - 32, 260),
+    ];
+    for (generation, start, rows) in cases {
+        let src = Rows::Listed((0..rows as u64).map(|i| i * 4096).collect());
+        let dst = Rows::Strided { start, stride: 16 };
+        let block = Block::new(template(0, 4), rows, src, dst, vec![0]).unwrap();
+        let e = engine(1, RaceCheck::Off);
+        let mut f = Fabric::new(generation);
+        f.write(FabricAddr(0), &vec![7u8; 2 << 20]).unwrap();
+        let mut want = f.clone();
+        e.run(&mut want, &block.queues()).unwrap();
+        let v = e.validate_block(&f, block).unwrap();
+        e.run_beside(&mut f, &v, |_| ()).unwrap();
+        assert_eq!(
+            f.first_difference(&want),
+            None,
+            "{generation:?} at {start:#x}"
         );
     }
 }

@@ -5,7 +5,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::addr::FabricAddr;
+use crate::addr::{FabricAddr, RegionCache};
 use crate::block::{Block, Rows};
 use crate::compute::ComputeOp;
 use crate::descriptor::Descriptor;
@@ -63,7 +63,10 @@ pub(crate) fn run_unit(
     ran: &AtomicU64,
 ) -> Result<(), ((usize, u64), Error)> {
     if let Some((block, rows)) = unit.rows() {
-        return run_rows(fabric, block, rows, ran);
+        let n = rows.len();
+        run_rows(fabric, block, rows, ran)?;
+        tracing::trace!(unit = ?unit.at(0), descriptors = n, "unit done");
+        return Ok(());
     }
     let run = unit.descriptors();
     let mut locks = fabric.run_locks();
@@ -109,8 +112,15 @@ fn run_rows(
     if let (Rows::Strided { stride, .. }, Some(ComputeOp::None), false) =
         (dst, d.op().compute_op(), d.is_cast())
     {
-        // small rows: a call to copy each costs more than the bytes
-        if *stride == u64::from(d.len()) && d.len() as usize <= GATHER_ROW {
+        // small rows: a call to copy each costs more than the bytes; gathered, they are
+        // written as one range, which must lie in one region (rows apart in
+        // neighbouring partitions are each in theirs)
+        let bytes = n * u64::from(d.len());
+        let one_region = || {
+            let at = dst.addr(first);
+            RegionCache::default().holds(fabric.map(), at, at + (bytes - 1))
+        };
+        if *stride == u64::from(d.len()) && d.len() as usize <= GATHER_ROW && one_region() {
             let to = FabricAddr(dst.addr(first));
             if let Err((i, e)) = locks.gather(rows, |i| src.addr(i), d.len() as usize, to) {
                 let (queue, index) = block.at(i);

@@ -375,8 +375,8 @@ impl Engine {
     /// nor writes, so that the next replay can be prepared meanwhile; what it read of the
     /// replay's pages may be stale ([`Beside::read_the_replay`]).
     ///
-    /// `validated` must come from this engine's [`Engine::validate`] on a fabric of the
-    /// generation ([`Error::NotValidatedHere`] otherwise, before anything runs). The
+    /// `validated` must come from this engine's [`Engine::validate`] (or
+    /// [`Engine::validate_block`]) on a fabric of the generation ([`Error::NotValidatedHere`] otherwise, before anything runs). The
     /// report equals [`Engine::run`]'s but for its [`ExecutionStats`]. A replay that
     /// fails while it runs (which validation rules out but for a panic) returns its error
     /// and drops `beside`'s result; what `beside` wrote stays written. A panic of `beside`
@@ -402,8 +402,8 @@ impl Engine {
         self.execute(fabric, &mut source, &validated.plan, buckets, false, beside)
     }
 
-    /// The queues of `validated`, given back (to be filled again); the engine keeps its
-    /// validation buffers for the next validation.
+    /// The queues of `validated`, given back (to be filled again; none for a block
+    /// validated whole); the engine keeps its validation buffers for the next validation.
     pub fn recycle(&self, validated: Validated) -> Vec<Vec<Descriptor>> {
         self.keep(validated.plan);
         validated.queues
