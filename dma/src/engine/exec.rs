@@ -50,101 +50,92 @@ fn prefetch<const R: usize>(locks: &mut PageLocks<'_, R>, d: &Descriptor) {
 }
 
 /// Runs one unit of a schedule on `fabric` (its destinations reserved), in order, through
-/// one [`PageLocks`], so that consecutive descriptors on the same pages keep them locked;
-/// the locks are released at each SIGNAL, since the unit waiting for it likely touches
-/// these pages next. Each descriptor prefetches the one [`PREFETCH_AHEAD`] after it, and
-/// the first ones are prefetched before the loop, so that a short unit (a page bucket of a
-/// few dozen scattered rows) does not wait for its first rows one by one. Adds the
-/// descriptors that ran to `ran`, and traces the unit's end. An
-/// error names the descriptor's queue and index ([`Unit::at`]).
+/// one [`PageLocks`] ([`run_each`], or for a block's short rows [`PageLocks::gather`]).
+/// Adds the descriptors that ran to `ran`, and traces the unit's end. An error names the
+/// descriptor's queue and index ([`Unit::at`]).
 pub(crate) fn run_unit(
     fabric: &Fabric,
     unit: &Unit<'_>,
     ran: &AtomicU64,
 ) -> Result<(), ((usize, u64), Error)> {
-    if let Some((block, rows)) = unit.rows() {
-        let n = rows.len();
-        run_rows(fabric, block, rows, ran)?;
-        tracing::trace!(unit = ?unit.at(0), descriptors = n, "unit done");
-        return Ok(());
-    }
-    let run = unit.descriptors();
     let mut locks = fabric.run_locks();
-    for d in run.iter().take(PREFETCH_AHEAD) {
-        prefetch(&mut locks, d);
+    let (n, done) = match unit.rows() {
+        Some((block, rows)) => (rows.len(), run_rows(fabric, &mut locks, block, rows)),
+        None => {
+            let run = unit.descriptors();
+            (run.len(), run_each(&mut locks, run.len(), |i| run[i]))
+        }
+    };
+    if let Err((i, e)) = done {
+        ran.fetch_add(i as u64, Ordering::Relaxed);
+        let (queue, index) = unit.at(i);
+        return Err(((queue, index), replay_error(queue, index, "execution", e)));
     }
-    for (i, d) in run.iter().enumerate() {
-        if let Some(next) = run.get(i + PREFETCH_AHEAD) {
-            prefetch(&mut locks, next);
+    ran.fetch_add(n as u64, Ordering::Relaxed);
+    // a unit is named by its first descriptor's (queue, index)
+    tracing::trace!(unit = ?unit.at(0), descriptors = n, "unit done");
+    Ok(())
+}
+
+/// Runs descriptors `desc(0..n)` in order, so that consecutive descriptors on the same
+/// pages keep them locked; the locks are released at each SIGNAL, since the unit waiting
+/// for it likely touches these pages next. Each descriptor prefetches the one
+/// [`PREFETCH_AHEAD`] after it, and the first ones are prefetched before the loop, so that
+/// a short unit (a page bucket of a few dozen scattered rows) does not wait for its first
+/// rows one by one. On failure, the failing descriptor's position and its error.
+#[inline(always)]
+fn run_each<const R: usize>(
+    locks: &mut PageLocks<'_, R>,
+    n: usize,
+    desc: impl Fn(usize) -> Descriptor,
+) -> Result<(), (usize, Error)> {
+    for i in 0..n.min(PREFETCH_AHEAD) {
+        prefetch(locks, &desc(i));
+    }
+    for i in 0..n {
+        if i + PREFETCH_AHEAD < n {
+            prefetch(locks, &desc(i + PREFETCH_AHEAD));
         }
         // Validation proved the ranges and reserved the pages.
-        if let Err(e) = execute_descriptor(&mut locks, d) {
-            ran.fetch_add(i as u64, Ordering::Relaxed);
-            let (queue, index) = unit.at(i);
-            return Err(((queue, index), replay_error(queue, index, "execution", e)));
-        }
+        let d = desc(i);
+        execute_descriptor(locks, &d).map_err(|e| (i, e))?;
         if d.signal().is_some() {
             locks.release();
         }
     }
-    ran.fetch_add(run.len() as u64, Ordering::Relaxed);
-    // a unit is named by its first descriptor's (queue, index)
-    tracing::trace!(unit = ?unit.at(0), descriptors = run.len(), "unit done");
     Ok(())
 }
 
 /// The longest row [`run_rows`] gathers ([`PageLocks::gather`]) rather than copies.
 const GATHER_ROW: usize = 64;
 
-/// Runs `rows` of `block` (validated whole, so in any order) through one [`PageLocks`]:
-/// plain copies of short rows to consecutive ones gathered, every other row as its
-/// descriptor, prefetched as [`run_unit`] prefetches; as [`run_unit`] for the rest.
-fn run_rows(
+/// Runs `rows` of `block` (validated whole, so in any order): plain copies of short rows
+/// to consecutive ones inside one region gathered, every other row as its descriptor
+/// ([`run_each`]). On failure, the failing row's position in `rows` and its error.
+fn run_rows<const R: usize>(
     fabric: &Fabric,
+    locks: &mut PageLocks<'_, R>,
     block: &Block,
     rows: Range<usize>,
-    ran: &AtomicU64,
-) -> Result<(), ((usize, u64), Error)> {
-    let mut locks = fabric.run_locks();
-    let (n, first) = (rows.len() as u64, rows.start);
-    let d = block.template();
+) -> Result<(), (usize, Error)> {
+    let (d, first) = (block.template(), rows.start);
     let (src, dst) = block.sides();
-    if let (Rows::Strided { stride, .. }, Some(ComputeOp::None), false) =
-        (dst, d.op().compute_op(), d.is_cast())
-    {
-        // small rows: a call to copy each costs more than the bytes; gathered, they are
-        // written as one range, which must lie in one region (rows apart in
-        // neighbouring partitions are each in theirs)
-        let bytes = n * u64::from(d.len());
-        let one_region = || {
-            let at = dst.addr(first);
-            RegionCache::default().holds(fabric.map(), at, at + (bytes - 1))
-        };
-        if *stride == u64::from(d.len()) && d.len() as usize <= GATHER_ROW && one_region() {
-            let to = FabricAddr(dst.addr(first));
-            if let Err((i, e)) = locks.gather(rows, |i| src.addr(i), d.len() as usize, to) {
-                let (queue, index) = block.at(i);
-                return Err(((queue, index), replay_error(queue, index, "execution", e)));
-            }
-            ran.fetch_add(n, Ordering::Relaxed);
-            return Ok(());
-        }
+    let row = u64::from(d.len());
+    // small rows: a call to copy each costs more than the bytes; gathered, they are
+    // written as one range, which must lie in one region (rows apart in neighbouring
+    // partitions are each in theirs)
+    let one_region = || {
+        let (at, bytes) = (dst.addr(first), rows.len() as u64 * row);
+        RegionCache::default().holds(fabric.map(), at, at + (bytes - 1))
+    };
+    let plain = d.op().compute_op() == Some(ComputeOp::None) && !d.is_cast();
+    let consecutive = matches!(dst, Rows::Strided { stride, .. } if *stride == row);
+    if plain && consecutive && row as usize <= GATHER_ROW && one_region() {
+        let to = FabricAddr(dst.addr(first));
+        let gathered = locks.gather(rows, |i| src.addr(i), row as usize, to);
+        return gathered.map_err(|(i, e)| (i - first, e));
     }
-    for i in rows.clone().take(PREFETCH_AHEAD) {
-        prefetch(&mut locks, &block.descriptor(i));
-    }
-    for i in rows.clone() {
-        if i + PREFETCH_AHEAD < rows.end {
-            prefetch(&mut locks, &block.descriptor(i + PREFETCH_AHEAD));
-        }
-        if let Err(e) = execute_descriptor(&mut locks, &block.descriptor(i)) {
-            ran.fetch_add((i - first) as u64, Ordering::Relaxed);
-            let (queue, index) = block.at(i);
-            return Err(((queue, index), replay_error(queue, index, "execution", e)));
-        }
-    }
-    ran.fetch_add(n, Ordering::Relaxed);
-    Ok(())
+    run_each(locks, rows.len(), |i| block.descriptor(first + i))
 }
 
 #[cfg(test)]
