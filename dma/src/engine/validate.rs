@@ -327,10 +327,16 @@ pub(crate) fn validate_block(
 ) -> Result<Plan, Error> {
     let counts = block.per_queue(block.queue_count());
     let mut v = Validator::new(fabric, counts.len(), config, kept)?;
-    if let (_, Rows::Strided { start, stride }) = block.sides() {
-        let len = block.template().dest_range().1;
-        let rows = (0..block.rows() as u64).map(|i| start + i * stride);
-        footprint.one_page_writes = v.pages.add_ascending(rows, len, block.deal().len() > 1);
+    if let (_, &Rows::Strided { start, stride }) = block.sides() {
+        let (len, rows, dealt) = (stride, block.rows() as u64, block.deal().len() > 1);
+        let written = block.template().dest_range().1;
+        footprint.one_page_writes = match stride == written {
+            true => v.pages.add_contiguous(start, rows, len, dealt),
+            false => {
+                let starts = (0..rows).map(|i| start + i * stride);
+                v.pages.add_ascending(starts, written, dealt)
+            }
+        };
     }
     for (queue, &count) in counts.iter().enumerate() {
         v.timeline.push_equal(queue, &block.template(), count);
@@ -619,6 +625,21 @@ impl PageSet {
         }
         self.shared |= dealt && met;
         one_page
+    }
+
+    /// [`PageSet::add_ascending`] of `rows` ranges of `len` bytes back to back from
+    /// `start`, in closed form: every page of their hull, each with its first byte inside
+    /// them; two rows meet on a page unless each row is whole pages; a row crosses a page
+    /// edge unless every edge inside the hull falls between two rows.
+    pub(crate) fn add_contiguous(&mut self, start: u64, rows: u64, len: u64, dealt: bool) -> bool {
+        let end = start + rows * len;
+        let (lo, hi) = (start / PAGE_BYTES, (end - 1) / PAGE_BYTES);
+        for page in lo..hi + 1 {
+            self.list.push((page, start.max(page * PAGE_BYTES)));
+        }
+        let whole_pages = start.is_multiple_of(PAGE_BYTES) && len.is_multiple_of(PAGE_BYTES);
+        self.shared |= dealt && rows > 1 && !whole_pages;
+        (lo + 1..hi + 1).all(|page| (page * PAGE_BYTES - start).is_multiple_of(len))
     }
 
     /// Empties the set, keeping its storage (for the next replay).
@@ -1008,5 +1029,25 @@ mod tests {
             panic!("{e:?}")
         };
         assert_eq!((queue, index, what), (0, 1, "source range"));
+    }
+
+    proptest! {
+        /// Rows back to back, in closed form, add what adding them one by one adds: the
+        /// pages with their addresses, whether two queues meet on a page, and whether each
+        /// row stays in one page.
+        #[test]
+        fn contiguous_rows_add_as_rows_one_by_one(
+            start in 0u64..4 * P,
+            rows in 1u64..300,
+            len in prop::sample::select(vec![1u64, 4, 24, 256, 4096, P / 2, P, 2 * P, 3 * P / 2]),
+            dealt in any::<bool>(),
+        ) {
+            let (mut closed, mut each) = (PageSet::default(), PageSet::default());
+            let one = closed.add_contiguous(start, rows, len, dealt);
+            let want = each.add_ascending((0..rows).map(|i| start + i * len), len, dealt);
+            prop_assert_eq!(one, want);
+            prop_assert_eq!(closed.entries().collect::<Vec<_>>(), each.entries().collect::<Vec<_>>());
+            prop_assert_eq!(closed.shared(), each.shared());
+        }
     }
 }
