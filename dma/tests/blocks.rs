@@ -240,3 +240,33 @@ fn short_rows_across_adjoining_partitions_run_as_their_queues() {
         );
     }
 }
+
+/// A small block on two workers, short rows gathered and long rows copied one by one,
+/// against its queues (small enough for Miri: `cargo +nightly miri test -p dma --test
+/// blocks -- small_blocks`).
+#[test]
+fn small_blocks_on_two_workers_run_as_their_queues() {
+    let e = engine(2, RaceCheck::Off);
+    for (elems, rows) in [(1u32, 2500usize), (32, 1100)] {
+        let d = template(0, elems);
+        let row = u64::from(d.len());
+        let src = Rows::Listed((0..rows as u64).map(|i| i * 7 % 64 * row).collect());
+        let dst = Rows::Strided {
+            start: OUT,
+            stride: row,
+        };
+        let block = Block::new(d, rows, src, dst, vec![3, 1, 2]).unwrap();
+        let mut f = Fabric::new(Generation::Cayman);
+        let table: Vec<u8> = (0..64 * row).map(|i| (i * 13 % 251) as u8).collect();
+        f.write(FabricAddr(0), &table).unwrap();
+        let mut want = f.clone();
+        e.run(&mut want, &block.queues()).unwrap();
+        let v = e.validate_block(&f, block).unwrap();
+        let (report, ()) = e.run_beside(&mut f, &v, |_| ()).unwrap();
+        assert!(
+            report.execution.units > 1,
+            "{elems}: more units than one worker"
+        );
+        assert_eq!(f.first_difference(&want), None, "{elems} elements a row");
+    }
+}
