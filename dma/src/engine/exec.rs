@@ -41,12 +41,41 @@ pub(crate) fn execute_descriptor<const R: usize>(
 /// How many descriptors ahead of the one executing a unit prefetches.
 const PREFETCH_AHEAD: usize = 8;
 
-/// Prefetches what `d` will read and write (a fill reads nothing).
-fn prefetch<const R: usize>(locks: &mut PageLocks<'_, R>, d: &Descriptor) {
-    if d.op().compute_op().is_some() {
-        locks.prefetch(d.src(), d.len());
+/// Which sides of its descriptors a run prefetches ([`run_each`]).
+#[derive(Clone, Copy)]
+struct Prefetch {
+    src: bool,
+    dst: bool,
+}
+
+impl Prefetch {
+    /// Both sides: a queue's descriptors may lie anywhere.
+    const BOTH: Prefetch = Prefetch {
+        src: true,
+        dst: true,
+    };
+
+    /// The listed sides of `block`: a strided side's rows follow one another, as a
+    /// hardware prefetcher or the cache already has them (a tile's rows).
+    fn listed(block: &Block) -> Prefetch {
+        let (src, dst) = block.sides();
+        let listed = |r: &Rows| matches!(r, Rows::Listed(_));
+        Prefetch {
+            src: listed(src),
+            dst: listed(dst),
+        }
     }
-    locks.prefetch(d.dst(), d.len());
+
+    /// Prefetches what `d` will read and write, of the sides asked (a fill reads nothing).
+    #[inline(always)]
+    fn ahead<const R: usize>(self, locks: &mut PageLocks<'_, R>, d: &Descriptor) {
+        if self.src && d.op().compute_op().is_some() {
+            locks.prefetch(d.src(), d.len());
+        }
+        if self.dst {
+            locks.prefetch(d.dst(), d.len());
+        }
+    }
 }
 
 /// Runs one unit of a schedule on `fabric` (its destinations reserved), in order, through
@@ -63,7 +92,8 @@ pub(crate) fn run_unit(
         Some((block, rows)) => (rows.len(), run_rows(fabric, &mut locks, block, rows)),
         None => {
             let run = unit.descriptors();
-            (run.len(), run_each(&mut locks, run.len(), |i| run[i]))
+            let each = run_each(&mut locks, Prefetch::BOTH, run.len(), |i| run[i]);
+            (run.len(), each)
         }
     };
     if let Err((i, e)) = done {
@@ -79,22 +109,24 @@ pub(crate) fn run_unit(
 
 /// Runs descriptors `desc(0..n)` in order, so that consecutive descriptors on the same
 /// pages keep them locked; the locks are released at each SIGNAL, since the unit waiting
-/// for it likely touches these pages next. Each descriptor prefetches the one
-/// [`PREFETCH_AHEAD`] after it, and the first ones are prefetched before the loop, so that
-/// a short unit (a page bucket of a few dozen scattered rows) does not wait for its first
-/// rows one by one. On failure, the failing descriptor's position and its error.
+/// for it likely touches these pages next. Each descriptor prefetches the sides `fetch`
+/// asks of the one [`PREFETCH_AHEAD`] after it, and the first ones are prefetched before
+/// the loop, so that a short unit (a page bucket of a few dozen scattered rows) does not
+/// wait for its first rows one by one. On failure, the failing descriptor's position and
+/// its error.
 #[inline(always)]
 fn run_each<const R: usize>(
     locks: &mut PageLocks<'_, R>,
+    fetch: Prefetch,
     n: usize,
     desc: impl Fn(usize) -> Descriptor,
 ) -> Result<(), (usize, Error)> {
     for i in 0..n.min(PREFETCH_AHEAD) {
-        prefetch(locks, &desc(i));
+        fetch.ahead(locks, &desc(i));
     }
     for i in 0..n {
         if i + PREFETCH_AHEAD < n {
-            prefetch(locks, &desc(i + PREFETCH_AHEAD));
+            fetch.ahead(locks, &desc(i + PREFETCH_AHEAD));
         }
         // Validation proved the ranges and reserved the pages.
         let d = desc(i);
@@ -135,7 +167,8 @@ fn run_rows<const R: usize>(
         let gathered = locks.gather(rows, |i| src.addr(i), row as usize, to);
         return gathered.map_err(|(i, e)| (i - first, e));
     }
-    run_each(locks, rows.len(), |i| block.descriptor(first + i))
+    let fetch = Prefetch::listed(block);
+    run_each(locks, fetch, rows.len(), |i| block.descriptor(first + i))
 }
 
 #[cfg(test)]
