@@ -280,7 +280,9 @@ impl IndexPort {
         port.windows.reserve_exact(windows.len());
         for &(base, len) in windows {
             let end = usize::try_from(len).ok().and_then(|n| start.checked_add(n));
-            let end = end.ok_or(dma::Error::AddressOverflow { addr: base, len })?;
+            let Some(end) = end else {
+                return Err(dma::Error::AddressOverflow { addr: base, len }.into());
+            };
             port.windows.push(Window { base, start, len });
             start = end;
         }

@@ -970,6 +970,14 @@ impl Fabric {
         addr: u64,
         buf: &mut [u8],
     ) {
+        let (key, po) = split(addr);
+        if fits(po, buf.len()) {
+            // inside one page (an index tile's element): no walk
+            return match self.pages.get(key) {
+                Some(page) => buf.copy_from_slice(&view(self, key, page)[po..po + buf.len()]),
+                None => buf.fill(0),
+            };
+        }
         for (off, n) in Walk::one(addr, buf.len() as u64) {
             // Walk pieces lie inside `buf` and inside one page.
             let out = &mut buf[off as usize..off as usize + n];
