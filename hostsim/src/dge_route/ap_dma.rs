@@ -65,9 +65,21 @@ fn side(
 ) -> Result<(AccessPattern, Option<Indirection>, IndexLayout), Error> {
     let t = &s.tensor;
     let scalar = s.scalar_value(fabric, name)?;
-    // check_scalar proved the shifted offset is an element of the tensor.
-    let offset =
-        (i128::from(s.offset) + i128::from(scalar) * i128::from(s.indirect_stride())) as u64;
+    // With an index tile and a scalar, the start is the position of the lowest in-bounds
+    // index `m` (others at 0), and the DGE's index bias takes `m` off every index with the
+    // bound lowered by `m`: the same addresses, the same indices in bounds (one below `m`
+    // is out of bounds), reported unbiased. (Folded into the start alone, the scalar could
+    // take it below the tensor, where no pattern may start.) Where no index is in bounds
+    // nothing moves, and the scalar is left out.
+    let (shift, lowest) = match (&s.vector_offset, scalar != 0) {
+        (Some(_), true) => match s.moving_indices(fabric)? {
+            Some(m) => (i128::from(scalar) + m.lo, m.lo as u32),
+            None => (0, 0),
+        },
+        _ => (i128::from(scalar), 0),
+    };
+    // check_scalar proved that position an element of the tensor.
+    let offset = (i128::from(s.offset) + shift * i128::from(s.indirect_stride())) as u64;
     let size = t.dtype.size() as i64;
     let (start, dims, unit) = match t.partition_stride() {
         None => (
@@ -103,7 +115,7 @@ fn side(
         dim: s.indirect_dim,
         indices: tile.start,
         step,
-        bound: Some(s.index_bound()),
+        bound: Some(s.index_bound() - u64::from(lowest)),
         policy,
     };
     let layout = IndexLayout {
@@ -119,7 +131,7 @@ fn side(
             ),
             _ => None,
         },
-        bias: 0,
+        bias: lowest,
     };
     Ok((pattern, Some(ind), layout))
 }
@@ -163,6 +175,17 @@ mod tests {
             start: FabricAddr(SBUF_BASE + p * SBUF_STRIDE + at),
             space: Space::Sbuf,
             shape,
+            dtype: Dtype::I32,
+        }
+    }
+
+    /// A 1x1 i32 scalar-offset tile in SBUF partition 70, `at` bytes in.
+    fn scalar_tile(at: u64) -> ApTensor {
+        ApTensor {
+            name: "scalar".into(),
+            start: FabricAddr(SBUF_BASE + 70 * SBUF_STRIDE + at),
+            space: Space::Sbuf,
+            shape: vec![1, 1],
             dtype: Dtype::I32,
         }
     }
@@ -258,7 +281,10 @@ mod tests {
             };
             match v.is_some() && index >= s.index_bound() {
                 true => None,
-                false => Some(s.tensor.addr(s.element(pos, index, 0) as u64).0),
+                false => {
+                    let scalar = s.scalar_value(f, "side").unwrap_or(0);
+                    Some(s.tensor.addr(s.element(pos, index, scalar) as u64).0)
+                }
             }
         };
         let (mut sp, mut dp) = (vec![0u32; c.src.dims.len()], vec![0u32; c.dst.dims.len()]);
@@ -298,7 +324,8 @@ mod tests {
         /// partition-major SBUF tensors of rank 2 or 5, an i32 index tile as a vector or
         /// a column on either side or both, on any dim, out-of-bounds, negative and
         /// repeated indices, every compute op and OOB policy, one dtype or a cast between
-        /// two): the DGE route and the reference agree, and the DGE emits the fewest
+        /// two, a scalar offset on either side or both, with an index tile or without):
+        /// the DGE route and the reference agree, and the DGE emits the fewest
         /// descriptors.
         #[test]
         fn the_dge_route_agrees_with_the_reference(
@@ -313,6 +340,7 @@ mod tests {
             (skip, unique) in (any::<bool>(), any::<bool>()),
             dtype in prop::sample::select(vec![Dtype::F32, Dtype::I32, Dtype::U16]),
             dst_dtype in prop::sample::select(vec![None, Some(Dtype::Bf16), Some(Dtype::U8), Some(Dtype::F32), Some(Dtype::I32)]),
+            scalars in (proptest::option::of(-3i32..4), proptest::option::of(-3i32..4)),
         ) {
             let shape: &[u64] = if deep { &[2, 2, 2, 2, 4] } else { &[8, 8] };
             let row = (64 / shape[0]) as i64;
@@ -327,8 +355,13 @@ mod tests {
                 let ix = ix.map(|(d, col)| (d, tile(col, counts[d], tile_at)));
                 side(tensor(shape, core, at, dtype), (&counts, steps), off, ix)
             };
-            let src = make(src_core, 0, &steps[..n], src_off, src_index, 0, dtype);
-            let dst = make(dst_core, 0x400, &steps[5..5 + n], dst_off, dst_index, 256, dst_dtype);
+            let mut src = make(src_core, 0, &steps[..n], src_off, src_index, 0, dtype);
+            let mut dst = make(dst_core, 0x400, &steps[5..5 + n], dst_off, dst_index, 256, dst_dtype);
+            // a scalar offset on dim `indirect_dim` (0 without an index tile), in SBUF
+            // partition 70
+            for (s, value, at) in [(&mut src, scalars.0, 0), (&mut dst, scalars.1, 64)] {
+                s.scalar_offset = value.map(|_| scalar_tile(at));
+            }
             let opts = ApOptions {
                 op,
                 oob: if skip { OobMode::Skip } else { OobMode::Error },
@@ -349,6 +382,9 @@ mod tests {
             }
             write_tile(&mut f, &c.src, &values);
             write_tile(&mut f, &c.dst, &values[3..]);
+            for (at, value) in [(0, scalars.0), (64, scalars.1)] {
+                f.write_elems(scalar_tile(at).start, &[value.unwrap_or(0)]).unwrap();
+            }
             agree(&mut f, c);
         }
     }

@@ -232,7 +232,7 @@ impl DgeRoute {
             let made = generate_into(fabric, &lowered.requests[k], out);
             #[cfg(test)]
             let made = plant::skip_at_bound(fabric, &mut lowered.requests[k], out, made);
-            made.map_err(|e| lowered.map_error(fabric, e))?;
+            made.map_err(|e| lowered.map_error(fabric, &lowered.requests[k], e))?;
         }
         let generated = &self.buffers[..n];
         let replays = replay(fabric, engine, generated, self.recorded.as_mut())?;
@@ -330,7 +330,7 @@ impl DgeRoute {
         let mut generated = self.prepared_buffers.pop().unwrap_or_default();
         req.eng_mask = fitted(req.eng_mask, engine);
         let made = generate_block(fabric, req, &mut generated);
-        made.map_err(|e| lowered.map_error(fabric, e))?;
+        made.map_err(|e| lowered.map_error(fabric, &lowered.requests[0], e))?;
         if !generated.later_phases.is_empty() {
             self.prepared_buffers.push(generated);
             return Ok(None);
@@ -474,8 +474,10 @@ impl Lowered {
         }
     }
 
-    /// The hostsim error for a DGE error, in the reference's terms where it has them.
-    fn map_error(&self, fabric: &Fabric, e: dge::Error) -> Error {
+    /// The hostsim error for a DGE error of request `req`, in the reference's terms where
+    /// it has them: an index's bound as its value is, unbiased (the request's index bias
+    /// added back: the reference judges the index against the tensor dim).
+    fn map_error(&self, fabric: &Fabric, req: &Request, e: dge::Error) -> Error {
         use dge::Error as D;
         match e {
             D::IndexOutOfBounds {
@@ -483,12 +485,19 @@ impl Lowered {
                 position,
                 value,
                 bound,
-            } => Error::IndexOutOfBounds {
-                side: index_side(side),
-                position,
-                value,
-                bound,
-            },
+            } => {
+                let side = index_side(side);
+                let layout = match side {
+                    IndexSide::Src => &req.src_index,
+                    IndexSide::Dst => &req.dst_index,
+                };
+                Error::IndexOutOfBounds {
+                    side,
+                    position,
+                    value,
+                    bound: bound + u64::from(layout.bias),
+                }
+            }
             D::IndexOffFabric {
                 side,
                 position,

@@ -32,8 +32,8 @@ use smallvec::SmallVec;
 use crate::fuzz::case::{Builder, Case};
 use crate::fuzz::rng::Rng;
 use crate::nki::{
-    dma_copy_ap, dma_gather_transpose_nd, ApDim, ApDma, ApOptions, ApSide, ApTensor, OobMode,
-    Transpose,
+    dma_copy_ap, dma_gather_transpose_nd, ApDim, ApDma, ApOptions, ApSide, ApTensor, IndexSpan,
+    OobMode, Transpose,
 };
 
 /// The most elements a walk visits (but for the rare long index vector).
@@ -428,13 +428,15 @@ fn place(b: &mut Builder, mut dma: ApDma) -> Option<()> {
     for s in [&mut dma.src, &mut dma.dst] {
         let view = s.clone();
         s.tensor.start = place_one(b, &mut placed, &s.tensor, data)?;
+        let mut moving = None;
         if let Some(t) = &mut s.vector_offset {
             let n = view.dims.get(view.indirect_dim).map_or(0, |d| d.num);
             let values = index_values(&mut b.rng, n, view.index_bound());
+            moving = IndexSpan::moving(&values, view.index_bound());
             t.start = place_one(b, &mut placed, t, |b, t| index_tile_at(b, t, &values))?;
         }
         if let Some(t) = &mut s.scalar_offset {
-            let value = scalar_value(&mut b.rng, &view);
+            let value = scalar_value(&mut b.rng, &view, moving);
             t.start = place_one(b, &mut placed, t, |b, t| one_at(b, t, value))?;
         }
     }
@@ -566,13 +568,14 @@ fn index_value(rng: &mut Rng, bound: u32) -> u32 {
     }
 }
 
-/// A scalar offset for `s`: one that keeps the walk inside the tensor, the first one
-/// below or above those, its dtype's extremes (an i64 also an in-range value plus 2^32,
-/// which an i32 read would bring back in range), or small values either way.
-fn scalar_value(rng: &mut Rng, s: &ApSide) -> i64 {
+/// A scalar offset for `s` (whose in-bounds indices, if it has an index tile, span
+/// `moving`): one that keeps the walk inside the tensor, the first one below or above
+/// those, its dtype's extremes (an i64 also an in-range value plus 2^32, which an i32 read
+/// would bring back in range), or small values either way.
+fn scalar_value(rng: &mut Rng, s: &ApSide, moving: Option<IndexSpan>) -> i64 {
     let extent = i64::try_from(s.index_bound()).unwrap_or(0);
     let ok: SmallVec<[i64; 64]> = (-extent..=extent)
-        .filter(|&v| s.check_scalar("src", v).is_ok())
+        .filter(|&v| s.check_scalar("src", v, moving).is_ok())
         .collect();
     let wide = s
         .scalar_offset

@@ -24,7 +24,8 @@
 //!   destination's dtype), as [`dma::cast`] defines;
 //! - every position lies inside its tensor, for every in-bounds index (`0 <= index <
 //!   shape[d]`) and a scalar offset of 0 (the scalar's value is checked when the op runs,
-//!   [`ApSide::check_scalar`]);
+//!   [`ApSide::check_scalar`]: with an index tile on the side, for the in-bounds indices
+//!   the op reads, each shifted by the scalar; an index out of bounds is judged alone);
 //! - on SBUF/PSUM the first pair steps partitions (NKI's convention): its step is a
 //!   multiple of `F` (or its count 1), and the other pairs stay inside one partition row;
 //! - an index tile is a `[1, N]` vector or a `(N, 1)` tile (one index per partition) of
@@ -134,8 +135,39 @@ pub struct ApSide {
     pub scalar_offset: Option<ApTensor>,
 }
 
+/// The values an indexed pair's term takes: index `lo..=hi`, each plus `shift` (a scalar
+/// offset on the same side), times the indirect dim's stride.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexSpan {
+    /// The lowest index.
+    pub lo: i128,
+    /// The highest index.
+    pub hi: i128,
+    /// Added to each.
+    pub shift: i128,
+}
+
+impl IndexSpan {
+    /// The lowest and the highest of `values` below `bound` (the in-bounds indices: an
+    /// i32 read as u32, so a negative one is not), no shift; `None` if there is none.
+    pub fn moving(values: &[u32], bound: u64) -> Option<IndexSpan> {
+        let moving = values.iter().map(|&v| u64::from(v)).filter(|&v| v < bound);
+        let (lo, hi) = moving.fold((None, None), |(lo, hi): (Option<u64>, Option<u64>), v| {
+            (
+                Some(lo.map_or(v, |l| l.min(v))),
+                Some(hi.map_or(v, |h| h.max(v))),
+            )
+        });
+        Some(IndexSpan {
+            lo: i128::from(lo?),
+            hi: i128::from(hi?),
+            shift: 0,
+        })
+    }
+}
+
 /// A side's reach relative to its offset: the lowest and highest element offsets over
-/// every position (and, for an indexed side, every in-bounds index).
+/// every position (and, for an indexed side, every index of an [`IndexSpan`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Reach {
     lo: i128,
@@ -179,20 +211,51 @@ impl ApSide {
     }
 
     /// The element offsets the pairs from `first` on reach (see [`Reach`]); the indexed
-    /// pair, if among them, spans its tensor dim's in-bounds indices.
-    fn reach_from(&self, first: usize) -> Reach {
+    /// pair, if among them, spans the index values of `indices`.
+    fn reach_from(&self, first: usize, indices: IndexSpan) -> Reach {
         let mut r = Reach { lo: 0, hi: 0 };
-        for (k, d) in self.dims.iter().enumerate().skip(first) {
-            let span = match self.indexed_dim(k) {
-                true => {
-                    i128::from(self.index_bound().saturating_sub(1))
-                        * i128::from(self.indirect_stride())
-                }
-                false => i128::from(d.step) * i128::from(d.num - 1),
-            };
-            (r.lo, r.hi) = (r.lo + span.min(0), r.hi + span.max(0));
+        for k in first..self.dims.len() {
+            let ((lo, _), (hi, _)) = self.term(k, indices);
+            (r.lo, r.hi) = (r.lo + lo, r.hi + hi);
         }
         r
+    }
+
+    /// The lowest and the highest element offset pair `k` adds, each with the position
+    /// along `k` that gives it (for messages): `i * step` for `i < num`, or for the
+    /// indexed pair `(index + shift) * stride_d` over the values of `indices`.
+    fn term(&self, k: usize, indices: IndexSpan) -> ((i128, String), (i128, String)) {
+        if self.indexed_dim(k) {
+            let stride = i128::from(self.indirect_stride());
+            let at = |v: i128| match indices.shift {
+                0 => format!("index {v}"),
+                s => format!(
+                    "index {v} {} scalar {}",
+                    if s < 0 { '-' } else { '+' },
+                    s.abs()
+                ),
+            };
+            let (lo, hi) = (indices.lo + indices.shift, indices.hi + indices.shift);
+            return ((lo * stride, at(indices.lo)), (hi * stride, at(indices.hi)));
+        }
+        let d = self.dims[k];
+        let span = i128::from(d.step) * i128::from(d.num - 1);
+        let (zero, last) = ((0, "0".to_string()), (span, (d.num - 1).to_string()));
+        match span < 0 {
+            true => (last, zero),
+            false => (zero, last),
+        }
+    }
+
+    /// The span of index values the lowering checks: every in-bounds index
+    /// (`0..shape[d]`), no scalar.
+    fn in_bounds(&self) -> IndexSpan {
+        let last = self.index_bound().saturating_sub(1);
+        IndexSpan {
+            lo: 0,
+            hi: i128::from(last),
+            shift: 0,
+        }
     }
 
     /// The pattern's element offset of position `pos` (multi-index, outermost first) with
@@ -210,40 +273,28 @@ impl ApSide {
     }
 
     /// Whether every position lies inside the tensor (and, on SBUF/PSUM, whether the
-    /// pattern is a partition step over in-row walks) with the scalar offset `scalar`:
-    /// the rule broken, if any.
-    fn extent_error(&self, scalar: i64) -> Option<String> {
-        let base =
-            i128::from(self.offset) + i128::from(scalar) * i128::from(self.indirect_stride());
-        self.outside_error(base)
-            .or_else(|| self.partition_error(base))
+    /// pattern is a partition step over in-row walks) with the scalar offset `scalar`, the
+    /// indexed pair taking the values of `indices` (the scalar goes into their shift on an
+    /// indexed side): the rule broken, if any.
+    fn extent_error(&self, scalar: i64, mut indices: IndexSpan) -> Option<String> {
+        let mut base = i128::from(self.offset);
+        match self.vector_offset.is_some() {
+            true => indices.shift += i128::from(scalar),
+            false => base += i128::from(scalar) * i128::from(self.indirect_stride()),
+        }
+        self.outside_error(base, indices)
+            .or_else(|| self.partition_error(base, indices))
     }
 
     /// The first pair (outermost first) whose reach takes a position out of the tensor,
     /// with that position's corner and element, if any.
-    fn outside_error(&self, base: i128) -> Option<String> {
+    fn outside_error(&self, base: i128, indices: IndexSpan) -> Option<String> {
         let elements = i128::from(self.tensor.elements());
         let (mut lo, mut hi) = (base, base);
         let (mut lo_at, mut hi_at) = (Vec::new(), Vec::new());
         for (k, d) in self.dims.iter().enumerate() {
-            let (span, last) = match self.indexed_dim(k) {
-                true => {
-                    let last = self.index_bound().saturating_sub(1);
-                    (
-                        i128::from(last) * i128::from(self.indirect_stride()),
-                        format!("index {last}"),
-                    )
-                }
-                false => (
-                    i128::from(d.step) * i128::from(d.num - 1),
-                    (d.num - 1).to_string(),
-                ),
-            };
-            let (at_lo, at_hi) = match span < 0 {
-                true => (last, "0".to_string()),
-                false => ("0".to_string(), last),
-            };
-            (lo, hi) = (lo + span.min(0), hi + span.max(0));
+            let ((a, at_lo), (b, at_hi)) = self.term(k, indices);
+            (lo, hi) = (lo + a, hi + b);
             lo_at.push(at_lo);
             hi_at.push(at_hi);
             let (corner, e) = match (lo < 0, hi >= elements) {
@@ -264,7 +315,7 @@ impl ApSide {
     }
 
     /// The SBUF/PSUM rule: the first pair steps whole partitions, the rest stay in a row.
-    fn partition_error(&self, base: i128) -> Option<String> {
+    fn partition_error(&self, base: i128, indices: IndexSpan) -> Option<String> {
         self.tensor.partition_stride()?;
         let f = i128::from(self.tensor.row_elements().max(1));
         let first = self.dims.first()?;
@@ -278,8 +329,8 @@ impl ApSide {
                 self.tensor.name
             ));
         }
-        // The indexed pair keeps its own tensor dim's bound and stride.
-        let r = self.reach_from(1);
+        // The indexed pair keeps its own tensor dim's stride.
+        let r = self.reach_from(1, indices);
         let col = base.rem_euclid(f);
         match col + r.lo >= 0 && col + r.hi < f {
             true => None,
@@ -292,12 +343,32 @@ impl ApSide {
         }
     }
 
-    /// The run-time check of a scalar offset's value: every position inside the tensor.
-    pub fn check_scalar(&self, side: &'static str, value: i64) -> Result<(), Error> {
-        match self.extent_error(value) {
+    /// The run-time check of a scalar offset's value: every position inside the tensor,
+    /// for every index of `indices` (on an indexed side: the values of its in-bounds
+    /// indices, [`ApSide::moving_indices`]; `None` when no index moves anything).
+    pub fn check_scalar(
+        &self,
+        side: &'static str,
+        value: i64,
+        indices: Option<IndexSpan>,
+    ) -> Result<(), Error> {
+        let indices = match (&self.vector_offset, indices) {
+            (None, _) => self.in_bounds(),
+            (Some(_), Some(span)) => span,
+            (Some(_), None) => return Ok(()),
+        };
+        match self.extent_error(value, indices) {
             None => Ok(()),
             Some(rule) => Err(Error::ApScalarOffset { side, value, rule }),
         }
+    }
+
+    /// The lowest and the highest in-bounds index of an indexed side (an i32 read as
+    /// u32, so a negative one is out of bounds); `None` if no index is in bounds or the
+    /// side has no index tile.
+    pub fn moving_indices(&self, fabric: &Fabric) -> Result<Option<IndexSpan>, Error> {
+        let values = self.index_values(fabric)?.unwrap_or_default();
+        Ok(IndexSpan::moving(&values, self.index_bound()))
     }
 
     /// The scalar offset's value as the op runs, read from `fabric` and checked (0
@@ -319,7 +390,11 @@ impl ApSide {
                 i64::from(v[0])
             }
         };
-        self.check_scalar(side, value)?;
+        let indices = match self.vector_offset {
+            Some(_) => self.moving_indices(fabric)?,
+            None => None,
+        };
+        self.check_scalar(side, value, indices)?;
         Ok(value)
     }
 }
@@ -552,7 +627,7 @@ fn check_side(op: &'static str, name: &'static str, s: &ApSide) -> Result<(), Er
     if let Some(t) = &s.scalar_offset {
         check_scalar_tile(&s.tensor, t).map_err(err)?;
     }
-    match s.extent_error(0) {
+    match s.extent_error(0, s.in_bounds()) {
         Some(rule) => Err(err(rule)),
         None => Ok(()),
     }
@@ -854,10 +929,53 @@ mod tests {
     fn scalar_values_are_checked_when_run() {
         let mut s = side(hbm(&[10, 8]), 0, &[(8, 4), (1, 8)]);
         s.scalar_offset = Some(sbuf(&[1, 1], Dtype::I32));
-        assert!(s.check_scalar("src", 6).is_ok());
-        let e = s.check_scalar("src", 7).unwrap_err();
+        assert!(s.check_scalar("src", 6, None).is_ok());
+        let e = s.check_scalar("src", 7, None).unwrap_err();
         assert!(e.to_string().contains("scalar_offset 7"), "{e}");
-        assert!(s.check_scalar("src", -1).is_err());
+        assert!(s.check_scalar("src", -1, None).is_err());
+    }
+
+    #[test]
+    fn with_an_index_tile_the_scalar_shifts_the_indices_that_move() {
+        // rows 3, 1, 7 and 0 of a [10, 8] table, shifted by the scalar
+        let mut s = side(hbm(&[10, 8]), 0, &[(8, 4), (1, 8)]);
+        s.vector_offset = Some(sbuf(&[4, 1], Dtype::I32));
+        s.scalar_offset = Some(sbuf(&[1, 1], Dtype::I32));
+        let moving = IndexSpan::moving(&[3, 1, 7, 0], 10);
+        assert_eq!(
+            moving,
+            Some(IndexSpan {
+                lo: 0,
+                hi: 7,
+                shift: 0
+            })
+        );
+        // 7 + 2 = 9 is the last row; 7 + 3 = 10 is past it, 0 - 1 before the first
+        assert!(s.check_scalar("src", 2, moving).is_ok());
+        let e = s.check_scalar("src", 3, moving).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("ap[0] = [8, 4] takes position [index 7 + scalar 3] to element 80"),
+            "{e}"
+        );
+        let e = s.check_scalar("src", -1, moving).unwrap_err();
+        assert!(e.to_string().contains("[index 0 - scalar 1]"), "{e}");
+        // out-of-bounds indices (10, and -1 read as u32) are judged alone and never shift
+        let moving = IndexSpan::moving(&[2, 10, u32::MAX, 5], 10);
+        assert_eq!(
+            moving,
+            Some(IndexSpan {
+                lo: 2,
+                hi: 5,
+                shift: 0
+            })
+        );
+        assert!(s.check_scalar("src", -2, moving).is_ok());
+        assert!(s.check_scalar("src", 4, moving).is_ok());
+        assert!(s.check_scalar("src", 5, moving).is_err());
+        // no index moves: nothing to check
+        assert_eq!(IndexSpan::moving(&[10, 11], 10), None);
+        assert!(s.check_scalar("src", 1000, None).is_ok());
     }
 
     #[test]
