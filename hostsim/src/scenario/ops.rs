@@ -340,7 +340,7 @@ impl Cx<'_> {
                 .iter()
                 .map(|&[step, num]| {
                     let num = u32::try_from(num).map_err(|_| {
-                        self.error(format!("{field}.ap: num {num} must be 0 ..= 2^32 - 1"))
+                        self.error(format!("{field}.ap: num {num} must be 1 ..= 2^32 - 1"))
                     })?;
                     Ok(ApDim { step, num })
                 })
@@ -358,6 +358,11 @@ impl Cx<'_> {
             }
             None => rows_side(tensor.clone(), None).dims,
         };
+        if let (Some(d), None, None) = (p.indirect_dim, &vector_offset, &scalar_offset) {
+            return Err(self.error(format!(
+                "{field}: indirect_dim {d} is given without vector_offset or scalar_offset (it names the dim they apply to)"
+            )));
+        }
         Ok(ApSide {
             tensor,
             offset: p.offset,
@@ -579,6 +584,14 @@ mod tests {
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", vector_offset = \"idx\" }\ndst = \"out\"",
                 "op 0 (dma_copy): src: a vector_offset or scalar_offset needs an explicit ap",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, 8], [1, 4]], indirect_dim = 0 }\ndst = \"tab\"",
+                "op 0 (dma_copy): src: indirect_dim 0 is given without vector_offset or scalar_offset (it names the dim they apply to)",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, -8], [1, 4]] }\ndst = \"tab\"",
+                "op 0 (dma_copy): src.ap: num -8 must be 1 ..= 2^32 - 1",
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"out\", offset = 5 }\ndst = \"out\"",
