@@ -429,10 +429,22 @@ impl IndexFault {
 }
 
 impl Error {
+    /// The error this one wraps at the bottom, looking through the op, step and
+    /// instruction that wrap it (itself if it wraps none).
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::Stopped { source, .. }
+            | Error::ProgramStep { source, .. }
+            | Error::ScenarioOpInvalid { source, .. }
+            | Error::ScenarioOpFault { source, .. } => source.root(),
+            e => e,
+        }
+    }
+
     /// The index this error names, looking through the op and instruction that wrap it
     /// (all `None` for an error about no index).
     pub fn index_fault(&self) -> IndexFault {
-        match self {
+        match self.root() {
             Error::IndexOutOfBounds {
                 position,
                 value,
@@ -456,10 +468,6 @@ impl Error {
                 ..IndexFault::default()
             },
             Error::Dge(e) => dge_index_fault(e),
-            Error::Stopped { source, .. }
-            | Error::ProgramStep { source, .. }
-            | Error::ScenarioOpInvalid { source, .. }
-            | Error::ScenarioOpFault { source, .. } => source.index_fault(),
             _ => IndexFault::default(),
         }
     }

@@ -869,6 +869,33 @@ mod tests {
         assert_eq!(codes(&clean), Vec::<&str>::new());
     }
 
+    /// Under `oob = "skip"` a scalar offset that takes an in-bounds index out of its
+    /// tensor still fails the op: the lint says so, not that the policy is `error`.
+    #[test]
+    fn a_failing_scalar_offset_is_named_whatever_the_policy() {
+        let text = tensor("t", "hbm", "[10, 8]", "iota")
+            + &index("idx", 4)
+            + "[[tensor]]\nname = \"s\"\nspace = \"sbuf\"\ndtype = \"i32\"\nshape = [1, 1]\ninit = \"s.npy\"\n"
+            + &tensor("o", "hbm", "[4, 8]", "zeros")
+            + "[[op]]\nop = \"dma_copy\"\nsrc = { tensor = \"t\", ap = [[8, 4], [1, 8]], vector_offset = \"idx\", scalar_offset = \"s\" }\ndst = \"o\"\noob = \"skip\"\n";
+        let path = scenario("scalar-skip", &text, &[("idx.npy", &[3, 1, 7, 0])]);
+        let scalar = NpyArray {
+            descr: "<i4".into(),
+            shape: vec![1, 1],
+            data: (-1i32).to_le_bytes().to_vec(),
+        };
+        std::fs::write(path.with_file_name("s.npy"), encode(&scalar)).unwrap();
+        let (e, _) = explain(&path, &Options::default(), false).unwrap();
+        let op = &e.ops[0];
+        assert_eq!(codes(op), ["oob-indices"]);
+        let m = &op.lints[0].message;
+        assert!(
+            m.starts_with("the op fails (the scalar offset takes the walk out of its tensor, whatever the oob policy): ")
+                && m.contains("[index 0 - scalar 1]"),
+            "{m}"
+        );
+    }
+
     /// An i32 index tile's skipped -1 reads -1, not its bits as u32.
     #[test]
     fn a_negative_i32_index_is_named_as_such() {

@@ -171,12 +171,26 @@ fn duplicate_indices(f: &Facts) -> Option<Lint> {
 /// `error`).
 fn oob_indices(f: &Facts) -> Option<Lint> {
     if let Some(e) = f.error.filter(|e| oob_kind(e.kind())) {
+        // what the failure says: only an index past its bound fails for oob = error (an
+        // index that passes it may still leave the fabric, or a scalar push it out)
+        let (why, fix) = match e.root() {
+            Error::IndexOutOfBounds { .. } | Error::ApIndexOutOfBounds { .. } => (
+                " (oob = error)",
+                "pad with an in-bounds row, or set oob = \"skip\" to skip such indices",
+            ),
+            Error::ApScalarOffset { .. } => (
+                " (the scalar offset takes the walk out of its tensor, whatever the oob policy)",
+                "keep the scalar offset within the rows the in-bounds indices leave free",
+            ),
+            _ => (
+                " (an index within its bound addresses a row off the fabric, whatever the oob policy)",
+                "lower the bound, or move the tensor so every in-bounds row lies on the fabric",
+            ),
+        };
         return Some(Lint {
             code: "oob-indices",
-            message: format!("the op fails (oob = error): {e}"),
-            suggestion: Some(
-                "pad with an in-bounds row, or set oob = \"skip\" to skip such indices".into(),
-            ),
+            message: format!("the op fails{why}: {e}"),
+            suggestion: Some(fix.into()),
         });
     }
     let skipped: Vec<String> = f
