@@ -584,6 +584,24 @@ fn check_request(req: &Request, src: &BytePattern, dst: &BytePattern) -> Result<
     }
 }
 
+/// [`stages`]' piece limit alone, reading nothing: each side of `req`, reshaped as its
+/// generation reshapes it, walks at most [`MAX_PIECES`] pieces. A caller that knows a
+/// request's shape before its indices and scalars checks it up front with this.
+pub fn check_piece_limit(map: &dma::AddressMap, req: &Request) -> Result<(), Error> {
+    let dst = transposed_destination(req)?;
+    let sides = [
+        (&req.src, req.src_indirection, "source"),
+        (&dst, req.dst_indirection, "destination"),
+    ];
+    for (p, ind, side) in sides {
+        let bytes = p.byte_pattern(map, side)?;
+        let partition_dim = map.locate(FabricAddr(bytes.start))?.space != Space::Hbm;
+        let shape = batman_reshape(&bytes, ind.map(|i| i.dim), partition_dim, side);
+        check_pieces(&shape, side)?;
+    }
+    Ok(())
+}
+
 /// A side walks at most [`MAX_PIECES`] pieces, so no request loops or allocates without
 /// bound.
 fn check_pieces(p: &Reshaped, side: &'static str) -> Result<(), Error> {

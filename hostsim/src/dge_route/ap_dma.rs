@@ -21,20 +21,85 @@
 use dge::generate::Kind;
 use dge::indirection::{Indirection, OobPolicy};
 use dge::{AccessPattern, ElementOrder, IndexDtype, IndexLayout, Request};
-use dma::{ComputeOp, Fabric};
+use dma::{AddressMap, ComputeOp, Fabric};
 
 use super::Lowered;
 use crate::error::Error;
 use crate::nki::{ApDma, ApSide, OobMode};
 
-/// The lowered copy: one request, its skips reported.
+/// The lowered copy: one request, its skips reported. The scalar offsets and (beside a
+/// scalar) the index tiles are read from `fabric` and checked first.
 pub(super) fn lower(fabric: &Fabric, c: &ApDma) -> Result<Lowered, Error> {
+    let shifts = [
+        Shift::of(fabric, "src", &c.src)?,
+        Shift::of(fabric, "dst", &c.dst)?,
+    ];
+    Ok(Lowered {
+        requests: vec![request(c, shifts)?],
+        rows: [None, None],
+        report_skips: true,
+    })
+}
+
+/// Checks, before anything is read, that `c` is one request the DGE takes: each side at
+/// most [`dge::runs::MAX_PIECES`] contiguous pieces, and an index step that fits 32 bits.
+/// Every route refuses a copy that fails (the copy is one DGE request by definition).
+pub(crate) fn check_request(map: &AddressMap, c: &ApDma) -> Result<(), Error> {
+    let req = request(c, [Shift::default(); 2])?;
+    dge::generate::check_piece_limit(map, &req).map_err(|e| match e {
+        dge::Error::TooManyPieces { side, pieces, limit } => Error::ApPattern {
+            op: "dma_copy",
+            side: if side == "source" { "src" } else { "dst" },
+            rule: format!(
+                "the walk is {pieces} contiguous pieces; the copy is one DGE request, which walks at most {limit} a side (split the copy)"
+            ),
+        },
+        e => Error::Dge(e),
+    })
+}
+
+/// Where a side's run-time values put it: `strides` times `stride_d` added to its offset,
+/// and `lowest` taken off every index (the index bias) with the bound lowered by as much.
+#[derive(Clone, Copy, Debug, Default)]
+struct Shift {
+    strides: i128,
+    lowest: u32,
+}
+
+impl Shift {
+    /// Side `s`'s shift: its scalar offset's value (read and checked). With an index tile
+    /// and a scalar, the start is the position of the lowest in-bounds index `m` (others at
+    /// 0), and the DGE's index bias takes `m` off every index with the bound lowered by
+    /// `m`: the same addresses, the same indices in bounds (one below `m` is out of
+    /// bounds), reported unbiased. (Folded into the start alone, the scalar could take it
+    /// below the tensor, where no pattern may start.) Where no index is in bounds nothing
+    /// moves, and the scalar is left out.
+    fn of(fabric: &Fabric, name: &'static str, s: &ApSide) -> Result<Shift, Error> {
+        let scalar = i128::from(s.scalar_value(fabric, name)?);
+        Ok(match (&s.vector_offset, scalar != 0) {
+            (Some(_), true) => match s.moving_indices(fabric)? {
+                Some(m) => Shift {
+                    strides: scalar + m.lo,
+                    lowest: m.lo as u32,
+                },
+                None => Shift::default(),
+            },
+            _ => Shift {
+                strides: scalar,
+                lowest: 0,
+            },
+        })
+    }
+}
+
+/// `c` as one DGE request, each side shifted by its [`Shift`].
+fn request(c: &ApDma, [src_shift, dst_shift]: [Shift; 2]) -> Result<Request, Error> {
     let policy = match c.oob {
         OobMode::Error => OobPolicy::HardError,
         OobMode::Skip => OobPolicy::SoftSkip,
     };
-    let (src, src_ind, src_index) = side(fabric, "src", &c.src, policy)?;
-    let (dst, dst_ind, dst_index) = side(fabric, "dst", &c.dst, policy)?;
+    let (src, src_ind, src_index) = side("src", &c.src, src_shift, policy)?;
+    let (dst, dst_ind, dst_index) = side("dst", &c.dst, dst_shift, policy)?;
     let kind = match c.indexed() {
         true => Kind::Indirect,
         false => Kind::Direct2d,
@@ -49,37 +114,19 @@ pub(super) fn lower(fabric: &Fabric, c: &ApDma) -> Result<Lowered, Error> {
     req.op = c.op;
     req.non_unique_dst_idx = !c.unique_indices || c.op == ComputeOp::None;
     req.order = ElementOrder::Sequential { unit_elems: 1 };
-    Ok(Lowered {
-        requests: vec![req],
-        rows: [None, None],
-        report_skips: true,
-    })
+    Ok(req)
 }
 
-/// One side's DGE pattern, indirection and index layout.
+/// One side's DGE pattern, indirection and index layout, shifted by `shift`.
 fn side(
-    fabric: &Fabric,
     name: &'static str,
     s: &ApSide,
+    shift: Shift,
     policy: OobPolicy,
 ) -> Result<(AccessPattern, Option<Indirection>, IndexLayout), Error> {
     let t = &s.tensor;
-    let scalar = s.scalar_value(fabric, name)?;
-    // With an index tile and a scalar, the start is the position of the lowest in-bounds
-    // index `m` (others at 0), and the DGE's index bias takes `m` off every index with the
-    // bound lowered by `m`: the same addresses, the same indices in bounds (one below `m`
-    // is out of bounds), reported unbiased. (Folded into the start alone, the scalar could
-    // take it below the tensor, where no pattern may start.) Where no index is in bounds
-    // nothing moves, and the scalar is left out.
-    let (shift, lowest) = match (&s.vector_offset, scalar != 0) {
-        (Some(_), true) => match s.moving_indices(fabric)? {
-            Some(m) => (i128::from(scalar) + m.lo, m.lo as u32),
-            None => (0, 0),
-        },
-        _ => (i128::from(scalar), 0),
-    };
     // check_scalar proved that position an element of the tensor.
-    let offset = (i128::from(s.offset) + shift * i128::from(s.indirect_stride())) as u64;
+    let offset = (i128::from(s.offset) + shift.strides * i128::from(s.indirect_stride())) as u64;
     let size = t.dtype.size() as i64;
     let (start, dims, unit) = match t.partition_stride() {
         None => (
@@ -115,7 +162,7 @@ fn side(
         dim: s.indirect_dim,
         indices: tile.start,
         step,
-        bound: Some(s.index_bound() - u64::from(lowest)),
+        bound: Some(s.index_bound() - u64::from(shift.lowest)),
         policy,
     };
     let layout = IndexLayout {
@@ -131,7 +178,7 @@ fn side(
             ),
             _ => None,
         },
-        bias: lowest,
+        bias: shift.lowest,
     };
     Ok((pattern, Some(ind), layout))
 }

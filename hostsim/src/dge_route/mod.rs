@@ -53,6 +53,7 @@
 //! leaves the fabric and the [`CoreState`] unchanged.
 
 mod ap_dma;
+pub(crate) use ap_dma::check_request as check_ap_request;
 mod direct2d;
 mod dma_indirect;
 mod embedding;

@@ -73,6 +73,10 @@ pub fn prepare_op(
         if mechanism == Mechanism::Pool && !lowered.ap_dmas.is_empty() {
             return Err(crate::pool::kernel_missing_ap());
         }
+        // an access-pattern copy is one DGE request on every route
+        for c in &lowered.ap_dmas {
+            crate::dge_route::check_ap_request(map, c)?;
+        }
         Ok(lowered)
     };
     let lowered = cx.lower(op).and_then(routed).map_err(|e| match e {
@@ -584,6 +588,10 @@ mod tests {
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", vector_offset = \"idx\" }\ndst = \"out\"",
                 "op 0 (dma_copy): src: a vector_offset or scalar_offset needs an explicit ap",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[0, 3000], [0, 3000]] }\ndst = { tensor = \"out\", ap = [[0, 3000], [0, 3000]] }",
+                "op 0 (dma_copy src=tab dst=out): dma_copy: src: the walk is 9000000 contiguous pieces; the copy is one DGE request, which walks at most 4194304 a side (split the copy)",
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, 8], [1, 4]], indirect_dim = 0 }\ndst = \"tab\"",
