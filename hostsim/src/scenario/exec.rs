@@ -712,6 +712,15 @@ pub(crate) mod tests {
                 "bounds = [{ reg = 10, bound = 3 }]\nshapes = [{ reg = 8, xyzw = [2, 3, 2, 2] }]\n",
                 "op 0 (isa): shapes[0] (registers 8..=11) sets a register bounds[0] (registers 10..=11) already sets",
             ),
+            // a shape the op sets for its own instruction is checked before anything runs
+            (
+                "shapes = [{ reg = 8, xyzw = [2, 3, 0, 2] }]\n",
+                "op 0 (isa): DMA_INDIRECT1D.shape_reg.z = 0: a shape's extents X, Y, Z, W (registers reg..reg+3) must each be at least 1",
+            ),
+            (
+                "shapes = [{ reg = 8, xyzw = [2, 3, 2, 4294967295] }]\n",
+                "op 0 (isa): DMA_INDIRECT1D.shape_reg.elements = 34359738360: a shaped DMA_INDIRECT moves at most 2^20 elements",
+            ),
         ];
         for (shapes, want) in rejected {
             let e = prepared(&op(shapes), &files, Overrides::default()).unwrap_err();

@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 use super::model::{ApSpec, Compute, DmaCopy, IsaOp, OpSpec, RowDma};
 use super::place::Placed;
 use crate::error::Error;
-use crate::isa::{self, BoundRegisters};
+use crate::isa::{self, BoundRegisters, Instruction};
 use crate::nki::{
     self, ApDim, ApOptions, ApSide, ApTensor, BoundSetting, DmaOptions, Lowered, ShapeSetting,
 };
@@ -428,10 +428,19 @@ impl Cx<'_> {
         };
         // every setting is made on a scratch file now, so that a register it cannot be
         // set in is refused, naming the setting, before anything runs
+        let mut regs = BoundRegisters::new();
         lowered
-            .apply_registers_named(&mut BoundRegisters::new())
+            .apply_registers_named(&mut regs)
             .map_err(|named| self.error(format!("{}: {}", named.0, named.1)))?;
         self.registers_set_once(o)?;
+        // a shape this op sets for its own DMA_INDIRECT is known now: its walk is checked
+        // before anything runs (a shape set by an earlier op is checked as the op runs)
+        if let Instruction::DmaIndirect(d) = inst {
+            let reg = d.shape_reg();
+            if reg.present() && o.shapes.iter().any(|s| s.reg == reg.reg()) {
+                isa::validate::dma_indirect_walk(self.map, &regs, &d)?;
+            }
+        }
         Ok(lowered)
     }
 
