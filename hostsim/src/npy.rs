@@ -159,9 +159,14 @@ fn decode_header(file: &str, bytes: &[u8]) -> Result<Header, Error> {
     let header = std::str::from_utf8(header).map_err(|_| bad(file, "header is not text"))?;
     let (descr, shape) = parse_header(file, header)?;
     let size = descr_size(&descr).ok_or_else(|| {
+        let mut known: Vec<&str> = Dtype::ALL.into_iter().map(storage_descr).collect();
+        known.dedup();
         bad(
             file,
-            format!("dtype {descr:?} is not one of |u1 |i1 <u2 <i2 <u4 <i4 <f2 <f4"),
+            format!(
+                "dtype {descr:?} is not one of {} (a bf16 tensor takes its raw bits as <u2: save a.view(np.uint16))",
+                known.join(" ")
+            ),
         )
     })?;
     let count = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
@@ -427,6 +432,11 @@ mod tests {
             (good[..20].to_vec(), "truncated header"),
             (good[..good.len() - 1].to_vec(), "payload is 11 bytes"),
             (replace(&good, "<u4", "<f8"), "<f8"),
+            // every stored dtype is listed, i64 too, and bf16's raw bits are suggested
+            (
+                replace(&good, "<u4", "<V2"),
+                "\"<V2\" is not one of |i1 |u1 <i2 <u2 <f2 <i4 <u4 <f4 <i8 (a bf16 tensor takes its raw bits as <u2",
+            ),
             (replace(&good, "False", "True "), "Fortran"),
             // a header is parsed whole, not searched: keys hidden in values, extra,
             // repeated or missing keys, and text after the dictionary are refused
