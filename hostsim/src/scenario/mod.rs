@@ -105,9 +105,13 @@ pub fn parse(file: &str, text: &str, format: Format) -> Result<Scenario, Error> 
             let message = strip_position(&e.to_string());
             let ops = serde_json::from_str::<serde_json::Value>(text).ok();
             let fault = ops.and_then(|doc| OpFault::find(doc.get("op")?, &message));
+            // serde_json stops past the op (it reads a tagged op whole first): the op's
+            // own closing brace is named instead
+            let end = fault.as_ref().and_then(|f| json_op_end(text, f.index));
             let message = fault.map_or(message.clone(), |f| f.describe(&message));
+            let (line, column) = end.map_or((e.line(), e.column()), |at| line_column(text, at));
             // serde_json gives column 0 for an error before the first character
-            syntax(file, e.line(), e.column().max(1), &message)
+            syntax(file, line, column.max(1), &message)
         }),
     }
 }
@@ -264,6 +268,46 @@ fn key_at(text: &str, span: std::ops::Range<usize>, name: &str) -> Option<(usize
             return Some((key_at, offset + line.len() - value.trim_start().len()));
         }
         offset += line.len();
+    }
+    None
+}
+
+/// The byte of the closing brace of the `index`-th element of the top-level `"op"` array
+/// of JSON `text` (a document that parses), found by scanning: strings skipped, brackets
+/// counted.
+fn json_op_end(text: &str, index: usize) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let (mut key, mut in_ops, mut element) = (String::new(), false, 0usize);
+    let mut string = String::new();
+    for (at, c) in text.char_indices() {
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                (false, c) => string.push(c),
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                string.clear();
+            }
+            ':' if depth == 1 => key = std::mem::take(&mut string),
+            '[' if depth == 1 && key == "op" => {
+                in_ops = true;
+                depth += 1;
+            }
+            '{' | '[' => depth += 1,
+            '}' if in_ops && depth == 3 && element == index => return Some(at),
+            ',' if in_ops && depth == 2 => element += 1,
+            '}' | ']' => {
+                depth = depth.checked_sub(1)?;
+                in_ops &= depth >= 2;
+            }
+            _ => {}
+        }
     }
     None
 }
@@ -567,6 +611,20 @@ dst = "t"
         assert!(message.starts_with("unknown field `bogus`"), "{message}");
         assert_eq!(syntax_error("", Format::Json).0, 1);
         assert_eq!(syntax_error("", Format::Json).1, 1, "columns start at 1");
+        // an op's error is placed at the op's closing brace (serde_json stops past it:
+        // at the next op, or the array's end), strings with brackets and braces skipped
+        let ops = "{\"tensor\": [], \"op\": [\n {\"op\": \"dma_copy\", \"src\": {\"tensor\": \"a]}\", \"vector_offst\": \"i\"},\n  \"dst\": \"b\"},\n {\"op\": \"dma_copy\", \"src\": \"b\", \"dst\": \"b\"}\n]}";
+        let (line, column, message) = syntax_error(ops, Format::Json);
+        assert_eq!((line, column), (3, 13), "{message}");
+        assert!(
+            message.starts_with("op 0 (dma_copy): src: unknown field `vector_offst`"),
+            "{message}"
+        );
+        let one = ops.replace(
+            ",\n {\"op\": \"dma_copy\", \"src\": \"b\", \"dst\": \"b\"}",
+            "",
+        );
+        assert_eq!(syntax_error(&one, Format::Json).0, 3);
         assert_eq!(Format::of_path(Path::new("a/b.JSON")), Format::Json);
         assert_eq!(Format::of_path(Path::new("a/b.toml")), Format::Toml);
     }
