@@ -224,12 +224,14 @@ pub enum Error {
         bound: u64,
     },
     /// A `scalar_offset` whose value, read when the op runs, takes its side's pattern out
-    /// of its tensor.
-    #[error("{side}: scalar_offset {value} {rule}")]
+    /// of its tensor; on a side with an index tile, the first in-bounds index it takes out
+    /// (its position and value).
+    #[error("{side}: scalar_offset {value} {rule}{}", index.map_or(String::new(), |(p, v)| format!(" (index {v} at position {p})")))]
     ApScalarOffset {
         side: &'static str,
         value: i64,
         rule: String,
+        index: Option<(u32, u32)>,
     },
     /// An NKI-level op the lowering cannot express as ISA instructions.
     #[error("{op} cannot be lowered: {reason}")]
@@ -463,6 +465,10 @@ impl Error {
             Error::DuplicateDestination { value, second, .. } => {
                 IndexFault::at(*second, *value, None)
             }
+            Error::ApScalarOffset {
+                index: Some((position, index)),
+                ..
+            } => IndexFault::at(*position, *index, None),
             Error::ApScalarOffset { value, .. } => IndexFault {
                 value: Some(*value),
                 ..IndexFault::default()

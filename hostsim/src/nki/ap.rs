@@ -359,7 +359,12 @@ impl ApSide {
         };
         match self.extent_error(value, indices) {
             None => Ok(()),
-            Some(rule) => Err(Error::ApScalarOffset { side, value, rule }),
+            Some(rule) => Err(Error::ApScalarOffset {
+                side,
+                value,
+                rule,
+                index: None,
+            }),
         }
     }
 
@@ -390,12 +395,33 @@ impl ApSide {
                 i64::from(v[0])
             }
         };
-        let indices = match self.vector_offset {
-            Some(_) => self.moving_indices(fabric)?,
-            None => None,
+        let Some(_) = self.vector_offset else {
+            self.check_scalar(side, value, None)?;
+            return Ok(value);
         };
-        self.check_scalar(side, value, indices)?;
+        let values = self.index_values(fabric)?.unwrap_or_default();
+        let checked =
+            self.check_scalar(side, value, IndexSpan::moving(&values, self.index_bound()));
+        checked.map_err(|e| self.culprit(side, value, &values).unwrap_or(e))?;
         Ok(value)
+    }
+
+    /// The error of the first in-bounds index of `values` (in position order) that the
+    /// scalar offset `value` takes out of the tensor, naming its position and value.
+    fn culprit(&self, side: &'static str, value: i64, values: &[u32]) -> Option<Error> {
+        let bound = self.index_bound();
+        values.iter().enumerate().find_map(|(k, &v)| {
+            let span = IndexSpan::moving(&[v], bound)?;
+            match self.check_scalar(side, value, Some(span)) {
+                Err(Error::ApScalarOffset { rule, .. }) => Some(Error::ApScalarOffset {
+                    side,
+                    value,
+                    rule,
+                    index: Some((k as u32, v)),
+                }),
+                _ => None,
+            }
+        })
     }
 }
 
@@ -892,6 +918,37 @@ mod tests {
 
     /// An i64 scalar is read exactly: 2^32 + 2^24 + 1 rows down (a float32 would drop the
     /// 1, an i32 read the 2^32).
+    #[test]
+    fn a_scalar_pushing_an_index_out_names_that_index() {
+        // rows 0, 990, 999, 5 of a [1000, 2] table, the scalar 3: 999 + 3 leaves it
+        let mut f = Fabric::new(dma::Generation::Cayman);
+        let mut s = side(hbm(&[1000, 2]), 0, &[(2, 4), (1, 2)]);
+        let mut tile = sbuf(&[1, 4], Dtype::I32);
+        tile.start = FabricAddr(SBUF_BASE + 256);
+        f.write_elems(tile.start, &[0i32, 990, 999, 5]).unwrap();
+        s.vector_offset = Some(tile);
+        let scalar = sbuf(&[1, 1], Dtype::I32);
+        f.write_elems(scalar.start, &[3i32]).unwrap();
+        s.scalar_offset = Some(scalar.clone());
+        let e = s.scalar_value(&f, "src").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::ApScalarOffset {
+                    index: Some((2, 999)),
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().ends_with("(index 999 at position 2)"), "{e}");
+        assert_eq!(e.index_fault().position, Some(2));
+        assert_eq!(e.index_fault().value, Some(999));
+        // a scalar that keeps every in-bounds index inside: its value
+        f.write_elems(scalar.start, &[-0i32]).unwrap();
+        assert_eq!(s.scalar_value(&f, "src").unwrap(), 0);
+    }
+
     #[test]
     fn an_i64_scalar_is_read_at_its_dtype() {
         let mut f = Fabric::new(dma::Generation::Cayman);
