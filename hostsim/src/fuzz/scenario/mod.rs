@@ -246,6 +246,8 @@ pub struct Summary {
     pub cases: u64,
     /// Cases whose edits made a scenario the CLI refuses.
     pub refused: u64,
+    /// Cases that found something (a new finding or one found before).
+    pub found: u64,
     /// Distinct findings (check, op, route), each with its reproducer folder.
     pub findings: Vec<(Found, PathBuf)>,
     pub interrupted: bool,
@@ -277,6 +279,11 @@ impl Summary {
             );
         }
         let _ = writeln!(t, "refused (edits the CLI rejects): {}", self.refused);
+        let _ = writeln!(
+            t,
+            "found (cases with a finding, new or seen before; not in the rows): {}",
+            self.found
+        );
         t
     }
 
@@ -381,7 +388,10 @@ fn case(base: &Base, checker: &mut Checker, m: &Mutation, summary: &mut Summary)
             summary.count(&scenario, &m.keep, m.generation, &fates);
             None
         }
-        Verdict::Finding(f) => Some(f.with_original_op(&m.keep)),
+        Verdict::Finding(f) => {
+            summary.found += 1;
+            Some(f.with_original_op(&m.keep))
+        }
     }
 }
 
@@ -549,6 +559,10 @@ mod tests {
         plant::set_skip_at_bound(false);
         println!("the skip-at-bound mutant was caught in case {first:?}");
         assert_eq!(s.findings.len(), 1, "{}", s.line());
+        // one op: its rows, the refused and the found cases are every case
+        let rows: u64 = s.tally.values().map(|r| r[0]).sum();
+        assert!(s.found >= 1);
+        assert_eq!(rows + s.refused + s.found, s.cases, "{}", s.table());
         let (f, _) = &s.findings[0];
         assert_eq!((f.check, f.mechanism), ("routes", Some(Mechanism::Dge)));
         assert!(f.what.contains("IndexOutOfBounds"), "{}", f.what);
