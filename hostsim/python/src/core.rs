@@ -69,8 +69,24 @@ impl<'py> Made<'py> {
 #[pymethods]
 impl Core {
     #[new]
-    #[pyo3(signature = (generation="cayman", mechanism="auto", queues=16))]
-    fn new(py: Python<'_>, generation: &str, mechanism: &str, queues: usize) -> PyResult<Self> {
+    #[pyo3(signature = (generation="cayman", mechanism="auto", queues=None))]
+    fn new(
+        py: Python<'_>,
+        generation: &str,
+        mechanism: &str,
+        queues: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let queues: usize = match queues {
+            None => 16,
+            Some(q) => q.extract().map_err(|_| {
+                errors::bad_arg(
+                    "Core",
+                    "queues",
+                    q,
+                    "must be the DMA queues to use, 1 ..= 16",
+                )
+            })?,
+        };
         let g = Generation::from_name(generation).map_err(|e| errors::raise(py, e.into()))?;
         let m = Mechanism::from_name(mechanism).ok_or_else(|| {
             InvalidInput::new_err(format!(
@@ -171,15 +187,10 @@ impl Core {
         oob_mode: Option<String>,
         unique_indices: Option<bool>,
     ) -> PyResult<()> {
-        let compute = dst_rmw_op.map(op_name).transpose()?.map(Value::from);
-        let fields = vec![
-            ("src", Some(side(slf, "src", src)?)),
-            ("dst", Some(side(slf, "dst", dst)?)),
-            ("compute", compute),
-            ("oob", oob_mode.map(Value::from)),
-            ("unique_indices", unique_indices.map(Value::from)),
-        ];
-        run_op(slf, "dma_copy", fields)
+        let compute = dst_rmw_op
+            .map(|op| op_name("dma_copy", "dst_rmw_op", op))
+            .transpose()?;
+        copy(slf, [dst, src], compute, oob_mode, unique_indices)
     }
 
     /// dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None)
@@ -212,7 +223,16 @@ impl Core {
                 "dma_compute: srcs must be two, one of them dst itself (dst = reduce_op(dst, src))",
             )),
         };
-        Core::dma_copy(slf, dst, other, Some(reduce_op), oob_mode, unique_indices)
+        let op = op_name("dma_compute", "reduce_op", reduce_op)?;
+        if op == "none" {
+            return Err(errors::bad_arg(
+                "dma_compute",
+                "reduce_op",
+                reduce_op,
+                "must reduce (np.add, np.multiply, np.maximum or np.minimum): dma_copy copies",
+            ));
+        }
+        copy(slf, [dst, other], Some(op), oob_mode, unique_indices)
     }
 
     /// dma_transpose(dst, src, axes=None, oob_mode=None)
@@ -229,9 +249,21 @@ impl Core {
         slf: &Bound<'_, Self>,
         dst: &Bound<'_, PyAny>,
         src: &Bound<'_, Ap>,
-        axes: Option<Vec<u32>>,
+        axes: Option<&Bound<'_, PyAny>>,
         oob_mode: Option<String>,
     ) -> PyResult<()> {
+        let axes = axes
+            .map(|a| {
+                a.extract::<Vec<u32>>().map_err(|_| {
+                    errors::bad_arg(
+                        "dma_transpose",
+                        "axes",
+                        a,
+                        "must be a permutation such as (1, 0), (2, 1, 0) or (3, 1, 2, 0)",
+                    )
+                })
+            })
+            .transpose()?;
         let (table, index) = transposed_rows(slf, src.get())?;
         let fields = vec![
             ("src", Some(table)),
@@ -302,7 +334,9 @@ impl Core {
         data: &Bound<'_, PyAny>,
         reduce: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let reduce = reduce.map_or(Ok("add".to_string()), op_name)?;
+        let reduce = reduce.map_or(Ok("add".to_string()), |r| {
+            op_name("embedding_update", "reduce", r)
+        })?;
         let fields = vec![
             ("table", Some(tensor_name(slf, "table", table)?)),
             ("index", Some(tensor_name(slf, "index", index)?)),
@@ -562,16 +596,47 @@ fn transposed_rows(slf: &Bound<'_, Core>, ap: &Ap) -> PyResult<(Value, Value)> {
     Ok((json!(t.name), index.clone()))
 }
 
-/// A compute op's name: a string, or a function (`np.add`, `np.maximum`, ..) by its
-/// `__name__`.
-fn op_name(op: &Bound<'_, PyAny>) -> PyResult<String> {
-    let name: String = match op.extract::<String>() {
-        Ok(s) => s,
-        Err(_) => op.getattr("__name__")?.extract()?,
-    };
-    Ok(match name.as_str() {
-        "maximum" => "max".into(),
-        "minimum" => "min".into(),
-        _ => name,
-    })
+/// A `dma_copy` of `src` into `dst`, reducing by the compute op `compute` if given (the
+/// body of `dma_copy` and `dma_compute`).
+fn copy(
+    slf: &Bound<'_, Core>,
+    [dst, src]: [&Bound<'_, PyAny>; 2],
+    compute: Option<String>,
+    oob_mode: Option<String>,
+    unique_indices: Option<bool>,
+) -> PyResult<()> {
+    let fields = vec![
+        ("src", Some(side(slf, "src", src)?)),
+        ("dst", Some(side(slf, "dst", dst)?)),
+        ("compute", compute.map(Value::from)),
+        ("oob", oob_mode.map(Value::from)),
+        ("unique_indices", unique_indices.map(Value::from)),
+    ];
+    run_op(slf, "dma_copy", fields)
+}
+
+/// A compute op's name (`arg` of `call`, in errors): a string (the scenario's names, or
+/// numpy's `maximum` and `minimum`), or one of the numpy functions `np.add`,
+/// `np.multiply`, `np.maximum` and `np.minimum` (by their `__name__`; a function of
+/// another name, such as the reduction `max`, is refused).
+fn op_name(call: &str, arg: &str, op: &Bound<'_, PyAny>) -> PyResult<String> {
+    const FUNCTIONS: [(&str, &str); 4] = [
+        ("add", "add"),
+        ("multiply", "multiply"),
+        ("maximum", "max"),
+        ("minimum", "min"),
+    ];
+    let rule = "must be np.add, np.multiply, np.maximum or np.minimum, or a name: \"add\", \"multiply\", \"max\" or \"min\" (\"none\" copies)";
+    if let Ok(name) = op.extract::<String>() {
+        let known = FUNCTIONS.iter().find(|(f, _)| *f == name);
+        return Ok(known.map_or(name, |(_, n)| n.to_string()));
+    }
+    let name = op.getattr("__name__").and_then(|n| n.extract::<String>());
+    let known = name
+        .ok()
+        .and_then(|n| FUNCTIONS.iter().find(|(f, _)| *f == n));
+    match known {
+        Some((_, n)) if op.is_callable() => Ok(n.to_string()),
+        _ => Err(errors::bad_arg(call, arg, op, rule)),
+    }
 }

@@ -20,6 +20,16 @@ create_exception!(
     "An op that failed while it ran (the CLI's exit status 1): a hard out-of-bounds index, an index off the fabric, duplicate destinations under a compute op. Attributes: op (its kind), op_index, position, value, bound (None where the fault has none). No tensor has changed."
 );
 
+/// [`InvalidInput`] for an argument Python gave that is not of the kind `rule` says: the
+/// call, the argument, its value and the rule (PyO3's own conversion error names none of
+/// them).
+pub fn bad_arg(call: &str, arg: &str, value: &Bound<'_, PyAny>, rule: &str) -> PyErr {
+    let shown = value
+        .repr()
+        .map_or_else(|_| "?".to_string(), |r| r.to_string());
+    InvalidInput::new_err(format!("{call}: {arg} = {shown}: {rule}"))
+}
+
 /// `e` as the exception of its class, with `Fault`'s attributes.
 pub fn raise(py: Python<'_>, e: Error) -> PyErr {
     if hostsim::scenario::exit_code(&e) != 1 {

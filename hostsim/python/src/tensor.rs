@@ -68,15 +68,43 @@ impl Tensor {
     /// `scalar_offset` a 1x1 int32 or int64 tensor in SBUF or HBM whose value times the
     /// same stride is added when the op runs (int64 only on an HBM tensor's pattern: on
     /// SBUF/PSUM the offset must be int32, as NKI says).
-    #[pyo3(signature = (pattern, offset=0, vector_offset=None, indirect_dim=None, scalar_offset=None))]
+    #[pyo3(signature = (pattern, offset=None, vector_offset=None, indirect_dim=None, scalar_offset=None))]
     fn ap(
         slf: &Bound<'_, Self>,
-        pattern: Vec<[i64; 2]>,
-        offset: u64,
+        pattern: &Bound<'_, PyAny>,
+        offset: Option<&Bound<'_, PyAny>>,
         vector_offset: Option<Py<Tensor>>,
-        indirect_dim: Option<u32>,
+        indirect_dim: Option<&Bound<'_, PyAny>>,
         scalar_offset: Option<Py<Tensor>>,
     ) -> PyResult<Ap> {
+        let bad = |arg, value, rule| errors::bad_arg("ap", arg, value, rule);
+        let pattern: Vec<[i64; 2]> = pattern.extract().map_err(|_| {
+            bad(
+                "pattern",
+                pattern,
+                "must be a list of 1 to 5 [step, num] pairs of integers, outermost first",
+            )
+        })?;
+        let offset: u64 = offset.map_or(Ok(0), |o| {
+            o.extract().map_err(|_| {
+                bad(
+                    "offset",
+                    o,
+                    "must be an element offset, an integer 0 ..= 2^64 - 1",
+                )
+            })
+        })?;
+        let indirect_dim = indirect_dim
+            .map(|d| {
+                d.extract::<u32>().map_err(|_| {
+                    bad(
+                        "indirect_dim",
+                        d,
+                        "must be a dim of the pattern, an integer from 0",
+                    )
+                })
+            })
+            .transpose()?;
         let this = slf.get();
         let mut table = Map::new();
         table.insert("tensor".into(), json!(this.name));

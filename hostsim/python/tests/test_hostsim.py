@@ -117,6 +117,24 @@ def test_a_window_and_a_scalar_offset():
     assert np.array_equal(row.numpy(), a[9:10])
 
 
+def test_a_scalar_offset_shifts_the_rows_an_index_tile_picks():
+    core = hostsim.Core("cayman")
+    a = np.arange(10 * 8, dtype=np.float32).reshape(10, 8)
+    t = core.hbm(a)
+    ids = np.array([[3], [1], [7], [0]], dtype=np.int32)
+    out = core.sbuf(shape=(4, 8), dtype=np.float32)
+    k = core.sbuf(np.array([[2]], dtype=np.int32))
+    core.dma_copy(dst=out, src=t.ap([[8, 4], [1, 8]], vector_offset=core.sbuf(ids), scalar_offset=k))
+    assert np.array_equal(out.numpy(), a[ids[:, 0] + 2])
+    # 7 + 3 leaves the table: a fault naming that index, nothing written
+    k3 = core.sbuf(np.array([[3]], dtype=np.int32))
+    before = snapshot([out])
+    with pytest.raises(hostsim.Fault) as e:
+        core.dma_copy(dst=out, src=t.ap([[8, 4], [1, 8]], vector_offset=core.sbuf(ids), scalar_offset=k3), oob_mode="skip")
+    assert (e.value.position, e.value.value) == (2, 7)
+    assert snapshot([out]) == before
+
+
 def test_an_int64_scalar_offset_in_hbm_and_its_sbuf_rule():
     core = hostsim.Core("cayman")
     a = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
@@ -350,6 +368,18 @@ def test_invalid_input_changes_nothing():
         (lambda: core.hbm(np.zeros(3, np.float32), name="a"), "already taken by tensor"),
         (lambda: core.sbuf(shape=(129, 4)), "partitions 0..129 do not fit sbuf"),
         (lambda: core.hbm(), "give an array, or a shape"),
+    ]
+    # arguments of the wrong kind name the call, the argument and the rule
+    cases += [
+        (lambda: core.dma_copy(dst=b, src=a, dst_rmw_op=max), "dma_copy: dst_rmw_op = <built-in function max>: must be np.add"),
+        (lambda: core.dma_copy(dst=b, src=a, dst_rmw_op=5), "dst_rmw_op = 5: must be np.add"),
+        (lambda: core.dma_compute(dst=b, srcs=[b, a], reduce_op=None), "dma_compute: reduce_op = None"),
+        (lambda: core.dma_compute(dst=b, srcs=[b, a], reduce_op="none"), "reduce_op = 'none': must reduce"),
+        (lambda: a.ap("abc"), "ap: pattern = 'abc': must be a list of 1 to 5 \\[step, num\\] pairs"),
+        (lambda: a.ap([[1, 2, 3]]), "ap: pattern = \\[\\[1, 2, 3\\]\\]"),
+        (lambda: a.ap([[1, 4]], offset=-1), "ap: offset = -1"),
+        (lambda: a.ap([[1, 4]], indirect_dim=-1), "ap: indirect_dim = -1"),
+        (lambda: hostsim.Core(queues=-1), "Core: queues = -1"),
     ]
     for call, message in cases:
         with pytest.raises(hostsim.InvalidInput, match=message):
