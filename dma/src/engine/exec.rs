@@ -41,40 +41,15 @@ pub(crate) fn execute_descriptor<const R: usize>(
 /// How many descriptors ahead of the one executing a unit prefetches.
 const PREFETCH_AHEAD: usize = 8;
 
-/// Which sides of its descriptors a run prefetches ([`run_each`]).
-#[derive(Clone, Copy)]
-struct Prefetch {
-    src: bool,
-    dst: bool,
-}
-
-impl Prefetch {
-    /// Both sides: a queue's descriptors may lie anywhere.
-    const BOTH: Prefetch = Prefetch {
-        src: true,
-        dst: true,
-    };
-
-    /// The listed sides of `block`: a strided side's rows follow one another, as a
-    /// hardware prefetcher or the cache already has them (a tile's rows).
-    fn listed(block: &Block) -> Prefetch {
-        let (src, dst) = block.sides();
-        let listed = |r: &Rows| matches!(r, Rows::Listed(_));
-        Prefetch {
-            src: listed(src),
-            dst: listed(dst),
-        }
+/// Prefetches what `d` will read (if `src` asks, and it reads: a fill does not) and write
+/// (if `dst` asks).
+#[inline(always)]
+fn prefetch<const R: usize>(locks: &mut PageLocks<'_, R>, d: &Descriptor, [src, dst]: [bool; 2]) {
+    if src && d.op().compute_op().is_some() {
+        locks.prefetch(d.src(), d.len());
     }
-
-    /// Prefetches what `d` will read and write, of the sides asked (a fill reads nothing).
-    #[inline(always)]
-    fn ahead<const R: usize>(self, locks: &mut PageLocks<'_, R>, d: &Descriptor) {
-        if self.src && d.op().compute_op().is_some() {
-            locks.prefetch(d.src(), d.len());
-        }
-        if self.dst {
-            locks.prefetch(d.dst(), d.len());
-        }
+    if dst {
+        locks.prefetch(d.dst(), d.len());
     }
 }
 
@@ -92,7 +67,7 @@ pub(crate) fn run_unit(
         Some((block, rows)) => (rows.len(), run_rows(fabric, &mut locks, block, rows)),
         None => {
             let run = unit.descriptors();
-            let each = run_each(&mut locks, Prefetch::BOTH, run.len(), |i| run[i]);
+            let each = run_each(&mut locks, [true; 2], run.len(), |i| run[i]);
             (run.len(), each)
         }
     };
@@ -110,23 +85,23 @@ pub(crate) fn run_unit(
 /// Runs descriptors `desc(0..n)` in order, so that consecutive descriptors on the same
 /// pages keep them locked; the locks are released at each SIGNAL, since the unit waiting
 /// for it likely touches these pages next. Each descriptor prefetches the sides `fetch`
-/// asks of the one [`PREFETCH_AHEAD`] after it, and the first ones are prefetched before
-/// the loop, so that a short unit (a page bucket of a few dozen scattered rows) does not
-/// wait for its first rows one by one. On failure, the failing descriptor's position and
-/// its error.
+/// asks (source, destination) of the one [`PREFETCH_AHEAD`] after it, and the first ones
+/// are prefetched before the loop, so that a short unit (a page bucket of a few dozen
+/// scattered rows) does not wait for its first rows one by one. On failure, the failing
+/// descriptor's position and its error.
 #[inline(always)]
 fn run_each<const R: usize>(
     locks: &mut PageLocks<'_, R>,
-    fetch: Prefetch,
+    fetch: [bool; 2],
     n: usize,
     desc: impl Fn(usize) -> Descriptor,
 ) -> Result<(), (usize, Error)> {
     for i in 0..n.min(PREFETCH_AHEAD) {
-        fetch.ahead(locks, &desc(i));
+        prefetch(locks, &desc(i), fetch);
     }
     for i in 0..n {
         if i + PREFETCH_AHEAD < n {
-            fetch.ahead(locks, &desc(i + PREFETCH_AHEAD));
+            prefetch(locks, &desc(i + PREFETCH_AHEAD), fetch);
         }
         // Validation proved the ranges and reserved the pages.
         let d = desc(i);
@@ -167,7 +142,9 @@ fn run_rows<const R: usize>(
         let gathered = locks.gather(rows, |i| src.addr(i), row as usize, to);
         return gathered.map_err(|(i, e)| (i - first, e));
     }
-    let fetch = Prefetch::listed(block);
+    // a strided side's rows follow one another, as the hardware prefetcher or the cache
+    // has them (a tile's rows, an output): only listed sides are prefetched
+    let fetch = [src, dst].map(|r| matches!(r, Rows::Listed(_)));
     run_each(locks, fetch, rows.len(), |i| block.descriptor(first + i))
 }
 
