@@ -55,6 +55,13 @@ pub fn from_numpy(
     let np = py.import("numpy")?;
     let array = np.getattr("asarray")?.call1((array,))?;
     let d = dtype(py, &array.getattr("dtype")?)?;
+    // (numpy's ascontiguousarray below would make a 0-d array a [1] one)
+    if array.getattr("ndim")?.extract::<usize>()? == 0 {
+        return Err(InvalidInput::new_err(format!(
+            "array {}: a 0-d array is no tensor (a tensor has at least one dim): give np.array([x]) or reshape it",
+            array.repr()?
+        )));
+    }
     // C order and little-endian: a no-op (no copy) for the usual array
     let array = np
         .getattr("ascontiguousarray")?

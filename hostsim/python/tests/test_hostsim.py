@@ -365,6 +365,7 @@ def test_invalid_input_changes_nothing():
         (lambda: core.dma_copy(dst=b, src=a.ap([[1, 20]])), "outside the 16 elements of a"),
         (lambda: core.dma_copy(dst=b, src=hostsim.Core().hbm(np.zeros(1, np.float32))), "belongs to another Core"),
         (lambda: core.hbm(np.zeros(3)), "dtype float64"),
+        (lambda: core.hbm(np.float32(3)), "a 0-d array is no tensor"),
         (lambda: core.hbm(np.zeros(3, np.float32), name="a"), "already taken by tensor"),
         (lambda: core.sbuf(shape=(129, 4)), "partitions 0..129 do not fit sbuf"),
         (lambda: core.hbm(), "give an array, or a shape"),
