@@ -75,15 +75,14 @@ impl Shift {
     /// below the tensor, where no pattern may start.) Where no index is in bounds nothing
     /// moves, and the scalar is left out.
     fn of(fabric: &Fabric, name: &'static str, s: &ApSide) -> Result<Shift, Error> {
-        let scalar = i128::from(s.scalar_value(fabric, name)?);
-        Ok(match (&s.vector_offset, scalar != 0) {
-            (Some(_), true) => match s.moving_indices(fabric)? {
-                Some(m) => Shift {
-                    strides: scalar + m.lo,
-                    lowest: m.lo as u32,
-                },
-                None => Shift::default(),
+        let (scalar, moving) = s.scalar_reading(fabric, name)?;
+        let scalar = i128::from(scalar);
+        Ok(match (&s.vector_offset, scalar != 0, moving) {
+            (Some(_), true, Some(m)) => Shift {
+                strides: scalar + m.lo,
+                lowest: m.lo as u32,
             },
+            (Some(_), true, None) => Shift::default(),
             _ => Shift {
                 strides: scalar,
                 lowest: 0,

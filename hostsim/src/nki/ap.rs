@@ -345,7 +345,7 @@ impl ApSide {
 
     /// The run-time check of a scalar offset's value: every position inside the tensor,
     /// for every index of `indices` (on an indexed side: the values of its in-bounds
-    /// indices, [`ApSide::moving_indices`]; `None` when no index moves anything).
+    /// indices, [`IndexSpan::moving`]; `None` when no index moves anything).
     pub fn check_scalar(
         &self,
         side: &'static str,
@@ -368,19 +368,22 @@ impl ApSide {
         }
     }
 
-    /// The lowest and the highest in-bounds index of an indexed side (an i32 read as
-    /// u32, so a negative one is out of bounds); `None` if no index is in bounds or the
-    /// side has no index tile.
-    pub fn moving_indices(&self, fabric: &Fabric) -> Result<Option<IndexSpan>, Error> {
-        let values = self.index_values(fabric)?.unwrap_or_default();
-        Ok(IndexSpan::moving(&values, self.index_bound()))
-    }
-
     /// The scalar offset's value as the op runs, read from `fabric` and checked (0
     /// without one); `side` names the side in errors.
     pub fn scalar_value(&self, fabric: &Fabric, side: &'static str) -> Result<i64, Error> {
+        Ok(self.scalar_reading(fabric, side)?.0)
+    }
+
+    /// [`ApSide::scalar_value`], and with it, on a side with an index tile and a scalar
+    /// offset, the span of its in-bounds indices (the tile read once for both): `None`
+    /// where no index is in bounds, or the side has no tile or no scalar.
+    pub fn scalar_reading(
+        &self,
+        fabric: &Fabric,
+        side: &'static str,
+    ) -> Result<(i64, Option<IndexSpan>), Error> {
         let Some(t) = &self.scalar_offset else {
-            return Ok(0);
+            return Ok((0, None));
         };
         // validation proved the dtype is i32 or i64
         let value = match t.dtype {
@@ -397,13 +400,13 @@ impl ApSide {
         };
         let Some(_) = self.vector_offset else {
             self.check_scalar(side, value, None)?;
-            return Ok(value);
+            return Ok((value, None));
         };
         let values = self.index_values(fabric)?.unwrap_or_default();
-        let checked =
-            self.check_scalar(side, value, IndexSpan::moving(&values, self.index_bound()));
+        let moving = IndexSpan::moving(&values, self.index_bound());
+        let checked = self.check_scalar(side, value, moving);
         checked.map_err(|e| self.culprit(side, value, &values).unwrap_or(e))?;
-        Ok(value)
+        Ok((value, moving))
     }
 
     /// The error of the first in-bounds index of `values` (in position order) that the
