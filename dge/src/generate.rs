@@ -595,11 +595,21 @@ pub fn check_piece_limit(map: &dma::AddressMap, req: &Request) -> Result<(), Err
     ];
     for (p, ind, side) in sides {
         let bytes = p.byte_pattern(map, side)?;
-        let partition_dim = map.locate(FabricAddr(bytes.start))?.space != Space::Hbm;
-        let shape = batman_reshape(&bytes, ind.map(|i| i.dim), partition_dim, side);
-        check_pieces(&shape, side)?;
+        check_pieces(&reshaped(map, &bytes, ind.map(|i| i.dim), side)?, side)?;
     }
     Ok(())
+}
+
+/// [`batman_reshape`] of `p`, its partition dimension the first where it starts outside
+/// HBM.
+fn reshaped(
+    map: &dma::AddressMap,
+    p: &BytePattern,
+    indirect_dim: Option<usize>,
+    side: &'static str,
+) -> Result<Reshaped, Error> {
+    let partition_dim = map.locate(FabricAddr(p.start))?.space != Space::Hbm;
+    Ok(batman_reshape(p, indirect_dim, partition_dim, side))
 }
 
 /// A side walks at most [`MAX_PIECES`] pieces, so no request loops or allocates without
@@ -647,11 +657,10 @@ fn build_side(
     side: &'static str,
     (reshape_kind, eng_mask): (u8, u16),
 ) -> Result<Side, Error> {
-    let partition_dim = fabric.map().locate(FabricAddr(p.start))?.space != Space::Hbm;
     let Some(ind) = ind else {
         return Ok(Side {
             pattern: p.clone(),
-            shape: batman_reshape(p, None, partition_dim, side),
+            shape: reshaped(fabric.map(), p, None, side)?,
             indexed: None,
         });
     };
@@ -669,7 +678,7 @@ fn build_side(
             limit: MAX_INDICES,
         })?;
     let info = IndirectionInfo::new(side, ind, layout.clone(), count);
-    let shape = batman_reshape(p, Some(ind.dim), partition_dim, side);
+    let shape = reshaped(fabric.map(), p, Some(ind.dim), side)?;
     let row = row_extent(&shape);
     let clipped = row.run_elems > 1 && ind.step <= 0;
     if matches!(ind.policy, OobPolicy::Fill { .. }) && (clipped || !fill_row_shape(&shape)) {

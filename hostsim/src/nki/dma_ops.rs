@@ -5,14 +5,15 @@
 //!
 //! Requests longer than the ISA's 4096 indices are split into several instructions, in
 //! index order, so their memory effect is the one long request's (updates of one row
-//! still apply in index order). The one thing a split cannot keep is the duplicate check
-//! of `unique_indices = true`: each instruction checks its own 4096 indices.
+//! still apply in index order). The split is recorded ([`super::IndexSplit`]): errors and
+//! skipped indices name the op's positions, and a scatter's `unique_indices = true` is
+//! checked across all its instructions before the first runs.
 
 use dma::{Addr4, AddressMap, CceOp, ComputeOp, Dtype, FabricAddr, Generation, Space};
 
 use super::{
     addr4_plus, arg_error, ensure_arg, equal, fabric_plus, nonempty, on_core, on_fabric,
-    same_dtype, BoundSetting, Lowered, Tensor,
+    same_dtype, BoundSetting, IndexSplit, Lowered, Tensor, UniqueDestinations,
 };
 use crate::error::Error;
 use crate::isa::validate::MAX_INDICES;
@@ -177,6 +178,7 @@ pub fn dma_gather_transpose(
             reg: 0,
             bound: u64::from(src.shape[0]),
         }],
+        split: split(count, None),
         ..Lowered::default()
     }
     .validated(generation)
@@ -202,6 +204,12 @@ pub(super) fn two_byte_elements(op: &'static str, src: Dtype) -> Result<(), Erro
             rule: "NKI: an indirect dma_transpose moves 2-byte elements (bf16, f16, u16, i16)",
         }),
     }
+}
+
+/// The split of an op of `count` indices into instructions of [`CHUNK`] (none when one
+/// instruction holds them all), with its destination-index promise.
+pub(super) fn split(count: u32, unique: Option<UniqueDestinations>) -> Option<IndexSplit> {
+    (count > CHUNK).then_some(IndexSplit { per: CHUNK, unique })
 }
 
 /// A checked `dma_gather` / `dma_scatter`.
@@ -285,12 +293,21 @@ impl RowRequest {
             let d = DmaIndirect1d::new(flags, src, dst, n as u16, self.dtype, o.compute_op);
             instructions.push(d.into());
         }
+        // A scatter's destination indices promised unique are checked across the split.
+        let unique =
+            (mode == IndirectMode::Dst && o.unique_indices).then_some(UniqueDestinations {
+                at: self.indices.to_fabric(&AddressMap::new(self.generation))?,
+                count: self.count,
+                bound: u64::from(bound),
+                refuse: true,
+            });
         Lowered {
             instructions,
             bounds: vec![BoundSetting {
                 reg: o.bound_reg,
                 bound: u64::from(bound),
             }],
+            split: split(self.count, unique),
             ..Lowered::default()
         }
         .validated(self.generation)
@@ -450,6 +467,7 @@ pub fn embedding_update(
     Lowered {
         instructions,
         bounds: Vec::new(),
+        split: split(s, None),
         ..Lowered::default()
     }
     .validated(generation)

@@ -130,6 +130,128 @@ pub struct Lowered {
     pub ap_dmas: Vec<ApDma>,
     /// Shape registers the instructions read.
     pub shapes: Vec<ShapeSetting>,
+    /// How an op split into one request per 4096 indices maps onto its requests.
+    pub split: Option<IndexSplit>,
+}
+
+/// An op split into requests of `per` indices each: request `k` (its instructions, then
+/// its access-pattern DMAs, numbered together) holds the op's index positions
+/// `k * per ..`. Errors and skipped indices are reported at the op's positions, and the
+/// op's promise of unique destination indices holds across its requests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexSplit {
+    /// Indices per request.
+    pub per: u32,
+    /// The destination indices of a scatter under `unique_indices = true`, checked
+    /// across the whole op before its first request runs.
+    pub unique: Option<UniqueDestinations>,
+}
+
+/// `count` destination indices (u32, or i32 read as u32: a negative one is out of
+/// bounds) from `at`, promised unique: one that repeats an earlier in-bounds (`< bound`)
+/// index is an error if `refuse`, else a warning (a plain copy: the last index wins).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UniqueDestinations {
+    /// Where the index vector starts.
+    pub at: FabricAddr,
+    /// Its indices.
+    pub count: u32,
+    /// The destination's rows.
+    pub bound: u64,
+    /// Whether a repeat is an error (a reduction, or DMA_INDIRECT without
+    /// non_unique_dst_idx) or a warning.
+    pub refuse: bool,
+}
+
+impl IndexSplit {
+    /// The op-level form of `e`, an error of request `k`.
+    pub fn op_error(&self, k: usize, e: Error) -> Error {
+        let base = self.base(k);
+        match e {
+            Error::IndexOutOfBounds {
+                side,
+                position,
+                value,
+                bound,
+            } => Error::IndexOutOfBounds {
+                side,
+                position: position + base,
+                value,
+                bound,
+            },
+            Error::IndexAddress {
+                side,
+                position,
+                value,
+                source,
+            } => Error::IndexAddress {
+                side,
+                position: position + base,
+                value,
+                source,
+            },
+            Error::DuplicateDestination {
+                value,
+                first,
+                second,
+            } => Error::DuplicateDestination {
+                value,
+                first: first + base,
+                second: second + base,
+            },
+            Error::ApIndexOutOfBounds {
+                side,
+                position,
+                value,
+                tile,
+                dim,
+                tensor,
+                bound,
+            } => Error::ApIndexOutOfBounds {
+                side,
+                position: position + base,
+                value,
+                tile,
+                dim,
+                tensor,
+                bound,
+            },
+            e => e,
+        }
+    }
+
+    /// The op-level positions of the indices request `k` skipped.
+    pub fn op_skipped(&self, k: usize, outcome: &mut crate::core_state::Outcome) {
+        let base = self.base(k);
+        for s in &mut outcome.skipped {
+            s.position += base;
+        }
+    }
+
+    /// The op's position of request `k`'s first index (requests hold at most 2^32
+    /// indices in all).
+    fn base(&self, k: usize) -> u32 {
+        (k as u32).saturating_mul(self.per)
+    }
+}
+
+impl UniqueDestinations {
+    /// The repeats among the in-bounds indices, in position order: an error naming the
+    /// first if `refuse`, else all of them (for the warning).
+    pub fn check(&self, fabric: &dma::Fabric) -> Result<Vec<ap::Collision>, Error> {
+        let mut values = vec![0u32; self.count as usize];
+        fabric.read_elems(self.at, &mut values)?;
+        let moves = |p: usize| values.get(p).is_some_and(|&v| u64::from(v) < self.bound);
+        let repeats = ap::collisions(&values, moves);
+        match (self.refuse, repeats.first()) {
+            (true, Some(c)) => Err(Error::DuplicateDestination {
+                value: c.value,
+                first: c.first,
+                second: c.second,
+            }),
+            _ => Ok(repeats),
+        }
+    }
 }
 
 impl Lowered {

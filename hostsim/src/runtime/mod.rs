@@ -195,6 +195,24 @@ fn collision_warning(c: &[Collision]) -> Option<String> {
     ))
 }
 
+/// Request `k`'s report or error in its op's index positions, if the op is `split`.
+fn split_terms(
+    split: Option<&crate::nki::IndexSplit>,
+    k: usize,
+    step: Result<StepReport, Error>,
+) -> Result<StepReport, Error> {
+    let Some(split) = split else {
+        return step;
+    };
+    match step {
+        Ok(mut step) => {
+            split.op_skipped(k, &mut step.outcome);
+            Ok(step)
+        }
+        Err(e) => Err(split.op_error(k, e)),
+    }
+}
+
 /// The opcode whose datapath an access-pattern DMA is.
 fn ap_dma_opcode(dma: &ApDma) -> Opcode {
     match dma.indexed() {
@@ -327,18 +345,42 @@ impl Runtime {
     /// Sets the bound and shape registers `lowered` needs, then runs its instructions and
     /// its access-pattern DMAs, stopping at the first failure as [`Runtime::run`] does (an
     /// access-pattern DMA is numbered after the instructions).
+    ///
+    /// An op split into requests of 4096 indices ([`crate::nki::IndexSplit`]) first checks
+    /// its promise of unique destination indices across them all (an error, or a warning
+    /// on its first step), and reports errors and skipped indices at its own positions.
     pub fn run_lowered(
         &mut self,
         fabric: &mut Fabric,
         lowered: &crate::nki::Lowered,
     ) -> Result<RunReport, Error> {
+        let _span = tracing::debug_span!("run", generation = self.generation.name()).entered();
+        let split = lowered.split.as_ref();
+        let repeats = match split.and_then(|s| s.unique) {
+            Some(unique) => unique.check(fabric)?,
+            None => Vec::new(),
+        };
         lowered.apply_registers(&mut self.state.regs)?;
-        let mut report = self.run(fabric, &lowered.instructions)?;
-        for (k, dma) in lowered.ap_dmas.iter().enumerate() {
+        let mut report = RunReport::new(self.generation, self.mechanism);
+        for (k, inst) in lowered.instructions.iter().enumerate() {
+            let step = split_terms(split, k, self.step(fabric, inst));
+            report.push(step.map_err(|e| Error::Stopped {
+                index: k,
+                opcode: inst.opcode().code(),
+                source: Box::new(e),
+            })?);
+        }
+        // An op-level promise replaces each request's own warning.
+        let own_warning = split.is_none_or(|s| s.unique.is_none());
+        for (j, dma) in lowered.ap_dmas.iter().enumerate() {
+            let k = lowered.instructions.len() + j;
             let step = self
-                .run_ap_dma(fabric, dma)
-                .map_err(|e| ap_dma_stopped(lowered.instructions.len() + k, dma, e))?;
-            report.push(step);
+                .execute_ap_dma(fabric, dma, own_warning)
+                .map_err(|e| dma.in_terms(e));
+            report.push(split_terms(split, k, step).map_err(|e| ap_dma_stopped(k, dma, e))?);
+        }
+        if let (Some(w), Some(first)) = (collision_warning(&repeats), report.steps.first_mut()) {
+            first.warnings.push(w);
         }
         Ok(report)
     }
@@ -349,16 +391,25 @@ impl Runtime {
     /// datapath it is (DMA_INDIRECT when indexed, else DMA_MEMCPY). On error nothing is
     /// written.
     pub fn run_ap_dma(&mut self, fabric: &mut Fabric, dma: &ApDma) -> Result<StepReport, Error> {
-        self.execute_ap_dma(fabric, dma)
+        self.execute_ap_dma(fabric, dma, true)
             .map_err(|e| dma.in_terms(e))
     }
 
-    /// [`Runtime::run_ap_dma`] with the routes' own errors.
-    fn execute_ap_dma(&mut self, fabric: &mut Fabric, dma: &ApDma) -> Result<StepReport, Error> {
+    /// [`Runtime::run_ap_dma`] with the routes' own errors, warning of its plain copy's
+    /// colliding destination indices if `warn`.
+    fn execute_ap_dma(
+        &mut self,
+        fabric: &mut Fabric,
+        dma: &ApDma,
+        warn: bool,
+    ) -> Result<StepReport, Error> {
         self.check_fabric(fabric)?;
         let opcode = ap_dma_opcode(dma);
         let _span = tracing::debug_span!("ap_dma", opcode = opcode.code()).entered();
-        let collisions = dma.plain_copy_collisions(fabric)?;
+        let collisions = match warn {
+            true => dma.plain_copy_collisions(fabric)?,
+            false => Vec::new(),
+        };
         let (outcome, cost) = match self.mechanism {
             Mechanism::Pool => return Err(pool::kernel_missing_ap()),
             Mechanism::Reference => (reference::ap_dma(fabric, dma)?, Cost::Unmodelled),

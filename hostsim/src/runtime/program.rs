@@ -57,6 +57,9 @@ enum Item<'a> {
         bytes: &'a [u8],
     },
     Registers(&'a Lowered),
+    /// An operation split into requests of 4096 indices, run whole in order
+    /// ([`Runtime::run_lowered`]: its promise spans its requests).
+    Whole(&'a Lowered),
     Inst(&'a Lowered, usize),
     /// Access-pattern DMA `k` of the operation.
     Ap(&'a Lowered, usize),
@@ -78,6 +81,7 @@ impl<'a, I: Iterator<Item = Step<'a>>> Work<'a, I> {
         self.next_step += 1;
         match self.steps.next()? {
             Step::Write { addr, bytes } => Some((step, Item::Write { addr, bytes })),
+            Step::Run(lowered) if lowered.split.is_some() => Some((step, Item::Whole(lowered))),
             Step::Run(lowered) => {
                 let insts = (0..lowered.instructions.len()).map(|i| (step, Item::Inst(lowered, i)));
                 self.front.extend(insts);
@@ -258,6 +262,7 @@ impl Preparer<'_> {
             let done = match item {
                 Item::Write { addr, bytes } => b.write(addr, bytes).unwrap_or(false),
                 Item::Registers(lowered) => lowered.apply_registers(&mut self.state.regs).is_ok(),
+                Item::Whole(_) => false,
                 Item::Inst(..) | Item::Ap(..) => match self.prepare_item(b.fabric(), step, item) {
                     Ok(Some(ready)) if !b.read_the_replay() => {
                         writes_ahead(b, work, &ready.prepared);
@@ -326,6 +331,11 @@ impl Runtime {
                 Item::Registers(lowered) => lowered
                     .apply_registers(&mut self.state.regs)
                     .map_err(|e| at_step(step, e))?,
+                Item::Whole(lowered) => {
+                    let ran = self.run_lowered(fabric, lowered);
+                    let ran = ran.map_err(|e| at_step(step, e))?;
+                    ran.steps.into_iter().for_each(|s| report.push(s));
+                }
                 Item::Inst(lowered, index) => {
                     if let Some(ready) = self.prepare(fabric, step, item)? {
                         return Ok(Some(ready));
@@ -820,6 +830,38 @@ mod tests {
             .run_program(&mut got, steps.iter().copied())
             .unwrap();
         assert_eq!(report.steps, reports);
+        assert_eq!(got.first_difference(&want), None);
+    }
+
+    #[test]
+    fn operations_split_at_4096_indices_run_whole_as_in_order() {
+        // a gather of 4100 rows (two instructions) with an index past the table at
+        // position 4098: skipped at the op's position, or the op's error
+        let long = |skip| {
+            let mut indices: Vec<u32> = (0..4100).map(|i| i % ROWS).collect();
+            indices[4098] = ROWS + 1;
+            Op::Gather {
+                indices,
+                at: 0,
+                skip,
+            }
+        };
+        let short = Op::Gather {
+            indices: (0..100).rev().collect(),
+            at: 10,
+            skip: false,
+        };
+        runs_as_in_order(&[short.clone(), long(true), short.clone()]);
+        let data = lower(&[short, long(false)]);
+        let steps = steps(&data);
+        let (mut want, mut got) = (fabric(), fabric());
+        let expected = in_order(&mut want, &steps).unwrap_err();
+        assert!(expected.1.contains("at position 4098"), "{expected:?}");
+        let ran = runtime().run_program(&mut got, steps.iter().copied());
+        let Err(Error::ProgramStep { step, source }) = ran else {
+            panic!("{ran:?}");
+        };
+        assert_eq!((step, source.to_string()), expected);
         assert_eq!(got.first_difference(&want), None);
     }
 

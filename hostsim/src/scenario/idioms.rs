@@ -579,3 +579,164 @@ fn gather_transposes_nki_does_not_document_are_refused() {
     let rule = "dma_gather_transpose: src.dtype = f32: NKI: an indirect dma_transpose moves 2-byte elements";
     assert!(e.to_string().contains(rule), "{e}");
 }
+
+/// A `.npy` array of u32 values.
+fn u32_array(shape: &[u64], v: &[u32]) -> NpyArray {
+    NpyArray {
+        descr: "<u4".into(),
+        shape: shape.to_vec(),
+        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+#[test]
+fn row_shorthands_on_one_partition_tensors_with_i32_index_tiles() {
+    // rows 3, 1, 7 of an [8, 4] table into a [1, 3, 4] SBUF tensor, by a (3, 1) i32 tile
+    let (idx, rows) = ([3, 1, 7], [3usize, 1, 7]);
+    let gather = format!(
+        "{}{}{}[[op]]\nop = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx\"\ndst = \"out\"\n",
+        iota("tab", "[8, 4]"),
+        tensor("idx", "sbuf", "i32", "[3, 1]", Some("idx.npy")),
+        tensor("out", "sbuf", "f32", "[1, 3, 4]", None),
+    );
+    let files = [("idx.npy", i32_array(&[3, 1], &idx))];
+    let want: Vec<f32> = rows
+        .iter()
+        .flat_map(|&r| arange(32)[r * 4..r * 4 + 4].to_vec())
+        .collect();
+    check(&gather, &files, "out", &want);
+    // the rows of a [1, 3, 4] SBUF tensor scattered-added into rows 3, 1, 7 (np.add.at)
+    let scatter = |op: &str, reduce: &str| {
+        format!(
+            "{}{}{}[[op]]\nop = \"{op}\"\n{reduce}index = \"idx\"\n",
+            tensor("data", "sbuf", "f32", "[1, 3, 4]", Some("data.npy")),
+            tensor("idx", "sbuf", "i32", "[1, 3]", Some("idx.npy")),
+            iota("tab", "[8, 4]"),
+        )
+    };
+    let data = NpyArray {
+        descr: "<f4".into(),
+        shape: vec![1, 3, 4],
+        data: (0..12)
+            .flat_map(|x| (x as f32 * 100.0).to_le_bytes())
+            .collect(),
+    };
+    let files = [("idx.npy", i32_array(&[1, 3], &idx)), ("data.npy", data)];
+    let mut want = arange(32);
+    for (k, &r) in rows.iter().enumerate() {
+        for c in 0..4 {
+            want[r * 4 + c] += (k * 4 + c) as f32 * 100.0;
+        }
+    }
+    let add = "src = \"data\"\ndst = \"tab\"\ncompute = \"add\"\n";
+    check(&scatter("dma_scatter", add), &files, "tab", &want);
+    let update = "data = \"data\"\ntable = \"tab\"\nreduce = \"add\"\n";
+    check(&scatter("embedding_update", update), &files, "tab", &want);
+}
+
+/// A `dma_scatter` of `n` rows of 2 f32 (iota) by the u32 or i32 `[1, n]` vector
+/// `idx.npy` into a `[rows, 2]` HBM table, with `compute`.
+fn long_scatter(n: usize, rows: usize, dtype: &str, compute: &str) -> String {
+    format!(
+        "{}{}{}[[op]]\nop = \"dma_scatter\"\nsrc = \"src\"\nindex = \"idx\"\ndst = \"tab\"\ncompute = \"{compute}\"\n",
+        iota("src", &format!("[{n}, 2]")),
+        tensor("idx", "sbuf", dtype, &format!("[1, {n}]"), Some("idx.npy")),
+        tensor("tab", "hbm", "f32", &format!("[{rows}, 2]"), None),
+    )
+}
+
+/// `idx` as a `[1, n]` `.npy` of `dtype` (u32 or i32).
+fn vector(dtype: &str, idx: &[u32]) -> NpyArray {
+    match dtype {
+        "i32" => i32_array(
+            &[1, idx.len() as u64],
+            &idx.iter().map(|&i| i as i32).collect::<Vec<_>>(),
+        ),
+        _ => u32_array(&[1, idx.len() as u64], idx),
+    }
+}
+
+#[test]
+fn row_ops_past_4096_indices_keep_their_promises_across_instructions() {
+    // 4097 distinct indices: a plain scatter under unique_indices runs (as two requests)
+    let n = 4097;
+    let reversed: Vec<u32> = (0..n as u32).rev().collect();
+    let mut want = vec![0f32; 2 * n];
+    for (k, &r) in reversed.iter().enumerate() {
+        want[2 * r as usize..2 * r as usize + 2]
+            .copy_from_slice(&[2. * k as f32, 2. * k as f32 + 1.]);
+    }
+    for dtype in ["u32", "i32"] {
+        let files = [("idx.npy", vector(dtype, &reversed))];
+        check(&long_scatter(n, n, dtype, "none"), &files, "tab", &want);
+        check(&long_scatter(n, n, dtype, "add"), &files, "tab", &want);
+    }
+    // a repeat across the split: position 4096 names row 0 again
+    let mut repeat: Vec<u32> = (0..n as u32).collect();
+    repeat[4096] = 0;
+    for dtype in ["u32", "i32"] {
+        let files = [("idx.npy", vector(dtype, &repeat))];
+        // with a compute op it fails before anything is written, naming both positions
+        let rule = "dst index 0 repeats at positions 0 and 4096; duplicate destinations need non_unique_dst_idx";
+        fails_when_run(&long_scatter(n, n, dtype, "add"), &files, rule);
+        // a plain copy lands the last row, with the warning at the op's positions
+        let mut want: Vec<f32> = arange(2 * n);
+        want[..2].copy_from_slice(&[8192., 8193.]);
+        want[8192..].copy_from_slice(&[0., 0.]);
+        check(&long_scatter(n, n, dtype, "none"), &files, "tab", &want);
+        let over = Overrides {
+            mechanism: Some(Mechanism::Dge),
+            ..Overrides::default()
+        };
+        let p = prepared(&long_scatter(n, n, dtype, "none"), &files, over).unwrap();
+        let exec = p.execute().unwrap();
+        let warnings = super::exec::Report::of_run(&p, &exec).ops[0]
+            .warnings
+            .clone();
+        assert_eq!(warnings.len(), 1, "{dtype}: {warnings:?}");
+        assert!(
+            warnings[0].starts_with("dst indices repeat (0 at positions 0 and 4096)"),
+            "{dtype}: {warnings:?}"
+        );
+    }
+}
+
+#[test]
+fn index_positions_past_4096_are_the_ops() {
+    // a gather of 4097 rows whose last index is out of bounds: position 4096 is named
+    let n = 4097;
+    let mut idx = vec![0u32; n];
+    idx[n - 1] = 8;
+    let text = |oob: &str| {
+        format!(
+            "{}{}{}[[op]]\nop = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx\"\ndst = \"out\"\noob = \"{oob}\"\n",
+            iota("tab", "[8, 2]"),
+            tensor("idx", "sbuf", "u32", &format!("[1, {n}]"), Some("idx.npy")),
+            tensor("out", "hbm", "f32", &format!("[{n}, 2]"), None),
+        )
+    };
+    let files = [("idx.npy", u32_array(&[1, n as u64], &idx))];
+    fails_when_run(
+        &text("error"),
+        &files,
+        "src index 8 at position 4096 is out of bounds (bound 8)",
+    );
+    // under skip the report names the same position
+    for m in [Mechanism::Dge, Mechanism::Reference] {
+        let over = Overrides {
+            mechanism: Some(m),
+            ..Overrides::default()
+        };
+        let exec = prepared(&text("skip"), &files, over)
+            .unwrap()
+            .execute()
+            .unwrap();
+        let skipped: Vec<u32> = exec.reports[0]
+            .steps
+            .iter()
+            .flat_map(|s| &s.outcome.skipped)
+            .map(|s| s.position)
+            .collect();
+        assert_eq!(skipped, [4096], "{}", m.name());
+    }
+}

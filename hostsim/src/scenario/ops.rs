@@ -216,7 +216,9 @@ impl Cx<'_> {
             true => (rows_side(s, None), rows_side(d, Some((idx, n)))),
         };
         let (indexed, direct) = if scatter { ("dst", &s) } else { ("src", &d) };
-        let direct_rows = direct.dims[direct.indirect_dim].num;
+        // rows_side's row dim is the next to last (after a one-partition tensor's
+        // partition dim)
+        let direct_rows = direct.dims[direct.dims.len() - 2].num;
         if direct_rows != n {
             return Err(self.error(format!(
                 "{} has {direct_rows} rows but index {} has {n} indices (one row per index)",
@@ -237,7 +239,68 @@ impl Cx<'_> {
                 d.tensor.name, width(&d), s.tensor.name, width(&s)
             )));
         }
-        nki::dma_copy_ap(self.kind, s, d, opts)
+        if n <= dge::indirection::MAX_INDICES {
+            return nki::dma_copy_ap(self.kind, s, d, opts);
+        }
+        self.split_rows([s, d], scatter, opts)
+    }
+
+    /// [`Cx::rows_ap`] of more than 4096 indices (a `[1, N]` index vector; the direct
+    /// side `N` rows in HBM or one partition): one access-pattern DMA per 4096, their
+    /// destination indices promised unique across them all under `unique_indices`.
+    fn split_rows(
+        &self,
+        [s, d]: [ApSide; 2],
+        scatter: bool,
+        opts: ApOptions,
+    ) -> Result<Lowered, Error> {
+        let (indexed, direct) = if scatter { (d, s) } else { (s, d) };
+        let Some(idx) = indexed.vector_offset.clone() else {
+            unreachable!("rows_ap's indexed side has an index tile");
+        };
+        let n = indexed.dims[indexed.indirect_dim].num;
+        let per = dge::indirection::MAX_INDICES;
+        let unique = (scatter && opts.unique_indices).then_some(nki::UniqueDestinations {
+            at: idx.start,
+            count: n,
+            bound: indexed.index_bound(),
+            refuse: opts.op != dma::ComputeOp::None,
+        });
+        let mut ap_dmas = Vec::new();
+        for first in (0..n).step_by(per as usize) {
+            let count = (n - first).min(per);
+            let chunk_idx = rows_of(&idx, 1, first, count);
+            let row_dim = direct.dims.len() - 2;
+            let chunk_direct = rows_of(&direct.tensor, row_dim, first, count);
+            let indexed = ApSide {
+                vector_offset: Some(chunk_idx),
+                dims: indexed
+                    .dims
+                    .iter()
+                    .enumerate()
+                    .map(|(k, dim)| match k == indexed.indirect_dim {
+                        true => nki::ApDim {
+                            step: dim.step,
+                            num: count,
+                        },
+                        false => *dim,
+                    })
+                    .collect(),
+                ..indexed.clone()
+            };
+            let direct = rows_side(chunk_direct, None);
+            let (s, d) = if scatter {
+                (direct, indexed)
+            } else {
+                (indexed, direct)
+            };
+            ap_dmas.extend(nki::dma_copy_ap(self.kind, s, d, opts)?.ap_dmas);
+        }
+        Ok(Lowered {
+            ap_dmas,
+            split: Some(nki::IndexSplit { per, unique }),
+            ..Lowered::default()
+        })
     }
 
     fn lower(&self, op: &OpSpec) -> Result<Lowered, Error> {
@@ -480,6 +543,19 @@ fn row_options(compute_op: dma::ComputeOp, oob: nki::OobMode, unique: bool) -> D
 /// A side walking `t` row by row (rows are `shape[0]`, on SBUF/PSUM partitions; a one-
 /// partition `[1, R, ...]` on-core tensor has `R` rows inside its partition), the rows
 /// picked by `index` when given (its indirect dim is the row dim).
+/// Rows `first .. first + count` along `dim` of `t` (elements `first * stride(dim)` on),
+/// as a tensor of their own.
+fn rows_of(t: &ApTensor, dim: usize, first: u32, count: u32) -> ApTensor {
+    let skip = u64::from(first) * t.stride(dim) * t.dtype.size() as u64;
+    let mut shape = t.shape.clone();
+    shape[dim] = u64::from(count);
+    ApTensor {
+        start: dma::FabricAddr(t.start.0 + skip),
+        shape,
+        ..t.clone()
+    }
+}
+
 pub(super) fn rows_side(t: ApTensor, index: Option<(ApTensor, u32)>) -> ApSide {
     let one_partition = t.space != Space::Hbm && t.shape.len() >= 3 && t.shape[0] == 1;
     let row_dim = usize::from(one_partition);

@@ -441,7 +441,7 @@ mod tests {
         let at = e.index_fault();
         assert_eq!(
             (at.position, at.value, at.bound),
-            (Some(404), Some(99), Some(8))
+            (Some(4500), Some(99), Some(8))
         );
         let after: Vec<Vec<u8>> = (0..3).map(|i| s.read(i).unwrap()).collect();
         assert_eq!(after, before);
