@@ -33,9 +33,9 @@ pub struct Core {
 struct Made<'py> {
     space: Space,
     array: Option<Bound<'py, PyAny>>,
-    shape: Option<Vec<u64>>,
+    shape: Option<Bound<'py, PyAny>>,
     dtype: Option<Bound<'py, PyAny>>,
-    partition: Option<u32>,
+    partition: Option<Bound<'py, PyAny>>,
     name: Option<String>,
 }
 
@@ -43,7 +43,7 @@ impl<'py> Made<'py> {
     fn new(
         space: Space,
         array: Option<Bound<'py, PyAny>>,
-        shape: Option<Vec<u64>>,
+        shape: Option<Bound<'py, PyAny>>,
         dtype: Option<Bound<'py, PyAny>>,
     ) -> Self {
         Made {
@@ -57,7 +57,7 @@ impl<'py> Made<'py> {
     }
 
     /// With its first partition and name.
-    fn at(self, partition: Option<u32>, name: Option<String>) -> Self {
+    fn at(self, partition: Option<Bound<'py, PyAny>>, name: Option<String>) -> Self {
         Made {
             partition,
             name,
@@ -76,17 +76,8 @@ impl Core {
         mechanism: &str,
         queues: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let queues: usize = match queues {
-            None => 16,
-            Some(q) => q.extract().map_err(|_| {
-                errors::bad_arg(
-                    "Core",
-                    "queues",
-                    q,
-                    "must be the DMA queues to use, 1 ..= 16",
-                )
-            })?,
-        };
+        let rule = "must be the DMA queues to use, 1 ..= 16";
+        let queues: usize = errors::extract("Core", "queues", queues, rule)?.unwrap_or(16);
         let g = Generation::from_name(generation).map_err(|e| errors::raise(py, e.into()))?;
         let m = Mechanism::from_name(mechanism).ok_or_else(|| {
             InvalidInput::new_err(format!(
@@ -125,7 +116,7 @@ impl Core {
     fn hbm(
         slf: &Bound<'_, Self>,
         array: Option<Bound<'_, PyAny>>,
-        shape: Option<Vec<u64>>,
+        shape: Option<Bound<'_, PyAny>>,
         dtype: Option<Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<Tensor> {
@@ -143,8 +134,8 @@ impl Core {
     fn sbuf(
         slf: &Bound<'_, Self>,
         array: Option<Bound<'_, PyAny>>,
-        partition: Option<u32>,
-        shape: Option<Vec<u64>>,
+        partition: Option<Bound<'_, PyAny>>,
+        shape: Option<Bound<'_, PyAny>>,
         dtype: Option<Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<Tensor> {
@@ -160,8 +151,8 @@ impl Core {
     fn psum(
         slf: &Bound<'_, Self>,
         array: Option<Bound<'_, PyAny>>,
-        partition: Option<u32>,
-        shape: Option<Vec<u64>>,
+        partition: Option<Bound<'_, PyAny>>,
+        shape: Option<Bound<'_, PyAny>>,
         dtype: Option<Bound<'_, PyAny>>,
         name: Option<String>,
     ) -> PyResult<Tensor> {
@@ -473,7 +464,13 @@ impl Core {
 /// Adds the tensor `m` describes to the Core.
 fn add_tensor(slf: &Bound<'_, Core>, m: Made<'_>) -> PyResult<Tensor> {
     let py = slf.py();
-    let (dtype, shape, data) = match (m.array, m.shape, m.dtype) {
+    let call = m.space.name();
+    let shape_rule = "must be a sequence of dims, each 0 ..= 2^64 - 1";
+    let shape: Option<Vec<u64>> = errors::extract(call, "shape", m.shape.as_ref(), shape_rule)?;
+    let part_rule = "must be the first partition, 0 ..= 127";
+    let partition: Option<u32> =
+        errors::extract(call, "partition", m.partition.as_ref(), part_rule)?;
+    let (dtype, shape, data) = match (m.array, shape, m.dtype) {
         (Some(a), None, None) => {
             let (d, shape, bytes) = convert::from_numpy(py, &a)?;
             (d, shape, Some(bytes))
@@ -495,7 +492,7 @@ fn add_tensor(slf: &Bound<'_, Core>, m: Made<'_>) -> PyResult<Tensor> {
         space: m.space,
         dtype,
         shape: shape.clone(),
-        partition: m.partition,
+        partition,
         data,
     };
     let placed = core.session.add_tensor(t);

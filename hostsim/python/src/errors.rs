@@ -30,6 +30,18 @@ pub fn bad_arg(call: &str, arg: &str, value: &Bound<'_, PyAny>, rule: &str) -> P
     InvalidInput::new_err(format!("{call}: {arg} = {shown}: {rule}"))
 }
 
+/// `value` (if given) as a `T`, else [`bad_arg`].
+pub fn extract<'py, T: FromPyObjectOwned<'py>>(
+    call: &str,
+    arg: &str,
+    value: Option<&Bound<'py, PyAny>>,
+    rule: &str,
+) -> PyResult<Option<T>> {
+    value
+        .map(|v| v.extract().map_err(|_| bad_arg(call, arg, v, rule)))
+        .transpose()
+}
+
 /// `e` as the exception of its class, with `Fault`'s attributes.
 pub fn raise(py: Python<'_>, e: Error) -> PyErr {
     if hostsim::scenario::exit_code(&e) != 1 {

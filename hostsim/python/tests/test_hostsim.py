@@ -381,6 +381,10 @@ def test_invalid_input_changes_nothing():
         (lambda: a.ap([[1, 4]], offset=-1), "ap: offset = -1"),
         (lambda: a.ap([[1, 4]], indirect_dim=-1), "ap: indirect_dim = -1"),
         (lambda: hostsim.Core(queues=-1), "Core: queues = -1"),
+        (lambda: core.hbm(shape=(-4, 4)), "hbm: shape = \\(-4, 4\\): must be a sequence of dims"),
+        (lambda: core.hbm(shape=(2**64, 4)), "hbm: shape = \\(18446744073709551616, 4\\)"),
+        (lambda: core.sbuf(np.zeros((1, 4), np.float32), partition=-1), "sbuf: partition = -1: must be the first partition"),
+        (lambda: core.psum(shape=(1, 4), partition="0"), "psum: partition = '0'"),
     ]
     for call, message in cases:
         with pytest.raises(hostsim.InvalidInput, match=message):

@@ -97,7 +97,7 @@ pub fn kernel_missing(opcode: Opcode) -> Option<Error> {
 pub fn kernel_missing_ap() -> Error {
     Error::MechanismUnavailable {
         mechanism: "pool",
-        reason: "an access-pattern DMA (every dma_copy, and a row op whose index is not a [1, N] u32 vector in SBUF partition 0 (a (P, 1) or i32 tile, or a vector in another partition), with a [P, D] SBUF/PSUM side over several partitions, or a plain dma_scatter under unique_indices = true) runs on the software DGE; there is no POOL kernel for it",
+        reason: "an access-pattern DMA (every dma_copy, and a row op whose index is not a [1, N] u32 vector in SBUF partition 0 (a (P, 1) or i32 tile, or a vector in another partition), with a [P, D] SBUF/PSUM side over several partitions, an embedding_update with data in HBM, or a plain dma_scatter under unique_indices = true) runs on the software DGE; there is no POOL kernel for it",
     }
 }
 

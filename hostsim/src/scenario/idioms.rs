@@ -632,6 +632,28 @@ fn row_shorthands_on_one_partition_tensors_with_i32_index_tiles() {
     check(&scatter("dma_scatter", add), &files, "tab", &want);
     let update = "data = \"data\"\ntable = \"tab\"\nreduce = \"add\"\n";
     check(&scatter("embedding_update", update), &files, "tab", &want);
+    // data rows in HBM (0xca stages them on core: the access-pattern form instead)
+    let hbm = scatter("embedding_update", update).replace(
+        "name = \"data\"\nspace = \"sbuf\"\ndtype = \"f32\"\nshape = [1, 3, 4]",
+        "name = \"data\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [3, 4]",
+    );
+    let data = files[1].1.clone();
+    let files = [
+        ("idx.npy", u32_array(&[1, 3], &[3, 1, 7])),
+        (
+            "data.npy",
+            NpyArray {
+                shape: vec![3, 4],
+                ..data
+            },
+        ),
+    ];
+    check(
+        &hbm.replace("dtype = \"i32\"", "dtype = \"u32\""),
+        &files,
+        "tab",
+        &want,
+    );
 }
 
 /// A `dma_scatter` of `n` rows of 2 f32 (iota) by the u32 or i32 `[1, n]` vector

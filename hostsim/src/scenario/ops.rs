@@ -343,7 +343,9 @@ impl Cx<'_> {
             }
             OpSpec::EmbeddingUpdate(o) => {
                 let operands = [("table", o.table.as_str()), ("data", o.data.as_str())];
-                if !self.isa_rows(&operands, &o.index)? {
+                // 0xca stages its data rows on core
+                let hbm_data = self.tensor("data", &o.data)?.space == Space::Hbm;
+                if hbm_data || !self.isa_rows(&operands, &o.index)? {
                     let opts = ApOptions {
                         op: dma::CceOp::from(o.reduce).compute_op(),
                         oob: nki::OobMode::Skip,
