@@ -640,7 +640,7 @@ impl<R: Read> QueueFileReader<R> {
             if got < origin.len() {
                 return Err(Error::QueueFileTruncated {
                     offset: self.at.offset + got as u64,
-                    needed: ORIGIN_BYTES - got as u64,
+                    needed: self.at.offset + ORIGIN_BYTES,
                     what: "the origin (version 3)".to_string(),
                 });
             }
@@ -1240,7 +1240,7 @@ mod tests {
             read_all(cut).unwrap_err(),
             Error::QueueFileTruncated {
                 offset: 152 + 32 * 4 + 5,
-                needed: 3,
+                needed: 152 + 32 * 4 + 8,
                 what: "the origin (version 3)".into(),
             }
         );

@@ -144,6 +144,19 @@ pub fn inspect(args: &InspectArgs) -> Result<(), Error> {
             file: args.queues.display().to_string(),
             source: e,
         })?;
+    // what replay would refuse before it writes (a semaphore stall, a range off the
+    // fabric) is refused here too, before the listing
+    let named = |source| Error::QueueFileInput {
+        file: args.queues.display().to_string(),
+        source,
+    };
+    let config = dma::EngineConfig {
+        queues: file.header().queues(),
+        workers: 1,
+        ..dma::EngineConfig::default()
+    };
+    let fabric = dma::Fabric::new(file.header().generation());
+    (dma::Engine::new(config)?.validate_file(&fabric, &mut file)).map_err(named)?;
     let format = if args.json {
         ListingFormat::JsonLines
     } else {

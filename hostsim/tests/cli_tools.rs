@@ -199,6 +199,71 @@ fn inspect_writes_its_files_when_the_listing_pipe_closes() {
 }
 
 #[test]
+fn inspect_refuses_what_replay_would_refuse_before_printing() {
+    // well-formed files that no replay runs: a wait no queue ever satisfies, and a
+    // destination off the fabric
+    let dir = scratch("unreplayable");
+    let write = |name: &str, queues: &[Vec<Descriptor>]| {
+        let mut w = QueueFileWriter::new(Cursor::new(Vec::new()), Generation::Cayman, queues.len())
+            .unwrap();
+        for (q, descs) in queues.iter().enumerate() {
+            descs.iter().for_each(|d| w.push(q, d).unwrap());
+        }
+        let path = dir.join(name);
+        std::fs::write(&path, w.finish().unwrap().into_inner()).unwrap();
+        path
+    };
+    let copy = |dst: u64| {
+        Descriptor::new(
+            DescOp::Copy,
+            FabricAddr(0x1000),
+            FabricAddr(dst),
+            64,
+            Dtype::U8,
+        )
+        .unwrap()
+    };
+    // each queue waits for the other's signal (a wait cycle)
+    let waits_then_signals = |dst: u64, wait: u8, signal: u8| {
+        let wait = SemWait {
+            sem: SemId::new(wait).unwrap(),
+            count: NonZeroU32::new(1).unwrap(),
+        };
+        let signal = SemId::new(signal).unwrap();
+        vec![
+            copy(dst).with_wait(wait),
+            copy(dst + 64).with_signal(signal),
+        ]
+    };
+    let cycle = [
+        waits_then_signals(0x2000, 1, 0),
+        waits_then_signals(0x3000, 0, 1),
+    ];
+    let stall = write("stall.dmaq", &cycle);
+    let off = write("off.dmaq", &[vec![copy(u64::MAX - 8)]]);
+    for (path, rule) in [
+        (&stall, "every queue stalls"),
+        (&off, "destination range rejected"),
+    ] {
+        let svg = dir.join("t.svg");
+        let out = hostsim(
+            &[
+                "inspect",
+                path.to_str().unwrap(),
+                "--timeline",
+                svg.to_str().unwrap(),
+            ],
+            None,
+        );
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+        assert!(!svg.exists());
+        assert!(text(&out.stderr).contains(rule), "{}", text(&out.stderr));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn inspect_rejects_a_bad_file_before_printing() {
     let dir = scratch("bad");
     let file = dir.join("q.dmaq");

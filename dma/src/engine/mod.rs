@@ -274,17 +274,30 @@ impl Engine {
         fabric: &mut Fabric,
         file: &mut VerifiedQueueFile<R>,
     ) -> Result<ReplayReport, Error> {
-        let generation = file.header().generation();
-        if generation != fabric.generation() {
-            return Err(Error::GenerationMismatch {
-                file: generation.name(),
-                fabric: fabric.generation().name(),
-            });
-        }
+        same_generation(fabric, file)?;
         file.rewind();
         let result = self.replay(fabric, &mut FileSource::new(file));
         file.rewind();
         result
+    }
+
+    /// The validation pass of [`Engine::replay_file`] alone, which reads nothing of the
+    /// fabric but its generation: `Ok` with the summary its replay would report where
+    /// the replay would run, else the error it would stop with before writing anything.
+    /// The file is rewound before and after.
+    pub fn validate_file<R: Read + Seek + Send>(
+        &self,
+        fabric: &Fabric,
+        file: &mut VerifiedQueueFile<R>,
+    ) -> Result<ReplaySummary, Error> {
+        same_generation(fabric, file)?;
+        file.rewind();
+        let plan = self.plan(fabric, &mut FileSource::new(file));
+        file.rewind();
+        let plan = plan?;
+        let summary = ReplaySummary::new(fabric.generation(), plan.timeline.clone(), 0);
+        self.keep(plan);
+        Ok(summary)
     }
 
     /// Streams descriptors from `produce` into `queues` (1..=`config.queues`) queues while
@@ -660,6 +673,21 @@ async fn on_blocking_pool<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'sta
             Err(e) => panic!("the replay task did not finish: {e}"),
         },
     }
+}
+
+/// A queue file replays only on a fabric of its generation.
+fn same_generation<R: Read + Seek>(
+    fabric: &Fabric,
+    file: &VerifiedQueueFile<R>,
+) -> Result<(), Error> {
+    let generation = file.header().generation();
+    if generation != fabric.generation() {
+        return Err(Error::GenerationMismatch {
+            file: generation.name(),
+            fabric: fabric.generation().name(),
+        });
+    }
+    Ok(())
 }
 
 /// A generation and an engine configuration, as [`Error::NotValidatedHere`] names them.
