@@ -61,7 +61,15 @@ fn bad(file: &str, rule: impl Into<String>) -> Error {
 
 /// Encodes an array as a version 1.0 `.npy` image (2.0 when the header needs it).
 pub fn encode(a: &NpyArray) -> Vec<u8> {
-    let shape = match a.shape.as_slice() {
+    let mut out = header(&a.descr, &a.shape);
+    out.extend_from_slice(&a.data);
+    out
+}
+
+/// The bytes of a `.npy` file before its payload, for an array of `descr` and `shape`
+/// (version 1.0, or 2.0 when the header needs it).
+pub fn header(descr: &str, shape: &[u64]) -> Vec<u8> {
+    let shape = match shape {
         [n] => format!("({n},)"),
         dims => format!(
             "({})",
@@ -71,15 +79,12 @@ pub fn encode(a: &NpyArray) -> Vec<u8> {
                 .join(", ")
         ),
     };
-    let dict = format!(
-        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}",
-        a.descr
-    );
+    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     let v1 = 10 + dict.len() < 65536 - 64;
     let prefix = if v1 { 10 } else { 12 };
     let pad = (64 - (prefix + dict.len() + 1) % 64) % 64;
     let header_len = dict.len() + pad + 1;
-    let mut out = Vec::with_capacity(prefix + header_len + a.data.len());
+    let mut out = Vec::with_capacity(prefix + header_len);
     out.extend_from_slice(MAGIC);
     if v1 {
         out.extend_from_slice(&[1, 0]);
@@ -91,7 +96,6 @@ pub fn encode(a: &NpyArray) -> Vec<u8> {
     out.extend_from_slice(dict.as_bytes());
     out.extend(std::iter::repeat_n(b' ', pad));
     out.push(b'\n');
-    out.extend_from_slice(&a.data);
     out
 }
 

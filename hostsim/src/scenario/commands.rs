@@ -207,7 +207,7 @@ where
     let svg = outputs.timeline.map(|_| (draw.svg)()).transpose()?;
     let trace = outputs.trace.map(|_| (draw.trace)()).transpose()?;
     let mut text = header + &report.table();
-    let arrays = outputs.dir.map(|_| p.outputs(fabric)).transpose()?;
+    let arrays = outputs.dir.map(|_| exec::OutArray::tensors(p, fabric));
     let files: Vec<(&Path, &str, &str)> = [
         (outputs.timeline, svg.as_deref(), "the timeline"),
         (outputs.trace, trace.as_deref(), "the trace"),

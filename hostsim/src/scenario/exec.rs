@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 use std::fs::File;
+use std::io::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
@@ -332,8 +333,60 @@ pub fn op_report(kind: &str, r: &RunReport) -> OpReport {
     }
 }
 
-/// An output folder and what goes in it: the tensors' arrays by name, and the report.
-pub type Folder<'a> = (&'a Path, &'a [(String, NpyArray)], &'a Report);
+/// An output folder and what goes in it: the tensors' arrays, and the report.
+pub type Folder<'a> = (&'a Path, &'a [OutArray<'a>], &'a Report);
+
+/// One `<name>.npy` of an output folder.
+pub struct OutArray<'a> {
+    pub name: &'a str,
+    pub descr: &'a str,
+    pub shape: &'a [u64],
+    pub payload: Payload<'a>,
+}
+
+/// Where an [`OutArray`]'s payload comes from.
+pub enum Payload<'a> {
+    /// These bytes.
+    Bytes(&'a [u8]),
+    /// A tensor's final contents, streamed from the fabric as the file is written.
+    Tensor(&'a super::Placed, &'a Fabric),
+}
+
+impl<'a> OutArray<'a> {
+    /// `a` named `name`.
+    pub fn of(name: &'a str, a: &'a NpyArray) -> OutArray<'a> {
+        OutArray {
+            name,
+            descr: &a.descr,
+            shape: &a.shape,
+            payload: Payload::Bytes(&a.data),
+        }
+    }
+
+    /// The final contents of every tensor of `p` on `fabric`.
+    pub fn tensors(p: &'a Prepared, fabric: &'a Fabric) -> Vec<OutArray<'a>> {
+        let array = |t: &'a super::Placed| OutArray {
+            name: &t.name,
+            descr: npy::storage_descr(t.dtype),
+            shape: &t.shape,
+            payload: Payload::Tensor(t, fabric),
+        };
+        p.tensors.iter().map(array).collect()
+    }
+
+    /// Writes the `.npy` file into `file`.
+    fn write(&self, file: File, path: &Path) -> Result<(), Error> {
+        let fail = |e| io_error(path, "written", e);
+        let mut out = std::io::BufWriter::new(file);
+        out.write_all(&npy::header(self.descr, self.shape))
+            .map_err(fail)?;
+        match self.payload {
+            Payload::Bytes(bytes) => out.write_all(bytes).map_err(fail)?,
+            Payload::Tensor(t, fabric) => t.stream(fabric, &mut out)?,
+        }
+        out.flush().map_err(fail)
+    }
+}
 
 /// Writes a run's outputs, all or none (one [`atomic_file::Batch`]): each of `files`
 /// (the SVG timeline, the trace) at its path, and in the `folder` (created if needed)
@@ -354,12 +407,10 @@ pub fn write_outputs(files: &[(&Path, &str)], folder: Option<Folder<'_>>) -> Res
     })?;
     let staged = arrays
         .iter()
-        .try_for_each(|(name, a)| {
-            stage(
-                &mut batch,
-                &dir.join(format!("{name}.npy")),
-                &npy::encode(a),
-            )
+        .try_for_each(|a| {
+            let path = dir.join(format!("{}.npy", a.name));
+            let fail = |stage, e| io_error(&path, stage, e);
+            batch.stage(&path, |file| a.write(file, &path), fail)
         })
         .and_then(|()| {
             stage(
@@ -777,7 +828,7 @@ pub(crate) mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let a = u32_array(&[2], &[1, 2]);
         let r = Report::with_total(Vec::new(), 0.0);
-        write_outputs(&[], Some((&dir, &[("x".into(), a.clone())], &r))).unwrap();
+        write_outputs(&[], Some((&dir, &[OutArray::of("x", &a)], &r))).unwrap();
         assert_eq!(npy::read(&dir.join("x.npy")).unwrap(), a);
         assert_eq!(
             std::fs::read_to_string(dir.join("report.json")).unwrap(),
@@ -801,6 +852,30 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn tensors_stream_into_their_files_as_they_read() {
+        // an SBUF tensor over three partitions and an HBM one, after a run
+        let text = format!(
+            "{GATHER}[[tensor]]\nname = \"tile\"\nspace = \"sbuf\"\ndtype = \"u16\"\nshape = [3, 5]\npartition = 2\ninit = \"iota\"\n"
+        );
+        let files = [("idx.npy", u32_array(&[1, 3], &[3, 0, 2]))];
+        let p = prepared(&text, &files, Overrides::default()).unwrap();
+        let exec = p.execute().unwrap();
+        let dir = std::env::temp_dir().join(format!("hostsim-stream-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let r = Report::of_run(&p, &exec);
+        let arrays = OutArray::tensors(&p, &exec.fabric);
+        write_outputs(&[], Some((&dir, &arrays, &r))).unwrap();
+        for (name, want) in p.outputs(&exec.fabric).unwrap() {
+            assert_eq!(
+                npy::read(&dir.join(format!("{name}.npy"))).unwrap(),
+                want,
+                "{name}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn failed_outputs_leave_no_folder_they_made_and_no_timeline() {
         let base = std::env::temp_dir().join(format!("hostsim-none-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
@@ -808,10 +883,8 @@ pub(crate) mod tests {
         let (dir, svg) = (base.join("out"), base.join("t.svg"));
         let r = Report::with_total(Vec::new(), 0.0);
         // the second array cannot be staged (no such subfolder)
-        let arrays = [
-            ("x".to_string(), u32_array(&[1], &[1])),
-            ("sub/y".to_string(), u32_array(&[1], &[2])),
-        ];
+        let (x, y) = (u32_array(&[1], &[1]), u32_array(&[1], &[2]));
+        let arrays = [OutArray::of("x", &x), OutArray::of("sub/y", &y)];
         let e = write_outputs(&[(&svg, "<svg/>")], Some((&dir, &arrays, &r)));
         assert!(e.unwrap_err().to_string().contains("sub/y.npy"));
         assert!(!dir.exists() && !svg.exists());

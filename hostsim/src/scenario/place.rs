@@ -143,6 +143,24 @@ impl Placed {
         Ok(data)
     }
 
+    /// Writes its contents on `fabric`, row-major, into `out`, a bounded piece at a time
+    /// (a tensor may be 1 GiB).
+    pub fn stream(&self, fabric: &dma::Fabric, out: &mut impl std::io::Write) -> Result<(), Error> {
+        const PIECE: u64 = 1 << 20;
+        let mut buf = Vec::new();
+        for (addr, len) in self.runs(fabric.map())? {
+            for at in (0..len).step_by(PIECE as usize) {
+                buf.resize(PIECE.min(len - at) as usize, 0);
+                fabric.read(FabricAddr(addr.0 + at), &mut buf)?;
+                out.write_all(&buf).map_err(|e| Error::Scenario {
+                    what: self.name.clone(),
+                    rule: format!("its contents cannot be written: {e}"),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Its fabric start (element 0).
     pub fn start(&self, map: &AddressMap) -> Result<FabricAddr, Error> {
         let loc = Location {

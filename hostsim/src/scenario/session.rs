@@ -22,7 +22,7 @@ use super::{exec, ops, place, OpReport, OpSpec, Placed, Prepared, Report, Scenar
 use crate::dge_route::RecordedReplays;
 use crate::error::Error;
 use crate::explain::{self, Explanation};
-use crate::npy::{self, NpyArray};
+use crate::npy;
 use crate::runtime::{Mechanism, RunReport, Runtime};
 
 /// A tensor to add: what a `[[tensor]]` says, and its contents (`None`: zeros).
@@ -262,18 +262,18 @@ impl Session {
     /// `dir/report.json` (the session's report), all or none: `hostsim run
     /// dir/scenario.toml --queues Q` (Q the session's queue count) runs the session again.
     pub fn save(&self, dir: &Path) -> Result<(), Error> {
-        let arrays: Vec<(String, NpyArray)> = self
+        let arrays: Vec<exec::OutArray<'_>> = self
             .prepared
             .tensors
             .iter()
             .zip(&self.prepared.initial)
             .filter_map(|(t, bytes)| {
-                let a = NpyArray {
-                    descr: npy::storage_descr(t.dtype).to_string(),
-                    shape: t.shape.clone(),
-                    data: bytes.clone()?,
-                };
-                Some((t.name.clone(), a))
+                Some(exec::OutArray {
+                    name: &t.name,
+                    descr: npy::storage_descr(t.dtype),
+                    shape: &t.shape,
+                    payload: exec::Payload::Bytes(bytes.as_deref()?),
+                })
             })
             .collect();
         let text = self.scenario.to_toml()?;
