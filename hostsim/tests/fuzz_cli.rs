@@ -128,6 +128,25 @@ fn a_scenario_fuzz_finds_the_overrun_and_writes_a_reproducer() {
     for file in ["scenario.toml", "idx.npy", "finding.txt"] {
         assert!(out.join("case-0").join(file).exists(), "{file}");
     }
+    // a second run into the same folder keeps the first's reproducer
+    let first = std::fs::read(out.join("case-0/finding.txt")).unwrap();
+    let again = [
+        "fuzz",
+        "--scenario",
+        &scenario,
+        "--iters",
+        "100",
+        "--seed",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    assert_eq!(hostsim(&again).status.code(), Some(1));
+    assert_eq!(
+        std::fs::read(out.join("case-0/finding.txt")).unwrap(),
+        first
+    );
+    assert!(out.join("case-1/finding.txt").exists());
     // a usage error: --scenario with --target
     let o = hostsim(&["fuzz", "--scenario", &scenario, "--target", "oob"]);
     assert_eq!(o.status.code(), Some(2));

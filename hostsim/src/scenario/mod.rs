@@ -100,7 +100,19 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
 /// Parses scenario text; `file` names it in errors.
 pub fn parse(file: &str, text: &str, format: Format) -> Result<Scenario, Error> {
     match format {
-        Format::Toml => toml::from_str(text).map_err(|e| toml_error(file, text, &e)),
+        Format::Toml => toml::from_str(text).map_err(|e| {
+            let e = toml_error(file, text, &e);
+            // JSON read as TOML fails at its first brace: say why
+            match (e, text.trim_start().starts_with('{')) {
+                (Error::ScenarioSyntax { file, line, column, message }, true) => Error::ScenarioSyntax {
+                    file,
+                    line,
+                    column,
+                    message: format!("{message} (the file reads as TOML; a JSON scenario needs the .json extension)"),
+                },
+                (e, _) => e,
+            }
+        }),
         Format::Json => serde_json::from_str(text).map_err(|e| {
             let message = strip_position(&e.to_string());
             let ops = serde_json::from_str::<serde_json::Value>(text).ok();
@@ -458,6 +470,13 @@ dst = "t"
             unique_indices: None,
         });
         assert_eq!(s.ops, vec![want]);
+        let json_as_toml = parse("j.toml", "{\"generation\": \"cayman\"}", Format::Toml);
+        let e = json_as_toml.unwrap_err().to_string();
+        assert!(e.starts_with("j.toml:1:1: "), "{e}");
+        assert!(
+            e.ends_with("a JSON scenario needs the .json extension)"),
+            "{e}"
+        );
         let empty = parse("e.toml", "", Format::Toml).unwrap();
         assert_eq!(empty.generation.0, Generation::Cayman);
     }

@@ -428,7 +428,12 @@ fn report(
         return;
     }
     let (m, f) = shrink::shrink(base, checker, m, f);
-    let dir = plan.out.join(format!("case-{}", summary.findings.len()));
+    // the next folder not taken, so that an earlier run's reproducers stay
+    let mut k = summary.findings.len();
+    while plan.out.join(format!("case-{k}")).exists() {
+        k += 1;
+    }
+    let dir = plan.out.join(format!("case-{k}"));
     emit(&format!(
         "finding in case {index} ({}): {}",
         f.check, f.what
