@@ -111,6 +111,9 @@ pub fn dma_gather_transpose(
         return Err(trn2_only(op));
     }
     nonempty(op, ["src.shape[0]", "src.shape[1]"], src)?;
+    let k = "NKI: src.shape[-1] must be <= 128 (an indirect dma_transpose)";
+    let transposed = u64::from(src.shape[1]) <= super::transpose::MAX_TRANSPOSED;
+    ensure_arg(transposed, op, "src.shape[1]", src.shape[1], k)?;
     two_byte_elements(op, src.dtype)?;
     let cast = "must equal src.dtype (elements move without a cast)";
     same_dtype(op, "dst.dtype", dst.dtype, src.dtype, cast)?;
@@ -665,6 +668,16 @@ mod tests {
             }
         ));
         let halves = |addr, shape| Tensor::new(FabricAddr(addr), shape, Dtype::Bf16);
+        // NKI's src.shape[-1] <= 128 holds for the 2-D form too
+        let e = transpose(halves(0, [4, 129]), halves(0x1000, [129, 4]));
+        assert!(matches!(
+            e,
+            Error::NkiArgument {
+                arg: "src.shape[1]",
+                value: 129,
+                ..
+            }
+        ));
         let e = transpose(halves(0, [4, 2]), halves(0x100, [3, 4]));
         assert!(matches!(
             e,
