@@ -151,6 +151,8 @@ pub struct QueueUse {
 /// One descriptor, as `inspect` names its fields.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct DescriptorText {
+    /// The op's engine replay it is in (an op may be replayed in several).
+    pub replay: usize,
     pub queue: usize,
     pub position: usize,
     pub src: String,
@@ -465,12 +467,12 @@ fn histogram(descriptors: &[&Descriptor]) -> Vec<Bucket> {
 /// The first [`SHOWN`] descriptors of the op, in replay then queue order, or the last
 /// [`SHOWN`] after those.
 fn shown(replays: &[Vec<Vec<Descriptor>>], last: bool) -> Vec<DescriptorText> {
-    let all = replays.iter().flat_map(|r| {
+    let all = replays.iter().enumerate().flat_map(|(k, r)| {
         r.iter()
             .enumerate()
-            .flat_map(|(q, list)| list.iter().enumerate().map(move |(i, d)| (q, i, d)))
+            .flat_map(move |(q, list)| list.iter().enumerate().map(move |(i, d)| (k, q, i, d)))
     });
-    let picked: Vec<(usize, usize, &Descriptor)> = match last {
+    let picked: Vec<(usize, usize, usize, &Descriptor)> = match last {
         false => all.take(SHOWN).collect(),
         true => {
             // After the first ones: the last few of the rest.
@@ -480,7 +482,8 @@ fn shown(replays: &[Vec<Vec<Descriptor>>], last: bool) -> Vec<DescriptorText> {
     };
     picked
         .into_iter()
-        .map(|(queue, position, d)| DescriptorText {
+        .map(|(replay, queue, position, d)| DescriptorText {
+            replay,
             queue,
             position,
             src: format!("{:#x}", d.src().0),
@@ -641,10 +644,16 @@ fn op_text(out: &mut String, op: &OpExplained) {
             q.queue, q.descriptors, q.bytes, q.busy_ns
         );
     }
+    let replays = op.first.iter().chain(&op.last).any(|d| d.replay > 0);
     for d in op.first.iter().chain(&op.last) {
+        // the replay is named where the op has several
+        let replay = match replays {
+            true => format!("r{} ", d.replay),
+            false => String::new(),
+        };
         let _ = writeln!(
             out,
-            "  q{} #{}: {} -> {} {} B {}",
+            "  {replay}q{} #{}: {} -> {} {} B {}",
             d.queue, d.position, d.src, d.dst, d.bytes, d.op
         );
     }
@@ -964,6 +973,22 @@ mod tests {
             "{}",
             op.lints[1].message
         );
+        // which the small descriptors are put down to, not to the pattern's dims
+        let small = &op.lints[0];
+        assert!(
+            small
+                .message
+                .contains("the op reads bytes it also writes, so its walk is cut"),
+            "{}",
+            small.message
+        );
+        let fix = small.suggestion.as_deref().unwrap_or_default();
+        assert!(
+            fix.starts_with("with the destination in a separate tensor"),
+            "{fix}"
+        );
+        // its descriptors, each its own replay, are named by replay
+        assert!(op.first.iter().chain(&op.last).any(|d| d.replay > 0));
         // the second half of the same tensor: no byte in common
         assert!(!codes(&op0("apart", &text(100), &[])).contains(&"overlap"));
     }

@@ -87,17 +87,25 @@ fn small_descriptors(f: &Facts) -> Option<Lint> {
     let mut sizes: Vec<u32> = f.descriptors.iter().map(|d| d.len()).collect();
     sizes.sort_unstable();
     let median = sizes[n / 2];
-    let why: Vec<String> = sides(f)
-        .filter_map(|(name, s)| short_runs(name, s))
-        .collect();
-    let message = format!(
-        "{small} of {n} descriptors move under {SMALL_BYTES} B (median {median} B): {}",
-        why.join("; ")
-    );
+    let (why, fix) = match overlap_byte(f) {
+        // the walk is cut where it would read what it writes, not by its shape
+        Some(_) => (
+            "the op reads bytes it also writes, so its walk is cut into descriptors that run one after another, each reading what the ones before it wrote".to_string(),
+            format!("with the destination in a separate tensor the same walk needs {} descriptors", f.minimal),
+        ),
+        None => {
+            let why: Vec<String> = sides(f)
+                .filter_map(|(name, s)| short_runs(name, s))
+                .collect();
+            (why.join("; "), small_fix(f, n))
+        }
+    };
+    let message =
+        format!("{small} of {n} descriptors move under {SMALL_BYTES} B (median {median} B): {why}");
     Some(Lint {
         code: "small-descriptors",
         message,
-        suggestion: Some(small_fix(f, n)),
+        suggestion: Some(fix),
     })
 }
 
@@ -277,6 +285,18 @@ fn partition_split(f: &Facts) -> Option<Lint> {
 /// meeting). Its elements then move one after another in walk order, each seeing the
 /// writes before it: numpy's copy-then-assign differs.
 fn overlap(f: &Facts) -> Option<Lint> {
+    let at = overlap_byte(f)?;
+    Some(Lint {
+        code: "overlap",
+        message: format!(
+            "the op reads bytes it also writes (one at {at:#x}): its elements move one after another in walk order, each seeing the writes before it, unlike numpy's copy-then-assign"
+        ),
+        suggestion: Some("copy through a separate tensor (or a tile) for snapshot semantics".into()),
+    })
+}
+
+/// A byte the op's descriptors both read and write, if any.
+fn overlap_byte(f: &Facts) -> Option<u64> {
     let ranges = |pick: fn(&Descriptor) -> Option<(dma::FabricAddr, u64)>| {
         let mut v: Vec<(u64, u64)> = f
             .descriptors
@@ -289,14 +309,7 @@ fn overlap(f: &Facts) -> Option<Lint> {
     };
     let reads = ranges(Descriptor::source_range);
     let writes = ranges(|d| Some(d.dest_range()));
-    let at = first_common_byte(&reads, &writes)?;
-    Some(Lint {
-        code: "overlap",
-        message: format!(
-            "the op reads bytes it also writes (one at {at:#x}): its elements move one after another in walk order, each seeing the writes before it, unlike numpy's copy-then-assign"
-        ),
-        suggestion: Some("copy through a separate tensor (or a tile) for snapshot semantics".into()),
-    })
+    first_common_byte(&reads, &writes)
 }
 
 /// A byte inside both a range of `a` and one of `b` (each sorted `[lo, hi)` ranges), if
