@@ -380,14 +380,16 @@ pub fn prepare_with(
     }
     let map = AddressMap::new(generation);
     let tensors = place::place(&map, &s.tensors)?;
+    // the ops' rules need the placement alone: checked before any initial bytes are
+    // read or made (a tensor may be 1 GiB)
+    let mechanism = over.mechanism.unwrap_or(s.mechanism.0);
+    let ops = ops::prepare((generation, mechanism), &s.ops, &tensors)?;
     let initial = s
         .tensors
         .iter()
         .zip(&tensors)
         .map(|(spec, t)| place::initial_bytes(t.index, spec, t, read))
         .collect::<Result<Vec<_>, Error>>()?;
-    let mechanism = over.mechanism.unwrap_or(s.mechanism.0);
-    let ops = ops::prepare((generation, mechanism), &s.ops, &tensors)?;
     Ok(Prepared {
         generation,
         mechanism,
