@@ -77,6 +77,7 @@ fn run_writes_every_tensor_and_the_report() {
             "estimated_ns",
             "instructions",
             "mechanism",
+            "oob_notifications",
             "oob_skipped",
             "op"
         ]
@@ -85,6 +86,8 @@ fn run_writes_every_tensor_and_the_report() {
     // cayman's DMA_INDIRECT is indexed: the software DGE serves it
     assert_eq!(report["ops"][1]["dge"], "software");
     assert_eq!(report["total"]["oob_skipped"], 192);
+    // the demo's gather notifies its skips (its bound register leaves the notification on)
+    assert_eq!(report["ops"][0]["oob_notifications"], 1);
     assert_eq!(report["total"]["bytes"], 2_048_000);
     assert!(report["total"]["wall_seconds"].as_f64().unwrap() > 0.0);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -175,13 +175,14 @@ impl Core {
         dst: &Bound<'_, PyAny>,
         src: &Bound<'_, PyAny>,
         dst_rmw_op: Option<&Bound<'_, PyAny>>,
-        oob_mode: Option<String>,
-        unique_indices: Option<bool>,
+        oob_mode: Option<&Bound<'_, PyAny>>,
+        unique_indices: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let compute = dst_rmw_op
             .map(|op| op_name("dma_copy", "dst_rmw_op", op))
             .transpose()?;
-        copy(slf, [dst, src], compute, oob_mode, unique_indices)
+        let options = Options::new("dma_copy", oob_mode, unique_indices)?;
+        copy(slf, [dst, src], compute, options)
     }
 
     /// dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None)
@@ -195,17 +196,28 @@ impl Core {
     fn dma_compute(
         slf: &Bound<'_, Self>,
         dst: &Bound<'_, PyAny>,
-        srcs: Vec<Bound<'_, PyAny>>,
+        srcs: &Bound<'_, PyAny>,
         reduce_op: &Bound<'_, PyAny>,
-        scales: Option<Vec<f64>>,
-        unique_indices: Option<bool>,
-        oob_mode: Option<String>,
+        scales: Option<&Bound<'_, PyAny>>,
+        unique_indices: Option<&Bound<'_, PyAny>>,
+        oob_mode: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        if let Some(s) = scales.as_ref().filter(|s| s.iter().any(|&x| x != 1.0)) {
-            return Err(InvalidInput::new_err(format!(
-                "dma_compute: scales = {s:?}: must all be 1.0 (NKI)"
-            )));
+        let bad = |arg, value, rule| errors::bad_arg("dma_compute", arg, value, rule);
+        let list_rule = "must be a list of two sources, one of them dst itself";
+        let srcs: Vec<Bound<'_, PyAny>> = match srcs.is_instance_of::<pyo3::types::PyString>() {
+            true => return Err(bad("srcs", srcs, list_rule)),
+            false => srcs.extract().map_err(|_| bad("srcs", srcs, list_rule))?,
+        };
+        let scale_rule = "must be None or one 1.0 per source (NKI: a scale per entry of srcs; the model takes 1.0)";
+        if let Some(value) = scales {
+            let scales: Vec<f64> = value
+                .extract()
+                .map_err(|_| bad("scales", value, scale_rule))?;
+            if scales.len() != srcs.len() || scales.iter().any(|&x| x != 1.0) {
+                return Err(bad("scales", value, scale_rule));
+            }
         }
+        let options = Options::new("dma_compute", oob_mode, unique_indices)?;
         let dst_side = side(slf, "dst", dst)?;
         let other = match srcs.as_slice() {
             [a, b] if side(slf, "srcs[0]", a)? == dst_side => b,
@@ -223,7 +235,7 @@ impl Core {
                 "must reduce (np.add, np.multiply, np.maximum or np.minimum): dma_copy copies",
             ));
         }
-        copy(slf, [dst, other], Some(op), oob_mode, unique_indices)
+        copy(slf, [dst, other], Some(op), options)
     }
 
     /// dma_transpose(dst, src, axes=None, oob_mode=None)
@@ -239,10 +251,16 @@ impl Core {
     fn dma_transpose(
         slf: &Bound<'_, Self>,
         dst: &Bound<'_, PyAny>,
-        src: &Bound<'_, Ap>,
+        src: &Bound<'_, PyAny>,
         axes: Option<&Bound<'_, PyAny>>,
-        oob_mode: Option<String>,
+        oob_mode: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        let oob = Options::new("dma_transpose", oob_mode, None)?.oob;
+        let rule =
+            "must be t.ap([[D, N], [1, D]], vector_offset=idx): whole rows picked by an index tile";
+        let src = src
+            .cast::<Ap>()
+            .map_err(|_| errors::bad_arg("dma_transpose", "src", src, rule))?;
         let axes = axes
             .map(|a| {
                 a.extract::<Vec<u32>>().map_err(|_| {
@@ -260,7 +278,7 @@ impl Core {
             ("src", Some(table)),
             ("index", Some(index)),
             ("dst", Some(tensor_name(slf, "dst", dst)?)),
-            ("oob", oob_mode.map(Value::from)),
+            ("oob", oob.map(Value::from)),
             ("axes", axes.map(|a| json!(a))),
         ];
         run_op(slf, "dma_gather_transpose", fields)
@@ -599,17 +617,49 @@ fn copy(
     slf: &Bound<'_, Core>,
     [dst, src]: [&Bound<'_, PyAny>; 2],
     compute: Option<String>,
-    oob_mode: Option<String>,
-    unique_indices: Option<bool>,
+    options: Options,
 ) -> PyResult<()> {
     let fields = vec![
         ("src", Some(side(slf, "src", src)?)),
         ("dst", Some(side(slf, "dst", dst)?)),
         ("compute", compute.map(Value::from)),
-        ("oob", oob_mode.map(Value::from)),
-        ("unique_indices", unique_indices.map(Value::from)),
+        ("oob", options.oob.map(Value::from)),
+        ("unique_indices", options.unique_indices.map(Value::from)),
     ];
     run_op(slf, "dma_copy", fields)
+}
+
+/// The `oob_mode` and `unique_indices` of a `dma_copy` / `dma_compute` call, checked.
+struct Options {
+    oob: Option<&'static str>,
+    unique_indices: Option<bool>,
+}
+
+impl Options {
+    fn new(
+        call: &str,
+        oob_mode: Option<&Bound<'_, PyAny>>,
+        unique_indices: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Options> {
+        let oob = oob_mode
+            .map(|v| match v.extract::<String>().as_deref() {
+                Ok("error") => Ok("error"),
+                Ok("skip") => Ok("skip"),
+                _ => Err(errors::bad_arg(
+                    call,
+                    "oob_mode",
+                    v,
+                    "must be \"error\" or \"skip\"",
+                )),
+            })
+            .transpose()?;
+        let rule = "must be True or False";
+        let unique_indices = errors::extract(call, "unique_indices", unique_indices, rule)?;
+        Ok(Options {
+            oob,
+            unique_indices,
+        })
+    }
 }
 
 /// A compute op's name (`arg` of `call`, in errors): a string (the scenario's names, or

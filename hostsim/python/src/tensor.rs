@@ -73,9 +73,9 @@ impl Tensor {
         slf: &Bound<'_, Self>,
         pattern: &Bound<'_, PyAny>,
         offset: Option<&Bound<'_, PyAny>>,
-        vector_offset: Option<Py<Tensor>>,
+        vector_offset: Option<&Bound<'_, PyAny>>,
         indirect_dim: Option<&Bound<'_, PyAny>>,
-        scalar_offset: Option<Py<Tensor>>,
+        scalar_offset: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Ap> {
         let bad = |arg, value, rule| errors::bad_arg("ap", arg, value, rule);
         let pattern: Vec<[i64; 2]> = pattern.extract().map_err(|_| {
@@ -115,7 +115,11 @@ impl Tensor {
             ("scalar_offset", &scalar_offset),
         ];
         for (field, tile) in tiles {
-            if let Some(t) = tile {
+            if let Some(value) = tile {
+                let rule = "must be a Tensor (the whole index tile; a tile's column or .ap() cannot be one)";
+                let t = value
+                    .cast::<Tensor>()
+                    .map_err(|_| bad(field, value, rule))?;
                 this.same_core(t.get(), field)?;
                 table.insert(field.into(), json!(t.get().name));
             }
@@ -145,7 +149,10 @@ impl Tensor {
     pub fn same_core(&self, other: &Tensor, field: &str) -> PyResult<()> {
         match self.core.is(&other.core) {
             true => Ok(()),
-            false => Err(foreign(field, &other.name)),
+            false => Err(InvalidInput::new_err(format!(
+                "ap: {field} = {:?}: it belongs to another Core than {:?}, the tensor of this .ap()",
+                other.name, self.name
+            ))),
         }
     }
 }

@@ -84,6 +84,25 @@ def scatter_add(core, op):
     return t.numpy(), want
 
 
+def test_nki_defaults_given_explicitly_change_nothing():
+    # a gather read-modify-write with NKI's defaults spelt out: unique_indices=True (NKI
+    # requires it there) and oob_mode="error"
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((100, 16)).astype(np.float32)
+    ids = (np.arange(128, dtype=np.int32) % 100).reshape(128, 1)
+    results = []
+    for explicit in [False, True]:
+        core = hostsim.Core("cayman")
+        x, i = core.hbm(table), core.sbuf(ids)
+        acc = core.sbuf(np.ones((128, 16), np.float32))
+        src = x.ap([[16, 128], [1, 16]], vector_offset=i)
+        kwargs = dict(unique_indices=True, oob_mode="error") if explicit else {}
+        core.dma_compute(dst=acc, srcs=[acc, src], reduce_op=np.add, **kwargs)
+        results.append(acc.numpy())
+    assert np.array_equal(results[0], results[1])
+    assert np.array_equal(results[0], np.float32(1) + table[ids[:, 0]])
+
+
 def test_scatter_add_with_duplicates_is_np_add_at_in_f32():
     seen = set()
     for mechanism in ["auto", "dge", "reference"]:
@@ -385,6 +404,14 @@ def test_invalid_input_changes_nothing():
         (lambda: core.hbm(shape=(2**64, 4)), "hbm: shape = \\(18446744073709551616, 4\\)"),
         (lambda: core.sbuf(np.zeros((1, 4), np.float32), partition=-1), "sbuf: partition = -1: must be the first partition"),
         (lambda: core.psum(shape=(1, 4), partition="0"), "psum: partition = '0'"),
+        (lambda: a.ap([[1, 4]], vector_offset=b.ap([[1, 4]])), "ap: vector_offset = Ap\\(.*: must be a Tensor"),
+        (lambda: core.dma_compute(dst=b, srcs=b, reduce_op=np.add), "dma_compute: srcs = Tensor\\(\"b\".*: must be a list of two sources"),
+        (lambda: core.dma_compute(dst=b, srcs=[b, a], reduce_op=np.add, scales=[1.0]), "dma_compute: scales = \\[1.0\\]: must be None or one 1.0 per source"),
+        (lambda: core.dma_copy(dst=b, src=a, oob_mode="SKIP"), "dma_copy: oob_mode = 'SKIP': must be \"error\" or \"skip\""),
+        (lambda: core.dma_copy(dst=b, src=a, unique_indices=1.5), "dma_copy: unique_indices = 1.5: must be True or False"),
+        (lambda: core.dma_copy(dst=b, src=a, unique_indices=False), "unique_indices = false: applies to an indexed destination"),
+        (lambda: core.dma_transpose(dst=b, src=a), "dma_transpose: src = Tensor\\(\"a\".*: must be t.ap"),
+        (lambda: hostsim.Core().hbm(np.zeros((4, 4), np.float32)).ap([[4, 4], [1, 4]], vector_offset=a), "ap: vector_offset = \"a\": it belongs to another Core"),
     ]
     for call, message in cases:
         with pytest.raises(hostsim.InvalidInput, match=message):

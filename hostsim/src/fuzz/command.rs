@@ -292,12 +292,15 @@ mod tests {
         report(&dir, 4, &f, &mut |l| lines.push(l.to_string()));
         let folder = dir.join("case-4");
         let scenario = folder.join("scenario.toml");
+        // a case with an access-pattern DMA (which no POOL kernel runs) is shown on auto
+        let has_ap = matches!(&f.input, crate::fuzz::Input::Oob(c) if c.stream.iter().any(|op| matches!(op, crate::fuzz::case::Op::Ap(_))));
+        let shown = if has_ap { "auto" } else { "pool" };
         let expect = [
             "mismatch in case 4 (oob): in0 differs at byte 3".to_string(),
             format!("reproducer: {}", folder.display()),
             format!("  hostsim fuzz --target oob --generation mariana --case {seed}"),
             format!("  hostsim run {} --mechanism reference", scenario.display()),
-            format!("  hostsim run {} --mechanism pool", scenario.display()),
+            format!("  hostsim run {} --mechanism {shown}", scenario.display()),
         ];
         assert_eq!(lines, expect);
         assert!(scenario.exists());

@@ -248,16 +248,12 @@ fn dma_indirect_fragment(b: &mut Builder) -> Option<()> {
     let dtype = b.rng.dtype();
     let row = dtype.size() as u32 * b.rng.pick(&[1, 1, 3, 8]);
     let n = b.rng.edge_count(64, LIMIT);
-    let unique = b.rng.chance(50);
-    let src = dma_side(b, mode.gathers(), n, row)?;
-    let dst = dma_side(b, mode.scatters(), n, row)?;
-    let flags = DmaIndirectFlags::new(
-        mode,
-        b.rng.chance(40),
-        !unique,
-        IndirectDim::X,
-        IndirectDim::X,
-    );
+    // non_unique_dst_idx only where the destination is indexed (elsewhere it is refused)
+    let non_unique = !b.rng.chance(50) && mode.scatters();
+    let errors = b.rng.chance(40);
+    let src = dma_side(b, mode.gathers(), n, row, errors)?;
+    let dst = dma_side(b, mode.scatters(), n, row, errors)?;
+    let flags = DmaIndirectFlags::new(mode, errors, non_unique, IndirectDim::X, IndirectDim::X);
     let op = b.rng.pick(&ComputeOp::ALL);
     let d = DmaIndirect1d::new(flags, src, dst, n as u16, dtype, op);
     b.push("dma_indirect", d);
@@ -266,12 +262,12 @@ fn dma_indirect_fragment(b: &mut Builder) -> Option<()> {
 
 /// One side of `n` rows of `row` bytes: an indexed table of 1..40 rows
 /// ([`indexed_side`]) or a direct run ([`direct_side`]).
-fn dma_side(b: &mut Builder, indirect: bool, n: u32, row: u32) -> Option<DmaSide> {
+fn dma_side(b: &mut Builder, indirect: bool, n: u32, row: u32, errors: bool) -> Option<DmaSide> {
     match indirect {
         true => {
             let rows = b.rng.range(1, 40);
             let start = table(b, u64::from(rows) * u64::from(row), true)?;
-            indexed_side(b, start, [n, row, rows], 1)
+            indexed_side(b, start, [n, row, rows], (1, errors))
         }
         false => direct_side(b, n, row),
     }
@@ -292,13 +288,14 @@ fn direct_side(b: &mut Builder, n: u32, row: u32) -> Option<DmaSide> {
 
 /// An indexed side of `n` positions of `row` bytes over the table at `start` holding
 /// `rows` entries (rows, or a shape's extent along the indexed dim), element step
-/// `step`: a bound register at `rows`, one below, 0 or a few above (or none), and
+/// `step`: a bound register at `rows`, one below, 0 or a few above (or none; its
+/// notification silenced now and then where a skip has one, not `errors`), and
 /// indices around it in SBUF partition 0.
 fn indexed_side(
     b: &mut Builder,
     start: FabricAddr,
     [n, row, rows]: [u32; 3],
-    step: u16,
+    (step, errors): (u16, bool),
 ) -> Option<DmaSide> {
     let bound = match b.rng.below(10) {
         0..=5 => u64::from(rows),
@@ -309,7 +306,7 @@ fn indexed_side(
     let bc = match b.rng.chance(20) {
         true => BoundCheckReg::DISABLED,
         false => {
-            let silent = b.rng.chance(30);
+            let silent = !errors && b.rng.chance(30);
             b.bound_register(bound, silent)?
         }
     };
@@ -337,7 +334,8 @@ fn gather_transpose_fragment(b: &mut Builder) -> Option<()> {
     let n = b.rng.range(1, 64);
     let rows = b.rng.range(1, 64);
     let rows_at = hbm_table(b, u64::from(rows * row))?;
-    let src = indexed_side(b, rows_at, [n, row, rows], 1)?;
+    let errors = b.rng.chance(30);
+    let src = indexed_side(b, rows_at, [n, row, rows], (1, errors))?;
     let (start_addr, step) = match b.rng.chance(50) {
         true => {
             let step = b.rng.range(1, 3);
@@ -364,7 +362,7 @@ fn gather_transpose_fragment(b: &mut Builder) -> Option<()> {
     };
     let flags = DmaIndirectFlags::new(
         IndirectMode::Src,
-        b.rng.chance(30),
+        errors,
         false,
         IndirectDim::X,
         IndirectDim::X,
@@ -396,20 +394,22 @@ fn shaped_fragment(b: &mut Builder) -> Option<()> {
     let row = dtype.size() as u32 * b.rng.range(1, 3);
     let n = b.rng.range(1, 12);
     let elems: u32 = xyzw.iter().product();
+    let errors = b.rng.chance(30);
     let side = |b: &mut Builder, indexed: bool| match indexed {
         true => {
             let start = table(b, u64::from(elems * row), true)?;
-            indexed_side(b, start, [n, row, extent], 0)
+            indexed_side(b, start, [n, row, extent], (0, errors))
         }
         false => direct_side(b, n * elems / extent, row),
     };
     let src = side(b, mode.gathers())?;
     let dst = side(b, mode.scatters())?;
     let on = |indexed| if indexed { dim } else { IndirectDim::X };
+    let non_unique = b.rng.chance(50) && mode.scatters();
     let flags = DmaIndirectFlags::new(
         mode,
-        b.rng.chance(30),
-        b.rng.chance(50),
+        errors,
+        non_unique,
         on(mode.gathers()),
         on(mode.scatters()),
     );

@@ -103,8 +103,18 @@ pub enum Rule {
     IndexInSbufPartition0,
     /// The index address of a side without indirection must be 0.
     UnusedIndexAddr,
-    /// The bound register of a side without indirection must be disabled.
+    /// A bound register that checks nothing (a side without indirection, or
+    /// `bc_enabled = 0`) must be all zero.
     UnusedBoundReg,
+    /// `bc_disable_oob_error_notif` silences a soft skip: with `idx_bound_is_err` it must
+    /// be 0.
+    NotificationInErrorMode,
+    /// An indexed side's rows are picked by index: its `step_elem` is 0 or 1.
+    IndexedSideStep,
+    /// Without a shape register, `shape_reg.reg` must be 0.
+    UnusedShapeReg,
+    /// `non_unique_dst_idx` applies to an indexed destination.
+    UnusedNonUnique,
     /// An enabled bound reads `bc_reg` and `bc_reg + 1`, so `bc_reg <= 62`.
     WideBoundRegister,
     /// Without a shape register the indirect dim must be X.
@@ -176,7 +186,11 @@ impl Rule {
             ElemSizeEqual => "src_elem_size and dst_elem_size must be equal",
             IndexInSbufPartition0 => "DMA_INDIRECT index tensors must be in SBUF partition 0",
             UnusedIndexAddr => "the index address of a side without indirection must be 0",
-            UnusedBoundReg => "the bound register of a side without indirection must be disabled",
+            UnusedBoundReg => "a bound register that checks nothing (a side without indirection, or bc_enabled = 0) must be all zero: bc_enabled, bc_reg and bc_disable_oob_error_notif 0",
+            NotificationInErrorMode => "bc_disable_oob_error_notif silences a soft skip's notification; with idx_bound_is_err an index out of bounds fails the instruction, so it must be 0",
+            IndexedSideStep => "an indexed side's rows are picked by its indices, so its step_elem is unused and must be 0 or 1",
+            UnusedShapeReg => "without a shape register (shape_reg.present = 0), shape_reg.reg must be 0",
+            UnusedNonUnique => "non_unique_dst_idx applies to indexed destinations: it must be 0 in SRC_INDIRECTION mode",
             WideBoundRegister => "an enabled bound reads bc_reg and bc_reg + 1, so bc_reg must be <= 62",
             IndirectDimWithoutShapeReg => "without a shape register the indirect dim must be X (0)",
             ShapeRegisterRange => "a shape reads the four registers reg..=reg+3, so reg must be <= 60",

@@ -220,6 +220,9 @@ pub struct OpReport {
     pub bytes: u64,
     /// Indices skipped under a soft OOB policy.
     pub oob_skipped: u64,
+    /// Instructions whose skips raised the OOB notification (a DMA_INDIRECT skip on a
+    /// side whose bound register does not set `bc_disable_oob_error_notif`).
+    pub oob_notifications: u64,
     /// The timing model's estimate, ns.
     pub estimated_ns: u64,
     /// The run's warnings (what hardware may do otherwise), left out when none.
@@ -233,6 +236,7 @@ pub struct TotalReport {
     pub descriptors: u64,
     pub bytes: u64,
     pub oob_skipped: u64,
+    pub oob_notifications: u64,
     pub estimated_ns: u64,
     /// Seconds of execution alone (no file I/O).
     pub wall_seconds: f64,
@@ -264,6 +268,7 @@ impl Report {
             descriptors: sum(|o| o.descriptors),
             bytes: sum(|o| o.bytes),
             oob_skipped: sum(|o| o.oob_skipped),
+            oob_notifications: sum(|o| o.oob_notifications),
             estimated_ns: sum(|o| o.estimated_ns),
             wall_seconds,
         };
@@ -329,6 +334,7 @@ pub fn op_report(kind: &str, r: &RunReport) -> OpReport {
         descriptors: r.totals.descriptors,
         bytes: r.totals.bytes_written,
         oob_skipped: r.totals.skipped as u64,
+        oob_notifications: r.totals.notifications as u64,
         estimated_ns: r.estimated_ns(),
     }
 }
@@ -806,6 +812,7 @@ pub(crate) mod tests {
             descriptors: 2,
             bytes: 3,
             oob_skipped: 4,
+            oob_notifications: 1,
             estimated_ns: 5,
             warnings: Vec::new(),
         };
@@ -813,10 +820,10 @@ pub(crate) mod tests {
         let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
         let want = serde_json::json!({
             "ops": [
-                {"op": "dma_copy", "mechanism": "dge", "dge": "software", "instructions": 1, "descriptors": 2, "bytes": 3, "oob_skipped": 4, "estimated_ns": 5},
-                {"op": "dma_copy", "mechanism": "dge", "dge": "software", "instructions": 1, "descriptors": 2, "bytes": 3, "oob_skipped": 4, "estimated_ns": 5}
+                {"op": "dma_copy", "mechanism": "dge", "dge": "software", "instructions": 1, "descriptors": 2, "bytes": 3, "oob_skipped": 4, "oob_notifications": 1, "estimated_ns": 5},
+                {"op": "dma_copy", "mechanism": "dge", "dge": "software", "instructions": 1, "descriptors": 2, "bytes": 3, "oob_skipped": 4, "oob_notifications": 1, "estimated_ns": 5}
             ],
-            "total": {"descriptors": 4, "bytes": 6, "oob_skipped": 8, "estimated_ns": 10, "wall_seconds": 0.5}
+            "total": {"descriptors": 4, "bytes": 6, "oob_skipped": 8, "oob_notifications": 2, "estimated_ns": 10, "wall_seconds": 0.5}
         });
         assert_eq!(v, want);
         assert_eq!(r.table().lines().count(), 5);

@@ -9,7 +9,7 @@ use dma::{AddressMap, Dtype, Generation, Space};
 
 use smallvec::SmallVec;
 
-use super::model::{ApSpec, Compute, DmaCopy, IsaOp, OpSpec, RowDma};
+use super::model::{ApSpec, Compute, DmaCopy, IsaOp, Oob, OpSpec, RowDma};
 use super::place::Placed;
 use crate::error::Error;
 use crate::isa::{self, BoundRegisters, Instruction};
@@ -366,17 +366,18 @@ impl Cx<'_> {
     fn dma_copy(&self, o: &DmaCopy) -> Result<Lowered, Error> {
         let src = self.ap_side("src", &o.src)?;
         let dst = self.ap_side("dst", &o.dst)?;
+        // NKI's defaults (oob "error", unique_indices true) hold for any copy; the other
+        // values need indices to act on
         let any_index = src.vector_offset.is_some() || dst.vector_offset.is_some();
-        if let (Some(oob), false) = (o.oob, any_index) {
-            return Err(self.error(format!(
-                "oob = {}: applies to an indexed side, and neither side has a vector_offset",
-                oob.name()
-            )));
+        if let (Some(Oob::Skip), false) = (o.oob, any_index) {
+            return Err(self.error(
+                "oob = skip: applies to an indexed side, and neither side has a vector_offset (a scalar_offset out of bounds always fails)",
+            ));
         }
-        if let (Some(u), None) = (o.unique_indices, &dst.vector_offset) {
-            return Err(self.error(format!(
-                "unique_indices = {u}: applies to an indexed destination, and dst has no vector_offset"
-            )));
+        if let (Some(false), None) = (o.unique_indices, &dst.vector_offset) {
+            return Err(self.error(
+                "unique_indices = false: applies to an indexed destination, and dst has no vector_offset (NKI: a gather read-modify-write needs unique_indices = true)",
+            ));
         }
         let opts = ApOptions {
             op: o.compute.into(),

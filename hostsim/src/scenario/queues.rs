@@ -290,6 +290,7 @@ impl Replayed {
             bytes: s.bytes,
             // A queue file holds descriptors, not indices: skips happened at `gen`.
             oob_skipped: 0,
+            oob_notifications: 0,
             estimated_ns: s.makespan_ps.div_ceil(1000),
             warnings: Vec::new(),
         };

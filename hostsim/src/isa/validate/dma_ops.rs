@@ -55,22 +55,28 @@ pub fn dma_indirect(generation: Generation, d: &DmaIndirect1d) -> Result<(), Err
         ReshapeKind::Rows => run_bytes(&[(n, d.dst_step_elem())], size),
         ReshapeKind::GatherTranspose => gather_transpose(&map, d)?,
     };
+    let unique_flag = !d.flags().non_unique_dst_idx() || mode.scatters();
+    let flags_at = at("flags.non_unique_dst_idx");
+    ensure(unique_flag, flags_at, 1u8, Rule::UnusedNonUnique)?;
+    let errors = d.flags().idx_bound_is_err();
     let src = Side {
         indirect: mode.gathers(),
         start: (at("src_start_addr"), d.src_start_addr()),
         index: (at("src_idx_start_addr"), d.src_idx_start_addr()),
         bound: (at("src_idx_bound_reg"), d.src_idx_bound_reg()),
+        step: (at("src_step_elem"), d.src_step_elem()),
         run: run_bytes(&[(n, d.src_step_elem())], size),
     };
-    src.check(&map, n)?;
+    src.check(&map, n, errors)?;
     let dst = Side {
         indirect: mode.scatters(),
         start: (at("dst_start_addr"), d.dst_start_addr()),
         index: (at("dst_idx_start_addr"), d.dst_idx_start_addr()),
         bound: (at("dst_idx_bound_reg"), d.dst_idx_bound_reg()),
+        step: (at("dst_step_elem"), d.dst_step_elem()),
         run: dst_run,
     };
-    dst.check(&map, n)
+    dst.check(&map, n, errors)
 }
 
 /// reshape_kind GATHER_TRANSPOSE: source indirection only, a plain copy, no shape
@@ -163,7 +169,7 @@ fn shape(d: &DmaIndirect1d) -> Result<(), Error> {
         for (name, dim, _) in dims {
             rule::equal(at(name), dim.code(), x, Rule::IndirectDimWithoutShapeReg)?;
         }
-        return Ok(());
+        return rule::equal(at("shape_reg.reg"), shape.reg(), 0, Rule::UnusedShapeReg);
     }
     rule::at_most(at("shape_reg"), shape.reg(), 60, Rule::ShapeRegisterRange)?;
     for (name, dim, indexed) in dims {
@@ -257,27 +263,39 @@ struct Side {
     start: (FieldPath, FabricAddr),
     index: (FieldPath, Addr4),
     bound: (FieldPath, BoundCheckReg),
+    step: (FieldPath, u16),
     /// Bytes a direct side spans.
     run: u128,
 }
 
 impl Side {
-    /// An indirect side: indices in SBUF partition 0, a usable bound, a mapped base. A
-    /// direct side: no index address, no bound, and its whole run on the fabric.
-    fn check(&self, map: &AddressMap, n: u16) -> Result<(), Error> {
+    /// An indirect side: indices in SBUF partition 0, a usable bound (its notification
+    /// bit only on a soft skip, `errors` false), a step of 0 or 1, a mapped base. A direct
+    /// side: no index address, no bound, and its whole run on the fabric.
+    fn check(&self, map: &AddressMap, n: u16, errors: bool) -> Result<(), Error> {
         let (index_at, index) = self.index;
         let (bound_at, bound) = self.bound;
         let (start_at, start) = self.start;
+        let checks = self.indirect && bound.bc_enabled();
+        ensure(
+            checks || bound.bits() == 0,
+            bound_at,
+            bound.bits(),
+            Rule::UnusedBoundReg,
+        )?;
         if !self.indirect {
             rule::equal(index_at, index.0, 0, Rule::UnusedIndexAddr)?;
-            ensure(
-                !bound.bc_enabled(),
-                bound_at,
-                bound.bits(),
-                Rule::UnusedBoundReg,
-            )?;
             return fabric_span(map, start_at, start, self.run);
         }
+        let silenced = errors && bound.bc_disable_oob_error_notif();
+        ensure(
+            !silenced,
+            bound_at,
+            bound.bits(),
+            Rule::NotificationInErrorMode,
+        )?;
+        let (step_at, step) = self.step;
+        rule::at_most(step_at, step, 1, Rule::IndexedSideStep)?;
         let (space, partition) = addr4_span(map, index_at, index, u64::from(n) * INDEX_BYTES)?;
         let partition0 = space == Space::Sbuf && partition == 0;
         ensure(partition0, index_at, index.0, Rule::IndexInSbufPartition0)?;
@@ -533,7 +551,7 @@ mod tests {
         let dst = side(
             0x100_0000,
             sbuf(0, 0x40),
-            BoundCheckReg::enabled(0, true).unwrap(),
+            BoundCheckReg::enabled(0, false).unwrap(),
         );
         let f = flags(IndirectMode::Dst, IndirectDim::X, IndirectDim::X);
         DmaIndirect1d::new(f, src, dst, 10, Dtype::Bf16, ComputeOp::Add)
@@ -731,6 +749,55 @@ mod tests {
             Rule::UnusedBoundReg,
         );
         dma_indirect(SUNDA, &good).unwrap();
+    }
+
+    #[test]
+    fn dma_indirect_fields_that_would_change_nothing_are_refused() {
+        use zerocopy::FromBytes;
+        let at = |field| format!("DMA_INDIRECT1D.{field}");
+        // a scatter of 10 rows (idx_bound_is_err) with `bound` and `step` on its indexed side
+        let scatter = |bound: BoundCheckReg, step: u16| {
+            let f = flags(IndirectMode::Dst, IndirectDim::X, IndirectDim::X);
+            let src = side(0x1000, Addr4(0), BoundCheckReg::DISABLED);
+            let dst = DmaSide {
+                step_elem: step,
+                ..side(0x100_0000, sbuf(0, 0x40), bound)
+            };
+            DmaIndirect1d::new(f, src, dst, 10, Dtype::Bf16, ComputeOp::Add)
+        };
+        let bound = |bits: u8| BoundCheckReg::read_from_bytes(&[bits]).unwrap();
+        dma_indirect(SUNDA, &scatter(bound(0x80), 1)).unwrap();
+        dma_indirect(SUNDA, &scatter(bound(0), 0)).unwrap();
+        // the notification bit under idx_bound_is_err (a hard error notifies nothing)
+        let rule = Rule::NotificationInErrorMode;
+        let e = dma_indirect(SUNDA, &scatter(bound(0xc0), 1));
+        assert_rule(e, &at("dst_idx_bound_reg"), 0xc0, rule);
+        // a disabled register's other bits, on an indexed side
+        let e = dma_indirect(SUNDA, &scatter(bound(5), 1));
+        assert_rule(e, &at("dst_idx_bound_reg"), 5, Rule::UnusedBoundReg);
+        // a step on an indexed side
+        let e = dma_indirect(SUNDA, &scatter(bound(0x80), 7));
+        assert_rule(e, &at("dst_step_elem"), 7, Rule::IndexedSideStep);
+        // a shape register number without a shape register
+        let unused = ShapeReg::read_from_bytes(&[8]).unwrap();
+        let e = dma_indirect(SUNDA, &gather_dma().with_shape_reg(unused));
+        assert_rule(e, &at("shape_reg.reg"), 8, Rule::UnusedShapeReg);
+        // non_unique_dst_idx on a gather
+        let f = DmaIndirectFlags::new(
+            IndirectMode::Src,
+            true,
+            true,
+            IndirectDim::X,
+            IndirectDim::X,
+        );
+        let g = gather_dma();
+        let d = DmaIndirect1d::new(f, g.src(), g.dst(), 4096, Dtype::F32, ComputeOp::None);
+        assert_rule(
+            dma_indirect(SUNDA, &d),
+            &at("flags.non_unique_dst_idx"),
+            1,
+            Rule::UnusedNonUnique,
+        );
     }
 
     #[test]
