@@ -109,17 +109,12 @@ fn a_scenario_fuzz_finds_the_overrun_and_writes_a_reproducer() {
         "{}/../examples/bound_register/scenario.toml",
         env!("CARGO_MANIFEST_DIR")
     );
-    let o = hostsim(&[
-        "fuzz",
-        "--scenario",
-        &scenario,
-        "--iters",
-        "100",
-        "--seed",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let fuzz = |seed: &str| {
+        let out = out.to_str().unwrap();
+        let args = ["fuzz", "--scenario", &scenario, "--iters", "100"];
+        hostsim(&[&args[..], &["--seed", seed, "--out", out]].concat())
+    };
+    let o = fuzz("1");
     let text = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{text}");
     assert!(text.starts_with("finding in case "), "{text}");
@@ -130,18 +125,7 @@ fn a_scenario_fuzz_finds_the_overrun_and_writes_a_reproducer() {
     }
     // a second run into the same folder keeps the first's reproducer
     let first = std::fs::read(out.join("case-0/finding.txt")).unwrap();
-    let again = [
-        "fuzz",
-        "--scenario",
-        &scenario,
-        "--iters",
-        "100",
-        "--seed",
-        "2",
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    assert_eq!(hostsim(&again).status.code(), Some(1));
+    assert_eq!(fuzz("2").status.code(), Some(1));
     assert_eq!(
         std::fs::read(out.join("case-0/finding.txt")).unwrap(),
         first

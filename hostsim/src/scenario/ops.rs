@@ -543,9 +543,6 @@ fn row_options(compute_op: dma::ComputeOp, oob: nki::OobMode, unique: bool) -> D
     }
 }
 
-/// A side walking `t` row by row (rows are `shape[0]`, on SBUF/PSUM partitions; a one-
-/// partition `[1, R, ...]` on-core tensor has `R` rows inside its partition), the rows
-/// picked by `index` when given (its indirect dim is the row dim).
 /// Rows `first .. first + count` along `dim` of `t` (elements `first * stride(dim)` on),
 /// as a tensor of their own.
 fn rows_of(t: &ApTensor, dim: usize, first: u32, count: u32) -> ApTensor {
@@ -559,6 +556,9 @@ fn rows_of(t: &ApTensor, dim: usize, first: u32, count: u32) -> ApTensor {
     }
 }
 
+/// A side walking `t` row by row (rows are `shape[0]`, on SBUF/PSUM partitions; a one-
+/// partition `[1, R, ...]` on-core tensor has `R` rows inside its partition), the rows
+/// picked by `index` when given (its indirect dim is the row dim).
 pub(super) fn rows_side(t: ApTensor, index: Option<(ApTensor, u32)>) -> ApSide {
     let one_partition = t.space != Space::Hbm && t.shape.len() >= 3 && t.shape[0] == 1;
     let row_dim = usize::from(one_partition);
