@@ -225,13 +225,14 @@ pub enum Error {
     },
     /// A `scalar_offset` whose value, read when the op runs, takes its side's pattern out
     /// of its tensor; on a side with an index tile, the first in-bounds index it takes out
-    /// (its position and value).
+    /// (its position and value). `bound` is the tensor's size along the dim it shifts.
     #[error("{side}: scalar_offset {value} {rule}{}", index.map_or(String::new(), |(p, v)| format!(" (index {v} at position {p})")))]
     ApScalarOffset {
         side: &'static str,
         value: i64,
         rule: String,
         index: Option<(u32, u32)>,
+        bound: u64,
     },
     /// An NKI-level op the lowering cannot express as ISA instructions.
     #[error("{op} cannot be lowered: {reason}")]
@@ -467,10 +468,12 @@ impl Error {
             }
             Error::ApScalarOffset {
                 index: Some((position, index)),
+                bound,
                 ..
-            } => IndexFault::at(*position, *index, None),
-            Error::ApScalarOffset { value, .. } => IndexFault {
+            } => IndexFault::at(*position, *index, Some(*bound)),
+            Error::ApScalarOffset { value, bound, .. } => IndexFault {
                 value: Some(*value),
+                bound: Some(*bound),
                 ..IndexFault::default()
             },
             Error::Dge(e) => dge_index_fault(e),

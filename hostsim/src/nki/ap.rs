@@ -364,6 +364,7 @@ impl ApSide {
                 value,
                 rule,
                 index: None,
+                bound: self.index_bound(),
             }),
         }
     }
@@ -421,6 +422,7 @@ impl ApSide {
                     value,
                     rule,
                     index: Some((k as u32, v)),
+                    bound,
                 }),
                 _ => None,
             }

@@ -204,7 +204,9 @@ fn a_column_window_and_a_scalar_offset_row_block() {
     assert_eq!(super::exit_code(&e), 1, "{e}");
     assert!(e.to_string().contains("op 1 (dma_copy"), "{e}");
     assert!(e.to_string().contains("scalar_offset 6"), "{e}");
-    assert_eq!(e.index_fault().value, Some(6));
+    // (the table's 7 rows are the bound the scalar broke)
+    let at = e.index_fault();
+    assert_eq!((at.value, at.bound), (Some(6), Some(7)));
 }
 
 /// Runs `text` on the DGE and the reference: each fails with an error containing `rule`.
