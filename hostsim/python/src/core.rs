@@ -191,7 +191,7 @@ impl Core {
     /// NKI `dma_compute` in its read-modify-write form: one of the two `srcs` is `dst`
     /// itself (the same Tensor or an equal `.ap()`), and `dst = reduce_op(dst, other)`
     /// in float32, as `dma_copy(dst, other, dst_rmw_op=reduce_op)`. `scales` must be
-    /// None or all 1.0 (as NKI requires).
+    /// None or one 1.0 per source (NKI takes a scale per source; the model, 1.0).
     #[pyo3(signature = (dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None))]
     fn dma_compute(
         slf: &Bound<'_, Self>,
