@@ -94,6 +94,13 @@ fn affine_stride(t: &Tensor4d) -> Option<i64> {
     Some(stride)
 }
 
+/// The element stride of `p`'s window, or the DGE route's refusal of a window not affine
+/// in the element index ([`Error::DgeWindowPattern`]), which needs no fabric.
+pub(super) fn window_stride(p: &PoolBufferLoad) -> Result<i64, Error> {
+    let field = FieldPath::new("POOL_BUFFER_LOAD", "src_mem_pattern");
+    affine_stride(&p.src_mem_pattern()).ok_or(Error::DgeWindowPattern { field })
+}
+
 /// POOL_BUFFER_LOAD: every channel's window read and recorded, then installed.
 pub(super) fn pool_buffer_load(
     fabric: &Fabric,
@@ -102,8 +109,7 @@ pub(super) fn pool_buffer_load(
     p: &PoolBufferLoad,
 ) -> Result<DgeOutcome, Error> {
     let (dtype, t) = (p.dtype()?, p.src_mem_pattern());
-    let field = FieldPath::new("POOL_BUFFER_LOAD", "src_mem_pattern");
-    let stride = affine_stride(&t).ok_or(Error::DgeWindowPattern { field })?;
+    let stride = window_stride(p)?;
     let (space, partition, offset) = t.start_addr().decode()?;
     let size = dtype.size() as i64;
     let mut loaded = Vec::new();

@@ -397,6 +397,15 @@ pub fn by_design(e: &Error) -> bool {
     }
 }
 
+/// The DGE route's documented refusal ([`by_design`]) of `inst` that shows without a
+/// fabric (a non-affine Pool_Buffer window), if any: `isa decode`'s verdict names it.
+pub fn refuses(inst: &Instruction) -> Option<Error> {
+    match inst {
+        Instruction::PoolBufferLoad(p) => gather::window_stride(p).err(),
+        _ => None,
+    }
+}
+
 /// How the DGE route takes an instruction.
 enum Level<'i> {
     /// A DMA-level instruction (INDIRECT_COPY, DMA_INDIRECT, the embedding update,

@@ -396,11 +396,18 @@ fn halves(bytes: &[u8; INSTRUCTION_BYTES], leaf: &Leaf) -> Value {
     Value::Array(items.collect())
 }
 
-/// `"valid on cayman"`, or `"invalid on maverick: <the rule it breaks>"`.
+/// `"valid on cayman"`, or `"invalid on maverick: <the rule it breaks>"`; a valid
+/// instruction that the generation's default route, the DGE, refuses by design says so.
 pub fn verdict(inst: &Instruction, generation: Generation) -> String {
-    match inst.validate(generation) {
-        Ok(()) => format!("valid on {}", generation.name()),
-        Err(e) => format!("invalid on {}: {e}", generation.name()),
+    let g = generation.name();
+    if let Err(e) = inst.validate(generation) {
+        return format!("invalid on {g}: {e}");
+    }
+    let on_dge = super::kernels::route_with_confidence(generation, inst.opcode()).0
+        == super::kernels::Route::Dge;
+    match crate::dge_route::refuses(inst).filter(|_| on_dge) {
+        Some(e) => format!("valid on {g}, but the DGE route (auto's on {g}) refuses it: {e}; --mechanism pool or reference runs it"),
+        None => format!("valid on {g}"),
     }
 }
 
@@ -886,6 +893,26 @@ mod tests {
             .with_index_miss_behavior(IndexMissBehavior::SkipWrite)
             .with_immediate(0x3f80_0000)
             .into()
+    }
+
+    #[test]
+    fn a_verdict_names_the_dge_routes_refusal_where_auto_takes_it() {
+        use crate::isa::structs::PoolBufferLoad;
+        // a window of two runs 300 elements apart: not affine in the element index
+        let skewed = Tensor4d::new(sbuf(0, 0), [1, 300, 0, 0], [256, 2, 1, 1]);
+        let load: Instruction = PoolBufferLoad::new(skewed, Dtype::F32, 4).into();
+        assert_eq!(verdict(&load, Generation::Sunda), "valid on sunda");
+        let v = verdict(&load, Generation::Cayman);
+        assert!(
+            v.starts_with("valid on cayman, but the DGE route (auto's on cayman) refuses it: "),
+            "{v}"
+        );
+        assert!(v.ends_with("--mechanism pool or reference runs it"), "{v}");
+        let straight = PoolBufferLoad::new(Tensor4d::contiguous(sbuf(0, 0), 512), Dtype::F32, 4);
+        assert_eq!(
+            verdict(&straight.into(), Generation::Cayman),
+            "valid on cayman"
+        );
     }
 
     /// Canonical bytes of `opcode`'s struct from `seed`: each field takes the seed's
