@@ -329,15 +329,25 @@ impl Runtime {
     /// [`Error::Stopped`] (its index, its opcode, the cause); earlier instructions keep
     /// their effects, the failing one has none.
     pub fn run(&mut self, fabric: &mut Fabric, stream: &[Instruction]) -> Result<RunReport, Error> {
+        self.run_split(fabric, stream, None)
+    }
+
+    /// [`Runtime::run`] of the instructions of an op that may be `split`.
+    fn run_split(
+        &mut self,
+        fabric: &mut Fabric,
+        stream: &[Instruction],
+        split: Option<&crate::nki::IndexSplit>,
+    ) -> Result<RunReport, Error> {
         let _span = tracing::debug_span!("run", generation = self.generation.name()).entered();
         let mut report = RunReport::new(self.generation, self.mechanism);
         for (index, inst) in stream.iter().enumerate() {
-            let step = self.step(fabric, inst).map_err(|e| Error::Stopped {
+            let step = split_terms(split, index, self.step(fabric, inst));
+            report.push(step.map_err(|e| Error::Stopped {
                 index,
                 opcode: inst.opcode().code(),
                 source: Box::new(e),
-            })?;
-            report.push(step);
+            })?);
         }
         Ok(report)
     }
@@ -354,22 +364,13 @@ impl Runtime {
         fabric: &mut Fabric,
         lowered: &crate::nki::Lowered,
     ) -> Result<RunReport, Error> {
-        let _span = tracing::debug_span!("run", generation = self.generation.name()).entered();
         let split = lowered.split.as_ref();
         let repeats = match split.and_then(|s| s.unique) {
             Some(unique) => unique.check(fabric)?,
             None => Vec::new(),
         };
         lowered.apply_registers(&mut self.state.regs)?;
-        let mut report = RunReport::new(self.generation, self.mechanism);
-        for (k, inst) in lowered.instructions.iter().enumerate() {
-            let step = split_terms(split, k, self.step(fabric, inst));
-            report.push(step.map_err(|e| Error::Stopped {
-                index: k,
-                opcode: inst.opcode().code(),
-                source: Box::new(e),
-            })?);
-        }
+        let mut report = self.run_split(fabric, &lowered.instructions, split)?;
         // An op-level promise replaces each request's own warning.
         let own_warning = split.is_none_or(|s| s.unique.is_none());
         for (j, dma) in lowered.ap_dmas.iter().enumerate() {

@@ -209,6 +209,7 @@ impl Cx<'_> {
         opts: ApOptions,
     ) -> Result<Lowered, Error> {
         let idx = self.ap_tensor("index", index)?;
+        let vector = idx.clone();
         let n = u32::try_from(idx.elements()).unwrap_or(u32::MAX);
         let (s, d) = (self.ap_tensor("src", src)?, self.ap_tensor("dst", dst)?);
         let (s, d) = match scatter {
@@ -242,23 +243,23 @@ impl Cx<'_> {
         if n <= dge::indirection::MAX_INDICES {
             return nki::dma_copy_ap(self.kind, s, d, opts);
         }
-        self.split_rows([s, d], scatter, opts)
+        self.split_rows([s, d], vector, scatter, opts)
     }
 
-    /// [`Cx::rows_ap`] of more than 4096 indices (a `[1, N]` index vector; the direct
-    /// side `N` rows in HBM or one partition): one access-pattern DMA per 4096, their
-    /// destination indices promised unique across them all under `unique_indices`.
+    /// [`Cx::rows_ap`] of more than 4096 indices, its index tile `idx` (a `[1, N]`
+    /// vector: an `(N, 1)` tile has at most 128; the direct side `N` rows in HBM or one
+    /// partition): one access-pattern DMA per 4096, their destination indices promised
+    /// unique across them all under `unique_indices`.
     fn split_rows(
         &self,
         [s, d]: [ApSide; 2],
+        idx: ApTensor,
         scatter: bool,
         opts: ApOptions,
     ) -> Result<Lowered, Error> {
         let (indexed, direct) = if scatter { (d, s) } else { (s, d) };
-        let Some(idx) = indexed.vector_offset.clone() else {
-            unreachable!("rows_ap's indexed side has an index tile");
-        };
         let n = indexed.dims[indexed.indirect_dim].num;
+        let row_dim = direct.dims.len() - 2;
         let per = dge::indirection::MAX_INDICES;
         let unique = (scatter && opts.unique_indices).then_some(nki::UniqueDestinations {
             at: idx.start,
@@ -270,7 +271,6 @@ impl Cx<'_> {
         for first in (0..n).step_by(per as usize) {
             let count = (n - first).min(per);
             let chunk_idx = rows_of(&idx, 1, first, count);
-            let row_dim = direct.dims.len() - 2;
             let chunk_direct = rows_of(&direct.tensor, row_dim, first, count);
             let indexed = ApSide {
                 vector_offset: Some(chunk_idx),
