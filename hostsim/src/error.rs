@@ -171,6 +171,14 @@ pub enum Error {
         opcode: u8,
         source: Box<Error>,
     },
+    /// An instruction of an op split into requests of 4096 indices failed, and the op
+    /// was undone: nothing it wrote stays.
+    #[error("instruction {index} ({opcode:#04x}) failed and the op was undone (nothing it wrote stays): {source}")]
+    OpUndone {
+        index: usize,
+        opcode: u8,
+        source: Box<Error>,
+    },
     /// A program stopped at a failing step (earlier steps took effect).
     #[error("program step {step} failed, the program stopped there (steps before it took effect): {source}")]
     ProgramStep { step: usize, source: Box<Error> },
@@ -384,7 +392,9 @@ impl Error {
             Error::Dge(e) => dge_kind(e),
             Error::PoolDeadStores { .. } | Error::PoolStaging { .. } => ErrorKind::KernelFault,
             Error::SanitizerFinding { .. } => ErrorKind::Sanitizer,
-            Error::Stopped { source, .. } | Error::ProgramStep { source, .. } => source.kind(),
+            Error::Stopped { source, .. }
+            | Error::OpUndone { source, .. }
+            | Error::ProgramStep { source, .. } => source.kind(),
             Error::ScenarioOpInvalid { source, .. } | Error::ScenarioOpFault { source, .. } => {
                 source.kind()
             }
@@ -437,6 +447,7 @@ impl Error {
     pub fn root(&self) -> &Error {
         match self {
             Error::Stopped { source, .. }
+            | Error::OpUndone { source, .. }
             | Error::ProgramStep { source, .. }
             | Error::ScenarioOpInvalid { source, .. }
             | Error::ScenarioOpFault { source, .. } => source.root(),

@@ -960,6 +960,26 @@ mod tests {
     }
 
     #[test]
+    fn a_split_gathers_small_descriptor_reasons_are_named_once() {
+        // 4097 rows of 8 f32: two alike DMA_INDIRECTs, one reason per side
+        let n = 4097;
+        let idx: Vec<u32> = (0..n as u32).rev().collect();
+        let text = tensor("tab", "hbm", &format!("[{n}, 8]"), "iota")
+            + &index("idx", n)
+            + &tensor("out", "hbm", &format!("[{n}, 8]"), "zeros")
+            + "[[op]]\nop = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx\"\ndst = \"out\"\n";
+        let op = op0("split", &text, &[("idx.npy", &idx)]);
+        let small = &op.lints[0];
+        assert_eq!(small.code, "small-descriptors");
+        assert_eq!(
+            small.message.matches("the source's").count(),
+            1,
+            "{}",
+            small.message
+        );
+    }
+
+    #[test]
     fn a_copy_that_reads_what_it_writes_is_an_overlap() {
         let text = |offset: u32| {
             tensor("a", "hbm", "[1, 200]", "iota")

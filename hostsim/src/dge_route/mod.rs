@@ -392,7 +392,9 @@ pub fn by_design(e: &Error) -> bool {
         | Error::DgeWindowOverwritten { .. }
         | Error::DgeRowStep { .. } => true,
         Error::Dge(d) => matches!(d, dge::Error::SourceOverlapsDestination { .. }),
-        Error::Stopped { source, .. } | Error::ProgramStep { source, .. } => by_design(source),
+        Error::Stopped { source, .. }
+        | Error::OpUndone { source, .. }
+        | Error::ProgramStep { source, .. } => by_design(source),
         _ => false,
     }
 }

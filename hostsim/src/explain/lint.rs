@@ -94,9 +94,13 @@ fn small_descriptors(f: &Facts) -> Option<Lint> {
             format!("with the destination in a separate tensor the same walk needs {} descriptors", f.minimal),
         ),
         None => {
-            let why: Vec<String> = sides(f)
-                .filter_map(|(name, s)| short_runs(name, s))
-                .collect();
+            // each reason once: an op split into alike requests repeats them
+            let mut why: Vec<String> = Vec::new();
+            for reason in sides(f).filter_map(|(name, s)| short_runs(name, s)) {
+                if !why.contains(&reason) {
+                    why.push(reason);
+                }
+            }
             (why.join("; "), small_fix(f, n))
         }
     };

@@ -111,7 +111,7 @@ pub fn dma_gather_transpose(
         return Err(trn2_only(op));
     }
     nonempty(op, ["src.shape[0]", "src.shape[1]"], src)?;
-    let k = "NKI: src.shape[-1] must be <= 128 (an indirect dma_transpose)";
+    let k = "NKI: src.shape[-1] must be <= 128 (an indirect dma_transpose; here the elements of a source row, prod(src.shape[1:]))";
     let transposed = u64::from(src.shape[1]) <= super::transpose::MAX_TRANSPOSED;
     ensure_arg(transposed, op, "src.shape[1]", src.shape[1], k)?;
     two_byte_elements(op, src.dtype)?;
@@ -303,6 +303,7 @@ impl RowRequest {
                 count: self.count,
                 bound: u64::from(bound),
                 refuse: true,
+                oob_errors: o.oob == OobMode::Error,
             });
         Lowered {
             instructions,

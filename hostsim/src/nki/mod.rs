@@ -161,6 +161,10 @@ pub struct UniqueDestinations {
     /// Whether a repeat is an error (a reduction, or DMA_INDIRECT without
     /// non_unique_dst_idx) or a warning.
     pub refuse: bool,
+    /// Whether an out-of-bounds index fails the op (`oob = "error"`): then a repeat is
+    /// the op's error only where it comes before the first such index, as within one
+    /// request (the first failing position wins).
+    pub oob_errors: bool,
 }
 
 impl IndexSplit {
@@ -243,7 +247,12 @@ impl UniqueDestinations {
         fabric.read_elems(self.at, &mut values)?;
         let moves = |p: usize| values.get(p).is_some_and(|&v| u64::from(v) < self.bound);
         let repeats = ap::collisions(&values, moves);
-        match (self.refuse, repeats.first()) {
+        let first_oob = match self.oob_errors {
+            true => values.iter().position(|&v| u64::from(v) >= self.bound),
+            false => None,
+        };
+        let before_oob = |c: &&ap::Collision| first_oob.is_none_or(|p| (c.second as usize) < p);
+        match (self.refuse, repeats.first().filter(before_oob)) {
             (true, Some(c)) => Err(Error::DuplicateDestination {
                 value: c.value,
                 first: c.first,

@@ -356,10 +356,44 @@ impl Runtime {
     /// its access-pattern DMAs, stopping at the first failure as [`Runtime::run`] does (an
     /// access-pattern DMA is numbered after the instructions).
     ///
-    /// An op split into requests of 4096 indices ([`crate::nki::IndexSplit`]) first checks
-    /// its promise of unique destination indices across them all (an error, or a warning
-    /// on its first step), and reports errors and skipped indices at its own positions.
+    /// An op split into requests of 4096 indices ([`crate::nki::IndexSplit`]) is one op:
+    /// it first checks its promise of unique destination indices across them all (an
+    /// error, or a warning on its first step), reports errors and skipped indices at its
+    /// own positions, and a request that fails undoes the ones before it (the fabric and
+    /// the core state are as they were before the op).
     pub fn run_lowered(
+        &mut self,
+        fabric: &mut Fabric,
+        lowered: &crate::nki::Lowered,
+    ) -> Result<RunReport, Error> {
+        // a clone shares the fabric's pages until they are written: the undo costs the
+        // pages the op writes
+        let before = lowered
+            .split
+            .as_ref()
+            .map(|_| (fabric.clone(), self.state.clone()));
+        let ran = self.run_requests(fabric, lowered);
+        let Some((f, state)) = before.filter(|_| ran.is_err()) else {
+            return ran;
+        };
+        *fabric = f;
+        self.state = state;
+        ran.map_err(|e| match e {
+            Error::Stopped {
+                index,
+                opcode,
+                source,
+            } => Error::OpUndone {
+                index,
+                opcode,
+                source,
+            },
+            e => e,
+        })
+    }
+
+    /// [`Runtime::run_lowered`] without the undo.
+    fn run_requests(
         &mut self,
         fabric: &mut Fabric,
         lowered: &crate::nki::Lowered,

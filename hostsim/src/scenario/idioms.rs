@@ -726,6 +726,66 @@ fn row_ops_past_4096_indices_keep_their_promises_across_instructions() {
 }
 
 #[test]
+fn a_failing_request_of_a_split_op_undoes_the_op() {
+    // 4097 rows gathered into a table that holds ones: index 10 at position 4096 fails
+    // the second instruction, and the first one's rows are undone
+    let n = 4097;
+    let mut idx = vec![0u32; n];
+    idx[n - 1] = 10;
+    let ones = NpyArray {
+        descr: "<f4".into(),
+        shape: vec![n as u64, 4],
+        data: (0..n * 4).flat_map(|_| 1f32.to_le_bytes()).collect(),
+    };
+    let text = format!(
+        "{}{}{}[[op]]\nop = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx\"\ndst = \"out\"\n",
+        iota("tab", "[10, 4]"),
+        tensor("idx", "sbuf", "u32", &format!("[1, {n}]"), Some("idx.npy")),
+        tensor("out", "hbm", "f32", &format!("[{n}, 4]"), Some("ones.npy")),
+    );
+    let files = [
+        ("idx.npy", u32_array(&[1, n as u64], &idx)),
+        ("ones.npy", ones),
+    ];
+    for m in [Mechanism::Pool, Mechanism::Dge, Mechanism::Reference] {
+        let over = Overrides {
+            mechanism: Some(m),
+            ..Overrides::default()
+        };
+        let p = prepared(&text, &files, over).unwrap();
+        let mut fabric = p.initial_fabric().unwrap();
+        let mut rt = crate::runtime::Runtime::new(p.generation, m).unwrap();
+        let e = super::exec::run_op(&mut rt, &mut fabric, &p.ops[0])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("failed and the op was undone (nothing it wrote stays): src index 10 at position 4096"), "{}: {e}", m.name());
+        let out = p.tensors[2].read(&fabric).unwrap();
+        assert!(
+            out.chunks(4).all(|c| c == 1f32.to_le_bytes()),
+            "{}: the first 4096 rows were written",
+            m.name()
+        );
+    }
+}
+
+#[test]
+fn a_split_ops_first_failing_position_wins_as_in_one_request() {
+    // an index past the table at position 10 comes before a repeat at 3000/3001: the
+    // out-of-bounds index is the error whether the op is one request or three
+    for n in [4096usize, 8193] {
+        let mut idx: Vec<u32> = (0..n as u32).collect();
+        idx[10] = n as u32;
+        idx[3001] = idx[3000];
+        let files = [("idx.npy", vector("u32", &idx))];
+        fails_when_run(
+            &long_scatter(n, n, "u32", "add"),
+            &files,
+            &format!("dst index {n} at position 10 is out of bounds"),
+        );
+    }
+}
+
+#[test]
 fn index_positions_past_4096_are_the_ops() {
     // a gather of 4097 rows whose last index is out of bounds: position 4096 is named
     let n = 4097;

@@ -266,6 +266,7 @@ impl Cx<'_> {
             count: n,
             bound: indexed.index_bound(),
             refuse: opts.op != dma::ComputeOp::None,
+            oob_errors: opts.oob == nki::OobMode::Error,
         });
         let mut ap_dmas = Vec::new();
         for first in (0..n).step_by(per as usize) {
