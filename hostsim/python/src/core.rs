@@ -36,7 +36,7 @@ struct Made<'py> {
     shape: Option<Bound<'py, PyAny>>,
     dtype: Option<Bound<'py, PyAny>>,
     partition: Option<Bound<'py, PyAny>>,
-    name: Option<String>,
+    name: Option<Bound<'py, PyAny>>,
 }
 
 impl<'py> Made<'py> {
@@ -57,10 +57,10 @@ impl<'py> Made<'py> {
     }
 
     /// With its first partition and name.
-    fn at(self, partition: Option<Bound<'py, PyAny>>, name: Option<String>) -> Self {
+    fn at(self, partition: Option<Bound<'py, PyAny>>, name: Option<&Bound<'py, PyAny>>) -> Self {
         Made {
             partition,
-            name,
+            name: name.cloned(),
             ..self
         }
     }
@@ -69,15 +69,29 @@ impl<'py> Made<'py> {
 #[pymethods]
 impl Core {
     #[new]
-    #[pyo3(signature = (generation="cayman", mechanism="auto", queues=None))]
+    #[pyo3(signature = (generation=None, mechanism=None, queues=None), text_signature = "(generation=\"cayman\", mechanism=\"auto\", queues=16)")]
     fn new(
         py: Python<'_>,
-        generation: &str,
-        mechanism: &str,
+        generation: Option<&Bound<'_, PyAny>>,
+        mechanism: Option<&Bound<'_, PyAny>>,
         queues: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let rule = "must be the DMA queues to use, 1 ..= 16";
         let queues: usize = errors::extract("Core", "queues", queues, rule)?.unwrap_or(16);
+        let names = |arg, value, rule| errors::extract::<String>("Core", arg, value, rule);
+        let generation = names(
+            "generation",
+            generation,
+            "must be a generation's name, such as \"cayman\"",
+        )?;
+        let mechanism = names(
+            "mechanism",
+            mechanism,
+            "must be auto, pool, dge or reference",
+        )?;
+        let generation = generation.unwrap_or_else(|| "cayman".into());
+        let mechanism = mechanism.unwrap_or_else(|| "auto".into());
+        let (generation, mechanism) = (generation.as_str(), mechanism.as_str());
         let g = Generation::from_name(generation).map_err(|e| errors::raise(py, e.into()))?;
         let m = Mechanism::from_name(mechanism).ok_or_else(|| {
             InvalidInput::new_err(format!(
@@ -118,7 +132,7 @@ impl Core {
         array: Option<Bound<'_, PyAny>>,
         shape: Option<Bound<'_, PyAny>>,
         dtype: Option<Bound<'_, PyAny>>,
-        name: Option<String>,
+        name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Tensor> {
         let made = Made::new(Space::Hbm, array, shape, dtype);
         add_tensor(slf, made.at(None, name))
@@ -137,7 +151,7 @@ impl Core {
         partition: Option<Bound<'_, PyAny>>,
         shape: Option<Bound<'_, PyAny>>,
         dtype: Option<Bound<'_, PyAny>>,
-        name: Option<String>,
+        name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Tensor> {
         let made = Made::new(Space::Sbuf, array, shape, dtype);
         add_tensor(slf, made.at(partition, name))
@@ -154,7 +168,7 @@ impl Core {
         partition: Option<Bound<'_, PyAny>>,
         shape: Option<Bound<'_, PyAny>>,
         dtype: Option<Bound<'_, PyAny>>,
-        name: Option<String>,
+        name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Tensor> {
         let made = Made::new(Space::Psum, array, shape, dtype);
         add_tensor(slf, made.at(partition, name))
@@ -220,8 +234,8 @@ impl Core {
         let options = Options::new("dma_compute", oob_mode, unique_indices)?;
         let dst_side = side(slf, "dst", dst)?;
         let other = match srcs.as_slice() {
-            [a, b] if side(slf, "srcs[0]", a)? == dst_side => b,
-            [a, b] if side(slf, "srcs[1]", b)? == dst_side => a,
+            [a, b] if side(slf, "dma_compute: srcs[0]", a)? == dst_side => b,
+            [a, b] if side(slf, "dma_compute: srcs[1]", b)? == dst_side => a,
             _ => return Err(InvalidInput::new_err(
                 "dma_compute: srcs must be two, one of them dst itself (dst = reduce_op(dst, src))",
             )),
@@ -310,15 +324,20 @@ impl Core {
     /// `num_elem_per_idx` (1, 2, 4, .. 32) elements of `src_buffer` at the element offsets
     /// `index` (uint16, read partition-first), the first `num_valid_indices` of them
     /// (default all); a run past the buffer's end stays zero.
-    #[pyo3(signature = (dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None))]
+    #[pyo3(signature = (dst, src_buffer, index, num_elem_per_idx=None, num_valid_indices=None))]
     fn local_gather(
         slf: &Bound<'_, Self>,
         dst: &Bound<'_, PyAny>,
         src_buffer: &Bound<'_, PyAny>,
         index: &Bound<'_, PyAny>,
-        num_elem_per_idx: u32,
-        num_valid_indices: Option<u32>,
+        num_elem_per_idx: Option<&Bound<'_, PyAny>>,
+        num_valid_indices: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        let count = |arg, value, rule| errors::extract::<u32>("local_gather", arg, value, rule);
+        let per_rule = "must be 1, 2, 4, 8, 16 or 32";
+        let num_elem_per_idx = count("num_elem_per_idx", num_elem_per_idx, per_rule)?.unwrap_or(1);
+        let valid_rule = "must be a count of indices, an integer from 1";
+        let num_valid_indices = count("num_valid_indices", num_valid_indices, valid_rule)?;
         let fields = vec![
             ("src", Some(tensor_name(slf, "src_buffer", src_buffer)?)),
             ("index", Some(tensor_name(slf, "index", index)?)),
@@ -485,6 +504,8 @@ fn add_tensor(slf: &Bound<'_, Core>, m: Made<'_>) -> PyResult<Tensor> {
     let call = m.space.name();
     let shape_rule = "must be a sequence of dims, each 0 ..= 2^64 - 1";
     let shape: Option<Vec<u64>> = errors::extract(call, "shape", m.shape.as_ref(), shape_rule)?;
+    let name_rule = "must be a str, the tensor's name";
+    let name: Option<String> = errors::extract(call, "name", m.name.as_ref(), name_rule)?;
     let part_rule = "must be the first partition, 0 ..= 127";
     let partition: Option<u32> =
         errors::extract(call, "partition", m.partition.as_ref(), part_rule)?;
@@ -504,7 +525,7 @@ fn add_tensor(slf: &Bound<'_, Core>, m: Made<'_>) -> PyResult<Tensor> {
         }
     };
     let mut core = slf.borrow_mut();
-    let name = m.name.unwrap_or_else(|| free_name(&core.session));
+    let name = name.unwrap_or_else(|| free_name(&core.session));
     let t = NewTensor {
         name: name.clone(),
         space: m.space,

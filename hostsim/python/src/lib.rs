@@ -38,11 +38,18 @@ use pyo3::types::PyDict;
 #[pyo3(signature = (path, generation=None, mechanism=None, queues=None))]
 pub fn run<'py>(
     py: Python<'py>,
-    path: PathBuf,
-    generation: Option<String>,
-    mechanism: Option<String>,
-    queues: Option<usize>,
+    path: &Bound<'py, PyAny>,
+    generation: Option<&Bound<'py, PyAny>>,
+    mechanism: Option<&Bound<'py, PyAny>>,
+    queues: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyAny>)> {
+    let path_rule = "must be the scenario file's path (a str or os.PathLike)";
+    let path: PathBuf = errors::extract("run", "path", Some(path), path_rule)?.unwrap_or_default();
+    let name_rule = "must be a str";
+    let generation = errors::extract("run", "generation", generation, name_rule)?;
+    let mechanism = errors::extract("run", "mechanism", mechanism, name_rule)?;
+    let queues_rule = "must be the DMA queues to use, 1 ..= 16";
+    let queues = errors::extract("run", "queues", queues, queues_rule)?;
     let settings = Settings {
         generation,
         mechanism,

@@ -412,6 +412,12 @@ def test_invalid_input_changes_nothing():
         (lambda: core.dma_copy(dst=b, src=a, unique_indices=False), "unique_indices = false: applies to an indexed destination"),
         (lambda: core.dma_transpose(dst=b, src=a), "dma_transpose: src = Tensor\\(\"a\".*: must be t.ap"),
         (lambda: hostsim.Core().hbm(np.zeros((4, 4), np.float32)).ap([[4, 4], [1, 4]], vector_offset=a), "ap: vector_offset = \"a\": it belongs to another Core"),
+        (lambda: core.local_gather(b, b, b, num_elem_per_idx=1.0), "local_gather: num_elem_per_idx = 1.0"),
+        (lambda: core.local_gather(b, b, b, num_elem_per_idx=-1), "local_gather: num_elem_per_idx = -1"),
+        (lambda: hostsim.Core(generation=3), "Core: generation = 3"),
+        (lambda: core.hbm(shape=(2, 2), name=5), "hbm: name = 5: must be a str"),
+        (lambda: hostsim.run("examples/embedding/scenario.toml", queues="4"), "run: queues = '4'"),
+        (lambda: core.dma_compute(dst=b, srcs=[np.zeros(4), b], reduce_op="add"), "dma_compute: srcs\\[0\\]: must be a Tensor"),
     ]
     for call, message in cases:
         with pytest.raises(hostsim.InvalidInput, match=message):
