@@ -274,11 +274,9 @@ impl Engine {
         fabric: &mut Fabric,
         file: &mut VerifiedQueueFile<R>,
     ) -> Result<ReplayReport, Error> {
-        same_generation(fabric, file)?;
-        file.rewind();
-        let result = self.replay(fabric, &mut FileSource::new(file));
-        file.rewind();
-        result
+        from_start(fabric.generation(), file, |source| {
+            self.replay(fabric, source)
+        })
     }
 
     /// The validation pass of [`Engine::replay_file`] alone, which reads nothing of the
@@ -290,11 +288,9 @@ impl Engine {
         fabric: &Fabric,
         file: &mut VerifiedQueueFile<R>,
     ) -> Result<ReplaySummary, Error> {
-        same_generation(fabric, file)?;
-        file.rewind();
-        let plan = self.plan(fabric, &mut FileSource::new(file));
-        file.rewind();
-        let plan = plan?;
+        let plan = from_start(fabric.generation(), file, |source| {
+            self.plan(fabric, source)
+        })?;
         let summary = ReplaySummary::new(fabric.generation(), plan.timeline.clone(), 0);
         self.keep(plan);
         Ok(summary)
@@ -675,19 +671,24 @@ async fn on_blocking_pool<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'sta
     }
 }
 
-/// A queue file replays only on a fabric of its generation.
-fn same_generation<R: Read + Seek>(
-    fabric: &Fabric,
-    file: &VerifiedQueueFile<R>,
-) -> Result<(), Error> {
+/// `pass` over `file` read from its start, rewound again after; a queue file replays only
+/// on a fabric of its generation (`fabric`).
+fn from_start<R: Read + Seek + Send, T>(
+    fabric: crate::Generation,
+    file: &mut VerifiedQueueFile<R>,
+    pass: impl FnOnce(&mut FileSource<'_, R>) -> Result<T, Error>,
+) -> Result<T, Error> {
     let generation = file.header().generation();
-    if generation != fabric.generation() {
+    if generation != fabric {
         return Err(Error::GenerationMismatch {
             file: generation.name(),
-            fabric: fabric.generation().name(),
+            fabric: fabric.name(),
         });
     }
-    Ok(())
+    file.rewind();
+    let result = pass(&mut FileSource::new(file));
+    file.rewind();
+    result
 }
 
 /// A generation and an engine configuration, as [`Error::NotValidatedHere`] names them.
