@@ -4,7 +4,7 @@
 
 use dma::Generation;
 
-use super::exec::tests::{check_with, prepared};
+use super::exec::tests::{check_with, prepared, u32_array};
 use super::Overrides;
 use crate::npy::NpyArray;
 use crate::runtime::Mechanism;
@@ -580,15 +580,6 @@ fn gather_transposes_nki_does_not_document_are_refused() {
     let e = prepared(&text, &files, Overrides::default()).unwrap_err();
     let rule = "dma_gather_transpose: src.dtype = f32: NKI: an indirect dma_transpose moves 2-byte elements";
     assert!(e.to_string().contains(rule), "{e}");
-}
-
-/// A `.npy` array of u32 values.
-fn u32_array(shape: &[u64], v: &[u32]) -> NpyArray {
-    NpyArray {
-        descr: "<u4".into(),
-        shape: shape.to_vec(),
-        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-    }
 }
 
 #[test]
