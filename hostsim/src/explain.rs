@@ -691,7 +691,7 @@ fn signed_indices(dmas: &[crate::nki::ApDma]) -> [bool; 2] {
     let i32_tile = |side: &crate::nki::ApSide| {
         side.vector_offset
             .as_ref()
-            .is_some_and(|t| t.dtype == dma::Dtype::I32)
+            .is_some_and(|v| v.tensor.dtype == dma::Dtype::I32)
     };
     [
         dmas.iter().any(|d| i32_tile(&d.src)),

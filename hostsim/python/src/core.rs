@@ -629,6 +629,12 @@ fn transposed_rows(slf: &Bound<'_, Core>, ap: &Ap) -> PyResult<(Value, Value)> {
             t.name
         )));
     }
+    if !index.is_string() {
+        return Err(InvalidInput::new_err(format!(
+            "dma_transpose: src = {}: its vector_offset must be a whole index tile ([1, N] or (N, 1)); an .ap() of one is not supported by the transpose",
+            Value::Object(ap.table.clone())
+        )));
+    }
     Ok((json!(t.name), index.clone()))
 }
 

@@ -63,8 +63,10 @@ impl Tensor {
     /// NKI's access pattern over this tensor: `pattern` is 1 to 5 `[step, num]` pairs,
     /// outermost first, in elements (on SBUF/PSUM the first pair steps partitions); the
     /// element at position `(i0, ..)` is `offset + sum(i_k * step_k)`. `vector_offset`
-    /// is an index tile (`[1, N]` or `(N, 1)`, uint32 or int32, in SBUF) whose value
-    /// replaces dim `indirect_dim`'s term (default dim 0) by `index * prod(shape[d+1:])`;
+    /// is an index tile (`[1, N]` or `(N, 1)`, uint32 or int32, in SBUF), or an `.ap()` of
+    /// one picking N elements (`i.ap([[W, N], [1, 1]], offset=c)`: column `c` of an
+    /// `(N, W)` tile), whose value replaces dim `indirect_dim`'s term (default dim 0) by
+    /// `index * prod(shape[d+1:])`;
     /// `scalar_offset` a 1x1 int32 or int64 tensor in SBUF or HBM whose value times the
     /// same stride is added when the op runs (int64 only on an HBM tensor's pattern: on
     /// SBUF/PSUM the offset must be int32, as NKI says).
@@ -110,19 +112,16 @@ impl Tensor {
         table.insert("tensor".into(), json!(this.name));
         table.insert("ap".into(), json!(pattern));
         table.insert("offset".into(), json!(offset));
-        let tiles = [
-            ("vector_offset", &vector_offset),
-            ("scalar_offset", &scalar_offset),
-        ];
-        for (field, tile) in tiles {
-            if let Some(value) = tile {
-                let rule = "must be a Tensor (the whole index tile; a tile's column or .ap() cannot be one)";
-                let t = value
-                    .cast::<Tensor>()
-                    .map_err(|_| bad(field, value, rule))?;
-                this.same_core(t.get(), field)?;
-                table.insert(field.into(), json!(t.get().name));
-            }
+        if let Some(value) = vector_offset {
+            table.insert("vector_offset".into(), this.index_view(value)?);
+        }
+        if let Some(value) = scalar_offset {
+            let rule = "must be a Tensor (a 1x1 int32 or int64 tensor)";
+            let t = value
+                .cast::<Tensor>()
+                .map_err(|_| bad("scalar_offset", value, rule))?;
+            this.same_core(t.get(), "scalar_offset")?;
+            table.insert("scalar_offset".into(), json!(t.get().name));
         }
         if let Some(d) = indirect_dim {
             table.insert("indirect_dim".into(), json!(d));
@@ -146,6 +145,26 @@ impl Tensor {
 
 impl Tensor {
     /// Refuses `other` (given as `field`) unless it belongs to this tensor's Core.
+    /// A `vector_offset`: a whole index tile (its name) or an `.ap()` of one (its table;
+    /// the scenario refuses one with offsets of its own).
+    fn index_view(&self, value: &Bound<'_, PyAny>) -> PyResult<Value> {
+        if let Ok(t) = value.cast::<Tensor>() {
+            self.same_core(t.get(), "vector_offset")?;
+            return Ok(json!(t.get().name));
+        }
+        let Ok(ap) = value.cast::<Ap>() else {
+            return Err(errors::bad_arg(
+                "ap",
+                "vector_offset",
+                value,
+                "must be a Tensor (a [1, N] or (N, 1) index tile) or an .ap() of one (e.g. a column: idx.ap([[W, N], [1, 1]], offset=c))",
+            ));
+        };
+        let ap = ap.get();
+        self.same_core(ap.tensor.get(), "vector_offset")?;
+        Ok(Value::Object(ap.table.clone()))
+    }
+
     pub fn same_core(&self, other: &Tensor, field: &str) -> PyResult<()> {
         match self.core.is(&other.core) {
             true => Ok(()),

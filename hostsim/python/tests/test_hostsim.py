@@ -123,6 +123,33 @@ def test_a_5d_copy_is_a_numpy_transpose():
     assert np.array_equal(dst.numpy(), a.transpose(4, 3, 2, 1, 0))
 
 
+def test_an_index_tile_column_picks_each_tiles_rows_as_nki_prefill_kernels_do():
+    """i_sb is (128, NT): tile t's indices are its column t, read as
+    i_sb.ap([[NT, 128], [1, 1]], offset=t); results equal numpy's take on every route."""
+    nt = 3
+    table = RNG.standard_normal((500, 16)).astype(np.float32)
+    ids = RNG.integers(-2, 502, size=(128, nt)).astype(np.int32)
+    results = []
+    for mechanism in ["auto", "dge", "reference"]:
+        core = hostsim.Core("cayman", mechanism=mechanism)
+        t, i = core.hbm(table), core.sbuf(ids)
+        outs = [core.sbuf(shape=(128, 16), dtype=np.float32) for _ in range(nt)]
+        for c, out in enumerate(outs):
+            view = i.ap([[nt, 128], [1, 1]], offset=c)
+            core.dma_copy(dst=out, src=t.ap([[16, 128], [1, 16]], vector_offset=view), oob_mode="skip")
+        for c, out in enumerate(outs):
+            want = np.zeros((128, 16), np.float32)
+            ok = (ids[:, c] >= 0) & (ids[:, c] < 500)
+            want[ok] = table[ids[ok, c]]
+            np.testing.assert_array_equal(out.numpy(), want)
+        results.append([o.numpy().tobytes() for o in outs])
+    assert results[0] == results[1] == results[2]
+    with pytest.raises(hostsim.InvalidInput, match="its ap visits 64 elements, but ap\\[0\\] has num 128"):
+        core.dma_copy(dst=outs[0], src=t.ap([[16, 128], [1, 16]], vector_offset=i.ap([[nt, 64], [1, 1]])))
+    with pytest.raises(hostsim.InvalidInput, match="an .ap\\(\\) of one is not supported by the transpose"):
+        core.dma_transpose(dst=outs[0], src=t.ap([[16, 128], [1, 16]], vector_offset=i.ap([[nt, 128], [1, 1]])))
+
+
 def test_a_window_and_a_scalar_offset():
     core = hostsim.Core("cayman")
     a = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
@@ -404,7 +431,8 @@ def test_invalid_input_changes_nothing():
         (lambda: core.hbm(shape=(2**64, 4)), "hbm: shape = \\(18446744073709551616, 4\\)"),
         (lambda: core.sbuf(np.zeros((1, 4), np.float32), partition=-1), "sbuf: partition = -1: must be the first partition"),
         (lambda: core.psum(shape=(1, 4), partition="0"), "psum: partition = '0'"),
-        (lambda: a.ap([[1, 4]], vector_offset=b.ap([[1, 4]])), "ap: vector_offset = Ap\\(.*: must be a Tensor"),
+        (lambda: a.ap([[1, 4]], vector_offset=5), "ap: vector_offset = 5: must be a Tensor .* or an .ap\\(\\) of one"),
+        (lambda: core.dma_copy(dst=b, src=a.ap([[4, 4], [1, 4]], vector_offset=b.ap([[1, 4]]))), "vector_offset b has dtype f32; index tiles are u32 or i32"),
         (lambda: core.dma_compute(dst=b, srcs=b, reduce_op=np.add), "dma_compute: srcs = Tensor\\(\"b\".*: must be a list of two sources"),
         (lambda: core.dma_compute(dst=b, srcs=[b, a], reduce_op=np.add, scales=[1.0]), "dma_compute: scales = \\[1.0\\]: must be None or one 1.0 per source"),
         (lambda: core.dma_copy(dst=b, src=a, oob_mode="SKIP"), "dma_copy: oob_mode = 'SKIP': must be \"error\" or \"skip\""),

@@ -467,7 +467,7 @@ fn tile_gathers(fabric: &mut Fabric, indices: &[u32]) -> Result<Vec<nki::Lowered
             .map(|&(step, num)| nki::ApDim { step, num })
             .collect(),
         indirect_dim: 0,
-        vector_offset: index,
+        vector_offset: index.map(nki::IndexAp::whole),
         scalar_offset: None,
     };
     let opts = nki::ApOptions {

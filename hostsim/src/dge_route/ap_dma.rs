@@ -20,12 +20,14 @@
 
 use dge::generate::Kind;
 use dge::indirection::{Indirection, OobPolicy};
-use dge::{AccessPattern, ElementOrder, IndexDtype, IndexLayout, Request};
-use dma::{AddressMap, ComputeOp, Fabric};
+use dge::pattern::MAX_DIMS;
+use dge::{AccessPattern, ByteDim, ElementOrder, IndexDtype, IndexLayout, Request};
+use dma::{AddressMap, ComputeOp, Fabric, FabricAddr};
+use smallvec::SmallVec;
 
 use super::Lowered;
 use crate::error::Error;
-use crate::nki::{ApDma, ApSide, OobMode};
+use crate::nki::{ApDma, ApSide, IndexAp, OobMode};
 
 /// The lowered copy: one request, its skips reported. The scalar offsets and (beside a
 /// scalar) the index tiles are read from `fabric` and checked first.
@@ -157,29 +159,49 @@ fn side(
             s.indirect_dim
         ),
     })?;
+    let (indices, listed) = index_bytes(tile);
     let ind = Indirection {
         dim: s.indirect_dim,
-        indices: tile.start,
+        indices,
         step,
         bound: Some(s.index_bound() - u64::from(shift.lowest)),
         policy,
     };
     let layout = IndexLayout {
         dtype: IndexDtype::U32,
-        pattern: match (tile.shape.first(), tile.partition_stride()) {
-            (Some(&n), Some(stride)) if n > 1 => Some(
-                [dge::ByteDim {
-                    step: stride as i64,
-                    count: n,
-                }]
-                .into_iter()
-                .collect(),
-            ),
-            _ => None,
-        },
+        pattern: listed,
         bias: shift.lowest,
     };
     Ok((pattern, Some(ind), layout))
+}
+
+/// Where the DGE reads an index view's indices: the address of index 0 and the byte
+/// pattern of the rest (`None`: contiguous u32s), dims of count 1 left out. On SBUF the
+/// view's first pair steps partitions (a multiple of a row's `F` elements, which lowering
+/// proved), the others elements.
+fn index_bytes(v: &IndexAp) -> (FabricAddr, Option<SmallVec<[ByteDim; MAX_DIMS]>>) {
+    let t = &v.tensor;
+    let size = t.dtype.size() as i64;
+    let f = t.row_elements().max(1) as i64;
+    let dims = v.dims();
+    let bytes: SmallVec<[ByteDim; MAX_DIMS]> = dims
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.num > 1)
+        .map(|(k, d)| ByteDim {
+            step: match (k, t.partition_stride()) {
+                (0, Some(stride)) => d.step / f * stride as i64,
+                _ => d.step * size,
+            },
+            count: u64::from(d.num),
+        })
+        .collect();
+    let contiguous = match bytes.as_slice() {
+        [] => true,
+        [only] => only.step == size,
+        _ => false,
+    };
+    (v.addr(0), (!contiguous).then_some(bytes))
 }
 
 #[cfg(test)]
@@ -187,7 +209,7 @@ mod tests {
     use super::super::test_support::{engine, fill_random};
     use super::super::DgeRoute;
     use crate::error::ErrorKind;
-    use crate::nki::{dma_copy_ap, ApDim, ApDma, ApOptions, ApSide, ApTensor, OobMode};
+    use crate::nki::{dma_copy_ap, ApDim, ApDma, ApOptions, ApSide, ApTensor, IndexAp, OobMode};
     use crate::reference;
     use dma::addr::{SBUF_BASE, SBUF_STRIDE};
     use dma::{ComputeOp, Dtype, Fabric, FabricAddr, Generation, Space};
@@ -265,7 +287,7 @@ mod tests {
             .map(|(&num, &step)| ApDim { step, num })
             .collect();
         let (indirect_dim, vector_offset) = match index {
-            Some((d, tile)) => (d, Some(tile)),
+            Some((d, tile)) => (d, Some(IndexAp::whole(tile))),
             None => (0, None),
         };
         ApSide {

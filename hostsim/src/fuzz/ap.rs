@@ -12,7 +12,10 @@
 //!   destination walks the same counts, reshaped or flattened, or the source's own
 //!   tensor forwards or backwards (a copy that reads what it writes);
 //! - `vector_offset` on the source, the destination or both, on any dim, from a `[1, N]`
-//!   vector or an `(N, 1)` tile (one index per partition), u32 or i32, with indices at
+//!   vector or an `(N, 1)` tile (one index per partition), or an `.ap()` of a wider tile
+//!   (a column of an `(N, W)` tile, a window at an offset or every other element of a
+//!   longer vector, a partition row of an `[R, N]` tile; the elements it skips hold other
+//!   indices), u32 or i32, with indices at
 //!   bound - 1, bound, bound + 1, 2^31 - 1, 2^31, u32::MAX, -1 and other negatives, and
 //!   repeats;
 //! - `scalar_offset` tiles in SBUF or HBM, i32 or (on an HBM side) i64, with values in
@@ -32,8 +35,8 @@ use smallvec::SmallVec;
 use crate::fuzz::case::{Builder, Case};
 use crate::fuzz::rng::Rng;
 use crate::nki::{
-    dma_copy_ap, dma_gather_transpose_nd, ApDim, ApDma, ApOptions, ApSide, ApTensor, IndexSpan,
-    OobMode, Transpose,
+    dma_copy_ap, dma_gather_transpose_nd, ApDim, ApDma, ApOptions, ApSide, ApTensor, IndexAp,
+    IndexSpan, OobMode, Transpose,
 };
 
 /// The most elements a walk visits (but for the rare long index vector).
@@ -392,13 +395,46 @@ fn perturb(rng: &mut Rng, s: &mut ApSide) {
 
 /// An index tile of `n` positions: an `(n, 1)` tile (one index per partition) when it
 /// fits the partitions, half the time, else a `[1, n]` vector; u32 or i32.
-fn index_tile(rng: &mut Rng, n: u32, name: String) -> ApTensor {
-    let shape = match n <= PARTITIONS && rng.chance(50) {
-        true => vec![u64::from(n), 1],
-        false => vec![1, u64::from(n)],
-    };
+fn index_tile(rng: &mut Rng, n: u32, name: String) -> IndexAp {
     let dtype = rng.pick(&[Dtype::U32, Dtype::I32]);
-    unplaced(name, Space::Sbuf, shape, dtype)
+    let tile = |shape: Vec<u64>| unplaced(name, Space::Sbuf, shape, dtype);
+    let view = |tensor, offset: u64, dims: [(i64, u32); 2]| IndexAp {
+        tensor,
+        offset,
+        ap: Some(
+            dims.iter()
+                .map(|&(step, num)| ApDim { step, num })
+                .collect(),
+        ),
+    };
+    let (n64, wide) = (u64::from(n), rng.range(2, 8));
+    match (n <= PARTITIONS, rng.below(10)) {
+        // column c of an (n, W) tile, one index per partition (NKI's `i.ap([[W, n], [1,
+        // 1]], offset = c)`)
+        (true, 0..=1) => {
+            let c = rng.below(wide.into());
+            view(tile(vec![n64, wide.into()]), c, [(wide.into(), n), (1, 1)])
+        }
+        // a window of a longer vector, or every other element of one
+        (_, 2) => {
+            let extra = u64::from(rng.range(1, 8));
+            let at = rng.below(extra + 1);
+            view(tile(vec![1, n64 + extra]), at, [(0, 1), (1, n)])
+        }
+        (_, 3) => view(tile(vec![1, 2 * n64]), rng.below(2), [(0, 1), (2, n)]),
+        // row r of an [R, n] tile (a partition's row)
+        (_, 4) => {
+            let rows = rng.range(2, 4);
+            let r = rng.below(rows.into());
+            view(
+                tile(vec![rows.into(), n64]),
+                r * n64,
+                [(n.into(), 1), (1, n)],
+            )
+        }
+        (true, _) if rng.chance(50) => IndexAp::whole(tile(vec![n64, 1])),
+        _ => IndexAp::whole(tile(vec![1, n64])),
+    }
 }
 
 /// `src` walked again as the destination, over the same tensors: the same walk, or
@@ -429,11 +465,13 @@ fn place(b: &mut Builder, mut dma: ApDma) -> Option<()> {
         let view = s.clone();
         s.tensor.start = place_one(b, &mut placed, &s.tensor, data)?;
         let mut moving = None;
-        if let Some(t) = &mut s.vector_offset {
+        if let Some(v) = &mut s.vector_offset {
             let n = view.dims.get(view.indirect_dim).map_or(0, |d| d.num);
             let values = index_values(&mut b.rng, n, view.index_bound());
             moving = IndexSpan::moving(&values, view.index_bound());
-            t.start = place_one(b, &mut placed, t, |b, t| index_tile_at(b, t, &values))?;
+            let tile = tile_values(&mut b.rng, v, &values);
+            v.tensor.start =
+                place_one(b, &mut placed, &v.tensor, |b, t| index_tile_at(b, t, &tile))?;
         }
         if let Some(t) = &mut s.scalar_offset {
             let value = scalar_value(&mut b.rng, &view, moving);
@@ -508,6 +546,16 @@ fn data(b: &mut Builder, t: &ApTensor) -> Option<FabricAddr> {
     let bytes = b.rng.edge_data(t.dtype, t.elements() as usize);
     fill(b, t, at, &bytes)?;
     Some(at)
+}
+
+/// The elements of `v`'s tile: `values` where the view reads them, indices of every kind
+/// elsewhere (a route reading outside the view would move other rows).
+fn tile_values(rng: &mut Rng, v: &IndexAp, values: &[u32]) -> Vec<u32> {
+    let mut tile = index_values(rng, v.tensor.elements() as u32, u32::MAX.into());
+    for (k, &value) in values.iter().enumerate() {
+        tile[v.element(k as u32) as usize] = value;
+    }
+    tile
 }
 
 /// An index tile holding `values`.
@@ -641,11 +689,12 @@ mod tests {
         let count = |f: &dyn Fn(&ApDma) -> bool| got.iter().filter(|d| f(d)).count();
         let both = |f: &dyn Fn(&ApSide) -> bool, d: &ApDma| f(&d.src) || f(&d.dst);
         let tile = |s: &ApSide, shape: fn(&[u64]) -> bool, dtype| {
-            s.vector_offset
-                .as_ref()
-                .is_some_and(|t| shape(&t.shape) && t.dtype == dtype)
+            s.vector_offset.as_ref().is_some_and(|v| {
+                v.ap.is_none() && shape(&v.tensor.shape) && v.tensor.dtype == dtype
+            })
         };
-        let forms: [(&str, usize); 16] = [
+        let view = |s: &ApSide, f: fn(&IndexAp) -> bool| s.vector_offset.as_ref().is_some_and(f);
+        let forms: [(&str, usize); 18] = [
             ("src indexed", count(&|d| d.src.vector_offset.is_some())),
             ("dst indexed", count(&|d| d.dst.vector_offset.is_some())),
             ("both indexed", count(&|d| d.indexed() && d.coupled())),
@@ -660,6 +709,14 @@ mod tests {
             (
                 "[1, N] u32",
                 count(&|d| both(&|s| tile(s, |sh| sh[0] == 1 && sh[1] > 1, Dtype::U32), d)),
+            ),
+            (
+                "a column of a wider index tile",
+                count(&|d| both(&|s| view(s, |v| v.ap.is_some() && v.tensor.shape[0] > 1), d)),
+            ),
+            (
+                "an index window at an offset",
+                count(&|d| both(&|s| view(s, |v| v.ap.is_some() && v.offset > 0), d)),
             ),
             (
                 "scalar offset",

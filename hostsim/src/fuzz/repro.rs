@@ -29,7 +29,7 @@ use dma::{ComputeOp, Fabric, FabricAddr, Generation, QueueFileWriter, Space};
 use crate::error::Error;
 use crate::fuzz::case::{Case, Op};
 use crate::fuzz::{isa::hex, Finding, Input, Target};
-use crate::nki::{ApDma, ApSide, ApTensor, OobMode};
+use crate::nki::{ApDim, ApDma, ApSide, ApTensor, IndexAp, OobMode};
 use crate::npy::{self, NpyArray};
 use crate::runtime::Mechanism;
 use crate::scenario::exec::write_atomic;
@@ -222,12 +222,33 @@ fn ap_spec(s: &ApSide) -> ApSpec {
     let offsets = s.vector_offset.is_some() || s.scalar_offset.is_some();
     ApSpec::Pattern(ApPattern {
         tensor: s.tensor.name.clone(),
-        ap: Some(s.dims.iter().map(|d| [d.step, i64::from(d.num)]).collect()),
+        ap: Some(pairs(&s.dims)),
         offset: s.offset,
-        vector_offset: s.vector_offset.as_ref().map(|t| t.name.clone()),
+        vector_offset: s.vector_offset.as_ref().map(|v| Box::new(index_spec(v))),
         indirect_dim: offsets.then_some(s.indirect_dim as u32),
         scalar_offset: s.scalar_offset.as_ref().map(|t| t.name.clone()),
     })
+}
+
+/// An index view as the scenario names it: the tile, or its `.ap()` table.
+fn index_spec(v: &IndexAp) -> ApSpec {
+    let name = v.tensor.name.clone();
+    match &v.ap {
+        None => ApSpec::Whole(name),
+        Some(dims) => ApSpec::Pattern(ApPattern {
+            tensor: name,
+            ap: Some(pairs(dims)),
+            offset: v.offset,
+            vector_offset: None,
+            indirect_dim: None,
+            scalar_offset: None,
+        }),
+    }
+}
+
+/// A pattern's `[step, num]` pairs.
+fn pairs(dims: &[ApDim]) -> Vec<[i64; 2]> {
+    dims.iter().map(|d| [d.step, i64::from(d.num)]).collect()
 }
 
 fn isa_op(bytes: &[u8], bounds: &[(u8, u64)], shapes: &[ShapeSpec]) -> OpSpec {

@@ -29,9 +29,11 @@
 //! - on SBUF/PSUM the first pair steps partitions (NKI's convention): its step is a
 //!   multiple of `F` (or its count 1), and the other pairs stay inside one partition row;
 //! - an index tile is a `[1, N]` vector or a `(N, 1)` tile (one index per partition) of
-//!   u32 or i32 in SBUF, `N` the indirect dim's count, at most 4096 (the copy is one DGE
-//!   request, and the DGE takes at most 4096 indices per indexed side); a negative i32
-//!   is out of bounds (read as u32 it is at least 2^31, above any tensor dim);
+//!   u32 or i32 in SBUF, or an `.ap()` of any such tile that walks `N` of its elements by
+//!   the rules of a side ([`IndexAp`]; index `k` is element `k` of the walk), `N` the
+//!   indirect dim's count, at most 4096 (the copy is one DGE request, and the DGE takes at
+//!   most 4096 indices per indexed side); a negative i32 is out of bounds (read as u32 it
+//!   is at least 2^31, above any tensor dim);
 //! - a scalar offset is a 1x1 i32 or i64 tensor in SBUF or HBM (NKI's `scalar_load` of
 //!   an `NkiScalar`); i64 only when the side's tensor is in HBM (NKI: "on an SBUF or PSUM
 //!   operand the offset must be nl.int32"; int64 exists to reach HBM past a 32-bit byte
@@ -130,9 +132,85 @@ pub struct ApSide {
     /// The dim the index tile or scalar applies to.
     pub indirect_dim: usize,
     /// `vector_offset`: one index per position of `indirect_dim`.
-    pub vector_offset: Option<ApTensor>,
+    pub vector_offset: Option<IndexAp>,
     /// `scalar_offset`: a 1x1 i32 or i64 tensor whose value times `stride_d` is added.
     pub scalar_offset: Option<ApTensor>,
+}
+
+/// A `vector_offset`: an index tile read whole (a `[1, N]` vector or an `(N, 1)` tile, one
+/// index per partition) or through NKI's `.ap()` of it (`i_sb.ap([[NT, 128], [1, 1]],
+/// offset = t)`: column `t` of a `[128, NT]` tile). Index `k` is element `k` of the view's
+/// walk, numbered as a side's positions are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexAp {
+    /// The index tile.
+    pub tensor: ApTensor,
+    /// Element offset of index 0 (0 for the whole tile).
+    pub offset: u64,
+    /// The view's pattern, outermost first; `None` reads the whole tile.
+    pub ap: Option<SmallVec<[ApDim; MAX_AP_DIMS]>>,
+}
+
+impl IndexAp {
+    /// The whole tile `tensor`, element by element.
+    pub fn whole(tensor: ApTensor) -> IndexAp {
+        IndexAp {
+            tensor,
+            offset: 0,
+            ap: None,
+        }
+    }
+
+    /// The view's pattern: its `.ap()`, or for the whole tile every partition row in turn.
+    pub fn dims(&self) -> SmallVec<[ApDim; MAX_AP_DIMS]> {
+        if let Some(ap) = &self.ap {
+            return ap.clone();
+        }
+        let f = self.tensor.row_elements().max(1);
+        let rows = self.tensor.elements() / f;
+        [(f, rows), (1, f)]
+            .into_iter()
+            .map(|(step, num)| ApDim {
+                step: step as i64,
+                num: num as u32,
+            })
+            .collect()
+    }
+
+    /// The indices the view holds.
+    pub fn count(&self) -> u64 {
+        self.dims().iter().map(|d| u64::from(d.num)).product()
+    }
+
+    /// The view as a plain side (no offsets of its own), for the pattern rules and walks.
+    fn as_side(&self) -> ApSide {
+        ApSide {
+            tensor: self.tensor.clone(),
+            offset: self.offset,
+            dims: self.dims(),
+            indirect_dim: 0,
+            vector_offset: None,
+            scalar_offset: None,
+        }
+    }
+
+    /// The tile element holding index `k` (`k < count()`; lowering proved every element
+    /// of the view inside the tile).
+    pub fn element(&self, k: u32) -> u64 {
+        let mut rest = u64::from(k);
+        let mut e = i128::from(self.offset);
+        for d in self.dims().iter().rev() {
+            let n = u64::from(d.num);
+            e += i128::from(d.step) * i128::from(rest % n);
+            rest /= n;
+        }
+        e as u64
+    }
+
+    /// Fabric address of index `k` ([`IndexAp::element`]).
+    pub fn addr(&self, k: u32) -> FabricAddr {
+        self.tensor.addr(self.element(k))
+    }
 }
 
 /// The values an indexed pair's term takes: index `lo..=hi`, each plus `shift` (a scalar
@@ -194,15 +272,10 @@ impl ApSide {
             .unwrap_or(0)
     }
 
-    /// Fabric address of index `k` of the vector offset (a `[1, N]` vector or an `(N, 1)`
-    /// tile, which lowering proved).
+    /// Fabric address of index `k` of the vector offset (`k` below the indirect dim's
+    /// count, which lowering proved equal to the view's).
     pub fn index_addr(&self, k: u32) -> Option<FabricAddr> {
-        let t = self.vector_offset.as_ref()?;
-        let step = match t.shape.first() {
-            Some(1) => 4,
-            _ => t.partition_stride().unwrap_or(4),
-        };
-        Some(FabricAddr(t.start.0 + u64::from(k) * step))
+        self.vector_offset.as_ref().map(|v| v.addr(k))
     }
 
     /// Whether `dim` is the one an index tile replaces.
@@ -519,7 +592,7 @@ impl ApDma {
             IndexSide::Src => &self.src,
             IndexSide::Dst => &self.dst,
         };
-        let Some(tile) = &s.vector_offset else {
+        let Some(tile) = s.vector_offset.as_ref().map(|v| &v.tensor) else {
             return e;
         };
         let value = match tile.dtype {
@@ -664,9 +737,12 @@ fn check_side(op: &'static str, name: &'static str, s: &ApSide) -> Result<(), Er
     }
 }
 
-/// A `[1, N]` or `(N, 1)` u32/i32 index tile in SBUF, `N` the indirect dim's count.
-fn check_index_tile(s: &ApSide, t: &ApTensor) -> Result<(), String> {
+/// A u32/i32 index tile in SBUF holding `N` indices, `N` the indirect dim's count: a whole
+/// `[1, N]` or `(N, 1)` tile, or an `.ap()` of any tile whose walk stays inside it (the
+/// side rules, [`ApSide::extent_error`]) and visits `N` elements.
+fn check_index_tile(s: &ApSide, v: &IndexAp) -> Result<(), String> {
     let n = u64::from(s.dims[s.indirect_dim].num);
+    let t = &v.tensor;
     if !matches!(t.dtype, Dtype::U32 | Dtype::I32) {
         return Err(format!(
             "vector_offset {} has dtype {}; index tiles are u32 or i32",
@@ -687,12 +763,35 @@ fn check_index_tile(s: &ApSide, t: &ApTensor) -> Result<(), String> {
             t.name, s.indirect_dim
         ));
     }
-    match t.shape.as_slice() {
-        [1, m] | [m, 1] if *m == n => Ok(()),
-        shape => Err(format!(
-            "vector_offset {} has shape {shape:?}; it must be [1, {n}] or [{n}, 1], one index per position of ap[{}] (num {n})",
-            t.name, s.indirect_dim
-        )),
+    let Some(ap) = &v.ap else {
+        return match t.shape.as_slice() {
+            [1, m] | [m, 1] if *m == n => Ok(()),
+            shape => Err(format!(
+                "vector_offset {} has shape {shape:?}; it must be [1, {n}] or [{n}, 1], one index per position of ap[{}] (num {n}), or pick {n} of its elements with an .ap()",
+                t.name, s.indirect_dim
+            )),
+        };
+    };
+    let view = v.as_side();
+    if ap.is_empty() || ap.len() > MAX_AP_DIMS || ap.iter().any(|d| d.num == 0) {
+        return Err(format!(
+            "vector_offset {}: its ap has {} [step, num] pairs{}; it takes 1 to {MAX_AP_DIMS}, each num at least 1",
+            t.name,
+            ap.len(),
+            if ap.iter().any(|d| d.num == 0) { ", one of num 0" } else { "" }
+        ));
+    }
+    if view.elements() != n {
+        return Err(format!(
+            "vector_offset {}: its ap visits {} elements, but ap[{}] has num {n} (one index per position)",
+            t.name,
+            view.elements(),
+            s.indirect_dim
+        ));
+    }
+    match view.extent_error(0, view.in_bounds()) {
+        Some(rule) => Err(format!("vector_offset {}: {rule}", t.name)),
+        None => Ok(()),
     }
 }
 
@@ -780,7 +879,7 @@ mod tests {
     fn element_uses_the_index_and_the_scalar() {
         let mut s = side(hbm(&[10, 8]), 2, &[(8, 4), (1, 3)]);
         assert_eq!(s.element(&[1, 2], 0, 0), 2 + 8 + 2);
-        s.vector_offset = Some(sbuf(&[4, 1], Dtype::I32));
+        s.vector_offset = Some(IndexAp::whole(sbuf(&[4, 1], Dtype::I32)));
         // dim 0's term is index * stride_0 = 7 * 8
         assert_eq!(s.element(&[1, 2], 7, 0), 2 + 56 + 2);
         assert_eq!(s.element(&[1, 2], 7, 1), 2 + 56 + 2 + 8);
@@ -822,7 +921,7 @@ mod tests {
         t.space = Space::Psum;
         let mut s = side(t, 4, &[(3, 3), (3, 1), (1, 31)]);
         s.indirect_dim = 2;
-        s.vector_offset = Some(sbuf(&[31, 1], Dtype::U32));
+        s.vector_offset = Some(IndexAp::whole(sbuf(&[31, 1], Dtype::U32)));
         let e = check_side("dma_copy", "src", &s).unwrap_err();
         assert!(
             e.to_string()
@@ -836,12 +935,12 @@ mod tests {
     #[test]
     fn index_tiles_and_scalars_are_checked() {
         let mut s = side(hbm(&[100, 8]), 0, &[(8, 4), (1, 8)]);
-        s.vector_offset = Some(sbuf(&[4, 1], Dtype::I32));
+        s.vector_offset = Some(IndexAp::whole(sbuf(&[4, 1], Dtype::I32)));
         assert!(check_side("dma_copy", "src", &s).is_ok());
-        s.vector_offset = Some(sbuf(&[4, 1], Dtype::F32));
+        s.vector_offset = Some(IndexAp::whole(sbuf(&[4, 1], Dtype::F32)));
         let e = check_side("dma_copy", "src", &s).unwrap_err();
         assert!(e.to_string().contains("index tiles are u32 or i32"), "{e}");
-        s.vector_offset = Some(sbuf(&[1, 5], Dtype::U32));
+        s.vector_offset = Some(IndexAp::whole(sbuf(&[1, 5], Dtype::U32)));
         let e = check_side("dma_copy", "src", &s).unwrap_err();
         assert!(e.to_string().contains("must be [1, 4] or [4, 1]"), "{e}");
         s.vector_offset = None;
@@ -868,7 +967,7 @@ mod tests {
     fn regression_more_than_4096_indices_are_refused_when_lowered() {
         for (n, ok) in [(4096, true), (4097, false)] {
             let mut s = side(hbm(&[10, 1]), 0, &[(1, n)]);
-            s.vector_offset = Some(sbuf(&[1, u64::from(n)], Dtype::I32));
+            s.vector_offset = Some(IndexAp::whole(sbuf(&[1, u64::from(n)], Dtype::I32)));
             match check_side("dma_copy", "src", &s) {
                 Ok(()) => assert!(ok, "{n} accepted"),
                 Err(e) => assert!(
@@ -931,7 +1030,7 @@ mod tests {
         let mut tile = sbuf(&[1, 4], Dtype::I32);
         tile.start = FabricAddr(SBUF_BASE + 256);
         f.write_elems(tile.start, &[0i32, 990, 999, 5]).unwrap();
-        s.vector_offset = Some(tile);
+        s.vector_offset = Some(IndexAp::whole(tile));
         let scalar = sbuf(&[1, 1], Dtype::I32);
         f.write_elems(scalar.start, &[3i32]).unwrap();
         s.scalar_offset = Some(scalar.clone());
@@ -1001,7 +1100,7 @@ mod tests {
     fn with_an_index_tile_the_scalar_shifts_the_indices_that_move() {
         // rows 3, 1, 7 and 0 of a [10, 8] table, shifted by the scalar
         let mut s = side(hbm(&[10, 8]), 0, &[(8, 4), (1, 8)]);
-        s.vector_offset = Some(sbuf(&[4, 1], Dtype::I32));
+        s.vector_offset = Some(IndexAp::whole(sbuf(&[4, 1], Dtype::I32)));
         s.scalar_offset = Some(sbuf(&[1, 1], Dtype::I32));
         let moving = IndexSpan::moving(&[3, 1, 7, 0], 10);
         assert_eq!(

@@ -34,7 +34,7 @@ pub mod dma_ops;
 pub mod pool_ops;
 pub mod transpose;
 
-pub use ap::{dma_copy_ap, ApDim, ApDma, ApOptions, ApSide, ApTensor, IndexSpan};
+pub use ap::{dma_copy_ap, ApDim, ApDma, ApOptions, ApSide, ApTensor, IndexAp, IndexSpan};
 pub use dma_ops::{
     dma_copy, dma_gather, dma_gather_transpose, dma_scatter, embedding_update, AccessPattern,
     DmaOptions, OobMode,

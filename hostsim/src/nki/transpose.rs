@@ -30,7 +30,7 @@
 
 use dma::{ComputeOp, Dtype, Generation, Space};
 
-use super::ap::{dma_copy_ap, ApDim, ApOptions, ApSide, ApTensor};
+use super::ap::{dma_copy_ap, ApDim, ApOptions, ApSide, ApTensor, IndexAp};
 use super::{Lowered, OobMode};
 use crate::error::Error;
 
@@ -112,7 +112,7 @@ pub fn dma_gather_transpose_nd(
                 .into_iter()
                 .collect(),
             indirect_dim: 0,
-            vector_offset: Some(index.clone()),
+            vector_offset: Some(IndexAp::whole(index.clone())),
             scalar_offset: None,
         };
         let to = ApSide {

@@ -696,6 +696,7 @@ mod tests {
             vector_offset,
             scalar_offset: None,
         };
+        let index = index.map(nki::IndexAp::whole);
         nki::dma_copy_ap("dma_copy", rows(src, index), rows(dst, None), opts(oob))
     }
 

@@ -26,7 +26,7 @@ use crate::error::Error;
 use crate::npy::{self, storage_descr, NpyArray};
 
 /// The example folders under `examples/`.
-pub const EXAMPLES: [&str; 8] = [
+pub const EXAMPLES: [&str; 9] = [
     "embedding",
     "pool_gathers",
     "copy_update",
@@ -35,6 +35,7 @@ pub const EXAMPLES: [&str; 8] = [
     "copy_5d",
     "bound_register",
     "gather_transpose",
+    "index_column",
 ];
 
 /// Rows of the embedding example's table.
@@ -199,6 +200,25 @@ fn gather_transpose() -> Vec<(&'static str, NpyArray)> {
     vec![("gather_transpose/idx.npy", a)]
 }
 
+/// Tiles of the `index_column/` example: columns of its index tile.
+pub const INDEX_COLUMNS: usize = 4;
+
+/// `index_column/i_sb.npy`: a `(128, 4)` i32 tile, column `t` the 1000-row table's rows
+/// for tile `t`; partition 9 of column 1 is -1 and partition 30 of column 2 is 1000 (both
+/// out of bounds).
+fn index_column() -> Vec<(&'static str, NpyArray)> {
+    let mut s = Stream(0x3c6e_f372_fe94_f82b);
+    let mut ids: Vec<i32> = (0..TILE_ROWS * INDEX_COLUMNS)
+        .map(|_| s.below(1000) as i32)
+        .collect();
+    (ids[9 * INDEX_COLUMNS + 1], ids[30 * INDEX_COLUMNS + 2]) = (-1, 1000);
+    let shape = [TILE_ROWS as u64, INDEX_COLUMNS as u64];
+    vec![(
+        "index_column/i_sb.npy",
+        array(Dtype::I32, &shape, i32s(ids)),
+    )]
+}
+
 /// Every example `.npy` file: its path under `examples/` and its array.
 pub fn example_files() -> Vec<(&'static str, NpyArray)> {
     let mut files = vec![("embedding/ids.npy", embedding_ids())];
@@ -208,6 +228,7 @@ pub fn example_files() -> Vec<(&'static str, NpyArray)> {
     files.extend(column_window());
     files.extend(bound_register());
     files.extend(gather_transpose());
+    files.extend(index_column());
     files
 }
 
@@ -244,7 +265,7 @@ mod tests {
     fn the_committed_files_are_what_the_generator_makes() {
         let dir = std::env::temp_dir().join(format!("hostsim-examples-{}", std::process::id()));
         let written = write_examples(&dir).unwrap();
-        assert_eq!(written.len(), 13);
+        assert_eq!(written.len(), 14);
         for (rel, _) in example_files() {
             let fresh = std::fs::read(dir.join(rel)).unwrap();
             let committed = std::fs::read(repo_examples().join(rel)).unwrap();

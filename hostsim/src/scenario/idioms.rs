@@ -209,6 +209,102 @@ fn a_column_window_and_a_scalar_offset_row_block() {
     assert_eq!((at.value, at.bound), (Some(6), Some(7)));
 }
 
+#[test]
+fn index_views_a_column_of_a_wider_tile_and_a_strided_window() {
+    // NKI's prefill idiom: i_sb is [8, 3], column t holding tile t's indices, read as
+    // i_sb.ap([[3, 8], [1, 1]], offset = t); tile_t[p, :] = table[i_sb[p, t], :]
+    let cols: [[i32; 8]; 3] = [
+        [3, 0, 9, 1, 2, 8, 4, 7],
+        [5, 5, 6, -1, 0, 1, 2, 3],
+        [9, 8, 7, 6, 5, 4, 3, 2],
+    ];
+    let i_sb: Vec<i32> = (0..8).flat_map(|p| cols.map(|c| c[p])).collect();
+    let mut text =
+        iota("table", "[10, 4]") + &tensor("i_sb", "sbuf", "i32", "[8, 3]", Some("i_sb.npy"));
+    for t in 0..3 {
+        text += &tensor(&format!("tile{t}"), "sbuf", "f32", "[8, 4]", None);
+        text += &format!(
+            "[[op]]\nop = \"dma_copy\"\nsrc = {{ tensor = \"table\", ap = [[4, 8], [1, 4]], vector_offset = {{ tensor = \"i_sb\", ap = [[3, 8], [1, 1]], offset = {t} }} }}\ndst = \"tile{t}\"\noob = \"skip\"\n"
+        );
+    }
+    let files = [("i_sb.npy", i32_array(&[8, 3], &i_sb))];
+    let table = arange(40);
+    for (t, col) in cols.iter().enumerate() {
+        let want: Vec<f32> = col
+            .iter()
+            .flat_map(|&i| match i {
+                0..=9 => table[i as usize * 4..i as usize * 4 + 4].to_vec(),
+                _ => vec![0.0; 4],
+            })
+            .collect();
+        check(&text, &files, &format!("tile{t}"), &want);
+    }
+    // a scatter-add through every other element of a [1, 8] vector from element 1:
+    // out[v[1 + 2k], :] += rows[k, :]
+    let v = [7, 2, 7, 0, 7, 2, 7, 1];
+    let text = format!(
+        "{}{}{}[[op]]\nop = \"dma_copy\"\nsrc = \"rows\"\ndst = {{ tensor = \"out\", ap = [[3, 4], [1, 3]], vector_offset = {{ tensor = \"v\", ap = [[8, 1], [2, 4]], offset = 1 }} }}\ncompute = \"add\"\nunique_indices = false\n",
+        iota("rows", "[4, 3]"),
+        tensor("v", "sbuf", "u32", "[1, 8]", Some("v.npy")),
+        tensor("out", "hbm", "f32", "[3, 3]", Some("out.npy")),
+    );
+    let ones = NpyArray {
+        descr: "<f4".into(),
+        shape: vec![3, 3],
+        data: [1.0f32; 9].iter().flat_map(|x| x.to_le_bytes()).collect(),
+    };
+    let files = [("v.npy", u32_array(&[1, 8], &v)), ("out.npy", ones)];
+    let mut want = [1.0f32; 9];
+    for (k, &i) in [2usize, 0, 2, 1].iter().enumerate() {
+        for c in 0..3 {
+            want[i * 3 + c] += (k * 3 + c) as f32;
+        }
+    }
+    check(&text, &files, "out", &want);
+}
+
+#[test]
+fn index_views_that_break_a_rule_are_refused_naming_it() {
+    let text = |view: &str| {
+        format!(
+            "{}{}{}[[op]]\nop = \"dma_copy\"\nsrc = {{ tensor = \"table\", ap = [[4, 8], [1, 4]], vector_offset = {view} }}\ndst = \"tile\"\n",
+            iota("table", "[10, 4]"),
+            tensor("i_sb", "sbuf", "i32", "[8, 3]", None),
+            tensor("tile", "sbuf", "f32", "[8, 4]", None),
+        )
+    };
+    for (view, rule) in [
+        (
+            "\"i_sb\"",
+            "vector_offset i_sb has shape [8, 3]; it must be [1, 8] or [8, 1], one index per position of ap[0] (num 8), or pick 8 of its elements with an .ap()",
+        ),
+        (
+            "{ tensor = \"i_sb\", ap = [[3, 4], [1, 1]] }",
+            "vector_offset i_sb: its ap visits 4 elements, but ap[0] has num 8",
+        ),
+        (
+            "{ tensor = \"i_sb\", ap = [[3, 8], [1, 1]], offset = 3 }",
+            "vector_offset i_sb: ap[0] = [3, 8] takes position [7] to element 24, outside the 24 elements of i_sb",
+        ),
+        (
+            "{ tensor = \"i_sb\", ap = [[1, 8], [1, 1]] }",
+            "vector_offset i_sb: on sbuf the first [step, num] pair steps partitions",
+        ),
+        (
+            "{ tensor = \"i_sb\", ap = [[3, 8], [1, 1]], vector_offset = \"i_sb\" }",
+            "src.vector_offset: an index tile's .ap() takes no vector_offset, indirect_dim or scalar_offset of its own",
+        ),
+        (
+            "{ tensor = \"nope\", ap = [[3, 8], [1, 1]] }",
+            "src.vector_offset.tensor",
+        ),
+    ] {
+        let e = prepared(&text(view), &[], Overrides::default()).unwrap_err();
+        assert_eq!(super::exit_code(&e), 2, "{e}");
+        assert!(e.to_string().contains(rule), "{view}: {e}");
+    }
+}
+
 /// Runs `text` on the DGE and the reference: each fails with an error containing `rule`.
 fn fails_when_run(text: &str, files: &[(&str, NpyArray)], rule: &str) {
     for m in [Mechanism::Dge, Mechanism::Reference] {

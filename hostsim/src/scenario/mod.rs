@@ -737,7 +737,19 @@ dst = "t"
                         tensor: "a".into(),
                         ap: Some(vec![[1, n], [n, 2]]),
                         offset,
-                        vector_offset: dim.map(|_| "i".into()),
+                        vector_offset: dim.map(|d| {
+                            Box::new(match d {
+                                2 => model::ApSpec::Pattern(model::ApPattern {
+                                    tensor: "i".into(),
+                                    ap: Some(vec![[4, 3], [1, 1]]),
+                                    offset: offset % 4,
+                                    vector_offset: None,
+                                    indirect_dim: None,
+                                    scalar_offset: None,
+                                }),
+                                _ => model::ApSpec::Whole("i".into()),
+                            })
+                        }),
                         indirect_dim: dim,
                         scalar_offset: None,
                     }),

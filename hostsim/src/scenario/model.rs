@@ -378,7 +378,7 @@ impl ApSpec {
     pub fn vector_offset(&self) -> Option<&str> {
         match self {
             ApSpec::Whole(_) => None,
-            ApSpec::Pattern(p) => p.vector_offset.as_deref(),
+            ApSpec::Pattern(p) => p.vector_offset.as_deref().map(ApSpec::tensor),
         }
     }
 
@@ -473,9 +473,12 @@ pub struct ApPattern {
     /// Element offset of position 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub offset: u64,
-    /// An index tile: `[1, N]` or `(N, 1)`, u32 or i32, in SBUF.
+    /// An index tile (u32 or i32, in SBUF): its name for the whole `[1, N]` or `(N, 1)`
+    /// tile, or an `.ap()` table of it picking `N` elements (`{ tensor = "i", ap =
+    /// [[NT, 128], [1, 1]], offset = t }`: column `t` of a `[128, NT]` tile), with no
+    /// offsets of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vector_offset: Option<String>,
+    pub vector_offset: Option<Box<ApSpec>>,
     /// The dim the index tile or scalar applies to (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub indirect_dim: Option<u32>,

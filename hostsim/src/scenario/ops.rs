@@ -14,7 +14,8 @@ use super::place::Placed;
 use crate::error::Error;
 use crate::isa::{self, BoundRegisters, Instruction};
 use crate::nki::{
-    self, ApDim, ApOptions, ApSide, ApTensor, BoundSetting, DmaOptions, Lowered, ShapeSetting,
+    self, ApDim, ApOptions, ApSide, ApTensor, BoundSetting, DmaOptions, IndexAp, Lowered,
+    ShapeSetting,
 };
 use crate::runtime::{self, Mechanism};
 
@@ -274,7 +275,7 @@ impl Cx<'_> {
             let chunk_idx = rows_of(&idx, 1, first, count);
             let chunk_direct = rows_of(&direct.tensor, row_dim, first, count);
             let indexed = ApSide {
-                vector_offset: Some(chunk_idx),
+                vector_offset: Some(IndexAp::whole(chunk_idx)),
                 dims: indexed
                     .dims
                     .iter()
@@ -398,14 +399,14 @@ impl Cx<'_> {
             ApSpec::Pattern(p) => p,
         };
         let tensor = self.ap_tensor(&format!("{field}.tensor"), &p.tensor)?;
-        let tile = |f: &str, name: &Option<String>| match name {
-            Some(n) => self.ap_tensor(&format!("{field}.{f}"), n).map(Some),
-            None => Ok(None),
+        let vector_offset = match &p.vector_offset {
+            Some(spec) => Some(self.index_ap(&format!("{field}.vector_offset"), spec)?),
+            None => None,
         };
-        let (vector_offset, scalar_offset) = (
-            tile("vector_offset", &p.vector_offset)?,
-            tile("scalar_offset", &p.scalar_offset)?,
-        );
+        let scalar_offset = match &p.scalar_offset {
+            Some(n) => Some(self.ap_tensor(&format!("{field}.scalar_offset"), n)?),
+            None => None,
+        };
         let dims = match &p.ap {
             Some(ap) => ap
                 .iter()
@@ -441,6 +442,31 @@ impl Cx<'_> {
             indirect_dim: p.indirect_dim.unwrap_or(0) as usize,
             vector_offset,
             scalar_offset,
+        })
+    }
+
+    /// A `vector_offset`: a whole index tile, or an `.ap()` of one (a plain walk: the
+    /// indices have no offsets of their own).
+    fn index_ap(&self, field: &str, spec: &ApSpec) -> Result<IndexAp, Error> {
+        let explicit = match spec {
+            ApSpec::Whole(_) => false,
+            ApSpec::Pattern(p) => {
+                if p.vector_offset.is_some()
+                    || p.scalar_offset.is_some()
+                    || p.indirect_dim.is_some()
+                {
+                    return Err(self.error(format!(
+                        "{field}: an index tile's .ap() takes no vector_offset, indirect_dim or scalar_offset of its own (its elements are the indices)"
+                    )));
+                }
+                p.ap.is_some()
+            }
+        };
+        let side = self.ap_side(field, spec)?;
+        Ok(IndexAp {
+            tensor: side.tensor,
+            offset: side.offset,
+            ap: explicit.then_some(side.dims),
         })
     }
 
@@ -591,7 +617,7 @@ pub(super) fn rows_side(t: ApTensor, index: Option<(ApTensor, u32)>) -> ApSide {
         dims,
         // (the row dim only when rows are picked: an indirect dim goes with an index)
         indirect_dim: if index.is_some() { row_dim } else { 0 },
-        vector_offset: index.map(|(i, _)| i),
+        vector_offset: index.map(|(i, _)| IndexAp::whole(i)),
         scalar_offset: None,
     }
 }
