@@ -42,6 +42,18 @@ fn arange(n: usize) -> Vec<f32> {
     (0..n).map(|i| i as f32).collect()
 }
 
+/// Rows `idx` of a `[10, 4]` iota table, zeros for an index outside it (numpy's `take`
+/// of the in-bounds ones into a zeroed tile).
+fn take_10x4_iota(idx: &[i32]) -> Vec<f32> {
+    let table = arange(40);
+    idx.iter()
+        .flat_map(|&i| match i {
+            0..=9 => table[i as usize * 4..i as usize * 4 + 4].to_vec(),
+            _ => vec![0.0; 4],
+        })
+        .collect()
+}
+
 #[test]
 fn whole_one_partition_tensors_copy_and_gather_row_by_row() {
     // a [1, R, C] on-core tensor as a whole side is its R rows inside one partition
@@ -76,14 +88,7 @@ fn embedding_lookup_into_an_sbuf_tile_with_oob_skip() {
         tensor("idx", "sbuf", "i32", "[8, 1]", Some("idx.npy")),
         tensor("tile", "sbuf", "f32", "[8, 4]", None),
     );
-    let table = arange(40);
-    let want: Vec<f32> = idx
-        .iter()
-        .flat_map(|&i| match i {
-            0..=9 => table[i as usize * 4..i as usize * 4 + 4].to_vec(),
-            _ => vec![0.0; 4],
-        })
-        .collect();
+    let want = take_10x4_iota(&idx);
     check(
         &text,
         &[("idx.npy", i32_array(&[8, 1], &idx))],
@@ -228,15 +233,8 @@ fn index_views_a_column_of_a_wider_tile_and_a_strided_window() {
         );
     }
     let files = [("i_sb.npy", i32_array(&[8, 3], &i_sb))];
-    let table = arange(40);
     for (t, col) in cols.iter().enumerate() {
-        let want: Vec<f32> = col
-            .iter()
-            .flat_map(|&i| match i {
-                0..=9 => table[i as usize * 4..i as usize * 4 + 4].to_vec(),
-                _ => vec![0.0; 4],
-            })
-            .collect();
+        let want = take_10x4_iota(col);
         check(&text, &files, &format!("tile{t}"), &want);
     }
     // a scatter-add through every other element of a [1, 8] vector from element 1:
