@@ -196,7 +196,7 @@ impl Core {
             .map(|op| op_name("dma_copy", "dst_rmw_op", op))
             .transpose()?;
         let options = Options::new("dma_copy", oob_mode, unique_indices)?;
-        copy(slf, [dst, src], compute, options)
+        copy(slf, "dma_copy", [dst, src], compute, options)
     }
 
     /// dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None)
@@ -249,7 +249,7 @@ impl Core {
                 "must reduce (np.add, np.multiply, np.maximum or np.minimum): dma_copy copies",
             ));
         }
-        copy(slf, [dst, other], Some(op), options)
+        copy(slf, "dma_compute", [dst, other], Some(op), options)
     }
 
     /// dma_transpose(dst, src, axes=None, oob_mode=None)
@@ -295,7 +295,7 @@ impl Core {
             ("oob", oob.map(Value::from)),
             ("axes", axes.map(|a| json!(a))),
         ];
-        run_op(slf, "dma_gather_transpose", fields)
+        run_op(slf, ("dma_transpose", "dma_gather_transpose"), fields)
     }
 
     /// nc_n_gather(dst, data, indices)
@@ -314,7 +314,7 @@ impl Core {
             ("index", Some(tensor_name(slf, "indices", indices)?)),
             ("dst", Some(tensor_name(slf, "dst", dst)?)),
         ];
-        run_op(slf, "nc_n_gather", fields)
+        run_op(slf, ("nc_n_gather", "nc_n_gather"), fields)
     }
 
     /// local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None)
@@ -345,7 +345,7 @@ impl Core {
             ("num_elem_per_idx", Some(json!(num_elem_per_idx))),
             ("num_valid_indices", num_valid_indices.map(Value::from)),
         ];
-        run_op(slf, "local_gather", fields)
+        run_op(slf, ("local_gather", "local_gather"), fields)
     }
 
     /// embedding_update(table, index, data, reduce="add")
@@ -371,7 +371,7 @@ impl Core {
             ("data", Some(tensor_name(slf, "data", data)?)),
             ("reduce", Some(json!(reduce))),
         ];
-        run_op(slf, "embedding_update", fields)
+        run_op(slf, ("embedding_update", "embedding_update"), fields)
     }
 
     /// isa(hex_or_fields, bounds=None, shapes=None)
@@ -400,7 +400,7 @@ impl Core {
             ("bounds", json(bounds)?),
             ("shapes", json(shapes)?),
         ];
-        run_op(slf, "isa", fields)
+        run_op(slf, ("isa", "isa"), fields)
     }
 
     /// The report.json structure of the ops run so far, as a dict: per op its mechanism,
@@ -561,7 +561,11 @@ fn free_name(session: &Session) -> String {
 
 /// The op `kind` with the given fields (those with a value) parsed with the scenario
 /// schema and run on the Core.
-fn run_op(slf: &Bound<'_, Core>, kind: &str, fields: Vec<(&str, Option<Value>)>) -> PyResult<()> {
+fn run_op(
+    slf: &Bound<'_, Core>,
+    (call, kind): (&str, &str),
+    fields: Vec<(&str, Option<Value>)>,
+) -> PyResult<()> {
     let py = slf.py();
     let mut op = Map::new();
     op.insert("op".into(), json!(kind));
@@ -572,8 +576,9 @@ fn run_op(slf: &Bound<'_, Core>, kind: &str, fields: Vec<(&str, Option<Value>)>)
     }
     let mut core = slf.borrow_mut();
     let index = core.session.prepared().ops.len();
-    let op = scenario::parse_op(index, Value::Object(op)).map_err(|e| errors::raise(py, e))?;
-    core.session.run(op).map_err(|e| errors::raise(py, e))?;
+    let raise = |e| errors::raise_in(py, e, call, kind);
+    let op = scenario::parse_op(index, Value::Object(op)).map_err(raise)?;
+    core.session.run(op).map_err(raise)?;
     Ok(())
 }
 
@@ -642,6 +647,7 @@ fn transposed_rows(slf: &Bound<'_, Core>, ap: &Ap) -> PyResult<(Value, Value)> {
 /// body of `dma_copy` and `dma_compute`).
 fn copy(
     slf: &Bound<'_, Core>,
+    call: &str,
     [dst, src]: [&Bound<'_, PyAny>; 2],
     compute: Option<String>,
     options: Options,
@@ -653,7 +659,7 @@ fn copy(
         ("oob", options.oob.map(Value::from)),
         ("unique_indices", options.unique_indices.map(Value::from)),
     ];
-    run_op(slf, "dma_copy", fields)
+    run_op(slf, (call, "dma_copy"), fields)
 }
 
 /// The `oob_mode` and `unique_indices` of a `dma_copy` / `dma_compute` call, checked.

@@ -44,10 +44,27 @@ pub fn extract<'py, T: FromPyObjectOwned<'py>>(
 
 /// `e` as the exception of its class, with `Fault`'s attributes.
 pub fn raise(py: Python<'_>, e: Error) -> PyErr {
+    let message = e.to_string();
+    exception(py, e, message)
+}
+
+/// [`raise`] for an error of the Python call `call`, which ran as the scenario op `kind`:
+/// where the two differ (`dma_compute` is a `dma_copy` with `compute`, `dma_transpose` a
+/// `dma_gather_transpose`) the message says so first, since it names the op's fields.
+pub fn raise_in(py: Python<'_>, e: Error, call: &str, kind: &str) -> PyErr {
+    let message = match call == kind {
+        true => e.to_string(),
+        false => format!("{call} (run as the scenario's {kind}): {e}"),
+    };
+    exception(py, e, message)
+}
+
+/// The exception of `e`'s exit status, carrying `message`.
+fn exception(py: Python<'_>, e: Error, message: String) -> PyErr {
     if hostsim::scenario::exit_code(&e) != 1 {
-        return InvalidInput::new_err(e.to_string());
+        return InvalidInput::new_err(message);
     }
-    let err = Fault::new_err(e.to_string());
+    let err = Fault::new_err(message);
     match fault_attributes(err.value(py), &e) {
         Ok(()) => err,
         Err(failed) => failed,

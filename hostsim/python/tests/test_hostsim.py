@@ -446,6 +446,7 @@ def test_invalid_input_changes_nothing():
         (lambda: core.hbm(shape=(2, 2), name=5), "hbm: name = 5: must be a str"),
         (lambda: hostsim.run("examples/embedding/scenario.toml", queues="4"), "run: queues = '4'"),
         (lambda: core.dma_compute(dst=b, srcs=[np.zeros(4), b], reduce_op="add"), "dma_compute: srcs\\[0\\]: must be a Tensor"),
+        (lambda: core.dma_compute(dst=b, srcs=[b, a.ap([[1, 20]])], reduce_op=np.add), "^dma_compute \\(run as the scenario's dma_copy\\): op \\d+ \\(dma_copy.*outside the 16 elements of a"),
     ]
     for call, message in cases:
         with pytest.raises(hostsim.InvalidInput, match=message):
