@@ -85,7 +85,10 @@ pub fn prepare_op(
         e => Error::ScenarioOpInvalid {
             index,
             op: kind,
-            operands: operands.clone(),
+            operands: match &e {
+                Error::NkiArgument { arg, .. } if arg.contains("shape") => cx.views(op),
+                _ => operands.clone(),
+            },
             source: Box::new(e),
         },
     })?;
@@ -117,6 +120,28 @@ impl Cx<'_> {
             op: self.kind,
             rule: rule.into(),
         }
+    }
+
+    /// `op`'s operands for an error about their shapes: NKI-level ops see each as a
+    /// two-dimensional `[rows, cols]` view (DMA-side ones [`Placed::row_view`]), so a
+    /// tensor whose view differs from its shape is shown with both (` src=t [1, 6, 4] as
+    /// [6, 4]`).
+    fn views(&self, op: &OpSpec) -> String {
+        let dma_side = matches!(
+            op,
+            OpSpec::DmaGather(_) | OpSpec::DmaScatter(_) | OpSpec::EmbeddingUpdate(_)
+        );
+        let operand = |(field, name): &(&str, &str)| {
+            let Some(t) = self.tensors.iter().find(|t| t.name == *name) else {
+                return format!(" {field}={name}");
+            };
+            let view = if dma_side { t.row_view() } else { t.view };
+            match t.shape == view.map(u64::from) {
+                true => format!(" {field}={name}"),
+                false => format!(" {field}={name} {:?} as {view:?}", t.shape),
+            }
+        };
+        op.operands().iter().map(operand).collect()
     }
 
     /// The tensor named `name` by field `field`.
@@ -635,7 +660,8 @@ mod tests {
         [[tensor]]\nname = \"ints\"\nspace = \"hbm\"\ndtype = \"i32\"\nshape = [2, 4]\n\
         [[tensor]]\nname = \"src\"\nspace = \"sbuf\"\ndtype = \"u16\"\nshape = [16, 8]\n\
         [[tensor]]\nname = \"lidx\"\nspace = \"sbuf\"\ndtype = \"u16\"\nshape = [16, 512]\n\
-        [[tensor]]\nname = \"ldst\"\nspace = \"sbuf\"\ndtype = \"u16\"\nshape = [16, 8]\n";
+        [[tensor]]\nname = \"ldst\"\nspace = \"sbuf\"\ndtype = \"u16\"\nshape = [16, 8]\n\
+        [[tensor]]\nname = \"one\"\nspace = \"sbuf\"\ndtype = \"f32\"\nshape = [1, 5, 4]\npartition = 3\n";
 
     /// A GATHER (0x68): the README's example instruction.
     const GATHER_HEX: &str = "68000400000100000100000000000000080001000100010000028000010000000000\
@@ -723,6 +749,11 @@ mod tests {
             (
                 "op = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx1\"\ndst = \"ldst\"",
                 "op 0 (dma_gather): ldst has 16 rows but index idx1 has 2 indices (one row per index)",
+            ),
+            // a shape rule of an NKI-level op names its 2-D view's dims: the op shows both
+            (
+                "op = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx\"\ndst = \"one\"",
+                "op 0 (dma_gather src=tab index=idx dst=one [1, 5, 4] as [5, 4]): dma_gather: direct side shape[0] = 5: must equal the index count",
             ),
             (
                 "op = \"dma_gather_transpose\"\nsrc = \"tab\"\nindex = \"idx\"\ndst = \"out\"",
