@@ -48,14 +48,15 @@ class Tensor:
         self,
         pattern: Sequence[Sequence[int]],
         offset: int = 0,
-        vector_offset: Optional[Tensor] = None,
+        vector_offset: Optional[Union[Tensor, Ap]] = None,
         indirect_dim: Optional[int] = None,
         scalar_offset: Optional[Tensor] = None,
     ) -> Ap:
         """NKI's access pattern: 1 to 5 [step, num] pairs, outermost first, in elements
         (on SBUF/PSUM the first pair steps partitions); an index tile `vector_offset`
-        ([1, N] or (N, 1), uint32/int32, SBUF) replaces dim `indirect_dim`'s term (default
-        0); `scalar_offset` is a 1x1 int32 or int64 tensor in SBUF or HBM added at run
+        ([1, N] or (N, 1), uint32/int32, SBUF), or an .ap() of one picking N of its
+        elements (i_sb.ap([[NT, 128], [1, 1]], offset=t): a column), replaces dim
+        `indirect_dim`'s term (default 0); `scalar_offset` is a 1x1 int32 or int64 tensor in SBUF or HBM added at run
         time (int64 only on an HBM tensor's pattern; on SBUF/PSUM it must be int32)."""
 
 class Ap:

@@ -144,7 +144,6 @@ impl Tensor {
 }
 
 impl Tensor {
-    /// Refuses `other` (given as `field`) unless it belongs to this tensor's Core.
     /// A `vector_offset`: a whole index tile (its name) or an `.ap()` of one (its table;
     /// the scenario refuses one with offsets of its own).
     fn index_view(&self, value: &Bound<'_, PyAny>) -> PyResult<Value> {
@@ -165,6 +164,7 @@ impl Tensor {
         Ok(Value::Object(ap.table.clone()))
     }
 
+    /// Refuses `other` (given as `field`) unless it belongs to this tensor's Core.
     pub fn same_core(&self, other: &Tensor, field: &str) -> PyResult<()> {
         match self.core.is(&other.core) {
             true => Ok(()),

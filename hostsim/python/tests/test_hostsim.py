@@ -144,7 +144,7 @@ def test_an_index_tile_column_picks_each_tiles_rows_as_nki_prefill_kernels_do():
             np.testing.assert_array_equal(out.numpy(), want)
         results.append([o.numpy().tobytes() for o in outs])
     assert results[0] == results[1] == results[2]
-    with pytest.raises(hostsim.InvalidInput, match="its ap visits 64 elements, but ap\\[0\\] has num 128"):
+    with pytest.raises(hostsim.InvalidInput, match="its ap visits 64 elements, but the side's ap\\[0\\] has num 128"):
         core.dma_copy(dst=outs[0], src=t.ap([[16, 128], [1, 16]], vector_offset=i.ap([[nt, 64], [1, 1]])))
     with pytest.raises(hostsim.InvalidInput, match="an .ap\\(\\) of one is not supported by the transpose"):
         core.dma_transpose(dst=outs[0], src=t.ap([[16, 128], [1, 16]], vector_offset=i.ap([[nt, 128], [1, 1]])))

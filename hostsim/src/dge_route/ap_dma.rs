@@ -8,8 +8,10 @@
 //! A scalar offset moves the start by its value times `stride_d` (read from the fabric
 //! and checked first). A vector offset is the side's indirection on dim `d`: step
 //! `stride_d` elements (a partition when `d = 0` on SBUF/PSUM), bound `shape[d]`, its
-//! tile read as u32 (an i32 below 0 is at least 2^31, out of bounds) contiguously for a
-//! `[1, N]` vector or one partition apart for an `(N, 1)` tile.
+//! tile read as u32 (an i32 below 0 is at least 2^31, out of bounds) through the DGE's
+//! index pattern: contiguously for a `[1, N]` vector, one partition apart for an `(N, 1)`
+//! tile, and for an `.ap()` view of a tile its pairs in bytes (the first a partition
+//! step on SBUF), from the view's first element ([`index_bytes`]).
 //!
 //! Each side's pattern is in its own tensor's element size; where the dtypes differ the
 //! request casts (its `src_dtype`), and the DGE emits cast descriptors.

@@ -13,9 +13,10 @@
 //!   tensor forwards or backwards (a copy that reads what it writes);
 //! - `vector_offset` on the source, the destination or both, on any dim, from a `[1, N]`
 //!   vector or an `(N, 1)` tile (one index per partition), or an `.ap()` of a wider tile
-//!   (a column of an `(N, W)` tile, a window at an offset or every other element of a
-//!   longer vector, a partition row of an `[R, N]` tile; the elements it skips hold other
-//!   indices), u32 or i32, with indices at
+//!   (a column of an `(N, W)` tile, forwards or from the last partition up, a window at
+//!   an offset or every other element of a longer vector, a partition row of an `[R, N]`
+//!   tile, a block of partitions by columns in two or three pairs, columns now and then
+//!   reversed; the elements it skips hold other indices), u32 or i32, with indices at
 //!   bound - 1, bound, bound + 1, 2^31 - 1, 2^31, u32::MAX, -1 and other negatives, and
 //!   repeats;
 //! - `scalar_offset` tiles in SBUF or HBM, i32 or (on an HBM side) i64, with values in
@@ -398,7 +399,7 @@ fn perturb(rng: &mut Rng, s: &mut ApSide) {
 fn index_tile(rng: &mut Rng, n: u32, name: String) -> IndexAp {
     let dtype = rng.pick(&[Dtype::U32, Dtype::I32]);
     let tile = |shape: Vec<u64>| unplaced(name, Space::Sbuf, shape, dtype);
-    let view = |tensor, offset: u64, dims: [(i64, u32); 2]| IndexAp {
+    let view = |tensor, offset: u64, dims: &[(i64, u32)]| IndexAp {
         tensor,
         offset,
         ap: Some(
@@ -408,32 +409,57 @@ fn index_tile(rng: &mut Rng, n: u32, name: String) -> IndexAp {
         ),
     };
     let (n64, wide) = (u64::from(n), rng.range(2, 8));
-    match (n <= PARTITIONS, rng.below(10)) {
+    let w = i64::from(wide);
+    if rng.chance(50) {
+        let column = n <= PARTITIONS && rng.chance(50);
+        return IndexAp::whole(tile(if column { vec![n64, 1] } else { vec![1, n64] }));
+    }
+    let block = [4u32, 3, 2]
+        .into_iter()
+        .find(|b| n.is_multiple_of(*b) && n / b <= PARTITIONS);
+    let column = n <= PARTITIONS;
+    match rng.below(7) {
+        // a block of a partitions by b columns (n = a * b) of an [a, W] tile, as two pairs
+        // or with a unit pair between them, columns now and then reversed
+        0..=2 if block.is_some() => {
+            let b = block.unwrap_or(1);
+            let a = n / b;
+            let wide = u64::from(b + rng.range(0, 3));
+            let c = rng.below(wide - u64::from(b) + 1);
+            let t = tile(vec![a.into(), wide]);
+            let (first, cols) = match rng.chance(50) {
+                true => (c + u64::from(b) - 1, (-1, b)),
+                false => (c, (1, b)),
+            };
+            match rng.chance(50) {
+                true => view(t, first, &[(wide as i64, a), cols]),
+                false => view(t, first, &[(wide as i64, a), (0, 1), cols]),
+            }
+        }
         // column c of an (n, W) tile, one index per partition (NKI's `i.ap([[W, n], [1,
-        // 1]], offset = c)`)
-        (true, 0..=1) => {
+        // 1]], offset = c)`), now and then from the last partition up
+        0..=3 if column => {
             let c = rng.below(wide.into());
-            view(tile(vec![n64, wide.into()]), c, [(wide.into(), n), (1, 1)])
+            let t = tile(vec![n64, wide.into()]);
+            match rng.chance(50) {
+                true => view(t, (n64 - 1) * u64::from(wide) + c, &[(-w, n), (1, 1)]),
+                false => view(t, c, &[(w, n), (1, 1)]),
+            }
         }
         // a window of a longer vector, or every other element of one
-        (_, 2) => {
+        0..=4 => {
             let extra = u64::from(rng.range(1, 8));
             let at = rng.below(extra + 1);
-            view(tile(vec![1, n64 + extra]), at, [(0, 1), (1, n)])
+            view(tile(vec![1, n64 + extra]), at, &[(0, 1), (1, n)])
         }
-        (_, 3) => view(tile(vec![1, 2 * n64]), rng.below(2), [(0, 1), (2, n)]),
+        5 => view(tile(vec![1, 2 * n64]), rng.below(2), &[(0, 1), (2, n)]),
         // row r of an [R, n] tile (a partition's row)
-        (_, 4) => {
+        _ => {
             let rows = rng.range(2, 4);
             let r = rng.below(rows.into());
-            view(
-                tile(vec![rows.into(), n64]),
-                r * n64,
-                [(n.into(), 1), (1, n)],
-            )
+            let t = tile(vec![rows.into(), n64]);
+            view(t, r * n64, &[(n.into(), 1), (1, n)])
         }
-        (true, _) if rng.chance(50) => IndexAp::whole(tile(vec![n64, 1])),
-        _ => IndexAp::whole(tile(vec![1, n64])),
     }
 }
 
@@ -694,7 +720,7 @@ mod tests {
             })
         };
         let view = |s: &ApSide, f: fn(&IndexAp) -> bool| s.vector_offset.as_ref().is_some_and(f);
-        let forms: [(&str, usize); 18] = [
+        let forms: [(&str, usize); 19] = [
             ("src indexed", count(&|d| d.src.vector_offset.is_some())),
             ("dst indexed", count(&|d| d.dst.vector_offset.is_some())),
             ("both indexed", count(&|d| d.indexed() && d.coupled())),
@@ -717,6 +743,10 @@ mod tests {
             (
                 "an index window at an offset",
                 count(&|d| both(&|s| view(s, |v| v.ap.is_some() && v.offset > 0), d)),
+            ),
+            (
+                "an index view stepping backwards",
+                count(&|d| both(&|s| view(s, |v| v.dims().iter().any(|p| p.step < 0)), d)),
             ),
             (
                 "scalar offset",
@@ -763,6 +793,13 @@ mod tests {
         for (form, n) in forms {
             assert!(n >= 100, "{form}: only {n} of {}", got.len());
         }
+        // (a block needs an index count with a divisor: one fragment in forty)
+        let multi = |v: &IndexAp| v.dims().iter().filter(|p| p.num > 1).count() >= 2;
+        let blocks = count(&|d| both(&|s| view(s, multi), d));
+        assert!(
+            blocks >= 50,
+            "an index view over partitions and columns: only {blocks}"
+        );
         for op in ComputeOp::ALL {
             assert!(got.iter().any(|d| d.op == op), "{op:?} never drawn");
         }

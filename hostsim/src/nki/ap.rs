@@ -111,6 +111,12 @@ impl ApTensor {
     }
 }
 
+/// The positions a pattern of `dims` visits, `None` past `u64::MAX`.
+fn walk_elements(dims: &[ApDim]) -> Option<u64> {
+    dims.iter()
+        .try_fold(1u64, |n, d| n.checked_mul(u64::from(d.num)))
+}
+
 /// One `[step, num]` pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ApDim {
@@ -177,9 +183,21 @@ impl IndexAp {
             .collect()
     }
 
-    /// The indices the view holds.
-    pub fn count(&self) -> u64 {
-        self.dims().iter().map(|d| u64::from(d.num)).product()
+    /// The view for a message about index `k`: the tile's name, and for an `.ap()` the
+    /// tile element holding it (`the .ap() view of i (i[3, 1])`).
+    pub fn describe(&self, k: u32) -> String {
+        let name = &self.tensor.name;
+        if self.ap.is_none() {
+            return name.clone();
+        }
+        let mut rest = self.element(k);
+        let mut at: Vec<String> = Vec::with_capacity(self.tensor.shape.len());
+        for &d in self.tensor.shape.iter().rev() {
+            at.push((rest % d.max(1)).to_string());
+            rest /= d.max(1);
+        }
+        at.reverse();
+        format!("the .ap() view of {name} ({name}[{}])", at.join(", "))
     }
 
     /// The view as a plain side (no offsets of its own), for the pattern rules and walks.
@@ -253,9 +271,10 @@ struct Reach {
 }
 
 impl ApSide {
-    /// Positions the pattern visits.
+    /// Positions the pattern visits (`u64::MAX` for a pattern whose counts multiply past
+    /// it, which lowering refuses: [`walk_elements`]).
     pub fn elements(&self) -> u64 {
-        self.dims.iter().map(|d| u64::from(d.num)).product()
+        walk_elements(&self.dims).unwrap_or(u64::MAX)
     }
 
     /// `stride_d` of the indirect dim, in elements.
@@ -592,10 +611,10 @@ impl ApDma {
             IndexSide::Src => &self.src,
             IndexSide::Dst => &self.dst,
         };
-        let Some(tile) = s.vector_offset.as_ref().map(|v| &v.tensor) else {
+        let Some(view) = &s.vector_offset else {
             return e;
         };
-        let value = match tile.dtype {
+        let value = match view.tensor.dtype {
             Dtype::I32 => i64::from(value as i32),
             _ => i64::from(value),
         };
@@ -603,7 +622,7 @@ impl ApDma {
             side,
             position,
             value,
-            tile: tile.name.clone(),
+            tile: view.describe(position),
             dim: s.indirect_dim,
             tensor: s.tensor.name.clone(),
             bound,
@@ -709,6 +728,9 @@ fn check_side(op: &'static str, name: &'static str, s: &ApSide) -> Result<(), Er
             "ap[{k}] has num 0 (every count is at least 1)"
         )));
     }
+    if walk_elements(&s.dims).is_none() {
+        return Err(err(counts_overflow(&s.dims)));
+    }
     let offsets = s.vector_offset.is_some() || s.scalar_offset.is_some();
     if offsets && (s.indirect_dim >= s.dims.len() || s.indirect_dim >= s.tensor.shape.len()) {
         return Err(err(format!(
@@ -781,9 +803,12 @@ fn check_index_tile(s: &ApSide, v: &IndexAp) -> Result<(), String> {
             if ap.iter().any(|d| d.num == 0) { ", one of num 0" } else { "" }
         ));
     }
+    if walk_elements(ap).is_none() {
+        return Err(format!("vector_offset {}: {}", t.name, counts_overflow(ap)));
+    }
     if view.elements() != n {
         return Err(format!(
-            "vector_offset {}: its ap visits {} elements, but ap[{}] has num {n} (one index per position)",
+            "vector_offset {}: its ap visits {} elements, but the side's ap[{}] has num {n} (one index per position)",
             t.name,
             view.elements(),
             s.indirect_dim
@@ -793,6 +818,15 @@ fn check_index_tile(s: &ApSide, v: &IndexAp) -> Result<(), String> {
         Some(rule) => Err(format!("vector_offset {}: {rule}", t.name)),
         None => Ok(()),
     }
+}
+
+/// The rule a pattern whose counts multiply past `u64::MAX` breaks.
+fn counts_overflow(dims: &[ApDim]) -> String {
+    let nums: Vec<String> = dims.iter().map(|d| d.num.to_string()).collect();
+    format!(
+        "ap's nums multiply to {} positions, more than 2^64 - 1",
+        nums.join(" * ")
+    )
 }
 
 /// A 1x1 i32 or i64 tensor in SBUF or HBM; i64 only on a side whose tensor is in HBM.
@@ -958,6 +992,46 @@ mod tests {
             e.to_string().contains("indirect_dim 2 is out of range"),
             "{e}"
         );
+    }
+
+    /// Found by an audit: counts whose product wraps past 2^64 (step 0 keeps the walk in
+    /// its tensor) were taken for the wrapped count.
+    #[test]
+    fn counts_that_multiply_past_2_64_are_refused_on_a_side_and_a_view() {
+        let wraps = [(0, 3_340_214_413), (0, 2_761_311_370), (0, 8)];
+        let s = side(hbm(&[50, 8]), 2, &wraps);
+        let e = check_side("dma_copy", "src", &s).unwrap_err();
+        let rule =
+            "ap's nums multiply to 3340214413 * 2761311370 * 8 positions, more than 2^64 - 1";
+        assert!(e.to_string().contains(rule), "{e}");
+        let mut s = side(hbm(&[50, 8]), 0, &[(8, 16), (1, 8)]);
+        let dims = wraps.iter().map(|&(step, num)| ApDim { step, num });
+        s.vector_offset = Some(IndexAp {
+            tensor: sbuf(&[16, 4], Dtype::I32),
+            offset: 2,
+            ap: Some(dims.collect()),
+        });
+        let e = check_side("dma_copy", "src", &s).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!("vector_offset s: {rule}")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_index_out_of_bounds_in_a_view_names_the_tile_element() {
+        let view = IndexAp {
+            tensor: sbuf(&[16, 3], Dtype::I32),
+            offset: 1,
+            ap: Some(
+                [ApDim { step: 3, num: 16 }, ApDim { step: 1, num: 1 }]
+                    .into_iter()
+                    .collect(),
+            ),
+        };
+        assert_eq!(view.element(3), 10);
+        assert_eq!(view.describe(3), "the .ap() view of s (s[3, 1])");
+        assert_eq!(IndexAp::whole(sbuf(&[16, 1], Dtype::I32)).describe(3), "s");
     }
 
     /// Found by `hostsim fuzz --target oob`: 4097 indices ran on the reference while the

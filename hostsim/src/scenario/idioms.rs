@@ -237,6 +237,13 @@ fn index_views_a_column_of_a_wider_tile_and_a_strided_window() {
         let want = take_10x4_iota(col);
         check(&text, &files, &format!("tile{t}"), &want);
     }
+    // under oob = "error" the -1 at i_sb[3, 1] fails the op, named by its tile element
+    let strict = text.replace("oob = \"skip\"", "oob = \"error\"");
+    fails_when_run(
+        &strict,
+        &files,
+        "src index -1 at position 3 of the .ap() view of i_sb (i_sb[3, 1]) is out of bounds for dim 0 of table (size 10)",
+    );
     // a scatter-add through every other element of a [1, 8] vector from element 1:
     // out[v[1 + 2k], :] += rows[k, :]
     let v = [7, 2, 7, 0, 7, 2, 7, 1];
@@ -278,7 +285,7 @@ fn index_views_that_break_a_rule_are_refused_naming_it() {
         ),
         (
             "{ tensor = \"i_sb\", ap = [[3, 4], [1, 1]] }",
-            "vector_offset i_sb: its ap visits 4 elements, but ap[0] has num 8",
+            "vector_offset i_sb: its ap visits 4 elements, but the side's ap[0] has num 8",
         ),
         (
             "{ tensor = \"i_sb\", ap = [[3, 8], [1, 1]], offset = 3 }",
