@@ -602,4 +602,29 @@ mod tests {
             (20..40).map(draw).collect::<Vec<_>>()
         );
     }
+
+    /// Found by an audit: a column view reads a quarter of its tile, and edits of the rest
+    /// changed nothing any op reads.
+    #[test]
+    fn edits_land_only_on_the_positions_an_index_view_reads() {
+        let loaded = scenario::load(&examples().join("index_column/scenario.toml")).unwrap();
+        let mut base = Base::new(loaded, vec![Generation::Cayman]).unwrap();
+        let t = &base.indices[0];
+        assert_eq!(t.name, "i_sb");
+        // the four columns' views read every element, column by column
+        let read = t.read.as_ref().unwrap();
+        assert_eq!(read.len(), 512);
+        assert_eq!(&read[..3], &[0, 4, 8]);
+        assert_eq!(read[128], 1);
+        // as if only column 2 were read
+        base.indices[0].read = Some((0..128).map(|p| p * 4 + 2).collect());
+        for i in 0..200 {
+            let m = base.draw(&mut Rng::new(Rng::case_seed(5, i)));
+            for e in &m.edits {
+                if let mutate::Edit::Value { position, .. } = *e {
+                    assert_eq!(position % 4, 2, "an edit at {position}");
+                }
+            }
+        }
+    }
 }

@@ -36,6 +36,10 @@ pub struct IndexTensor {
     pub original: Vec<i64>,
     /// The edge values to draw from.
     pub edges: Vec<i64>,
+    /// The positions the ops read, in the order an `.ap()` view reads them, where every
+    /// op reads this tensor through views (`vector_offset = { tensor, ap, offset }`);
+    /// `None` where some op reads it whole. Edits land only on positions read.
+    pub read: Option<Vec<usize>>,
 }
 
 /// One edit of a [`Mutation`].
@@ -158,7 +162,7 @@ impl Base {
         let k = rng.below(self.indices.len() as u64) as usize;
         let t = &self.indices[k];
         let n = t.original.len() as u64;
-        let position = rng.below(n) as usize;
+        let position = t.position(rng.below(t.read_count() as u64) as usize);
         let value = match rng.below(10) {
             0..=6 => rng.pick_from(&t.edges).unwrap_or(0),
             7 | 8 => t.original[rng.below(n) as usize],
@@ -171,16 +175,17 @@ impl Base {
     fn draw_run(&self, rng: &mut Rng, m: &mut Mutation) {
         let k = rng.below(self.indices.len() as u64) as usize;
         let t = &self.indices[k];
-        let n = t.original.len();
+        let n = t.read_count();
         let start = rng.below(n as u64) as usize;
         let end = (start + 2 + rng.below(15) as usize).min(n);
-        let mut run = t.original[start..end].to_vec();
+        let positions: Vec<usize> = (start..end).map(|i| t.position(i)).collect();
+        let mut run: Vec<i64> = positions.iter().map(|&p| t.original[p]).collect();
         match rng.below(3) {
             0 => run.fill(rng.pick_from(&t.edges).unwrap_or(0)),
             1 => run.sort_unstable(),
             _ => run.reverse(),
         }
-        for (position, value) in (start..end).zip(run) {
+        for (position, value) in positions.into_iter().zip(run) {
             m.edits.push(Edit::Value { k, position, value });
         }
     }
@@ -330,6 +335,16 @@ impl Base {
 }
 
 impl IndexTensor {
+    /// How many positions the ops read.
+    fn read_count(&self) -> usize {
+        self.read.as_ref().map_or(self.original.len(), Vec::len)
+    }
+
+    /// The tensor position of the `i`-th position read.
+    fn position(&self, i: usize) -> usize {
+        self.read.as_ref().map_or(i, |r| r[i])
+    }
+
     /// Position `p` as NKI indexes the tensor (`[p0, p1]`).
     fn at(&self, p: usize) -> String {
         let mut rest = p as u64;
@@ -419,8 +434,36 @@ fn index_tensors(s: &Scenario, p: &Prepared) -> Result<Vec<IndexTensor>, Error> 
     bounds
         .into_iter()
         .filter(|(t, _)| !p.tensors[*t].dtype.is_float())
-        .map(|(t, meets)| index_tensor(p, &fabric, t, &meets))
+        .map(|(t, meets)| {
+            let mut it = index_tensor(p, &fabric, t, &meets)?;
+            it.read = viewed(p, t);
+            Ok(it)
+        })
         .collect()
+}
+
+/// The positions of tensor `t` the ops read when every op that reads it as indices does
+/// so through `.ap()` views, in the order the views read them (each once).
+fn viewed(p: &Prepared, t: usize) -> Option<Vec<usize>> {
+    let name = &p.tensors[t].name;
+    let mut read = Vec::new();
+    for op in p.ops.iter().filter(|op| op.named.contains(&t)) {
+        let sides = op.lowered.ap_dmas.iter().flat_map(|d| [&d.src, &d.dst]);
+        let mut views = sides
+            .filter_map(|s| s.vector_offset.as_ref())
+            .filter(|v| v.tensor.name == *name)
+            .peekable();
+        // read whole, or otherwise (a data operand, a scalar, an ISA index field)
+        views.peek()?;
+        for v in views {
+            v.ap.as_ref()?;
+            let n = v.dims().iter().map(|d| d.num as usize).product::<usize>();
+            read.extend((0..n as u32).map(|k| v.element(k) as usize));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    read.retain(|e| seen.insert(*e));
+    (!read.is_empty()).then_some(read)
 }
 
 fn index_tensor(
@@ -457,6 +500,7 @@ fn index_tensor(
         shape: placed.shape.clone(),
         original,
         edges,
+        read: None,
     })
 }
 
