@@ -212,8 +212,8 @@ impl IndexAp {
         }
     }
 
-    /// The tile element holding index `k` (`k < count()`; lowering proved every element
-    /// of the view inside the tile).
+    /// The tile element holding index `k` (`k` below the view's element count; lowering
+    /// proved every element of the view inside the tile).
     pub fn element(&self, k: u32) -> u64 {
         let mut rest = u64::from(k);
         let mut e = i128::from(self.offset);
