@@ -272,7 +272,7 @@ struct Reach {
 
 impl ApSide {
     /// Positions the pattern visits (`u64::MAX` for a pattern whose counts multiply past
-    /// it, which lowering refuses: [`walk_elements`]).
+    /// it, which lowering refuses).
     pub fn elements(&self) -> u64 {
         walk_elements(&self.dims).unwrap_or(u64::MAX)
     }
