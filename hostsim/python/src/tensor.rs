@@ -102,7 +102,7 @@ impl Tensor {
                     bad(
                         "indirect_dim",
                         d,
-                        "must be a dim of the pattern, an integer from 0",
+                        "must be a dim of the tensor, an integer from 0",
                     )
                 })
             })

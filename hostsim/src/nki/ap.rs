@@ -12,7 +12,9 @@
 //! (1 to 5 pairs, outermost first, steps in elements) is element
 //! `offset + sum(i_k * step_k)`. With `vector_offset`, the term of dim
 //! `d = indirect_dim` is `index[i_d] * stride_d` instead, `stride_d = prod(shape[d+1:])` of
-//! the tensor; with `scalar_offset`, the scalar's value times `stride_d` is added. Element
+//! the tensor; with `scalar_offset`, the scalar's value times `stride_d` is added (`d` a
+//! dim of the tensor, as NKI's `indirect_dim` is: past the pattern's pairs when only a
+//! scalar offset uses it). Element
 //! `k` of the source's walk (row-major over its pattern) goes to element `k` of the
 //! destination's.
 //!
@@ -732,13 +734,19 @@ fn check_side(op: &'static str, name: &'static str, s: &ApSide) -> Result<(), Er
         return Err(err(counts_overflow(&s.dims)));
     }
     let offsets = s.vector_offset.is_some() || s.scalar_offset.is_some();
-    if offsets && (s.indirect_dim >= s.dims.len() || s.indirect_dim >= s.tensor.shape.len()) {
+    if offsets && s.indirect_dim >= s.tensor.shape.len() {
         return Err(err(format!(
-            "indirect_dim {} is out of range: the ap has {} pairs and {} has {} dims",
+            "indirect_dim {} is out of range: {} has {} dims (it names the tensor dim whose stride the offset steps)",
             s.indirect_dim,
-            s.dims.len(),
             s.tensor.name,
             s.tensor.shape.len()
+        )));
+    }
+    if s.vector_offset.is_some() && s.indirect_dim >= s.dims.len() {
+        return Err(err(format!(
+            "indirect_dim {} is out of range: the ap has {} pairs, and a vector_offset replaces the term of pair indirect_dim",
+            s.indirect_dim,
+            s.dims.len()
         )));
     }
     if !offsets && s.indirect_dim != 0 {
@@ -789,8 +797,13 @@ fn check_index_tile(s: &ApSide, v: &IndexAp) -> Result<(), String> {
         return match t.shape.as_slice() {
             [1, m] | [m, 1] if *m == n => Ok(()),
             shape => Err(format!(
-                "vector_offset {} has shape {shape:?}; it must be [1, {n}] or [{n}, 1], one index per position of ap[{}] (num {n}), or pick {n} of its elements with an .ap()",
-                t.name, s.indirect_dim
+                "vector_offset {} has shape {shape:?}; it must be {}, one index per position of ap[{}] (num {n}), or pick {n} of its elements with an .ap()",
+                t.name,
+                match n {
+                    1 => "[1, 1]".to_string(),
+                    _ => format!("[1, {n}] or [{n}, 1]"),
+                },
+                s.indirect_dim
             )),
         };
     };

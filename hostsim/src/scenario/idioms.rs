@@ -332,6 +332,34 @@ fn i64_array(shape: &[u64], v: &[i64]) -> NpyArray {
 }
 
 #[test]
+fn a_scalar_offset_steps_a_tensor_dim_past_the_patterns_pairs() {
+    // NKI's KV-cache write: k_cache is (B, d, Smax) = (2, 3, 8); batch 1's new S = 2
+    // columns at position p, k_cache.ap([[Smax, d], [1, S]], offset = 1 * d * Smax,
+    // scalar_offset = p, indirect_dim = 2): indirect_dim names the tensor's last dim (its
+    // stride is 1), though the pattern has two pairs
+    let text = format!(
+        "{}{}{}[[op]]\nop = \"dma_copy\"\nsrc = \"new\"\ndst = {{ tensor = \"k_cache\", ap = [[8, 3], [1, 2]], offset = 24, scalar_offset = \"p\", indirect_dim = 2 }}\n",
+        iota("new", "[3, 2]"),
+        tensor("p", "sbuf", "i32", "[1, 1]", Some("p.npy")),
+        tensor("k_cache", "hbm", "f32", "[2, 3, 8]", None),
+    );
+    let files = [("p.npy", i32_array(&[1, 1], &[5]))];
+    let mut want = vec![0.0f32; 48];
+    for r in 0..3 {
+        for c in 0..2 {
+            want[24 + r * 8 + 5 + c] = (r * 2 + c) as f32;
+        }
+    }
+    check(&text, &files, "k_cache", &want);
+    // p = 7 takes column 8 past the cache's last position: a run-time error
+    fails_when_run(
+        &text,
+        &[("p.npy", i32_array(&[1, 1], &[7]))],
+        "scalar_offset 7",
+    );
+}
+
+#[test]
 fn int64_and_hbm_resident_scalar_offsets() {
     // a = table[r64:r64 + 3, :] with an i64 scalar in HBM (NKI: int64 for an HBM
     // pattern); b = table[r32:r32 + 2, 1:3] with an i32 scalar in HBM; c = table[s64, :]
