@@ -2,7 +2,8 @@
 
 A ``Core`` is one simulated core (HBM, SBUF and PSUM) on which ops run when called, by
 the runtime the ``hostsim`` command line uses: ``dma_copy`` / ``dma_compute`` over NKI
-access patterns (``Tensor.ap``), ``dma_transpose``, ``nc_n_gather``, ``local_gather``,
+access patterns (``Tensor.ap``, or slicing: ``t[2:6, ::2]`` is the ``.ap()`` it stands
+for), ``dma_transpose``, ``nc_n_gather``, ``local_gather``,
 ``embedding_update`` and raw ``isa`` instructions. Arrays go in and out as numpy arrays
 (bfloat16 as ``ml_dtypes.bfloat16``). ``run(path)`` runs a scenario file.
 
@@ -13,4 +14,9 @@ changed.
 
 from ._native import Ap, Core, Fault, InvalidInput, Tensor, run
 
-__all__ = ["Ap", "Core", "Fault", "InvalidInput", "Tensor", "run"]
+__all__ = ["Ap", "Core", "Fault", "InvalidInput", "Tensor", "ds", "run"]
+
+
+def ds(start, size):
+    """NKI's ``nl.ds``: the slice ``start:start + size``, for ``t[ds(s, n), :]``."""
+    return slice(start, start + size)

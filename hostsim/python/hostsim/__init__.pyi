@@ -44,6 +44,10 @@ class Tensor:
     """Element 0's place as `hostsim isa decode` writes it: hbm:0x.., sbuf:P:0x.., psum:P:0x.."""
     def numpy(self) -> np.ndarray:
         """Its current contents (a copy) as an array of its dtype and shape."""
+    def __getitem__(self, key: Any) -> Ap:
+        """NKI's slicing as the .ap() it stands for: t[2:6, ::2], t[i], i_sb[:, t],
+        t[ds(s, n), ..., -1] (ints and slices per dim, one ... or missing trailing dims
+        taking the rest, numpy's meaning; on SBUF/PSUM the partition dim stays the first pair)."""
     def ap(
         self,
         pattern: Sequence[Sequence[int]],
@@ -169,6 +173,9 @@ class Core:
         """The `hostsim explain --json` object of the ops so far."""
     def save_scenario(self, dir: Union[str, PathLike]) -> None:
         """dir/scenario.toml + .npy files + report.json that `hostsim run` reproduces."""
+
+def ds(start: int, size: int) -> slice:
+    """NKI's nl.ds: the slice start:start + size."""
 
 def run(
     path: Union[str, PathLike],

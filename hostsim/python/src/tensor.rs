@@ -2,7 +2,9 @@
 //! op argument names, turned into the scenario's tensor name or `.ap()` table.
 
 use dma::{Dtype, Space};
+use hostsim::nki::slicing::{self, Entry};
 use pyo3::prelude::*;
+use pyo3::types::{PySlice, PyTuple};
 use serde_json::{json, Map, Value};
 
 use crate::convert;
@@ -55,6 +57,49 @@ impl Tensor {
     #[getter]
     fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         convert::numpy_dtype(py, self.dtype)
+    }
+
+    /// NKI's slicing as the `.ap()` it stands for: `t[2:6, ::2]`, `t[i]`, `i_sb[:, t]`,
+    /// `t[hostsim.ds(s, n), ..., -1]` (ints and slices, one per dim, one `...` or missing
+    /// trailing dims taking the rest; numpy's meaning). On SBUF/PSUM the partition dim stays the
+    /// first pair.
+    fn __getitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyResult<Ap> {
+        let this = slf.get();
+        let bad = |rule: String| errors::bad_arg("Tensor[...]", "key", key, &rule);
+        let items: Vec<Bound<'_, PyAny>> = match key.cast::<PyTuple>() {
+            Ok(t) => t.iter().collect(),
+            Err(_) => vec![key.clone()],
+        };
+        // `...` stands for as many whole dims as the other entries leave
+        let ellipsis = items.iter().position(|i| i.is(key.py().Ellipsis()));
+        let whole = (this.shape.len() + 1).saturating_sub(items.len());
+        let mut entries = Vec::with_capacity(this.shape.len());
+        for (k, item) in items.iter().enumerate() {
+            if Some(k) == ellipsis {
+                for _ in 0..whole {
+                    let dim = this.shape.get(entries.len()).copied().unwrap_or(0);
+                    entries.push(Entry::Range {
+                        start: 0,
+                        step: 1,
+                        count: dim,
+                    });
+                }
+                continue;
+            }
+            let dim = this.shape.get(entries.len()).copied().unwrap_or(0);
+            entries.push(slice_entry(item, dim).map_err(&bad)?);
+        }
+        let on_core = this.space != Space::Hbm;
+        let (offset, dims) = slicing::pattern(&this.shape, on_core, &entries).map_err(&bad)?;
+        let pattern: Vec<[i64; 2]> = dims.iter().map(|d| [d.step, i64::from(d.num)]).collect();
+        let mut table = Map::new();
+        table.insert("tensor".into(), json!(this.name));
+        table.insert("ap".into(), json!(pattern));
+        table.insert("offset".into(), json!(offset));
+        Ok(Ap {
+            tensor: slf.clone().unbind(),
+            table,
+        })
     }
 
     /// ap(pattern, offset=0, vector_offset=None, indirect_dim=None, scalar_offset=None)
@@ -173,6 +218,29 @@ impl Tensor {
                 other.name, self.name
             ))),
         }
+    }
+}
+
+/// One entry of a slice key for a dim of size `dim`: an int (negative from the end) or a
+/// slice, resolved as numpy resolves it.
+fn slice_entry(item: &Bound<'_, PyAny>, dim: u64) -> Result<Entry, String> {
+    if let Ok(s) = item.cast::<PySlice>() {
+        let len = isize::try_from(dim).map_err(|_| format!("a dim of {dim} is too long"))?;
+        let i = s.indices(len).map_err(|e| e.to_string())?;
+        let step = i64::try_from(i.step).unwrap_or(1);
+        return Ok(Entry::Range {
+            start: i.start.max(0) as u64,
+            step,
+            count: i.slicelength as u64,
+        });
+    }
+    let i: i64 = item
+        .extract()
+        .map_err(|_| "each entry must be an int, a slice or one ...".to_string())?;
+    let at = if i < 0 { i + dim as i64 } else { i };
+    match u64::try_from(at) {
+        Ok(at) => Ok(Entry::Index(at)),
+        Err(_) => Err(format!("index {i} is out of range for a dim of size {dim}")),
     }
 }
 

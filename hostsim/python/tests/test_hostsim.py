@@ -150,6 +150,52 @@ def test_an_index_tile_column_picks_each_tiles_rows_as_nki_prefill_kernels_do():
         core.dma_transpose(dst=outs[0], src=t.ap([[16, 128], [1, 16]], vector_offset=i.ap([[nt, 128], [1, 1]])))
 
 
+def test_slices_are_the_aps_numpy_slicing_names_on_every_route():
+    """t[...] is the .ap() NKI builds for it: copies out of and into slices equal numpy's
+    slicing, on HBM tensors and partition-major SBUF tiles, on every mechanism."""
+    x = np.arange(4 * 6 * 5, dtype=np.float32).reshape(4, 6, 5)
+    tile = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
+    cases = [
+        (lambda t, s: t[1], lambda: x[1]),
+        (lambda t, s: t[1:3, ::2, 1:4], lambda: x[1:3, ::2, 1:4]),
+        (lambda t, s: t[::-1, 2], lambda: x[::-1, 2]),
+        (lambda t, s: t[hostsim.ds(1, 2), ..., -1], lambda: x[1:3, :, -1]),
+        (lambda t, s: s[2:10:3, 1:5], lambda: tile[2:10:3, 1:5]),
+        (lambda t, s: s[:, 3], lambda: tile[:, 3]),
+        (lambda t, s: s[7], lambda: tile[7]),
+    ]
+    for mechanism in ["auto", "dge", "reference"]:
+        for k, (view, want) in enumerate(cases):
+            core = hostsim.Core("cayman", mechanism=mechanism)
+            t, s = core.hbm(x), core.sbuf(tile)
+            w = want()
+            out = core.hbm(shape=w.shape, dtype=np.float32)
+            core.dma_copy(dst=out, src=view(t, s))
+            np.testing.assert_array_equal(out.numpy(), w, err_msg=f"case {k} {mechanism}")
+    # a slice as the destination: a column block of an SBUF tile written from HBM
+    core = hostsim.Core("mariana")
+    s = core.sbuf(np.zeros((16, 8), np.float32))
+    src = core.hbm(np.ones((16, 3), np.float32))
+    core.dma_copy(dst=s[:, 2:5], src=src)
+    want = np.zeros((16, 8), np.float32)
+    want[:, 2:5] = 1
+    np.testing.assert_array_equal(s.numpy(), want)
+    # a column of an index tile as a vector_offset: NKI's i_sb[:, t]
+    table = core.hbm(np.arange(40, dtype=np.float32).reshape(10, 4))
+    i_sb = core.sbuf(np.array([[3, 9], [0, 1], [7, 2]], np.int32))
+    out = core.sbuf(shape=(3, 4), dtype=np.float32)
+    core.dma_copy(dst=out, src=table.ap([[4, 3], [1, 4]], vector_offset=i_sb[:, 1]))
+    np.testing.assert_array_equal(out.numpy(), np.arange(40, dtype=np.float32).reshape(10, 4)[[9, 1, 2]])
+    for key, message in [
+        ((slice(None), 9), "index 9 is out of range for dim 1 of size 8"),
+        ((slice(3, 3),), "dim 0's range is empty"),
+        ((0, 0, 0), "3 entries for a tensor of 2 dims"),
+        (("a",), "each entry must be an int, a slice or one ..."),
+    ]:
+        with pytest.raises(hostsim.InvalidInput, match=message):
+            s[key]
+
+
 def test_a_window_and_a_scalar_offset():
     core = hostsim.Core("cayman")
     a = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)

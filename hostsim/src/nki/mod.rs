@@ -32,6 +32,7 @@
 pub mod ap;
 pub mod dma_ops;
 pub mod pool_ops;
+pub mod slicing;
 pub mod transpose;
 
 pub use ap::{dma_copy_ap, ApDim, ApDma, ApOptions, ApSide, ApTensor, IndexAp, IndexSpan};
