@@ -255,12 +255,17 @@ impl Core {
     /// dma_transpose(dst, src, axes=None, oob_mode=None)
     /// --
     ///
-    /// NKI's indirect `dma_transpose` (trn2 and later): `src` is `t.ap([[D, N], [1, D]],
-    /// vector_offset=idx)` (N whole rows of an HBM tensor `t`, `D = prod(t.shape[1:])`,
-    /// picked by the index tile), and `dst` gets them transposed: `[D, N]` with `axes`
-    /// (1, 0) (the default), `[K, J, N]` for a `[., J, K]` `t` with (2, 1, 0), `[K, A, B,
-    /// N]` for a `[., A, B, K]` `t` (A or B 1) with (3, 1, 2, 0). `oob_mode` "error"
-    /// (default) or "skip".
+    /// NKI's `dma_transpose`, `dst = src.transpose(axes)` with `axes` (1, 0), (2, 1, 0) or
+    /// (3, 1, 2, 0) (by default the one of `src`'s rank).
+    ///
+    /// Direct: `src` and `dst` are Tensors or `.ap()`s (slices) without offsets, `dst`'s
+    /// shape `src`'s permuted; no `oob_mode`.
+    ///
+    /// Indirect (trn2 and later): `src` is `t.ap([[D, N], [1, D]], vector_offset=idx)` (N
+    /// whole rows of an HBM tensor `t`, `D = prod(t.shape[1:])`, picked by the index tile),
+    /// and `dst` gets them transposed: `[D, N]` with (1, 0), `[K, J, N]` for a `[., J, K]`
+    /// `t` with (2, 1, 0), `[K, A, B, N]` for a `[., A, B, K]` `t` (A or B 1) with (3, 1,
+    /// 2, 0). `oob_mode` "error" (default) or "skip".
     #[pyo3(signature = (dst, src, axes=None, oob_mode=None))]
     fn dma_transpose(
         slf: &Bound<'_, Self>,
@@ -270,11 +275,6 @@ impl Core {
         oob_mode: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let oob = Options::new("dma_transpose", oob_mode, None)?.oob;
-        let rule =
-            "must be t.ap([[D, N], [1, D]], vector_offset=idx): whole rows picked by an index tile";
-        let src = src
-            .cast::<Ap>()
-            .map_err(|_| errors::bad_arg("dma_transpose", "src", src, rule))?;
         let axes = axes
             .map(|a| {
                 a.extract::<Vec<u32>>().map_err(|_| {
@@ -287,6 +287,22 @@ impl Core {
                 })
             })
             .transpose()?;
+        let indexed = src
+            .cast::<Ap>()
+            .is_ok_and(|ap| ap.get().table.contains_key("vector_offset"));
+        if !indexed {
+            if let (Some("skip"), Some(given)) = (oob, oob_mode) {
+                let rule = "\"skip\" applies to an indirect dma_transpose (src with a vector_offset); a direct one has no index to skip";
+                return Err(errors::bad_arg("dma_transpose", "oob_mode", given, rule));
+            }
+            let fields = vec![
+                ("src", Some(side(slf, "src", src)?)),
+                ("dst", Some(side(slf, "dst", dst)?)),
+                ("axes", axes.map(|a| json!(a))),
+            ];
+            return run_op(slf, ("dma_transpose", "dma_transpose"), fields);
+        }
+        let src = src.cast::<Ap>()?;
         let (table, index) = transposed_rows(slf, src.get())?;
         let fields = vec![
             ("src", Some(table)),

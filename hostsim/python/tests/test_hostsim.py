@@ -345,6 +345,30 @@ def test_dma_transpose_in_3d_and_4d_is_numpy_take_then_transpose():
         core.dma_transpose(dst=d, src=s.ap([[12, 4], [1, 12]], vector_offset=i), axes=(2, 0, 1))
 
 
+def test_a_direct_dma_transpose_is_numpys_transpose_on_every_route():
+    x2 = RNG.standard_normal((16, 128)).astype(ml_dtypes.bfloat16)
+    x3 = np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)
+    for mechanism in ["auto", "dge", "reference"]:
+        core = hostsim.Core("mariana", mechanism=mechanism)
+        # NKI's hwdge form: a [16, 128] bf16 tile in HBM into SBUF
+        a = core.hbm(x2)
+        at = core.sbuf(shape=(128, 16), dtype=ml_dtypes.bfloat16)
+        core.dma_transpose(dst=at, src=a)
+        assert at.numpy().tobytes() == x2.T.tobytes()
+        # SBUF to SBUF, and a slice of a 3-D HBM tensor by (2, 1, 0)
+        back = core.sbuf(shape=(16, 128), dtype=ml_dtypes.bfloat16)
+        core.dma_transpose(dst=back, src=at, axes=(1, 0))
+        assert back.numpy().tobytes() == x2.tobytes()
+        b = core.hbm(x3)
+        bt = core.hbm(shape=(5, 4, 2), dtype=np.float32)
+        core.dma_transpose(dst=bt, src=b[1:3])
+        np.testing.assert_array_equal(bt.numpy(), x3[1:3].transpose(2, 1, 0))
+    with pytest.raises(hostsim.InvalidInput, match="oob_mode = 'skip': \"skip\" applies to an indirect dma_transpose"):
+        core.dma_transpose(dst=bt, src=b[1:3], oob_mode="skip")
+    with pytest.raises(hostsim.InvalidInput, match="src h? ?.*transposed by \\[2, 1, 0\\] is \\[5, 4, 3\\]"):
+        core.dma_transpose(dst=bt, src=b)
+
+
 def test_dma_transpose_gathers_rows_into_columns():
     core = hostsim.Core("trn2")
     a = np.arange(24, dtype=np.uint16).reshape(6, 4)
@@ -484,7 +508,7 @@ def test_invalid_input_changes_nothing():
         (lambda: core.dma_copy(dst=b, src=a, oob_mode="SKIP"), "dma_copy: oob_mode = 'SKIP': must be \"error\" or \"skip\""),
         (lambda: core.dma_copy(dst=b, src=a, unique_indices=1.5), "dma_copy: unique_indices = 1.5: must be True or False"),
         (lambda: core.dma_copy(dst=b, src=a, unique_indices=False), "unique_indices = false: applies to an indexed destination"),
-        (lambda: core.dma_transpose(dst=b, src=a), "dma_transpose: src = Tensor\\(\"a\".*: must be t.ap"),
+        (lambda: core.dma_transpose(dst=b, src=5), "src: must be a Tensor of this Core"),
         (lambda: hostsim.Core().hbm(np.zeros((4, 4), np.float32)).ap([[4, 4], [1, 4]], vector_offset=a), "ap: vector_offset = \"a\": it belongs to another Core"),
         (lambda: core.local_gather(b, b, b, num_elem_per_idx=1.0), "local_gather: num_elem_per_idx = 1.0"),
         (lambda: core.local_gather(b, b, b, num_elem_per_idx=-1), "local_gather: num_elem_per_idx = -1"),

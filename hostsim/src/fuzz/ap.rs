@@ -27,6 +27,10 @@
 //!   index tile with indices around the row count, the destination in HBM or SBUF), as
 //!   the access-pattern DMAs it lowers to (label `gather_transpose_nd`).
 //!
+//! - now and then a direct `dma_transpose` ([`crate::nki::dma_transpose`]) of a whole
+//!   2-D to 4-D tensor by NKI's permutation for its rank, any dtype, between HBM and SBUF
+//!   either way (label `transpose`).
+//!
 //! A candidate is checked by `dma_copy_ap` before anything is allocated: a refused one is
 //! not generated (a fragment tries a few candidates).
 
@@ -36,8 +40,8 @@ use smallvec::SmallVec;
 use crate::fuzz::case::{Builder, Case};
 use crate::fuzz::rng::Rng;
 use crate::nki::{
-    dma_copy_ap, dma_gather_transpose_nd, ApDim, ApDma, ApOptions, ApSide, ApTensor, IndexAp,
-    IndexSpan, OobMode, Transpose,
+    dma_copy_ap, dma_gather_transpose_nd, dma_transpose, ApDim, ApDma, ApOptions, ApSide, ApTensor,
+    IndexAp, IndexSpan, OobMode, Transpose, TRANSPOSE_AXES,
 };
 
 /// The most elements a walk visits (but for the rare long index vector).
@@ -67,6 +71,9 @@ pub fn case(mut rng: Rng, generation: Option<Generation>) -> Case {
 pub fn fragment(b: &mut Builder) -> Option<()> {
     if b.rng.chance(15) {
         return transpose_fragment(b);
+    }
+    if b.rng.chance(8) {
+        return direct_transpose_fragment(b);
     }
     for _ in 0..ATTEMPTS {
         let mut names = Names(b.tensor_count());
@@ -124,6 +131,46 @@ fn transpose_fragment(b: &mut Builder) -> Option<()> {
     let (src, index, dst) = (at(src, src_at), at(index, index_at), at(dst, dst_at));
     for dma in lower(&src, &index, &dst)?.ap_dmas {
         b.push_ap("gather_transpose_nd", dma);
+    }
+    Some(())
+}
+
+/// A direct `dma_transpose` ([`crate::nki::dma_transpose`]) of a whole `src` of 2 to 4
+/// dims (1 to 8 each) by the permutation NKI documents for its rank, any dtype, each side
+/// in HBM or SBUF, as the access-pattern DMAs it lowers to (label `transpose`).
+fn direct_transpose_fragment(b: &mut Builder) -> Option<()> {
+    let rng = &mut b.rng;
+    let axes = rng.pick(&TRANSPOSE_AXES);
+    let shape: Vec<u64> = axes.iter().map(|_| rng.range(1, 8).into()).collect();
+    let out: Vec<u64> = axes.iter().map(|&a| shape[a as usize]).collect();
+    let dtype = rng.dtype();
+    let spaces = [Space::Hbm, Space::Sbuf];
+    let (from, to) = (rng.pick(&spaces), rng.pick(&spaces));
+    let mut names = Names(b.tensor_count());
+    let src = unplaced(names.next(), from, shape, dtype);
+    let dst = unplaced(names.next(), to, out, dtype);
+    let walk = |t: &ApTensor, start| {
+        let dims = (0..t.shape.len()).map(|k| ApDim {
+            step: t.stride(k) as i64,
+            num: t.shape[k] as u32,
+        });
+        ApSide {
+            dims: dims.collect(),
+            tensor: ApTensor { start, ..t.clone() },
+            offset: 0,
+            indirect_dim: 0,
+            vector_offset: None,
+            scalar_offset: None,
+        }
+    };
+    let lower = |s, d| dma_transpose(walk(&src, s), walk(&dst, d), Some(axes)).ok();
+    // checked before anything is allocated, as the other fragments are
+    lower(FabricAddr(0), FabricAddr(0))?;
+    let mut placed = Vec::new();
+    let src_at = place_one(b, &mut placed, &src, data)?;
+    let dst_at = place_one(b, &mut placed, &dst, data)?;
+    for dma in lower(src_at, dst_at)?.ap_dmas {
+        b.push_ap("transpose", dma);
     }
     Some(())
 }

@@ -47,7 +47,7 @@ use crate::isa::{
 const LIMIT: u32 = 4096;
 
 /// Every op label a case carries, in order.
-pub const LABELS: [&str; 12] = [
+pub const LABELS: [&str; 13] = [
     "dma_copy_ap",
     "dma_indirect",
     "dma_indirect_shaped",
@@ -59,6 +59,7 @@ pub const LABELS: [&str; 12] = [
     "indirect_copy",
     "invalid",
     "pool_buffer_load",
+    "transpose",
     "window_overwrite",
 ];
 

@@ -52,14 +52,15 @@ pub const MECHANISMS: [Mechanism; 3] = [Mechanism::Reference, Mechanism::Pool, M
 
 /// Where the reference may stand in on the `oob` target's streams, by route and op
 /// label: the POOL route has no kernel for DMA_MEMCPY (`dma_memcpy`, `window_overwrite`)
-/// or the access-pattern DMAs (`dma_copy_ap`, `gather_transpose_nd`); the DGE route refuses, by design, a GATHER whose window
+/// or the access-pattern DMAs (`dma_copy_ap`, `gather_transpose_nd`, `transpose`); the DGE route refuses, by design, a GATHER whose window
 /// was overwritten since its LOAD and a GATHER_TRANSPOSE reading rows it writes (an index
 /// past its table reaching the destination).
-pub const STAND_INS: [(&str, &str); 6] = [
+pub const STAND_INS: [(&str, &str); 7] = [
     ("pool", "dma_memcpy"),
     ("pool", "window_overwrite"),
     ("pool", "dma_copy_ap"),
     ("pool", "gather_transpose_nd"),
+    ("pool", "transpose"),
     ("dge", "gather"),
     ("dge", "gather_transpose"),
 ];

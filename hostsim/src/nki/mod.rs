@@ -41,7 +41,7 @@ pub use dma_ops::{
     DmaOptions, OobMode,
 };
 pub use pool_ops::{local_gather, nc_n_gather};
-pub use transpose::{dma_gather_transpose_nd, Transpose, TRANSPOSE_AXES};
+pub use transpose::{dma_gather_transpose_nd, dma_transpose, Transpose, TRANSPOSE_AXES};
 
 use dma::{Addr4, AddressMap, Dtype, FabricAddr, Generation};
 

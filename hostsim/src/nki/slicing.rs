@@ -6,10 +6,10 @@
 //! entries take the whole dim): a range `start:stop:step` (numpy's meaning, already
 //! clamped to the dim) walks `stride_k * step` elements `count` times from `start`, and an
 //! index `i` fixes the dim at `i` (its pair is dropped). `stride_k = prod(shape[k+1:])`.
-//! The pattern keeps the walk's order (outermost first) and merges a pair into the one
-//! inside it where they are contiguous, and leaves out pairs of count 1. On SBUF/PSUM the
-//! first pair is the partition dim's, whatever its count, as the `.ap()` rules want (see
-//! [`super::ap`]).
+//! The pattern keeps one pair per dim the slice keeps, outermost first, so a transpose
+//! sees the slice's dims (a single element is one pair `[1, 1]`). On SBUF/PSUM the first
+//! pair is the partition dim's even where an index fixes it, as the `.ap()` rules want
+//! (see [`super::ap`]).
 
 use super::ap::{ApDim, MAX_AP_DIMS};
 use smallvec::SmallVec;
@@ -70,43 +70,20 @@ pub fn pattern(
             }
         }
     }
-    let dims = merge(pairs, on_core);
-    if dims.len() > MAX_AP_DIMS {
+    if pairs.len() > MAX_AP_DIMS {
         return Err(format!(
-            "the slice walks {} separate dims; an .ap() takes at most {MAX_AP_DIMS}",
-            dims.len()
+            "the slice keeps {} dims; an .ap() takes at most {MAX_AP_DIMS}",
+            pairs.len()
         ));
     }
-    Ok((offset, dims.into_iter().collect()))
-}
-
-/// `pairs` with count-1 pairs left out and each pair merged into the one after it where
-/// they are contiguous (`step == inner.step * inner.num`); on core the first pair (the
-/// partition dim's) stays as it is. At least one pair remains.
-fn merge(pairs: Vec<(i64, u64)>, on_core: bool) -> Vec<ApDim> {
-    let mut out: Vec<(i64, u64)> = Vec::new();
-    for (k, (step, num)) in pairs.into_iter().enumerate() {
-        let fixed = on_core && k == 0;
-        if num == 1 && !fixed {
-            continue;
-        }
-        let partition_last = on_core && out.len() == 1;
-        match out.last_mut() {
-            Some(last) if !partition_last && last.0 == step * num as i64 => {
-                *last = (step, last.1 * num);
-            }
-            _ => out.push((step, num)),
-        }
+    if pairs.is_empty() {
+        pairs.push((1, 1));
     }
-    if out.is_empty() {
-        out.push((1, 1));
-    }
-    out.into_iter()
-        .map(|(step, num)| ApDim {
-            step,
-            num: u32::try_from(num).unwrap_or(u32::MAX),
-        })
-        .collect()
+    let dims = pairs.into_iter().map(|(step, num)| ApDim {
+        step,
+        num: u32::try_from(num).unwrap_or(u32::MAX),
+    });
+    Ok((offset, dims.collect()))
 }
 
 #[cfg(test)]
@@ -127,7 +104,7 @@ mod tests {
 
     #[test]
     fn hbm_slices_are_offsets_and_merged_pairs() {
-        // t[2:6, ::2] of an [8, 6] tensor: every other element from 12 (6 = 2 * 3: merged)
+        // t[2:6, ::2] of an [8, 6] tensor
         let e = [
             Entry::Range {
                 start: 2,
@@ -141,7 +118,7 @@ mod tests {
             },
         ];
         let (offset, dims) = pattern(&[8, 6], false, &e).unwrap();
-        assert_eq!((offset, pairs(&dims)), (12, vec![(2, 12)]));
+        assert_eq!((offset, pairs(&dims)), (12, vec![(6, 4), (2, 3)]));
         // t[2:6, 1:4]: rows of 3 from column 1
         let e = [
             e[0],
@@ -153,9 +130,9 @@ mod tests {
         ];
         let (offset, dims) = pattern(&[8, 6], false, &e).unwrap();
         assert_eq!((offset, pairs(&dims)), (13, vec![(6, 4), (1, 3)]));
-        // t[3] of a [4, 5, 6] tensor: one contiguous run of 30
+        // t[3] of a [4, 5, 6] tensor: its two other dims
         let (offset, dims) = pattern(&[4, 5, 6], false, &[Entry::Index(3)]).unwrap();
-        assert_eq!((offset, pairs(&dims)), (90, vec![(1, 30)]));
+        assert_eq!((offset, pairs(&dims)), (90, vec![(6, 5), (1, 6)]));
         // t[::-1] of a [4, 2]: rows backwards, each row forwards
         let back = Entry::Range {
             start: 3,
@@ -177,9 +154,11 @@ mod tests {
         // tile[5] of a [128, 64]: partition 5, kept as the first pair
         let (offset, dims) = pattern(&[128, 64], true, &[Entry::Index(5)]).unwrap();
         assert_eq!((offset, pairs(&dims)), (320, vec![(64, 1), (1, 64)]));
-        // the whole tile: partitions, then the row (not merged into one run)
+        // the whole tile: a pair per dim
         let (_, dims) = pattern(&[128, 8, 8], true, &[]).unwrap();
-        assert_eq!(pairs(&dims), vec![(64, 128), (1, 64)]);
+        assert_eq!(pairs(&dims), vec![(64, 128), (8, 8), (1, 8)]);
+        let e = pattern(&[2, 2, 2, 2, 2, 2], false, &[]).unwrap_err();
+        assert_eq!(e, "the slice keeps 6 dims; an .ap() takes at most 5");
     }
 
     #[test]

@@ -1,5 +1,18 @@
-//! NKI's N-D indirect `dma_transpose` permutations (`dma_gather_transpose` with `axes`
-//! (2, 1, 0) or (3, 1, 2, 0)), lowered onto access-pattern DMAs ([`super::ApDma`]).
+//! NKI's `dma_transpose` lowered onto access-pattern DMAs ([`super::ApDma`]): the direct
+//! one ([`dma_transpose`]) and the N-D indirect permutations (`dma_gather_transpose` with
+//! `axes` (2, 1, 0) or (3, 1, 2, 0)).
+//!
+//! # The direct transpose
+//!
+//! `dst = src.transpose(axes)` (NumPy's), `axes` one of NKI's (1, 0), (2, 1, 0) or (3, 1,
+//! 2, 0), by default the one of `src`'s rank. Each side is a whole tensor (one pair per
+//! dim) or an `.ap()` (one pair per dim of the view); `dst`'s counts are `src`'s permuted,
+//! and the dtypes are equal (a transpose moves elements without a cast). Element `(j0,
+//! .., jn)` of `dst`'s walk is the element of `src`'s walk at `i_axes[k] = j_k`. It is one
+//! copy that walks one side in the other's order where that side is in HBM (the source
+//! when it is, else the destination); with both on core, where NKI's first pair must step
+//! partitions on each side, it is one copy per destination position of all dims but the
+//! last: `src`'s partition pair (every axes NKI documents moves it last) into one row.
 //!
 //! # Semantics
 //!
@@ -33,6 +46,109 @@ use dma::{ComputeOp, Dtype, Generation, Space};
 use super::ap::{dma_copy_ap, ApDim, ApOptions, ApSide, ApTensor, IndexAp};
 use super::{Lowered, OobMode};
 use crate::error::Error;
+
+/// NKI's `dma_transpose` without indices (module docs): `src` and `dst` as walks, one pair
+/// per dim, checked and lowered to access-pattern DMAs.
+pub fn dma_transpose(src: ApSide, dst: ApSide, axes: Option<&[u32]>) -> Result<Lowered, Error> {
+    const OP: &str = "dma_transpose";
+    let err = |side, rule| Error::ApPattern { op: OP, side, rule };
+    for (name, side) in [("src", &src), ("dst", &dst)] {
+        if side.vector_offset.is_some() || side.scalar_offset.is_some() {
+            return Err(err(
+                name,
+                "a direct dma_transpose's sides take no vector_offset or scalar_offset (rows picked by an index tile are dma_gather_transpose's)".into(),
+            ));
+        }
+    }
+    let rank = src.dims.len();
+    let axes = axes.unwrap_or_else(|| {
+        TRANSPOSE_AXES
+            .into_iter()
+            .find(|a| a.len() == rank)
+            .unwrap_or(&[])
+    });
+    if !TRANSPOSE_AXES.contains(&axes) || axes.len() != rank {
+        return Err(err(
+            "axes",
+            format!("{axes:?} for a src of {rank} dims: NKI's dma_transpose permutes 2-D by [1, 0], 3-D by [2, 1, 0] and 4-D by [3, 1, 2, 0]"),
+        ));
+    }
+    let permuted =
+        |s: &ApSide| -> Vec<ApDim> { axes.iter().map(|&a| s.dims[a as usize]).collect() };
+    let counts = |dims: &[ApDim]| dims.iter().map(|d| d.num).collect::<Vec<_>>();
+    let want = counts(&permuted(&src));
+    if counts(&dst.dims) != want {
+        return Err(err(
+            "dst",
+            format!(
+                "{} walks {:?}; src {} {:?} transposed by {axes:?} is {want:?}",
+                dst.tensor.name,
+                counts(&dst.dims),
+                src.tensor.name,
+                counts(&src.dims)
+            ),
+        ));
+    }
+    if dst.tensor.dtype != src.tensor.dtype {
+        return Err(err(
+            "dst",
+            format!(
+                "{} has dtype {} but {} has {}: a transpose moves elements without a cast",
+                dst.tensor.name, dst.tensor.dtype, src.tensor.name, src.tensor.dtype
+            ),
+        ));
+    }
+    let opts = ApOptions {
+        op: ComputeOp::None,
+        oob: OobMode::Error,
+        unique_indices: true,
+    };
+    let copy = |s: ApSide, d: ApSide| dma_copy_ap(OP, s, d, opts);
+    let with = |side: &ApSide, offset: u64, dims: Vec<ApDim>| ApSide {
+        offset,
+        dims: dims.into_iter().collect(),
+        ..side.clone()
+    };
+    if src.tensor.space == Space::Hbm {
+        return copy(with(&src, src.offset, permuted(&src)), dst);
+    }
+    if dst.tensor.space == Space::Hbm {
+        let mut inverse = vec![dst.dims[0]; rank];
+        for (k, &a) in axes.iter().enumerate() {
+            inverse[a as usize] = dst.dims[k];
+        }
+        return copy(src, with(&dst, dst.offset, inverse));
+    }
+    // both on core: per destination prefix (all dims but the last), src's last-moved
+    // pair (its partition pair: every axes ends in 0) into one row of dst
+    let (from, last) = (permuted(&src), rank - 1);
+    let prefixes: u64 = want[..last].iter().map(|&n| u64::from(n)).product();
+    let mut lowered = Lowered::default();
+    for p in 0..prefixes {
+        let (mut rest, mut so, mut d_off) = (p, i128::from(src.offset), i128::from(dst.offset));
+        for k in (0..last).rev() {
+            let j = rest % u64::from(want[k]);
+            rest /= u64::from(want[k]);
+            so += i128::from(from[k].step) * i128::from(j);
+            d_off += i128::from(dst.dims[k].step) * i128::from(j);
+        }
+        // the walks of valid sides keep every position inside their tensors
+        let s = with(&src, so as u64, vec![from[last]]);
+        let d = with(
+            &dst,
+            d_off as u64,
+            vec![
+                ApDim {
+                    step: dst.dims[0].step,
+                    num: 1,
+                },
+                dst.dims[last],
+            ],
+        );
+        lowered.ap_dmas.extend(copy(s, d)?.ap_dmas);
+    }
+    Ok(lowered)
+}
 
 /// The permutations of NKI's `dma_transpose` the model runs: 2-D (DMA_INDIRECT
 /// GATHER_TRANSPOSE), 3-D and 4-D (this module).

@@ -310,6 +310,100 @@ fn index_views_that_break_a_rule_are_refused_naming_it() {
     }
 }
 
+/// `np.arange(prod(shape)).reshape(shape).transpose(axes)`, flattened.
+fn transposed_iota(shape: &[usize], axes: &[usize]) -> Vec<f32> {
+    let out: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
+    let strides: Vec<usize> = (0..shape.len())
+        .map(|k| shape[k + 1..].iter().product())
+        .collect();
+    let total: usize = shape.iter().product();
+    (0..total)
+        .map(|flat| {
+            let (mut rest, mut at) = (flat, 0);
+            for k in (0..out.len()).rev() {
+                at += (rest % out[k]) * strides[axes[k]];
+                rest /= out[k];
+            }
+            at as f32
+        })
+        .collect()
+}
+
+#[test]
+fn direct_transposes_are_numpys_between_every_pair_of_spaces() {
+    let cases: [(&[usize], &[usize]); 3] = [
+        (&[6, 4], &[1, 0]),
+        (&[3, 4, 5], &[2, 1, 0]),
+        (&[4, 2, 1, 3], &[3, 1, 2, 0]),
+    ];
+    for (shape, axes) in cases {
+        let out: Vec<usize> = axes.iter().map(|&a| shape[a]).collect();
+        for (from, to) in [
+            ("hbm", "hbm"),
+            ("hbm", "sbuf"),
+            ("sbuf", "hbm"),
+            ("sbuf", "sbuf"),
+        ] {
+            let text = format!(
+                "{}{}{}[[op]]\nop = \"dma_copy\"\nsrc = \"h\"\ndst = \"x\"\n[[op]]\nop = \"dma_transpose\"\nsrc = \"x\"\ndst = \"y\"\n",
+                iota("h", &format!("{shape:?}")),
+                tensor("x", from, "f32", &format!("{shape:?}"), None),
+                tensor("y", to, "f32", &format!("{out:?}"), None),
+            );
+            let want = transposed_iota(shape, axes);
+            check(&text, &[], "y", &want);
+        }
+    }
+    // an .ap() side: the [4, 6] block at row 1 of an [8, 6] tensor, into a [6, 4] tile
+    let text = format!(
+        "{}{}[[op]]\nop = \"dma_transpose\"\nsrc = {{ tensor = \"h\", ap = [[6, 4], [1, 6]], offset = 6 }}\ndst = \"y\"\naxes = [1, 0]\n",
+        iota("h", "[8, 6]"),
+        tensor("y", "sbuf", "f32", "[6, 4]", None),
+    );
+    let want: Vec<f32> = transposed_iota(&[4, 6], &[1, 0])
+        .iter()
+        .map(|v| v + 6.0)
+        .collect();
+    check(&text, &[], "y", &want);
+}
+
+#[test]
+fn direct_transposes_that_break_a_rule_are_refused_naming_it() {
+    let text = |src_shape: &str, dst: &str, extra: &str| {
+        format!(
+            "{}{}[[op]]\nop = \"dma_transpose\"\nsrc = \"h\"\ndst = {dst}\n{extra}",
+            iota("h", src_shape),
+            tensor("y", "sbuf", "f32", "[6, 4]", None),
+        )
+    };
+    for (t, rule) in [
+        (
+            text("[4, 6]", "\"y\"", "axes = [0, 1]\n"),
+            "axes: [0, 1] for a src of 2 dims",
+        ),
+        (
+            text("[6, 4]", "\"y\"", ""),
+            "dst: y walks [6, 4]; src h [6, 4] transposed by [1, 0] is [4, 6]",
+        ),
+        (
+            text("[4, 3, 2]", "\"y\"", ""),
+            "dst: y walks [6, 4]; src h [4, 3, 2] transposed by [2, 1, 0] is [2, 3, 4]",
+        ),
+        (
+            text(
+                "[4, 6]",
+                "{ tensor = \"y\", ap = [[4, 6], [1, 4]], scalar_offset = \"y\" }",
+                "",
+            ),
+            "dst: a direct dma_transpose's sides take no vector_offset or scalar_offset",
+        ),
+    ] {
+        let e = prepared(&t, &[], Overrides::default()).unwrap_err();
+        assert_eq!(super::exit_code(&e), 2, "{e}");
+        assert!(e.to_string().contains(rule), "{rule}: {e}");
+    }
+}
+
 /// Runs `text` on the DGE and the reference: each fails with an error containing `rule`.
 fn fails_when_run(text: &str, files: &[(&str, NpyArray)], rule: &str) {
     for m in [Mechanism::Dge, Mechanism::Reference] {

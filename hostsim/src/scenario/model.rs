@@ -264,6 +264,7 @@ pub enum OpSpec {
     DmaGather(RowDma),
     DmaScatter(RowDma),
     DmaGatherTranspose(DmaGatherTranspose),
+    DmaTranspose(DmaTranspose),
     DmaCopy(DmaCopy),
     NcNGather(NcNGather),
     LocalGather(LocalGather),
@@ -278,6 +279,7 @@ impl OpSpec {
             OpSpec::DmaGather(_) => "dma_gather",
             OpSpec::DmaScatter(_) => "dma_scatter",
             OpSpec::DmaGatherTranspose(_) => "dma_gather_transpose",
+            OpSpec::DmaTranspose(_) => "dma_transpose",
             OpSpec::DmaCopy(_) => "dma_copy",
             OpSpec::NcNGather(_) => "nc_n_gather",
             OpSpec::LocalGather(_) => "local_gather",
@@ -295,6 +297,7 @@ impl OpSpec {
             OpSpec::DmaGatherTranspose(o) => {
                 vec![("src", &o.src), ("index", &o.index), ("dst", &o.dst)]
             }
+            OpSpec::DmaTranspose(o) => vec![("src", o.src.tensor()), ("dst", o.dst.tensor())],
             OpSpec::DmaCopy(o) => {
                 let mut v = vec![("src", o.src.tensor()), ("dst", o.dst.tensor())];
                 let offsets = [
@@ -349,6 +352,19 @@ pub struct DmaGatherTranspose {
     /// NKI `dma_transpose`'s permutation: `[1, 0]` (the default: the gathered
     /// `[rows, cols]` swapped, DMA_INDIRECT GATHER_TRANSPOSE), `[2, 1, 0]` for a 3-D `src`
     /// or `[3, 1, 2, 0]` for a 4-D one (`crate::nki::transpose` has the semantics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub axes: Option<Vec<u32>>,
+}
+
+/// `dma_transpose` (NKI's direct one): `dst = src.transpose(axes)` (`crate::nki::transpose`
+/// has the semantics); each side a tensor's name (one pair per dim) or an `.ap()` table
+/// without offsets of its own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DmaTranspose {
+    pub src: ApSpec,
+    pub dst: ApSpec,
+    /// `[1, 0]`, `[2, 1, 0]` or `[3, 1, 2, 0]`; by default the one of `src`'s rank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub axes: Option<Vec<u32>>,
 }

@@ -354,6 +354,11 @@ impl Cx<'_> {
                 let i = self.nki(self.tensor("index", &o.index)?)?;
                 nki::dma_gather_transpose(g, &s, &i, &d, o.oob.into())
             }
+            OpSpec::DmaTranspose(o) => {
+                let src = self.dim_side("src", &o.src)?;
+                let dst = self.dim_side("dst", &o.dst)?;
+                nki::dma_transpose(src, dst, o.axes.as_deref())
+            }
             OpSpec::DmaCopy(o) => self.dma_copy(o),
             OpSpec::NcNGather(o) => {
                 let data = self.nki(self.tensor("data", &o.data)?)?;
@@ -467,6 +472,30 @@ impl Cx<'_> {
             indirect_dim: p.indirect_dim.unwrap_or(0) as usize,
             vector_offset,
             scalar_offset,
+        })
+    }
+
+    /// A side walked dim by dim: a whole tensor one pair per dim (`prod(shape[k+1:])`
+    /// elements apart, `shape[k]` times), or an `.ap()` as given.
+    fn dim_side(&self, field: &str, spec: &ApSpec) -> Result<ApSide, Error> {
+        let ApSpec::Whole(name) = spec else {
+            return self.ap_side(field, spec);
+        };
+        let t = self.ap_tensor(field, name)?;
+        let dims = (0..t.shape.len())
+            .map(|k| ApDim {
+                step: t.stride(k) as i64,
+                // tensors are at most 2^30 bytes, so every dim fits 32 bits
+                num: t.shape[k] as u32,
+            })
+            .collect();
+        Ok(ApSide {
+            tensor: t,
+            offset: 0,
+            dims,
+            indirect_dim: 0,
+            vector_offset: None,
+            scalar_offset: None,
         })
     }
 
