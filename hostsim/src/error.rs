@@ -242,6 +242,16 @@ pub enum Error {
         index: Option<(u32, u32)>,
         bound: u64,
     },
+    /// An index below its bound (the tensor's size along `indirect_dim`) whose walk, read
+    /// when the op runs, leaves the tensor: its block of positions runs past an end.
+    #[error("{side}: index {value} at position {position} (below its bound {bound}) takes the walk out of its tensor: {rule}")]
+    ApIndexLeaves {
+        side: &'static str,
+        position: u32,
+        value: u32,
+        rule: String,
+        bound: u64,
+    },
     /// An NKI-level op the lowering cannot express as ISA instructions.
     #[error("{op} cannot be lowered: {reason}")]
     NkiUnsupported {
@@ -373,10 +383,12 @@ impl Error {
             }
             Error::IndexAddress { side, .. } => ErrorKind::IndexAddress(*side),
             // a run-time value that takes its side out of its tensor, as an index does
-            Error::ApScalarOffset { side, .. } => ErrorKind::IndexOutOfBounds(match *side {
-                "dst" => crate::core_state::IndexSide::Dst,
-                _ => crate::core_state::IndexSide::Src,
-            }),
+            Error::ApScalarOffset { side, .. } | Error::ApIndexLeaves { side, .. } => {
+                ErrorKind::IndexOutOfBounds(match *side {
+                    "dst" => crate::core_state::IndexSide::Dst,
+                    _ => crate::core_state::IndexSide::Src,
+                })
+            }
             Error::DuplicateDestination { .. } => ErrorKind::DuplicateDestination,
             Error::PoolChannel { .. }
             | Error::PoolWindowStart { .. }
@@ -482,6 +494,12 @@ impl Error {
                 bound,
                 ..
             } => IndexFault::at(*position, *index, Some(*bound)),
+            Error::ApIndexLeaves {
+                position,
+                value,
+                bound,
+                ..
+            } => IndexFault::at(*position, *value, Some(*bound)),
             Error::ApScalarOffset { value, bound, .. } => IndexFault {
                 value: Some(*value),
                 bound: Some(*bound),

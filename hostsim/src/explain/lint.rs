@@ -194,6 +194,10 @@ fn oob_indices(f: &Facts) -> Option<Lint> {
                 " (the scalar offset takes the walk out of its tensor, whatever the oob policy)",
                 "keep the scalar offset within the rows the in-bounds indices leave free",
             ),
+            Error::ApIndexLeaves { .. } => (
+                " (an index below its bound whose block of positions runs past the tensor, whatever the oob policy)",
+                "keep each index at most the tensor's size along the dim less the block's extent",
+            ),
             _ => (
                 " (an index within its bound addresses a row off the fabric, whatever the oob policy)",
                 "lower the bound, or move the tensor so every in-bounds row lies on the fabric",

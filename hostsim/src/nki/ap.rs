@@ -25,9 +25,13 @@
 //!   float32 -> dst"; with a compute op both operands go to f32 and the result to the
 //!   destination's dtype), as [`dma::cast`] defines;
 //! - every position lies inside its tensor, for every in-bounds index (`0 <= index <
-//!   shape[d]`) and a scalar offset of 0 (the scalar's value is checked when the op runs,
-//!   [`ApSide::check_scalar`]: with an index tile on the side, for the in-bounds indices
-//!   the op reads, each shifted by the scalar; an index out of bounds is judged alone);
+//!   shape[d]`) and a scalar offset of 0; on an indexed side where not every in-bounds
+//!   index keeps it inside (a block of rows per index, NKI's KV-cache write), for one at
+//!   least, and the op checks the indices it reads when it runs
+//!   ([`ApSide::scalar_reading`], [`Error::ApIndexLeaves`]). The scalar's value is checked
+//!   when the op runs ([`ApSide::check_scalar`]: with an index tile on the side, for the
+//!   in-bounds indices the op reads, each shifted by the scalar; an index out of bounds is
+//!   judged alone);
 //! - on SBUF/PSUM the first pair steps partitions (NKI's convention): its step is a
 //!   multiple of `F` (or its count 1), and the other pairs stay inside one partition row;
 //! - an index tile is a `[1, N]` vector or a `(N, 1)` tile (one index per partition) of
@@ -352,6 +356,49 @@ impl ApSide {
         }
     }
 
+    /// The extent rule lowering checks: every position inside the tensor (and on core the
+    /// partition rule) for every in-bounds index, or on an indexed side for one at least
+    /// (the smallest whose walk fits): the run checks the indices it reads
+    /// ([`ApSide::scalar_reading`]), so a block of rows per index (NKI's KV-cache write,
+    /// `S` rows from each token's row) is refused only if no index could place it.
+    fn lowering_extent_error(&self) -> Option<String> {
+        let every = self.extent_error(0, self.in_bounds())?;
+        let fits = self.fitting_index().map(|v| IndexSpan {
+            lo: v,
+            hi: v,
+            shift: 0,
+        });
+        match fits.map(|one| self.extent_error(0, one)) {
+            Some(None) => None,
+            _ => Some(every),
+        }
+    }
+
+    /// The smallest in-bounds index whose positions all lie inside the tensor, if any
+    /// (an indexed side; the non-indexed terms reach `lo..=hi` from the offset, and the
+    /// index adds `v * stride_d`).
+    fn fitting_index(&self) -> Option<i128> {
+        self.vector_offset.as_ref()?;
+        let r = self.reach_from(
+            0,
+            IndexSpan {
+                lo: 0,
+                hi: 0,
+                shift: 0,
+            },
+        );
+        let (base, stride) = (
+            i128::from(self.offset),
+            i128::from(self.indirect_stride()).max(1),
+        );
+        let last = i128::from(self.tensor.elements()) - 1;
+        let from = (-(base + r.lo)).max(0);
+        let lowest = (from + stride - 1) / stride;
+        let highest = (last - base - r.hi).div_euclid(stride);
+        let bound = i128::from(self.index_bound()) - 1;
+        (lowest <= highest.min(bound)).then_some(lowest)
+    }
+
     /// The pattern's element offset of position `pos` (multi-index, outermost first) with
     /// `index` for the indexed dim and the scalar offset `scalar`.
     pub fn element(&self, pos: &[u32], index: u64, scalar: i64) -> i128 {
@@ -477,26 +524,30 @@ impl ApSide {
         fabric: &Fabric,
         side: &'static str,
     ) -> Result<(i64, Option<IndexSpan>), Error> {
-        let Some(t) = &self.scalar_offset else {
-            return Ok((0, None));
-        };
         // validation proved the dtype is i32 or i64
-        let value = match t.dtype {
-            Dtype::I64 => {
+        let value = match &self.scalar_offset {
+            None => 0,
+            Some(t) if t.dtype == Dtype::I64 => {
                 let mut v = [0i64];
                 fabric.read_elems(t.start, &mut v)?;
                 v[0]
             }
-            _ => {
+            Some(t) => {
                 let mut v = [0i32];
                 fabric.read_elems(t.start, &mut v)?;
                 i64::from(v[0])
             }
         };
-        let Some(_) = self.vector_offset else {
-            self.check_scalar(side, value, None)?;
+        if self.vector_offset.is_none() {
+            if self.scalar_offset.is_some() {
+                self.check_scalar(side, value, None)?;
+            }
             return Ok((value, None));
-        };
+        }
+        // without a scalar, a walk that fits for every in-bounds index needs no reading
+        if self.scalar_offset.is_none() && self.extent_error(0, self.in_bounds()).is_none() {
+            return Ok((0, None));
+        }
         let values = self.index_values(fabric)?.unwrap_or_default();
         let moving = IndexSpan::moving(&values, self.index_bound());
         let checked = self.check_scalar(side, value, moving);
@@ -504,22 +555,34 @@ impl ApSide {
         Ok((value, moving))
     }
 
-    /// The error of the first in-bounds index of `values` (in position order) that the
-    /// scalar offset `value` takes out of the tensor, naming its position and value.
+    /// The error of the first in-bounds index of `values` (in position order) whose walk
+    /// the scalar offset `value` (0 without one) takes out of the tensor, naming its
+    /// position and value.
     fn culprit(&self, side: &'static str, value: i64, values: &[u32]) -> Option<Error> {
         let bound = self.index_bound();
         values.iter().enumerate().find_map(|(k, &v)| {
             let span = IndexSpan::moving(&[v], bound)?;
-            match self.check_scalar(side, value, Some(span)) {
-                Err(Error::ApScalarOffset { rule, .. }) => Some(Error::ApScalarOffset {
+            let Err(Error::ApScalarOffset { rule, .. }) =
+                self.check_scalar(side, value, Some(span))
+            else {
+                return None;
+            };
+            Some(match self.scalar_offset {
+                Some(_) => Error::ApScalarOffset {
                     side,
                     value,
                     rule,
                     index: Some((k as u32, v)),
                     bound,
-                }),
-                _ => None,
-            }
+                },
+                None => Error::ApIndexLeaves {
+                    side,
+                    position: k as u32,
+                    value: v,
+                    rule,
+                    bound,
+                },
+            })
         })
     }
 }
@@ -761,7 +824,7 @@ fn check_side(op: &'static str, name: &'static str, s: &ApSide) -> Result<(), Er
     if let Some(t) = &s.scalar_offset {
         check_scalar_tile(&s.tensor, t).map_err(err)?;
     }
-    match s.extent_error(0, s.in_bounds()) {
+    match s.lowering_extent_error() {
         Some(rule) => Err(err(rule)),
         None => Ok(()),
     }
@@ -961,22 +1024,75 @@ mod tests {
 
     /// Found by `hostsim fuzz --target oob`: an index on dim 2 of a `[6, 1, 3]` PSUM
     /// tensor spans its own dim (3 elements), not dim 1's; from column 1 of a row it
-    /// leaves the row, which the reference and the DGE route read differently.
+    /// leaves the row, which the reference and the DGE route read differently. Indices 0
+    /// and 1 keep the walk in the row, so lowering takes it, and an index 2 fails the run
+    /// on every route, named.
     #[test]
     fn regression_an_inner_indexed_pair_spans_its_own_dim() {
+        let mut f = Fabric::new(dma::Generation::Cayman);
         let mut t = sbuf(&[6, 1, 3], Dtype::F32);
         t.space = Space::Psum;
         let mut s = side(t, 4, &[(3, 3), (3, 1), (1, 31)]);
         s.indirect_dim = 2;
-        s.vector_offset = Some(IndexAp::whole(sbuf(&[31, 1], Dtype::U32)));
-        let e = check_side("dma_copy", "src", &s).unwrap_err();
+        let mut tile = sbuf(&[31, 1], Dtype::U32);
+        tile.start = FabricAddr(SBUF_BASE + 256);
+        s.vector_offset = Some(IndexAp::whole(tile.clone()));
+        assert!(check_side("dma_copy", "src", &s).is_ok());
+        for p in 0..31 {
+            f.write_elems(tile.addr(p), &[1u32]).unwrap();
+        }
+        assert_eq!(s.scalar_reading(&f, "src").unwrap().0, 0);
+        f.write_elems(tile.addr(5), &[2u32]).unwrap();
+        let e = s.scalar_reading(&f, "src").unwrap_err();
         assert!(
-            e.to_string()
-                .contains("from element 1 of the row they reach 1..=3"),
+            matches!(
+                e,
+                Error::ApIndexLeaves {
+                    position: 5,
+                    value: 2,
+                    bound: 3,
+                    ..
+                }
+            ),
             "{e}"
         );
-        s.offset = 3;
+        assert!(
+            e.to_string()
+                .contains("from element 1 of the row they reach 3..=3"),
+            "{e}"
+        );
+        // from column 2 no index fits the row but 0: lowering still takes it; from a
+        // place where none fits, lowering refuses
+        s.offset = 5;
         assert!(check_side("dma_copy", "src", &s).is_ok());
+        let mut none = side(hbm(&[4, 3]), 0, &[(3, 2), (1, 13)]);
+        none.vector_offset = Some(IndexAp::whole(sbuf(&[2, 1], Dtype::U32)));
+        let e = check_side("dma_copy", "src", &none).unwrap_err();
+        assert!(e.to_string().contains("outside the 12 elements"), "{e}");
+    }
+
+    /// NKI's KV-cache write: each token index writes a block of `S` rows from its row. A
+    /// block that fits for the indices read runs; one running past the cache fails the
+    /// run naming the index, on the DGE's reading and the reference's alike.
+    #[test]
+    fn a_block_of_rows_per_index_is_checked_for_the_indices_read() {
+        let mut f = Fabric::new(dma::Generation::Cayman);
+        // V is (B * Smax, d) = (16, 4); 2 tokens write S = 3 rows each
+        let mut s = side(hbm(&[16, 4]), 0, &[(1, 2), (4, 3), (1, 4)]);
+        let mut tile = sbuf(&[2, 1], Dtype::I32);
+        tile.start = FabricAddr(SBUF_BASE + 256);
+        s.vector_offset = Some(IndexAp::whole(tile.clone()));
+        assert!(check_side("dma_copy", "dst", &s).is_ok());
+        f.write_elems(tile.start, &[5i32]).unwrap();
+        f.write_elems(tile.addr(1), &[13i32]).unwrap();
+        assert!(s.scalar_reading(&f, "dst").is_ok());
+        f.write_elems(tile.addr(1), &[14i32]).unwrap();
+        let e = s.scalar_reading(&f, "dst").unwrap_err();
+        assert!(
+            e.to_string().starts_with("dst: index 14 at position 1 (below its bound 16) takes the walk out of its tensor: "),
+            "{e}"
+        );
+        assert_eq!(e.index_fault().position, Some(1));
     }
 
     #[test]

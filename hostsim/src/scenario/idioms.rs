@@ -454,6 +454,39 @@ fn a_scalar_offset_steps_a_tensor_dim_past_the_patterns_pairs() {
 }
 
 #[test]
+fn a_kv_cache_write_of_several_rows_per_token_index() {
+    // NKI's decode KV-cache update: v_cache (B * Smax, d) = (16, 4); token t's S = 3 new
+    // rows go to rows tok[t]..tok[t] + 3: v_cache.ap([[1, B], [d, S], [1, d]],
+    // vector_offset = tok), B = 2. Lowering takes it (some index fits); the run checks
+    // the indices it reads.
+    let text = |tok: &str| {
+        format!(
+            "{}{}{}[[op]]\nop = \"dma_copy\"\nsrc = \"new\"\ndst = {{ tensor = \"v_cache\", ap = [[1, 2], [4, 3], [1, 4]], vector_offset = \"tok\" }}\n",
+            iota("new", "[2, 3, 4]"),
+            tensor("tok", "sbuf", "i32", "[2, 1]", Some(tok)),
+            tensor("v_cache", "hbm", "f32", "[16, 4]", None),
+        )
+    };
+    let files = [("tok.npy", i32_array(&[2, 1], &[5, 13]))];
+    let mut want = vec![0.0f32; 64];
+    for (t, row) in [5usize, 13].into_iter().enumerate() {
+        for r in 0..3 {
+            for c in 0..4 {
+                want[(row + r) * 4 + c] = (t * 12 + r * 4 + c) as f32;
+            }
+        }
+    }
+    check(&text("tok.npy"), &files, "v_cache", &want);
+    // token 1 at row 14: its rows 14..17 run past the cache's 16: the run fails, named
+    let files = [("tok.npy", i32_array(&[2, 1], &[5, 14]))];
+    fails_when_run(
+        &text("tok.npy"),
+        &files,
+        "dst: index 14 at position 1 (below its bound 16) takes the walk out of its tensor",
+    );
+}
+
+#[test]
 fn int64_and_hbm_resident_scalar_offsets() {
     // a = table[r64:r64 + 3, :] with an i64 scalar in HBM (NKI: int64 for an HBM
     // pattern); b = table[r32:r32 + 2, 1:3] with an i32 scalar in HBM; c = table[s64, :]
