@@ -196,6 +196,34 @@ def test_slices_are_the_aps_numpy_slicing_names_on_every_route():
             s[key]
 
 
+def test_kv_cache_writes_by_token_index_and_by_scalar_position():
+    """NKI's decode KV-cache updates: S new rows per token into a (B * Smax, d) cache by
+    a token-index tile, and S new columns at a run-time position of a (B, d, Smax) cache
+    by a scalar_offset on its last dim (indirect_dim past the pattern's pairs)."""
+    b, smax, d, s = 2, 8, 4, 3
+    core = hostsim.Core("cayman")
+    v_new = RNG.standard_normal((b, s, d)).astype(np.float32)
+    cache = core.hbm(np.zeros((b * smax, d), np.float32))
+    tok = core.sbuf(np.array([[2], [11]], np.int32))
+    core.dma_copy(dst=cache.ap([[1, b], [d, s], [1, d]], vector_offset=tok), src=core.hbm(v_new))
+    want = np.zeros((b * smax, d), np.float32)
+    want[2:5], want[11:14] = v_new[0], v_new[1]
+    np.testing.assert_array_equal(cache.numpy(), want)
+    with pytest.raises(hostsim.Fault, match="index 14 at position 1 \\(below its bound 16\\) takes the walk out") as f:
+        bad = core.sbuf(np.array([[2], [14]], np.int32))
+        core.dma_copy(dst=cache.ap([[1, b], [d, s], [1, d]], vector_offset=bad), src=core.hbm(v_new))
+    assert (f.value.position, f.value.value, f.value.bound) == (1, 14, 16)
+    np.testing.assert_array_equal(cache.numpy(), want)
+    k_cache = core.hbm(np.zeros((b, d, smax), np.float32))
+    k_new = RNG.standard_normal((d, s)).astype(np.float32)
+    p = core.sbuf(np.array([[5]], np.int32))
+    dst = k_cache.ap([[smax, d], [1, s]], offset=1 * d * smax, scalar_offset=p, indirect_dim=2)
+    core.dma_copy(dst=dst, src=core.hbm(k_new))
+    want = np.zeros((b, d, smax), np.float32)
+    want[1, :, 5:8] = k_new
+    np.testing.assert_array_equal(k_cache.numpy(), want)
+
+
 def test_a_window_and_a_scalar_offset():
     core = hostsim.Core("cayman")
     a = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
