@@ -174,12 +174,17 @@ fn an_ap_copy_s_oob_index_exits_1_and_a_bad_pattern_exits_2_writing_nothing() {
         "{e}"
     );
     assert!(!out.exists());
-    let bad = text.replacen("ap = [[64, 128], [1, 64]]", "ap = [[64, 128], [1, 65]]", 1);
+    // rows of 64001 elements fit no row of the table: refused when lowered
+    let bad = text.replacen(
+        "ap = [[64, 128], [1, 64]]",
+        "ap = [[64, 128], [1, 64001]]",
+        1,
+    );
     std::fs::write(dir.join("bad.toml"), bad).unwrap();
     let o = hostsim(&["run", s(&dir.join("bad.toml")), "--out", s(&out)]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let e = stderr(&o);
-    assert!(e.contains("op 0 (dma_copy src=table dst=tile src.vector_offset=idx): dma_copy: src: ap[1] = [1, 65] takes position [index 999, 64] to element 64000, outside the 64000 elements of table"), "{e}");
+    assert!(e.contains("op 0 (dma_copy src=table dst=tile src.vector_offset=idx): dma_copy: src: ap[1] = [1, 64001] takes position [index 0, 64000] to element 64000, outside the 64000 elements of table"), "{e}");
     assert!(!out.exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }

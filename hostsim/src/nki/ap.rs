@@ -363,14 +363,19 @@ impl ApSide {
     /// `S` rows from each token's row) is refused only if no index could place it.
     fn lowering_extent_error(&self) -> Option<String> {
         let every = self.extent_error(0, self.in_bounds())?;
-        let fits = self.fitting_index().map(|v| IndexSpan {
+        let one = |v: i128| IndexSpan {
             lo: v,
             hi: v,
             shift: 0,
-        });
-        match fits.map(|one| self.extent_error(0, one)) {
-            Some(None) => None,
-            _ => Some(every),
+        };
+        match self.fitting_index() {
+            Some(v) => self.extent_error(0, one(v)).map(|_| every),
+            // none fits: the message names the lowest index's corner (else the highest's)
+            None => {
+                let last = i128::from(self.index_bound()).max(1) - 1;
+                let at = |v| self.extent_error(0, one(v));
+                Some(at(0).or_else(|| at(last)).unwrap_or(every))
+            }
         }
     }
 
