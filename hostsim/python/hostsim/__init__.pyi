@@ -133,14 +133,16 @@ class Core:
         """dst = reduce_op(dst, other), one of the two srcs being dst itself."""
     def dma_transpose(
         self,
-        dst: Tensor,
-        src: Ap,
+        dst: Union[Tensor, Ap],
+        src: Union[Tensor, Ap],
         axes: Optional[Sequence[int]] = None,
         oob_mode: Optional[str] = None,
     ) -> None:
-        """src = t.ap([[D, N], [1, D]], vector_offset=idx) (D = prod(t.shape[1:])):
-        dst = t[idx].transpose(axes), axes (1, 0) (default), (2, 1, 0) for a 3-D t or
-        (3, 1, 2, 0) for a 4-D t whose shape[1] or shape[2] is 1."""
+        """dst = src.transpose(axes), axes (1, 0), (2, 1, 0) or (3, 1, 2, 0) (default:
+        the one of src's rank). Direct: src and dst Tensors or slices, no oob_mode.
+        Indirect: src = t.ap([[D, N], [1, D]], vector_offset=idx) (D =
+        prod(t.shape[1:])), dst = t[idx].transpose(axes) (a Tensor), (2, 1, 0) for a 3-D
+        t or (3, 1, 2, 0) for a 4-D t whose shape[1] or shape[2] is 1."""
     def nc_n_gather(self, dst: Tensor, data: Tensor, indices: Tensor) -> None:
         """dst[p, m] = data[p, indices[p, m]] within each partition (0 past the row)."""
     def local_gather(

@@ -4,7 +4,7 @@
 use dma::{Dtype, Space};
 use hostsim::nki::slicing::{self, Entry};
 use pyo3::prelude::*;
-use pyo3::types::{PySlice, PyTuple};
+use pyo3::types::{PyBool, PySlice, PyTuple};
 use serde_json::{json, Map, Value};
 
 use crate::convert;
@@ -233,6 +233,9 @@ fn slice_entry(item: &Bound<'_, PyAny>, dim: u64) -> Result<Entry, String> {
             step,
             count: i.slicelength as u64,
         });
+    }
+    if item.is_instance_of::<PyBool>() {
+        return Err("a bool is no index (numpy reads it as a mask)".into());
     }
     let i: i64 = item
         .extract()

@@ -191,6 +191,7 @@ def test_slices_are_the_aps_numpy_slicing_names_on_every_route():
         ((slice(3, 3),), "dim 0's range is empty"),
         ((0, 0, 0), "3 entries for a tensor of 2 dims"),
         (("a",), "each entry must be an int, a slice or one ..."),
+        ((True,), "a bool is no index"),
     ]:
         with pytest.raises(hostsim.InvalidInput, match=message):
             s[key]

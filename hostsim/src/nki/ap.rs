@@ -379,29 +379,31 @@ impl ApSide {
         }
     }
 
-    /// The smallest in-bounds index whose positions all lie inside the tensor, if any
-    /// (an indexed side; the non-indexed terms reach `lo..=hi` from the offset, and the
-    /// index adds `v * stride_d`).
+    /// The smallest in-bounds index whose walk lies inside the tensor and, on core, inside
+    /// its partition rows, if any: each rule bounds the index term `v * stride_d` linearly
+    /// (the other terms reach `lo..=hi` from the offset, or from the row's column).
     fn fitting_index(&self) -> Option<i128> {
         self.vector_offset.as_ref()?;
-        let r = self.reach_from(
-            0,
-            IndexSpan {
-                lo: 0,
-                hi: 0,
-                shift: 0,
-            },
-        );
-        let (base, stride) = (
-            i128::from(self.offset),
-            i128::from(self.indirect_stride()).max(1),
-        );
+        let zero = IndexSpan {
+            lo: 0,
+            hi: 0,
+            shift: 0,
+        };
+        let stride = i128::from(self.indirect_stride()).max(1);
+        let base = i128::from(self.offset);
+        // v with from <= v * stride <= to
+        let within = |from: i128, to: i128| (-((-from).div_euclid(stride)), to.div_euclid(stride));
+        let r = self.reach_from(0, zero);
         let last = i128::from(self.tensor.elements()) - 1;
-        let from = (-(base + r.lo)).max(0);
-        let lowest = (from + stride - 1) / stride;
-        let highest = (last - base - r.hi).div_euclid(stride);
-        let bound = i128::from(self.index_bound()) - 1;
-        (lowest <= highest.min(bound)).then_some(lowest)
+        let (mut lo, mut hi) = within(-(base + r.lo), last - base - r.hi);
+        if self.tensor.partition_stride().is_some() && self.indirect_dim >= 1 {
+            let f = i128::from(self.tensor.row_elements().max(1));
+            let (col, r) = (base.rem_euclid(f), self.reach_from(1, zero));
+            let (a, b) = within(-(col + r.lo), f - 1 - col - r.hi);
+            (lo, hi) = (lo.max(a), hi.min(b));
+        }
+        let lo = lo.max(0);
+        (lo <= hi.min(i128::from(self.index_bound()) - 1)).then_some(lo)
     }
 
     /// The pattern's element offset of position `pos` (multi-index, outermost first) with
@@ -436,6 +438,12 @@ impl ApSide {
     /// with that position's corner and element, if any.
     fn outside_error(&self, base: i128, indices: IndexSpan) -> Option<String> {
         let elements = i128::from(self.tensor.elements());
+        // the whole reach decides (an index's term may pull back a pair before it that
+        // steps down); the pairs are then walked to name the first whose prefix is out
+        let all = self.reach_from(0, indices);
+        if base + all.lo >= 0 && base + all.hi < elements {
+            return None;
+        }
         let (mut lo, mut hi) = (base, base);
         let (mut lo_at, mut hi_at) = (Vec::new(), Vec::new());
         for (k, d) in self.dims.iter().enumerate() {
@@ -785,7 +793,7 @@ pub fn dma_copy_ap(
 }
 
 /// One side's rules.
-fn check_side(op: &'static str, name: &'static str, s: &ApSide) -> Result<(), Error> {
+pub(super) fn check_side(op: &'static str, name: &'static str, s: &ApSide) -> Result<(), Error> {
     let err = |rule: String| side_error(op, name, rule);
     if s.dims.is_empty() || s.dims.len() > MAX_AP_DIMS {
         return Err(err(format!(
@@ -1074,6 +1082,77 @@ mod tests {
         none.vector_offset = Some(IndexAp::whole(sbuf(&[2, 1], Dtype::U32)));
         let e = check_side("dma_copy", "src", &none).unwrap_err();
         assert!(e.to_string().contains("outside the 12 elements"), "{e}");
+    }
+
+    /// Found by an audit: the walk with a fitting index was judged pair by pair (a later
+    /// index term pulls back an earlier negative step), and the partition-row rule was
+    /// left out of the search for a fitting index.
+    #[test]
+    fn a_fitting_index_counts_the_whole_reach_and_the_row_rule() {
+        let mut hbm_side = side(hbm(&[3, 4]), 1, &[(-3, 2), (1, 1)]);
+        hbm_side.indirect_dim = 1;
+        hbm_side.vector_offset = Some(IndexAp::whole(sbuf(&[1, 1], Dtype::U32)));
+        assert!(check_side("dma_copy", "src", &hbm_side).is_ok());
+        let mut row = side(sbuf(&[2, 8], Dtype::F32), 8, &[(8, 1), (1, 1), (-1, 3)]);
+        row.indirect_dim = 1;
+        row.vector_offset = Some(IndexAp::whole(sbuf(&[1, 1], Dtype::U32)));
+        assert!(check_side("dma_copy", "dst", &row).is_ok());
+    }
+
+    /// Whether some index below `bound` keeps every position of `s` inside its tensor
+    /// and, on core, each first-pair slice inside the partition row its offset and first
+    /// pair put it in (the first pair stepping whole rows), found by walking every
+    /// position.
+    fn some_index_fits(s: &ApSide) -> bool {
+        let elements = s.tensor.elements() as i128;
+        let f = s.tensor.row_elements().max(1) as i128;
+        let on_core = s.tensor.partition_stride().is_some();
+        let first = s.dims[0];
+        if on_core && s.indirect_dim != 0 && first.num > 1 && i128::from(first.step) % f != 0 {
+            return false;
+        }
+        (0..s.index_bound()).any(|v| {
+            let n: u32 = s.dims.iter().map(|d| d.num).product();
+            (0..n).all(|flat| {
+                let (mut rest, mut pos) = (flat, vec![0u32; s.dims.len()]);
+                for k in (0..s.dims.len()).rev() {
+                    pos[k] = rest % s.dims[k].num;
+                    rest /= s.dims[k].num;
+                }
+                let e = s.element(&pos, v, 0);
+                // a slice's row is where the offset and the first pair put it: the other
+                // pairs add bytes inside that partition (an SBUF address is a partition
+                // and a byte offset in it), so they must keep to its row
+                let first_term = match s.indirect_dim {
+                    0 => i128::from(v) * i128::from(s.indirect_stride()),
+                    _ => i128::from(first.step) * i128::from(pos[0]),
+                };
+                let row = (i128::from(s.offset) + first_term).div_euclid(f);
+                e >= 0 && e < elements && (!on_core || (0..f).contains(&(e - row * f)))
+            })
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(4000))]
+        /// An indexed side is lowered exactly when some in-bounds index could place its
+        /// walk (the run then checks the indices it reads).
+        #[test]
+        fn an_indexed_side_is_lowered_iff_some_index_fits(
+            on_core in proptest::bool::ANY,
+            shape in proptest::collection::vec(1u64..5, 2..4),
+            pairs in proptest::collection::vec((-4i64..5, 1u32..4), 2..4),
+            offset in 0u64..40,
+            dim in 0usize..3,
+        ) {
+            let t = if on_core { sbuf(&shape, Dtype::F32) } else { hbm(&shape) };
+            let mut s = side(t, offset, &pairs);
+            s.indirect_dim = dim % pairs.len().min(shape.len());
+            let n = s.dims[s.indirect_dim].num;
+            s.vector_offset = Some(IndexAp::whole(sbuf(&[1, u64::from(n)], Dtype::U32)));
+            let lowered = check_side("dma_copy", "src", &s).is_ok();
+            proptest::prop_assert_eq!(lowered, some_index_fits(&s), "{:?}", s.dims);
+        }
     }
 
     /// NKI's KV-cache write: each token index writes a block of `S` rows from its row. A

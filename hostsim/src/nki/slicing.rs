@@ -66,7 +66,13 @@ pub fn pattern(
             }
             Entry::Range { start, step, count } => {
                 offset += start * stride;
-                pairs.push((step * stride as i64, count));
+                let step = i64::try_from(stride)
+                    .ok()
+                    .and_then(|s| step.checked_mul(s))
+                    .ok_or_else(|| {
+                        format!("dim {k}'s step {step} times its stride {stride} overflows 64 bits")
+                    })?;
+                pairs.push((step, count));
             }
         }
     }
@@ -174,5 +180,12 @@ mod tests {
         assert!(e.starts_with("dim 1's range is empty"), "{e}");
         let e = pattern(&[4], false, &[all(4), all(1)]).unwrap_err();
         assert_eq!(e, "2 entries for a tensor of 1 dims");
+        let huge = Entry::Range {
+            start: 0,
+            step: i64::MIN / 2,
+            count: 1,
+        };
+        let e = pattern(&[2, 3, 4], false, &[all(2), huge]).unwrap_err();
+        assert!(e.ends_with("times its stride 4 overflows 64 bits"), "{e}");
     }
 }

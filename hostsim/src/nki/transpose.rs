@@ -43,7 +43,7 @@
 
 use dma::{ComputeOp, Dtype, Generation, Space};
 
-use super::ap::{dma_copy_ap, ApDim, ApOptions, ApSide, ApTensor, IndexAp};
+use super::ap::{check_side, dma_copy_ap, ApDim, ApOptions, ApSide, ApTensor, IndexAp};
 use super::{Lowered, OobMode};
 use crate::error::Error;
 
@@ -60,6 +60,9 @@ pub fn dma_transpose(src: ApSide, dst: ApSide, axes: Option<&[u32]>) -> Result<L
             ));
         }
     }
+    // the user's walks, checked as given (the copies below rewrite them)
+    check_side(OP, "src", &src)?;
+    check_side(OP, "dst", &dst)?;
     let rank = src.dims.len();
     let axes = axes.unwrap_or_else(|| {
         TRANSPOSE_AXES

@@ -397,6 +397,16 @@ fn direct_transposes_that_break_a_rule_are_refused_naming_it() {
             ),
             "dst: a direct dma_transpose's sides take no vector_offset or scalar_offset",
         ),
+        // a walk that leaves its tensor is named as the user wrote it (from an audit: the
+        // permuted walk was named)
+        (
+            text(
+                "[6, 4]",
+                "{ tensor = \"y\", ap = [[4, 6], [1, 4]], offset = 1 }",
+                "",
+            ),
+            "dst: ap[1] = [1, 4] takes position [5, 3] to element 24, outside the 24 elements of y",
+        ),
     ] {
         let e = prepared(&t, &[], Overrides::default()).unwrap_err();
         assert_eq!(super::exit_code(&e), 2, "{e}");
