@@ -101,54 +101,61 @@ pub fn dma_transpose(src: ApSide, dst: ApSide, axes: Option<&[u32]>) -> Result<L
             ),
         ));
     }
-    let opts = ApOptions {
-        op: ComputeOp::None,
-        oob: OobMode::Error,
-        unique_indices: true,
-    };
-    let copy = |s: ApSide, d: ApSide| dma_copy_ap(OP, s, d, opts);
-    let with = |side: &ApSide, offset: u64, dims: Vec<ApDim>| ApSide {
-        offset,
-        dims: dims.into_iter().collect(),
-        ..side.clone()
-    };
     if src.tensor.space == Space::Hbm {
-        return copy(with(&src, src.offset, permuted(&src)), dst);
+        return plain_copy(with(&src, src.offset, permuted(&src)), dst);
     }
     if dst.tensor.space == Space::Hbm {
         let mut inverse = vec![dst.dims[0]; rank];
         for (k, &a) in axes.iter().enumerate() {
             inverse[a as usize] = dst.dims[k];
         }
-        return copy(src, with(&dst, dst.offset, inverse));
+        return plain_copy(src, with(&dst, dst.offset, inverse));
     }
-    // both on core: per destination prefix (all dims but the last), src's last-moved
-    // pair (its partition pair: every axes ends in 0) into one row of dst
-    let (from, last) = (permuted(&src), rank - 1);
-    let prefixes: u64 = want[..last].iter().map(|&n| u64::from(n)).product();
+    per_row(&src, &dst, &permuted(&src))
+}
+
+/// A plain access-pattern copy of a direct transpose.
+fn plain_copy(src: ApSide, dst: ApSide) -> Result<Lowered, Error> {
+    let opts = ApOptions {
+        op: ComputeOp::None,
+        oob: OobMode::Error,
+        unique_indices: true,
+    };
+    dma_copy_ap("dma_transpose", src, dst, opts)
+}
+
+/// `side` walking `dims` from `offset`.
+fn with(side: &ApSide, offset: u64, dims: Vec<ApDim>) -> ApSide {
+    ApSide {
+        offset,
+        dims: dims.into_iter().collect(),
+        ..side.clone()
+    }
+}
+
+/// A direct transpose with both sides on core: per destination position of all dims but
+/// the last, `src`'s last-moved pair (its partition pair: every axes NKI documents ends
+/// in 0) into that row of `dst`. `from` is `src`'s pairs in `dst`'s order.
+fn per_row(src: &ApSide, dst: &ApSide, from: &[ApDim]) -> Result<Lowered, Error> {
+    let last = from.len() - 1;
+    let prefixes: u64 = from[..last].iter().map(|d| u64::from(d.num)).product();
     let mut lowered = Lowered::default();
     for p in 0..prefixes {
         let (mut rest, mut so, mut d_off) = (p, i128::from(src.offset), i128::from(dst.offset));
         for k in (0..last).rev() {
-            let j = rest % u64::from(want[k]);
-            rest /= u64::from(want[k]);
+            let j = rest % u64::from(from[k].num);
+            rest /= u64::from(from[k].num);
             so += i128::from(from[k].step) * i128::from(j);
             d_off += i128::from(dst.dims[k].step) * i128::from(j);
         }
         // the walks of valid sides keep every position inside their tensors
-        let s = with(&src, so as u64, vec![from[last]]);
-        let d = with(
-            &dst,
-            d_off as u64,
-            vec![
-                ApDim {
-                    step: dst.dims[0].step,
-                    num: 1,
-                },
-                dst.dims[last],
-            ],
-        );
-        lowered.ap_dmas.extend(copy(s, d)?.ap_dmas);
+        let s = with(src, so as u64, vec![from[last]]);
+        let row = ApDim {
+            step: dst.dims[0].step,
+            num: 1,
+        };
+        let d = with(dst, d_off as u64, vec![row, dst.dims[last]]);
+        lowered.ap_dmas.extend(plain_copy(s, d)?.ap_dmas);
     }
     Ok(lowered)
 }
