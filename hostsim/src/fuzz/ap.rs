@@ -149,20 +149,7 @@ fn direct_transpose_fragment(b: &mut Builder) -> Option<()> {
     let mut names = Names(b.tensor_count());
     let src = unplaced(names.next(), from, shape, dtype);
     let dst = unplaced(names.next(), to, out, dtype);
-    let walk = |t: &ApTensor, start| {
-        let dims = (0..t.shape.len()).map(|k| ApDim {
-            step: t.stride(k) as i64,
-            num: t.shape[k] as u32,
-        });
-        ApSide {
-            dims: dims.collect(),
-            tensor: ApTensor { start, ..t.clone() },
-            offset: 0,
-            indirect_dim: 0,
-            vector_offset: None,
-            scalar_offset: None,
-        }
-    };
+    let walk = |t: &ApTensor, start| ApSide::by_dims(ApTensor { start, ..t.clone() });
     let lower = |s, d| dma_transpose(walk(&src, s), walk(&dst, d), Some(axes)).ok();
     // checked before anything is allocated, as the other fragments are
     lower(FabricAddr(0), FabricAddr(0))?;

@@ -277,6 +277,26 @@ struct Reach {
 }
 
 impl ApSide {
+    /// The whole of `tensor` walked one pair per dim (`prod(shape[k+1:])` elements apart,
+    /// `shape[k]` times): the walk a transpose permutes.
+    pub fn by_dims(tensor: ApTensor) -> ApSide {
+        let dims = (0..tensor.shape.len())
+            .map(|k| ApDim {
+                step: tensor.stride(k) as i64,
+                // tensors are at most 2^30 bytes, so every dim fits 32 bits
+                num: tensor.shape[k] as u32,
+            })
+            .collect();
+        ApSide {
+            tensor,
+            offset: 0,
+            dims,
+            indirect_dim: 0,
+            vector_offset: None,
+            scalar_offset: None,
+        }
+    }
+
     /// Positions the pattern visits (`u64::MAX` for a pattern whose counts multiply past
     /// it, which lowering refuses).
     pub fn elements(&self) -> u64 {

@@ -475,28 +475,13 @@ impl Cx<'_> {
         })
     }
 
-    /// A side walked dim by dim: a whole tensor one pair per dim (`prod(shape[k+1:])`
-    /// elements apart, `shape[k]` times), or an `.ap()` as given.
+    /// A side walked dim by dim: a whole tensor one pair per dim
+    /// ([`ApSide::by_dims`]), or an `.ap()` as given.
     fn dim_side(&self, field: &str, spec: &ApSpec) -> Result<ApSide, Error> {
-        let ApSpec::Whole(name) = spec else {
-            return self.ap_side(field, spec);
-        };
-        let t = self.ap_tensor(field, name)?;
-        let dims = (0..t.shape.len())
-            .map(|k| ApDim {
-                step: t.stride(k) as i64,
-                // tensors are at most 2^30 bytes, so every dim fits 32 bits
-                num: t.shape[k] as u32,
-            })
-            .collect();
-        Ok(ApSide {
-            tensor: t,
-            offset: 0,
-            dims,
-            indirect_dim: 0,
-            vector_offset: None,
-            scalar_offset: None,
-        })
+        match spec {
+            ApSpec::Whole(name) => Ok(ApSide::by_dims(self.ap_tensor(field, name)?)),
+            ApSpec::Pattern(_) => self.ap_side(field, spec),
+        }
     }
 
     /// A `vector_offset`: a whole index tile, or an `.ap()` of one (a plain walk: the
