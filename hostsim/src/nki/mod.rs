@@ -15,8 +15,10 @@
 //!   [`dma_copy`] and [`embedding_update`];
 //! - [`mod@ap`]: NKI access patterns (`.ap()`) and [`dma_copy_ap`], the DMAs that go to
 //!   the software DGE as a [`ApDma`] instead of ISA instructions;
-//! - [`mod@transpose`]: [`dma_gather_transpose_nd`], the 3-D and 4-D permutations of
-//!   NKI's indirect `dma_transpose`, as access-pattern DMAs.
+//! - [`mod@transpose`]: [`dma_transpose`] (the direct one) and
+//!   [`dma_gather_transpose_nd`], the 3-D and 4-D permutations of NKI's indirect
+//!   `dma_transpose`, as access-pattern DMAs;
+//! - [`mod@slicing`]: a slice of a tensor (`t[2:6, ::2]`) as the `.ap()` it stands for.
 //!
 //! # How a tensor is laid out
 //!
