@@ -92,13 +92,9 @@ impl Tensor {
         let on_core = this.space != Space::Hbm;
         let (offset, dims) = slicing::pattern(&this.shape, on_core, &entries).map_err(&bad)?;
         let pattern: Vec<[i64; 2]> = dims.iter().map(|d| [d.step, i64::from(d.num)]).collect();
-        let mut table = Map::new();
-        table.insert("tensor".into(), json!(this.name));
-        table.insert("ap".into(), json!(pattern));
-        table.insert("offset".into(), json!(offset));
         Ok(Ap {
             tensor: slf.clone().unbind(),
-            table,
+            table: ap_table(&this.name, &pattern, offset),
         })
     }
 
@@ -153,10 +149,7 @@ impl Tensor {
             })
             .transpose()?;
         let this = slf.get();
-        let mut table = Map::new();
-        table.insert("tensor".into(), json!(this.name));
-        table.insert("ap".into(), json!(pattern));
-        table.insert("offset".into(), json!(offset));
+        let mut table = ap_table(&this.name, &pattern, offset);
         if let Some(value) = vector_offset {
             table.insert("vector_offset".into(), this.index_view(value)?);
         }
@@ -219,6 +212,15 @@ impl Tensor {
             ))),
         }
     }
+}
+
+/// The scenario's `.ap()` table `{ tensor, ap, offset }` (no offsets yet).
+fn ap_table(tensor: &str, pattern: &[[i64; 2]], offset: u64) -> Map<String, Value> {
+    let mut table = Map::new();
+    table.insert("tensor".into(), json!(tensor));
+    table.insert("ap".into(), json!(pattern));
+    table.insert("offset".into(), json!(offset));
+    table
 }
 
 /// One entry of a slice key for a dim of size `dim`: an int (negative from the end) or a

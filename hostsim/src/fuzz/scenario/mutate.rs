@@ -434,11 +434,7 @@ fn index_tensors(s: &Scenario, p: &Prepared) -> Result<Vec<IndexTensor>, Error> 
     bounds
         .into_iter()
         .filter(|(t, _)| !p.tensors[*t].dtype.is_float())
-        .map(|(t, meets)| {
-            let mut it = index_tensor(p, &fabric, t, &meets)?;
-            it.read = viewed(p, t);
-            Ok(it)
-        })
+        .map(|(t, meets)| index_tensor(p, &fabric, t, &meets))
         .collect()
 }
 
@@ -500,7 +496,7 @@ fn index_tensor(
         shape: placed.shape.clone(),
         original,
         edges,
-        read: None,
+        read: viewed(p, t),
     })
 }
 
