@@ -2,8 +2,8 @@
 
 A ``Core`` is one simulated core (HBM, SBUF and PSUM) on which ops run when called, by
 the runtime the ``hostsim`` command line uses: ``dma_copy`` / ``dma_compute`` over NKI
-access patterns (``Tensor.ap``, or slicing: ``t[2:6, ::2]`` is the ``.ap()`` it stands
-for), ``dma_transpose``, ``nc_n_gather``, ``local_gather``,
+access patterns (``Tensor.ap``, slicing or NKI's view methods: ``t[2:6, ::2]`` and
+``t.reshape((4, -1)).permute((1, 0))`` are the ``.ap()`` they stand for), ``dma_transpose``, ``nc_n_gather``, ``local_gather``,
 ``embedding_update`` and raw ``isa`` instructions. Arrays go in and out as numpy arrays
 (bfloat16 as ``ml_dtypes.bfloat16``). ``run(path)`` runs a scenario file.
 

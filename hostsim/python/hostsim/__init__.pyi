@@ -27,7 +27,36 @@ class Fault(RuntimeError):
     bound: Optional[int]
     """The bound it broke (the indexed dim's size, or the bound register), if any."""
 
-class Tensor:
+class _Views:
+    """NKI's view methods (NkiTensor's), which Tensor and Ap both have: each an .ap() over
+    the same tensor, no data moved. Dims may be negative (from the end); on SBUF/PSUM dim 0,
+    the partition dim, stays the first dim of every view (nothing moves, splits, merges,
+    broadcasts or drops it)."""
+
+    def slice(self, dim: int, start: int, end: int, step: int = 1) -> Ap:
+        """Dim `dim` cut to start:end:step (numpy's meaning; end is clamped)."""
+    def select(self, dim: int, index: Union[int, Tensor]) -> Ap:
+        """Dim `dim` picked at `index`: an int, or a 1x1 int32/int64 Tensor read when the op
+        runs (the .ap()'s scalar_offset; its indirect_dim is the tensor dim the picked dim
+        steps). On SBUF/PSUM picking a partition keeps dim 0 at size 1."""
+    def permute(self, dims: Sequence[int]) -> Ap:
+        """The dims in the order `dims` gives (dims[j] becomes dim j)."""
+    def reshape(self, shape: Union[int, Sequence[int]]) -> Ap:
+        """The same elements in the same row-major order as `shape` (one size may be -1),
+        where strides can say it: each group of dims merged must be contiguous (numpy's
+        no-copy rule). On SBUF/PSUM shape[0] keeps the partition dim's size."""
+    def reshape_dim(self, dim: int, shape: Sequence[int]) -> Ap:
+        """Dim `dim` split into dims of `shape` (one size may be -1)."""
+    def flatten_dims(self, start_dim: int, end_dim: int) -> Ap:
+        """Dims start_dim..end_dim (both included), contiguous, merged into one."""
+    def expand_dim(self, dim: int) -> Ap:
+        """A dim of size 1 inserted at `dim`."""
+    def squeeze_dim(self, dim: int) -> Ap:
+        """Dim `dim`, of size 1, dropped."""
+    def broadcast(self, dim: int, size: int) -> Ap:
+        """Dim `dim`, of size 1, repeated `size` times (stride 0)."""
+
+class Tensor(_Views):
     """A tensor of a Core, made by Core.hbm / Core.sbuf / Core.psum."""
 
     name: str
@@ -63,10 +92,20 @@ class Tensor:
         `indirect_dim`'s term (default 0); `scalar_offset` is a 1x1 int32 or int64 tensor in SBUF or HBM added at run
         time (int64 only on an HBM tensor's pattern; on SBUF/PSUM it must be int32)."""
 
-class Ap:
-    """An access pattern over a tensor: a dma_copy / dma_compute side."""
+class Ap(_Views):
+    """An access pattern over a tensor, a dma_copy / dma_compute side: a view (slicing or
+    a view method) or an explicit .ap(). View methods apply to it as to a Tensor, except
+    after a vector_offset (which ends the chain)."""
 
     tensor: Tensor
+    shape: List[int]
+    """The view's shape: one size per pair of its pattern."""
+    offset: int
+    """The element its first position is."""
+    def get_pattern(self) -> List[List[int]]:
+        """Its .ap() pairs [step, num], outermost first (at most 5)."""
+    def __getitem__(self, key: Any) -> Ap:
+        """Slicing the view, as Tensor[...]."""
 
 Side = Union[Tensor, Ap]
 

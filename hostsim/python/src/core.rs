@@ -13,9 +13,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use serde_json::{json, Map, Value};
 
+use crate::ap::Ap;
 use crate::convert;
 use crate::errors::{self, InvalidInput};
-use crate::tensor::{foreign, Ap, Tensor};
+use crate::tensor::{foreign, Tensor};
 
 /// Core(generation="cayman", mechanism="auto", queues=16)
 /// --
@@ -287,9 +288,7 @@ impl Core {
                 })
             })
             .transpose()?;
-        let indexed = src
-            .cast::<Ap>()
-            .is_ok_and(|ap| ap.get().table.contains_key("vector_offset"));
+        let indexed = src.cast::<Ap>().is_ok_and(|ap| ap.get().indexed());
         if !indexed {
             if let (Some("skip"), Some(given)) = (oob, oob_mode) {
                 let rule = "\"skip\" applies to an indirect dma_transpose (src with a vector_offset); a direct one has no index to skip";
@@ -620,7 +619,7 @@ fn side(slf: &Bound<'_, Core>, field: &str, value: &Bound<'_, PyAny>) -> PyResul
     if !t.core.is(slf) {
         return Err(foreign(field, &t.name));
     }
-    Ok(Value::Object(ap.table.clone()))
+    Ok(Value::Object(ap.table()?))
 }
 
 /// An indirect `dma_transpose` source: whole rows of its tensor picked by its
@@ -631,29 +630,30 @@ fn transposed_rows(slf: &Bound<'_, Core>, ap: &Ap) -> PyResult<(Value, Value)> {
         return Err(foreign("src", &t.name));
     }
     let row: u64 = t.shape.iter().skip(1).product();
-    let (Some(index), Some(pattern)) = (ap.table.get("vector_offset"), ap.table.get("ap")) else {
+    let table = ap.table()?;
+    let (Some(index), Some(pattern)) = (table.get("vector_offset"), table.get("ap")) else {
         return Err(InvalidInput::new_err(format!(
             "dma_transpose: src = {}: must have a vector_offset (the rows to transpose)",
-            Value::Object(ap.table.clone())
+            Value::Object(table.clone())
         )));
     };
     let whole_rows = pattern.get(1) == Some(&json!([1, row]))
         && pattern.get(0).and_then(|p| p.get(0)) == Some(&json!(row))
         && pattern.as_array().map(Vec::len) == Some(2)
-        && ap.table.get("offset") == Some(&json!(0))
-        && !ap.table.contains_key("scalar_offset")
-        && ap.table.get("indirect_dim").is_none_or(|d| d == &json!(0));
+        && table.get("offset") == Some(&json!(0))
+        && !table.contains_key("scalar_offset")
+        && table.get("indirect_dim").is_none_or(|d| d == &json!(0));
     if !whole_rows {
         return Err(InvalidInput::new_err(format!(
             "dma_transpose: src = {}: must be {}.ap([[{row}, N], [1, {row}]], vector_offset=idx) (whole rows picked by the index tile)",
-            Value::Object(ap.table.clone()),
+            Value::Object(table.clone()),
             t.name
         )));
     }
     if !index.is_string() {
         return Err(InvalidInput::new_err(format!(
             "dma_transpose: src = {}: its vector_offset must be a whole index tile ([1, N] or (N, 1)); an .ap() of one is not supported by the transpose",
-            Value::Object(ap.table.clone())
+            Value::Object(table.clone())
         )));
     }
     Ok((json!(t.name), index.clone()))

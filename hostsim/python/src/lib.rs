@@ -6,8 +6,9 @@
 //!   arrays, and each NKI-named op turned into the scenario's `[[op]]` table (NKI's
 //!   argument names mapped to the schema's fields) and run at once as `hostsim run`
 //!   runs it;
-//! - [`tensor::Tensor`] is one of its tensors and [`tensor::Ap`] an NKI `.ap()` over one
-//!   (a `dma_copy` side's table);
+//! - [`tensor::Tensor`] is one of its tensors and [`ap::Ap`] an access pattern over one
+//!   (a slice, an NKI view such as `t.permute(...)`, or `t.ap(...)`): a `dma_copy`
+//!   side's `.ap()` table;
 //! - [`convert`] moves arrays in and out through the `numpy` crate and JSON-shaped
 //!   values (reports, explanations) through Python's `json`;
 //! - [`errors`] raises `InvalidInput` (a `ValueError`: the CLI's exit status 2) or
@@ -16,6 +17,7 @@
 //!
 //! The package's `__init__.py` re-exports this module; `__init__.pyi` types it.
 
+pub mod ap;
 pub mod convert;
 pub mod core;
 pub mod errors;
@@ -75,7 +77,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<core::Core>()?;
     m.add_class::<tensor::Tensor>()?;
-    m.add_class::<tensor::Ap>()?;
+    m.add_class::<ap::Ap>()?;
     m.add("InvalidInput", py.get_type::<errors::InvalidInput>())?;
     m.add("Fault", py.get_type::<errors::Fault>())?;
     m.add_function(wrap_pyfunction!(run, m)?)?;

@@ -1,12 +1,27 @@
-//! `Tensor` (one tensor of a `Core`) and `Ap` (NKI's `tensor.ap(...)` over one): what an
-//! op argument names, turned into the scenario's tensor name or `.ap()` table.
+//! `Tensor`: one tensor of a `Core`, what an op argument names (turned into the
+//! scenario's tensor name), and the start of its views ([`Ap`]: slicing, NKI's view
+//! methods, `.ap()`).
 
 use dma::{Dtype, Space};
-use hostsim::nki::slicing::{self, Entry};
+use hostsim::nki::view::View;
+use pyo3::exceptions::PyAttributeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PySlice, PyTuple};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
+use crate::ap::{Ap, Offsets};
+
+/// The view methods a Tensor answers as its whole view (an [`Ap`]) does.
+const VIEW_METHODS: [&str; 9] = [
+    "slice",
+    "select",
+    "permute",
+    "reshape",
+    "reshape_dim",
+    "flatten_dims",
+    "expand_dim",
+    "squeeze_dim",
+    "broadcast",
+];
 use crate::convert;
 use crate::core::Core;
 use crate::errors::{self, InvalidInput};
@@ -64,38 +79,7 @@ impl Tensor {
     /// trailing dims taking the rest; numpy's meaning). On SBUF/PSUM the partition dim stays the
     /// first pair.
     fn __getitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyResult<Ap> {
-        let this = slf.get();
-        let bad = |rule: String| errors::bad_arg("Tensor[...]", "key", key, &rule);
-        let items: Vec<Bound<'_, PyAny>> = match key.cast::<PyTuple>() {
-            Ok(t) => t.iter().collect(),
-            Err(_) => vec![key.clone()],
-        };
-        // `...` stands for as many whole dims as the other entries leave
-        let ellipsis = items.iter().position(|i| i.is(key.py().Ellipsis()));
-        let whole = (this.shape.len() + 1).saturating_sub(items.len());
-        let mut entries = Vec::with_capacity(this.shape.len());
-        for (k, item) in items.iter().enumerate() {
-            if Some(k) == ellipsis {
-                for _ in 0..whole {
-                    let dim = this.shape.get(entries.len()).copied().unwrap_or(0);
-                    entries.push(Entry::Range {
-                        start: 0,
-                        step: 1,
-                        count: dim,
-                    });
-                }
-                continue;
-            }
-            let dim = this.shape.get(entries.len()).copied().unwrap_or(0);
-            entries.push(slice_entry(item, dim).map_err(&bad)?);
-        }
-        let on_core = this.space != Space::Hbm;
-        let (offset, dims) = slicing::pattern(&this.shape, on_core, &entries).map_err(&bad)?;
-        let pattern: Vec<[i64; 2]> = dims.iter().map(|d| [d.step, i64::from(d.num)]).collect();
-        Ok(Ap {
-            tensor: slf.clone().unbind(),
-            table: ap_table(&this.name, &pattern, offset),
-        })
+        Ap::whole(slf).__getitem__(key)
     }
 
     /// ap(pattern, offset=0, vector_offset=None, indirect_dim=None, scalar_offset=None)
@@ -121,13 +105,15 @@ impl Tensor {
         scalar_offset: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Ap> {
         let bad = |arg, value, rule| errors::bad_arg("ap", arg, value, rule);
-        let pattern: Vec<[i64; 2]> = pattern.extract().map_err(|_| {
-            bad(
-                "pattern",
-                pattern,
-                "must be a list of 1 to 5 [step, num] pairs of integers, outermost first",
-            )
-        })?;
+        let rule = "must be a list of 1 to 5 [step, num] pairs of integers, outermost first";
+        let pairs: Vec<[i64; 2]> = pattern
+            .extract()
+            .map_err(|_| bad("pattern", pattern, rule))?;
+        let pairs: Vec<(i64, u64)> = pairs
+            .iter()
+            .map(|&[step, num]| u64::try_from(num).map(|num| (step, num)))
+            .collect::<Result<_, _>>()
+            .map_err(|_| bad("pattern", pattern, "each num must be at least 1"))?;
         let offset: u64 = offset.map_or(Ok(0), |o| {
             o.extract().map_err(|_| {
                 bad(
@@ -149,9 +135,14 @@ impl Tensor {
             })
             .transpose()?;
         let this = slf.get();
-        let mut table = ap_table(&this.name, &pattern, offset);
+        let view = View::of_pattern(&pairs, offset, this.space != Space::Hbm)
+            .map_err(|rule| errors::bad_arg("ap", "pattern", pattern, &rule))?;
+        let mut offsets = Offsets {
+            indirect_dim,
+            ..Offsets::default()
+        };
         if let Some(value) = vector_offset {
-            table.insert("vector_offset".into(), this.index_view(value)?);
+            offsets.vector = Some(this.index_view(value)?);
         }
         if let Some(value) = scalar_offset {
             let rule = "must be a Tensor (a 1x1 int32 or int64 tensor)";
@@ -159,15 +150,22 @@ impl Tensor {
                 .cast::<Tensor>()
                 .map_err(|_| bad("scalar_offset", value, rule))?;
             this.same_core(t.get(), "scalar_offset")?;
-            table.insert("scalar_offset".into(), json!(t.get().name));
+            offsets.scalar = Some(t.get().name.clone());
         }
-        if let Some(d) = indirect_dim {
-            table.insert("indirect_dim".into(), json!(d));
+        Ok(Ap::new(slf, view, offsets))
+    }
+
+    /// NKI's view methods (`t.permute(...)`, `t.reshape(...)`, ... [`VIEW_METHODS`]): the
+    /// whole tensor's [`Ap`]'s.
+    fn __getattr__<'py>(slf: &Bound<'py, Self>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        if !VIEW_METHODS.contains(&name) {
+            return Err(PyAttributeError::new_err(format!(
+                "'Tensor' object has no attribute '{name}'"
+            )));
         }
-        Ok(Ap {
-            tensor: slf.clone().unbind(),
-            table,
-        })
+        Bound::new(slf.py(), Ap::whole(slf))?
+            .into_any()
+            .getattr(name)
     }
 
     fn __repr__(&self) -> String {
@@ -199,7 +197,7 @@ impl Tensor {
         };
         let ap = ap.get();
         self.same_core(ap.tensor.get(), "vector_offset")?;
-        Ok(Value::Object(ap.table.clone()))
+        Ok(Value::Object(ap.table()?))
     }
 
     /// Refuses `other` (given as `field`) unless it belongs to this tensor's Core.
@@ -214,65 +212,9 @@ impl Tensor {
     }
 }
 
-/// The scenario's `.ap()` table `{ tensor, ap, offset }` (no offsets yet).
-fn ap_table(tensor: &str, pattern: &[[i64; 2]], offset: u64) -> Map<String, Value> {
-    let mut table = Map::new();
-    table.insert("tensor".into(), json!(tensor));
-    table.insert("ap".into(), json!(pattern));
-    table.insert("offset".into(), json!(offset));
-    table
-}
-
-/// One entry of a slice key for a dim of size `dim`: an int (negative from the end) or a
-/// slice, resolved as numpy resolves it.
-fn slice_entry(item: &Bound<'_, PyAny>, dim: u64) -> Result<Entry, String> {
-    if let Ok(s) = item.cast::<PySlice>() {
-        let len = isize::try_from(dim).map_err(|_| format!("a dim of {dim} is too long"))?;
-        let i = s.indices(len).map_err(|e| e.to_string())?;
-        let step = i64::try_from(i.step).unwrap_or(1);
-        return Ok(Entry::Range {
-            start: i.start.max(0) as u64,
-            step,
-            count: i.slicelength as u64,
-        });
-    }
-    if item.is_instance_of::<PyBool>() {
-        return Err("a bool is no index (numpy reads it as a mask)".into());
-    }
-    let i: i64 = item
-        .extract()
-        .map_err(|_| "each entry must be an int, a slice or one ...".to_string())?;
-    let at = if i < 0 { i + dim as i64 } else { i };
-    match u64::try_from(at) {
-        Ok(at) => Ok(Entry::Index(at)),
-        Err(_) => Err(format!("index {i} is out of range for a dim of size {dim}")),
-    }
-}
-
 /// The error for a tensor of another Core.
 pub fn foreign(field: &str, name: &str) -> PyErr {
     InvalidInput::new_err(format!(
         "{field} = {name:?}: the tensor belongs to another Core"
     ))
-}
-
-/// An access pattern over a tensor (`Tensor.ap(...)`), a `dma_copy` side.
-#[pyclass(module = "hostsim", frozen)]
-pub struct Ap {
-    pub tensor: Py<Tensor>,
-    /// The scenario's `.ap()` table.
-    pub table: Map<String, Value>,
-}
-
-#[pymethods]
-impl Ap {
-    /// The tensor it walks.
-    #[getter]
-    fn tensor(&self, py: Python<'_>) -> Py<Tensor> {
-        self.tensor.clone_ref(py)
-    }
-
-    fn __repr__(&self) -> String {
-        format!("Ap({})", Value::Object(self.table.clone()))
-    }
 }

@@ -189,12 +189,104 @@ def test_slices_are_the_aps_numpy_slicing_names_on_every_route():
     for key, message in [
         ((slice(None), 9), "index 9 is out of range for dim 1 of size 8"),
         ((slice(3, 3),), "dim 0's range is empty"),
-        ((0, 0, 0), "3 entries for a tensor of 2 dims"),
+        ((0, 0, 0), "slicing: key = \\(0, 0, 0\\): 3 entries for a view of 2 dims"),
         (("a",), "each entry must be an int, a slice or one ..."),
         ((True,), "a bool is no index"),
     ]:
         with pytest.raises(hostsim.InvalidInput, match=message):
             s[key]
+
+
+def test_nki_views_are_the_aps_numpy_views_name_on_every_route():
+    """NKI's view methods (permute, reshape, reshape_dim, flatten_dims, expand_dim,
+    squeeze_dim, broadcast, select, slice, and chains of them with slicing) copy what
+    numpy's views of the same calls hold, as sources and destinations, on HBM tensors and
+    partition-major SBUF tiles, on every mechanism."""
+    x = np.arange(4 * 6 * 5, dtype=np.float32).reshape(4, 6, 5)
+    tile = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
+    cases = [
+        (lambda t, s, p: t.permute((2, 0, 1)), lambda: x.transpose(2, 0, 1)),
+        (lambda t, s, p: t.reshape((24, 5)), lambda: x.reshape(24, 5)),
+        (lambda t, s, p: t.reshape((4, -1)).permute((1, 0)), lambda: x.reshape(4, 30).T),
+        (lambda t, s, p: t.reshape_dim(1, (2, 3)), lambda: x.reshape(4, 2, 3, 5)),
+        (lambda t, s, p: t.flatten_dims(1, 2), lambda: x.reshape(4, 30)),
+        (lambda t, s, p: t.expand_dim(1).broadcast(1, 3), lambda: np.broadcast_to(x[:, None], (4, 3, 6, 5))),
+        (lambda t, s, p: t.select(1, 2), lambda: x[:, 2]),
+        (lambda t, s, p: t.select(-1, p), lambda: x[:, :, 3]),
+        (lambda t, s, p: t.slice(2, 1, 4), lambda: x[:, :, 1:4]),
+        (lambda t, s, p: t[1:3].permute((1, 0, 2)), lambda: x[1:3].transpose(1, 0, 2)),
+        (lambda t, s, p: t.permute((1, 0, 2))[2, ::2], lambda: x.transpose(1, 0, 2)[2, ::2]),
+        (lambda t, s, p: t[:1].squeeze_dim(0), lambda: x[0]),
+        (lambda t, s, p: s.reshape((16, 2, 4)).permute((0, 2, 1)), lambda: tile.reshape(16, 2, 4).transpose(0, 2, 1)),
+        (lambda t, s, p: s.select(1, p), lambda: tile[:, 3]),
+        (lambda t, s, p: s[3:9].reshape_dim(1, (4, 2))[:, 1], lambda: tile[3:9].reshape(6, 4, 2)[:, 1]),
+    ]
+    for mechanism in ["auto", "dge", "reference"]:
+        for k, (view, want) in enumerate(cases):
+            core = hostsim.Core("cayman", mechanism=mechanism)
+            t, s = core.hbm(x), core.sbuf(tile)
+            p = core.sbuf(np.array([[3]], np.int32))
+            w = np.ascontiguousarray(want())
+            out = core.hbm(shape=w.shape, dtype=np.float32)
+            v = view(t, s, p)
+            assert list(v.shape) == list(w.shape), f"case {k}"
+            core.dma_copy(dst=out, src=v)
+            np.testing.assert_array_equal(out.numpy(), w, err_msg=f"case {k} {mechanism}")
+            # the same view as a destination puts the elements back where numpy's view is
+            back = core.hbm(w)
+            blank = core.hbm(np.zeros_like(x)) if v.tensor.space == "hbm" else core.sbuf(np.zeros_like(tile))
+            if k == 5:
+                continue  # a broadcast destination writes one element many times
+            core.dma_copy(dst=view(blank, blank, p), src=back)
+            expect = np.zeros_like(x if v.tensor.space == "hbm" else tile)
+            np.copyto(view_of(expect, k), w)
+            np.testing.assert_array_equal(blank.numpy(), expect, err_msg=f"dst case {k} {mechanism}")
+
+
+def view_of(a, k):
+    """numpy's writable view of `a` for case `k` of the views test (its source views)."""
+    return [
+        lambda: a.transpose(2, 0, 1),
+        lambda: a.reshape(24, 5),
+        lambda: a.reshape(4, 30).T,
+        lambda: a.reshape(4, 2, 3, 5),
+        lambda: a.reshape(4, 30),
+        None,
+        lambda: a[:, 2],
+        lambda: a[:, :, 3],
+        lambda: a[:, :, 1:4],
+        lambda: a[1:3].transpose(1, 0, 2),
+        lambda: a.transpose(1, 0, 2)[2, ::2],
+        lambda: a[0],
+        lambda: a.reshape(16, 2, 4).transpose(0, 2, 1),
+        lambda: a[:, 3],
+        lambda: a[3:9].reshape(6, 4, 2)[:, 1],
+    ][k]()
+
+
+def test_views_say_which_rule_they_break_and_change_nothing():
+    core = hostsim.Core("cayman")
+    t = core.hbm(np.zeros((4, 6, 5), np.float32))
+    s = core.sbuf(np.zeros((16, 8), np.float32))
+    p = core.sbuf(np.array([[1]], np.int32))
+    i = core.sbuf(np.zeros((4, 1), np.int32))
+    for make, message in [
+        (lambda: t.permute((1, 0, 2)).reshape(-1), "reshape: shape = -1: the dims are not contiguous"),
+        (lambda: t.reshape((7, -1)), "cannot hold the 120 elements"),
+        (lambda: s.permute((1, 0)), "moves dim 0, the partition dim"),
+        (lambda: s.reshape((8, 16)), "size 8 for dim 0, the partition dim of 16"),
+        (lambda: s.broadcast(1, 2), "broadcast repeats a dim of size 1"),
+        (lambda: t.squeeze_dim(0), "dim 0 has size 4; only a dim of size 1 is squeezed"),
+        (lambda: t.select(3, 0), "dim 3 is out of range for a view of 3 dims"),
+        (lambda: t.select(0, p).select(0, p), "already has a run-time select"),
+        (lambda: t[:, ::2].select(1, p), "no dim of the tensor"),
+        (lambda: t.ap([[30, 4], [1, 30]], vector_offset=i).permute((1, 0)), "apply view methods before"),
+        (lambda: t.expand_dim(0).expand_dim(0).expand_dim(0).get_pattern(), "the view has 6 dims"),
+    ]:
+        with pytest.raises(hostsim.InvalidInput, match=message):
+            make()
+    assert t.reshape((2, 2, 30)).reshape_dim(2, (6, 5)).flatten_dims(0, 1).get_pattern() == [[30, 4], [5, 6], [1, 5]]
+    assert not t.numpy().any() and not s.numpy().any()
 
 
 def test_kv_cache_writes_by_token_index_and_by_scalar_position():

@@ -18,7 +18,8 @@
 //! - [`mod@transpose`]: [`dma_transpose`] (the direct one) and
 //!   [`dma_gather_transpose_nd`], the 3-D and 4-D permutations of NKI's indirect
 //!   `dma_transpose`, as access-pattern DMAs;
-//! - [`mod@slicing`]: a slice of a tensor (`t[2:6, ::2]`) as the `.ap()` it stands for.
+//! - [`mod@view`]: NKI's tensor views (slicing `t[2:6, ::2]`, `permute`, `reshape`,
+//!   `select`, ...) as the `.ap()` they stand for.
 //!
 //! # How a tensor is laid out
 //!
@@ -34,8 +35,8 @@
 pub mod ap;
 pub mod dma_ops;
 pub mod pool_ops;
-pub mod slicing;
 pub mod transpose;
+pub mod view;
 
 pub use ap::{dma_copy_ap, ApDim, ApDma, ApOptions, ApSide, ApTensor, IndexAp, IndexSpan};
 pub use dma_ops::{

@@ -1,0 +1,389 @@
+//! `Ap`: an access pattern over one tensor of a Core, made as NKI makes one: by slicing
+//! (`t[2:6, ::2]`), by NKI's view methods (`permute`, `reshape`, `select`, ...) or
+//! explicitly (`t.ap(...)`). Each is a [`View`] (the view algebra is
+//! [`hostsim::nki::view`]'s) with the tensor's run-time offsets, and reaches the scenario
+//! as one `.ap()` table ([`Ap::table`]).
+
+use dma::Space;
+use hostsim::nki::view::{Entry, View};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PySlice, PyTuple};
+use serde_json::{json, Map, Value};
+
+use crate::errors::{self, InvalidInput};
+use crate::tensor::Tensor;
+
+/// An access pattern over a tensor, a `dma_copy` side: a view of it (slicing or NKI's
+/// view methods) or an explicit `Tensor.ap(...)`.
+#[pyclass(module = "hostsim", frozen)]
+pub struct Ap {
+    pub tensor: Py<Tensor>,
+    view: View,
+    offsets: Offsets,
+}
+
+/// The run-time offsets of an `.ap()`.
+#[derive(Clone, Debug, Default)]
+pub struct Offsets {
+    /// The index tile's name, or an `.ap()` table of one.
+    pub vector: Option<Value>,
+    /// The 1x1 tensor's name.
+    pub scalar: Option<String>,
+    pub indirect_dim: Option<u32>,
+}
+
+impl Ap {
+    /// The whole tensor `t`.
+    pub fn whole(t: &Bound<'_, Tensor>) -> Ap {
+        let this = t.get();
+        Ap::new(
+            t,
+            View::whole(&this.shape, this.space != Space::Hbm),
+            Offsets::default(),
+        )
+    }
+
+    /// `view` of `t` with `offsets`.
+    pub fn new(t: &Bound<'_, Tensor>, view: View, offsets: Offsets) -> Ap {
+        Ap {
+            tensor: t.clone().unbind(),
+            view,
+            offsets,
+        }
+    }
+
+    /// Whether it has a `vector_offset`.
+    pub fn indexed(&self) -> bool {
+        self.offsets.vector.is_some()
+    }
+
+    /// The view's `.ap()`: its offset and `[step, num]` pairs.
+    fn pattern(&self) -> PyResult<(u64, Vec<[i64; 2]>)> {
+        let name = &self.tensor.get().name;
+        let (offset, dims) = self
+            .view
+            .pattern()
+            .map_err(|rule| InvalidInput::new_err(format!("{name}: the view's .ap(): {rule}")))?;
+        Ok((
+            offset,
+            dims.iter().map(|d| [d.step, i64::from(d.num)]).collect(),
+        ))
+    }
+
+    /// The scenario's `.ap()` table: `{ tensor, ap, offset }` and the offsets given.
+    pub fn table(&self) -> PyResult<Map<String, Value>> {
+        let name = &self.tensor.get().name;
+        let (offset, pattern) = self.pattern()?;
+        let mut table = Map::new();
+        table.insert("tensor".into(), json!(name));
+        table.insert("ap".into(), json!(pattern));
+        table.insert("offset".into(), json!(offset));
+        let o = &self.offsets;
+        if let Some(v) = &o.vector {
+            table.insert("vector_offset".into(), v.clone());
+        }
+        if let Some(s) = &o.scalar {
+            table.insert("scalar_offset".into(), json!(s));
+        }
+        if let Some(d) = o.indirect_dim {
+            table.insert("indirect_dim".into(), json!(d));
+        }
+        Ok(table)
+    }
+
+    /// The view `f` makes of this one, for the view method `call` (its argument `arg` =
+    /// `value` named in errors). An `.ap()` with a `vector_offset` ends the chain.
+    fn derive(
+        &self,
+        py: Python<'_>,
+        (call, arg, value): (&str, &str, &Bound<'_, PyAny>),
+        f: impl FnOnce(&View) -> Result<View, String>,
+    ) -> PyResult<Ap> {
+        if self.indexed() {
+            let rule =
+                "the view has a vector_offset; apply view methods before .ap(vector_offset=...)";
+            return Err(errors::bad_arg(call, arg, value, rule));
+        }
+        let view = f(&self.view).map_err(|rule| errors::bad_arg(call, arg, value, &rule))?;
+        Ok(Ap {
+            tensor: self.tensor.clone_ref(py),
+            view,
+            offsets: self.offsets.clone(),
+        })
+    }
+}
+
+/// `value` as an int, for argument `arg` of `call`.
+fn int(call: &str, arg: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if value.is_instance_of::<PyBool>() {
+        return Err(errors::bad_arg(
+            call,
+            arg,
+            value,
+            "must be an int, not a bool",
+        ));
+    }
+    value
+        .extract()
+        .map_err(|_| errors::bad_arg(call, arg, value, "must be an int"))
+}
+
+/// `value` as ints: a tuple or list of them (or one int).
+fn ints(call: &str, arg: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    if let Ok(one) = int(call, arg, value) {
+        return Ok(vec![one]);
+    }
+    value
+        .extract()
+        .map_err(|_| errors::bad_arg(call, arg, value, "must be a tuple or list of ints"))
+}
+
+#[pymethods]
+impl Ap {
+    /// The tensor it walks.
+    #[getter]
+    fn tensor(&self, py: Python<'_>) -> Py<Tensor> {
+        self.tensor.clone_ref(py)
+    }
+
+    /// The view's shape (one size per dim of its pattern).
+    #[getter]
+    fn shape(&self) -> Vec<u64> {
+        self.view.shape()
+    }
+
+    /// The element its first position is.
+    #[getter]
+    fn offset(&self) -> i128 {
+        self.view.offset()
+    }
+
+    /// The pattern's `[step, num]` pairs, outermost first (a view of no dims: `[[1, 1]]`).
+    fn get_pattern(&self) -> PyResult<Vec<[i64; 2]>> {
+        Ok(self.pattern()?.1)
+    }
+
+    /// Slicing the view: ints and slices per dim, as `Tensor[...]`.
+    pub fn __getitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<Ap> {
+        let shape = self.view.shape();
+        self.derive(key.py(), ("slicing", "key", key), |v| {
+            v.index(&entries(key, &shape)?)
+        })
+    }
+
+    /// slice(dim, start, end, step=1)
+    /// --
+    ///
+    /// Dim `dim` cut to `start:end:step` (numpy's meaning; `end` past the dim is clamped).
+    #[pyo3(signature = (dim, start, end, step=None))]
+    fn slice(
+        &self,
+        dim: &Bound<'_, PyAny>,
+        start: &Bound<'_, PyAny>,
+        end: &Bound<'_, PyAny>,
+        step: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Ap> {
+        let py = dim.py();
+        let d = self.dim("slice", dim)?;
+        let size = self.view.shape()[d];
+        let (s, e) = (int("slice", "start", start)?, int("slice", "end", end)?);
+        let step = step.map_or(Ok(1), |v| int("slice", "step", v))?;
+        let cut = PySlice::new(py, s as isize, e as isize, step as isize);
+        self.derive(py, ("slice", "start", start), |v| {
+            v.pick(d, entry(cut.as_any(), size)?)
+        })
+    }
+
+    /// select(dim, index)
+    /// --
+    ///
+    /// Dim `dim` picked at `index`: an int (negative from the end), or a 1x1 int32/int64
+    /// Tensor read when the op runs (the `.ap()`'s `scalar_offset`, scaled by the stride
+    /// of the tensor dim the picked dim steps; that dim is its `indirect_dim`). On
+    /// SBUF/PSUM picking a partition keeps dim 0 at size 1.
+    fn select(&self, dim: &Bound<'_, PyAny>, index: &Bound<'_, PyAny>) -> PyResult<Ap> {
+        let py = dim.py();
+        let d = self.dim("select", dim)?;
+        let Ok(scalar) = index.cast::<Tensor>() else {
+            let size = self.view.shape()[d];
+            return self.derive(py, ("select", "index", index), |v| {
+                v.pick(d, entry(index, size)?)
+            });
+        };
+        let base = self.tensor.get();
+        base.same_core(scalar.get(), "select's index")?;
+        if self.offsets.scalar.is_some() {
+            let rule = "the view already has a run-time select; an .ap() has one scalar_offset";
+            return Err(errors::bad_arg("select", "index", index, rule));
+        }
+        let mut indirect_dim = None;
+        let mut ap = self.derive(py, ("select", "dim", dim), |v| {
+            let (view, d) = v.select_dynamic(d as i64, &base.shape)?;
+            indirect_dim = Some(d);
+            Ok(view)
+        })?;
+        ap.offsets.scalar = Some(scalar.get().name.clone());
+        ap.offsets.indirect_dim = indirect_dim;
+        Ok(ap)
+    }
+
+    /// permute(dims)
+    /// --
+    ///
+    /// The dims in the order `dims` gives (`dims[j]` becomes dim `j`); on SBUF/PSUM dim 0
+    /// stays first.
+    fn permute(&self, dims: &Bound<'_, PyAny>) -> PyResult<Ap> {
+        let order = ints("permute", "dims", dims)?;
+        self.derive(dims.py(), ("permute", "dims", dims), |v| v.permute(&order))
+    }
+
+    /// reshape(shape)
+    /// --
+    ///
+    /// The same elements in the same row-major order as `shape` (one size may be -1),
+    /// where strides can say it (each group of dims merged must be contiguous); on
+    /// SBUF/PSUM `shape[0]` is the partition dim's size, kept.
+    fn reshape(&self, shape: &Bound<'_, PyAny>) -> PyResult<Ap> {
+        let sizes = ints("reshape", "shape", shape)?;
+        self.derive(shape.py(), ("reshape", "shape", shape), |v| {
+            v.reshape(&sizes)
+        })
+    }
+
+    /// reshape_dim(dim, shape)
+    /// --
+    ///
+    /// Dim `dim` split into dims of `shape` (one size may be -1).
+    fn reshape_dim(&self, dim: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<Ap> {
+        let d = int("reshape_dim", "dim", dim)?;
+        let sizes = ints("reshape_dim", "shape", shape)?;
+        self.derive(shape.py(), ("reshape_dim", "shape", shape), |v| {
+            v.reshape_dim(d, &sizes)
+        })
+    }
+
+    /// flatten_dims(start_dim, end_dim)
+    /// --
+    ///
+    /// Dims `start_dim` to `end_dim` (both included) merged into one; they must be
+    /// contiguous.
+    fn flatten_dims(
+        &self,
+        start_dim: &Bound<'_, PyAny>,
+        end_dim: &Bound<'_, PyAny>,
+    ) -> PyResult<Ap> {
+        let s = int("flatten_dims", "start_dim", start_dim)?;
+        let e = int("flatten_dims", "end_dim", end_dim)?;
+        self.derive(
+            start_dim.py(),
+            ("flatten_dims", "start_dim", start_dim),
+            |v| v.flatten_dims(s, e),
+        )
+    }
+
+    /// expand_dim(dim)
+    /// --
+    ///
+    /// A dim of size 1 inserted at `dim`.
+    fn expand_dim(&self, dim: &Bound<'_, PyAny>) -> PyResult<Ap> {
+        let d = int("expand_dim", "dim", dim)?;
+        self.derive(dim.py(), ("expand_dim", "dim", dim), |v| v.expand_dim(d))
+    }
+
+    /// squeeze_dim(dim)
+    /// --
+    ///
+    /// Dim `dim`, of size 1, dropped.
+    fn squeeze_dim(&self, dim: &Bound<'_, PyAny>) -> PyResult<Ap> {
+        let d = int("squeeze_dim", "dim", dim)?;
+        self.derive(dim.py(), ("squeeze_dim", "dim", dim), |v| v.squeeze_dim(d))
+    }
+
+    /// broadcast(dim, size)
+    /// --
+    ///
+    /// Dim `dim`, of size 1, repeated `size` times (stride 0).
+    fn broadcast(&self, dim: &Bound<'_, PyAny>, size: &Bound<'_, PyAny>) -> PyResult<Ap> {
+        let d = int("broadcast", "dim", dim)?;
+        let n = int("broadcast", "size", size)?;
+        let n = u64::try_from(n)
+            .map_err(|_| errors::bad_arg("broadcast", "size", size, "must be at least 1"))?;
+        self.derive(dim.py(), ("broadcast", "dim", dim), |v| v.broadcast(d, n))
+    }
+
+    fn __repr__(&self) -> String {
+        match self.table() {
+            Ok(table) => format!("Ap({})", Value::Object(table)),
+            Err(_) => format!(
+                "Ap({:?}, shape={:?}, offset={})",
+                self.tensor.get().name,
+                self.view.shape(),
+                self.view.offset()
+            ),
+        }
+    }
+}
+
+impl Ap {
+    /// `dim` (an int, negative from the end) as a dim of the view, for `call`.
+    fn dim(&self, call: &str, dim: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let d = int(call, "dim", dim)?;
+        self.view
+            .axis(d, 0)
+            .map_err(|rule| errors::bad_arg(call, "dim", dim, &rule))
+    }
+}
+
+/// A slicing key (`t[...]`) as one entry per dim of a view of `shape`: ints and slices,
+/// one `...` standing for as many whole dims as the others leave.
+fn entries(key: &Bound<'_, PyAny>, shape: &[u64]) -> Result<Vec<Entry>, String> {
+    let items: Vec<Bound<'_, PyAny>> = match key.cast::<PyTuple>() {
+        Ok(t) => t.iter().collect(),
+        Err(_) => vec![key.clone()],
+    };
+    let ellipsis = items.iter().position(|i| i.is(key.py().Ellipsis()));
+    let whole = (shape.len() + 1).saturating_sub(items.len());
+    let mut entries = Vec::with_capacity(shape.len());
+    for (k, item) in items.iter().enumerate() {
+        let size = |n: usize| shape.get(n).copied().unwrap_or(0);
+        if Some(k) == ellipsis {
+            for _ in 0..whole {
+                let count = size(entries.len());
+                entries.push(Entry::Range {
+                    start: 0,
+                    step: 1,
+                    count,
+                });
+            }
+            continue;
+        }
+        entries.push(entry(item, size(entries.len()))?);
+    }
+    Ok(entries)
+}
+
+/// One entry of a slice key for a dim of size `dim`: an int (negative from the end) or a
+/// slice, resolved as numpy resolves it.
+fn entry(item: &Bound<'_, PyAny>, dim: u64) -> Result<Entry, String> {
+    if let Ok(s) = item.cast::<PySlice>() {
+        let len = isize::try_from(dim).map_err(|_| format!("a dim of {dim} is too long"))?;
+        let i = s.indices(len).map_err(|e| e.to_string())?;
+        let step = i64::try_from(i.step).unwrap_or(1);
+        return Ok(Entry::Range {
+            start: i.start.max(0) as u64,
+            step,
+            count: i.slicelength as u64,
+        });
+    }
+    if item.is_instance_of::<PyBool>() {
+        return Err("a bool is no index (numpy reads it as a mask)".into());
+    }
+    let i: i64 = item
+        .extract()
+        .map_err(|_| "each entry must be an int, a slice or one ...".to_string())?;
+    let at = if i < 0 { i + dim as i64 } else { i };
+    match u64::try_from(at) {
+        Ok(at) => Ok(Entry::Index(at)),
+        Err(_) => Err(format!("index {i} is out of range for a dim of size {dim}")),
+    }
+}
