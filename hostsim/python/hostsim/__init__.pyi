@@ -106,6 +106,17 @@ class Ap(_Views):
         """Its .ap() pairs [step, num], outermost first (at most 5)."""
     def __getitem__(self, key: Any) -> Ap:
         """Slicing the view, as Tensor[...]."""
+    def ap(
+        self,
+        pattern: Sequence[Sequence[int]],
+        offset: int = 0,
+        vector_offset: Optional[Union[Tensor, Ap]] = None,
+        indirect_dim: Optional[int] = None,
+        scalar_offset: Optional[Tensor] = None,
+    ) -> Ap:
+        """NKI's t.reshape(shape).ap(...): Tensor.ap over the tensor as this view reshapes
+        it; the view must be a reshape of the whole tensor (indirect_dim, its stride and
+        its bound are of the view's shape)."""
 
 Side = Union[Tensor, Ap]
 

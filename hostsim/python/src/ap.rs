@@ -22,9 +22,21 @@ pub struct Ap {
     offsets: Offsets,
 }
 
-/// The run-time offsets of an `.ap()`.
+/// The arguments of an `.ap(...)` call, as given.
+struct ApArgs<'a, 'py> {
+    pattern: &'a Bound<'py, PyAny>,
+    offset: Option<&'a Bound<'py, PyAny>>,
+    vector_offset: Option<&'a Bound<'py, PyAny>>,
+    indirect_dim: Option<&'a Bound<'py, PyAny>>,
+    scalar_offset: Option<&'a Bound<'py, PyAny>>,
+}
+
+/// What an `.ap()` says besides its pattern: the tensor's shape as reshaped (if it is)
+/// and the run-time offsets.
 #[derive(Clone, Debug, Default)]
 pub struct Offsets {
+    /// The shape of `t.reshape(shape).ap(...)`.
+    pub shape: Option<Vec<u64>>,
     /// The index tile's name, or an `.ap()` table of one.
     pub vector: Option<Value>,
     /// The 1x1 tensor's name.
@@ -52,6 +64,45 @@ impl Ap {
         }
     }
 
+    /// `t.ap(...)` with `args`, on the tensor as `shape` reshapes it (if given).
+    fn explicit(t: &Bound<'_, Tensor>, shape: Option<Vec<u64>>, args: ApArgs) -> PyResult<Ap> {
+        let bad = |arg, value, rule| errors::bad_arg("ap", arg, value, rule);
+        let pattern = args.pattern;
+        let rule = "must be a list of 1 to 5 [step, num] pairs of integers, outermost first";
+        let pairs: Vec<[i64; 2]> = pattern
+            .extract()
+            .map_err(|_| bad("pattern", pattern, rule))?;
+        let pairs: Vec<(i64, u64)> = pairs
+            .iter()
+            .map(|&[step, num]| u64::try_from(num).map(|num| (step, num)))
+            .collect::<Result<_, _>>()
+            .map_err(|_| bad("pattern", pattern, "each num must be at least 1"))?;
+        let rule = "must be an element offset, an integer 0 ..= 2^64 - 1";
+        let offset: u64 = errors::extract("ap", "offset", args.offset, rule)?.unwrap_or(0);
+        let rule = "must be a dim of the tensor, an integer from 0";
+        let indirect_dim = errors::extract("ap", "indirect_dim", args.indirect_dim, rule)?;
+        let this = t.get();
+        let view = View::of_pattern(&pairs, offset, this.space != Space::Hbm)
+            .map_err(|rule| errors::bad_arg("ap", "pattern", pattern, &rule))?;
+        let mut offsets = Offsets {
+            shape,
+            indirect_dim,
+            ..Offsets::default()
+        };
+        if let Some(value) = args.vector_offset {
+            offsets.vector = Some(this.index_view(value)?);
+        }
+        if let Some(value) = args.scalar_offset {
+            let rule = "must be a Tensor (a 1x1 int32 or int64 tensor)";
+            let s = value
+                .cast::<Tensor>()
+                .map_err(|_| bad("scalar_offset", value, rule))?;
+            this.same_core(s.get(), "scalar_offset")?;
+            offsets.scalar = Some(s.get().name.clone());
+        }
+        Ok(Ap::new(t, view, offsets))
+    }
+
     /// Whether it has a `vector_offset`.
     pub fn indexed(&self) -> bool {
         self.offsets.vector.is_some()
@@ -76,6 +127,9 @@ impl Ap {
         let (offset, pattern) = self.pattern()?;
         let mut table = Map::new();
         table.insert("tensor".into(), json!(name));
+        if let Some(shape) = &self.offsets.shape {
+            table.insert("shape".into(), json!(shape));
+        }
         table.insert("ap".into(), json!(pattern));
         table.insert("offset".into(), json!(offset));
         let o = &self.offsets;
@@ -161,6 +215,54 @@ impl Ap {
     /// The pattern's `[step, num]` pairs, outermost first (a view of no dims: `[[1, 1]]`).
     fn get_pattern(&self) -> PyResult<Vec<[i64; 2]>> {
         Ok(self.pattern()?.1)
+    }
+
+    /// ap(pattern, offset=0, vector_offset=None, indirect_dim=None, scalar_offset=None)
+    /// --
+    ///
+    /// NKI's access pattern over the tensor (`t.ap(...)`), or over the tensor as this
+    /// view reshapes it (`t.reshape(shape).ap(...)`: the view must be a reshape of the
+    /// whole tensor; `indirect_dim`, its stride and its bound are of its shape).
+    /// `pattern` is 1 to 5 `[step, num]` pairs, outermost first, in elements (on
+    /// SBUF/PSUM the first pair steps partitions); the element at position `(i0, ..)` is
+    /// `offset + sum(i_k * step_k)`. `vector_offset` is an index tile (`[1, N]` or
+    /// `(N, 1)`, uint32 or int32, in SBUF), or an `.ap()` of one picking N elements
+    /// (`i.ap([[W, N], [1, 1]], offset=c)`: column `c` of an `(N, W)` tile), whose value
+    /// replaces dim `indirect_dim`'s term (default dim 0) by `index * prod(shape[d+1:])`;
+    /// `scalar_offset` a 1x1 int32 or int64 tensor in SBUF or HBM whose value times the
+    /// same stride is added when the op runs (int64 only on an HBM tensor's pattern: on
+    /// SBUF/PSUM the offset must be int32, as NKI says).
+    #[pyo3(signature = (pattern, offset=None, vector_offset=None, indirect_dim=None, scalar_offset=None))]
+    fn ap(
+        &self,
+        pattern: &Bound<'_, PyAny>,
+        offset: Option<&Bound<'_, PyAny>>,
+        vector_offset: Option<&Bound<'_, PyAny>>,
+        indirect_dim: Option<&Bound<'_, PyAny>>,
+        scalar_offset: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Ap> {
+        let t = self.tensor.bind(pattern.py());
+        let shape = self.view.shape();
+        let whole = View::whole(&shape, self.view.on_core());
+        let plain = self.offsets.vector.is_none() && self.offsets.scalar.is_none();
+        if self.view != whole || !plain {
+            return Err(InvalidInput::new_err(format!(
+                "ap: an .ap() is of a tensor or of a reshape of a whole one (t.reshape(shape).ap(...)); {} is not (pattern {:?} from element {}{})",
+                self.__repr__(),
+                self.view.dims().iter().map(|d| [d.stride, d.size as i64]).collect::<Vec<_>>(),
+                self.view.offset(),
+                if plain { "" } else { ", with run-time offsets" }
+            )));
+        }
+        let reshaped = (shape != t.get().shape).then_some(shape);
+        let args = ApArgs {
+            pattern,
+            offset,
+            vector_offset,
+            indirect_dim,
+            scalar_offset,
+        };
+        Ap::explicit(t, reshaped, args)
     }
 
     /// Slicing the view: ints and slices per dim, as `Tensor[...]`.

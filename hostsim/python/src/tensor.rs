@@ -3,15 +3,16 @@
 //! methods, `.ap()`).
 
 use dma::{Dtype, Space};
-use hostsim::nki::view::View;
 use pyo3::exceptions::PyAttributeError;
 use pyo3::prelude::*;
 use serde_json::{json, Value};
 
-use crate::ap::{Ap, Offsets};
+use crate::ap::Ap;
 
-/// The view methods a Tensor answers as its whole view (an [`Ap`]) does.
-const VIEW_METHODS: [&str; 9] = [
+/// The methods a Tensor answers as its whole view (an [`Ap`]) does: `.ap()` and NKI's
+/// view methods.
+const VIEW_METHODS: [&str; 10] = [
+    "ap",
     "slice",
     "select",
     "permute",
@@ -82,81 +83,8 @@ impl Tensor {
         Ap::whole(slf).__getitem__(key)
     }
 
-    /// ap(pattern, offset=0, vector_offset=None, indirect_dim=None, scalar_offset=None)
-    /// --
-    ///
-    /// NKI's access pattern over this tensor: `pattern` is 1 to 5 `[step, num]` pairs,
-    /// outermost first, in elements (on SBUF/PSUM the first pair steps partitions); the
-    /// element at position `(i0, ..)` is `offset + sum(i_k * step_k)`. `vector_offset`
-    /// is an index tile (`[1, N]` or `(N, 1)`, uint32 or int32, in SBUF), or an `.ap()` of
-    /// one picking N elements (`i.ap([[W, N], [1, 1]], offset=c)`: column `c` of an
-    /// `(N, W)` tile), whose value replaces dim `indirect_dim`'s term (default dim 0) by
-    /// `index * prod(shape[d+1:])`;
-    /// `scalar_offset` a 1x1 int32 or int64 tensor in SBUF or HBM whose value times the
-    /// same stride is added when the op runs (int64 only on an HBM tensor's pattern: on
-    /// SBUF/PSUM the offset must be int32, as NKI says).
-    #[pyo3(signature = (pattern, offset=None, vector_offset=None, indirect_dim=None, scalar_offset=None))]
-    fn ap(
-        slf: &Bound<'_, Self>,
-        pattern: &Bound<'_, PyAny>,
-        offset: Option<&Bound<'_, PyAny>>,
-        vector_offset: Option<&Bound<'_, PyAny>>,
-        indirect_dim: Option<&Bound<'_, PyAny>>,
-        scalar_offset: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Ap> {
-        let bad = |arg, value, rule| errors::bad_arg("ap", arg, value, rule);
-        let rule = "must be a list of 1 to 5 [step, num] pairs of integers, outermost first";
-        let pairs: Vec<[i64; 2]> = pattern
-            .extract()
-            .map_err(|_| bad("pattern", pattern, rule))?;
-        let pairs: Vec<(i64, u64)> = pairs
-            .iter()
-            .map(|&[step, num]| u64::try_from(num).map(|num| (step, num)))
-            .collect::<Result<_, _>>()
-            .map_err(|_| bad("pattern", pattern, "each num must be at least 1"))?;
-        let offset: u64 = offset.map_or(Ok(0), |o| {
-            o.extract().map_err(|_| {
-                bad(
-                    "offset",
-                    o,
-                    "must be an element offset, an integer 0 ..= 2^64 - 1",
-                )
-            })
-        })?;
-        let indirect_dim = indirect_dim
-            .map(|d| {
-                d.extract::<u32>().map_err(|_| {
-                    bad(
-                        "indirect_dim",
-                        d,
-                        "must be a dim of the tensor, an integer from 0",
-                    )
-                })
-            })
-            .transpose()?;
-        let this = slf.get();
-        let view = View::of_pattern(&pairs, offset, this.space != Space::Hbm)
-            .map_err(|rule| errors::bad_arg("ap", "pattern", pattern, &rule))?;
-        let mut offsets = Offsets {
-            indirect_dim,
-            ..Offsets::default()
-        };
-        if let Some(value) = vector_offset {
-            offsets.vector = Some(this.index_view(value)?);
-        }
-        if let Some(value) = scalar_offset {
-            let rule = "must be a Tensor (a 1x1 int32 or int64 tensor)";
-            let t = value
-                .cast::<Tensor>()
-                .map_err(|_| bad("scalar_offset", value, rule))?;
-            this.same_core(t.get(), "scalar_offset")?;
-            offsets.scalar = Some(t.get().name.clone());
-        }
-        Ok(Ap::new(slf, view, offsets))
-    }
-
-    /// NKI's view methods (`t.permute(...)`, `t.reshape(...)`, ... [`VIEW_METHODS`]): the
-    /// whole tensor's [`Ap`]'s.
+    /// NKI's `.ap()` and view methods (`t.permute(...)`, `t.reshape(...)`, ...
+    /// [`VIEW_METHODS`]): the whole tensor's [`Ap`]'s.
     fn __getattr__<'py>(slf: &Bound<'py, Self>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         if !VIEW_METHODS.contains(&name) {
             return Err(PyAttributeError::new_err(format!(
@@ -182,7 +110,7 @@ impl Tensor {
 impl Tensor {
     /// A `vector_offset`: a whole index tile (its name) or an `.ap()` of one (its table;
     /// the scenario refuses one with offsets of its own).
-    fn index_view(&self, value: &Bound<'_, PyAny>) -> PyResult<Value> {
+    pub fn index_view(&self, value: &Bound<'_, PyAny>) -> PyResult<Value> {
         if let Ok(t) = value.cast::<Tensor>() {
             self.same_core(t.get(), "vector_offset")?;
             return Ok(json!(t.get().name));

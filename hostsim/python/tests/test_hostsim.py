@@ -264,6 +264,38 @@ def view_of(a, k):
     ][k]()
 
 
+def test_an_ap_of_a_reshaped_tensor_indexes_the_reshaped_dims_as_moe_kernels_do():
+    """nki-library's MoE weight loads: w.reshape((E * Q, 2, N, I)).ap(..., vector_offset=
+    rows, indirect_dim=0) picks rows of the reshaped tensor (its dim 0's stride and bound),
+    and a scalar_offset's indirect_dim is a dim of the reshaped shape too; on every route."""
+    rng = np.random.default_rng(5)
+    E, Q, N, I, P = 3, 4, 2, 5, 6
+    w = rng.standard_normal((E, Q, 2, N, I)).astype(np.float32)
+    rows = np.array([[0], [11], [5], [12], [-1], [7]], np.int32)  # 12 and -1 are out of range
+    flat = w.reshape(E * Q, 2, N, I)
+    want = np.zeros((P, 2, N, I), np.float32)
+    ok = (rows[:, 0] >= 0) & (rows[:, 0] < E * Q)
+    want[ok] = flat[rows[ok, 0]]
+    for mechanism in ["auto", "dge", "reference"]:
+        core = hostsim.Core("cayman", mechanism=mechanism)
+        t, idx = core.hbm(w), core.sbuf(rows)
+        out = core.sbuf(shape=(P, 2, N, I), dtype=np.float32)
+        view = t.reshape((E * Q, 2, N, I))
+        src = view.ap([[2 * N * I, P], [N * I, 2], [I, N], [1, I]], vector_offset=idx, indirect_dim=0)
+        core.dma_copy(dst=out, src=src, oob_mode="skip")
+        np.testing.assert_array_equal(out.numpy(), want, err_msg=mechanism)
+        # one expert's block by a run-time expert number: indirect_dim 0 of [E, Q * 2 * N * I]
+        e = core.sbuf(np.array([[2]], np.int32))
+        block = core.hbm(shape=(Q * 2 * N * I,), dtype=np.float32)
+        by_expert = t.reshape((E, -1)).ap([[1, Q * 2 * N * I]], scalar_offset=e, indirect_dim=0)
+        core.dma_copy(dst=block, src=by_expert)
+        np.testing.assert_array_equal(block.numpy(), w[2].reshape(-1), err_msg=mechanism)
+    with pytest.raises(hostsim.InvalidInput, match="a reshape of a whole one"):
+        t[1:].ap([[1, 4]])
+    with pytest.raises(hostsim.InvalidInput, match="a reshape of a whole one"):
+        t.permute((1, 0, 2, 3, 4)).ap([[1, 4]])
+
+
 def test_views_say_which_rule_they_break_and_change_nothing():
     core = hostsim.Core("cayman")
     t = core.hbm(np.zeros((4, 6, 5), np.float32))

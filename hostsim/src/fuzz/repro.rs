@@ -222,6 +222,7 @@ fn ap_spec(s: &ApSide) -> ApSpec {
     let offsets = s.vector_offset.is_some() || s.scalar_offset.is_some();
     ApSpec::Pattern(ApPattern {
         tensor: s.tensor.name.clone(),
+        shape: None,
         ap: Some(pairs(&s.dims)),
         offset: s.offset,
         vector_offset: s.vector_offset.as_ref().map(|v| Box::new(index_spec(v))),
@@ -237,6 +238,7 @@ fn index_spec(v: &IndexAp) -> ApSpec {
         None => ApSpec::Whole(name),
         Some(dims) => ApSpec::Pattern(ApPattern {
             tensor: name,
+            shape: None,
             ap: Some(pairs(dims)),
             offset: v.offset,
             vector_offset: None,

@@ -103,6 +103,11 @@ impl View {
         &self.dims
     }
 
+    /// Whether dim 0 is a partition dim (SBUF/PSUM).
+    pub fn on_core(&self) -> bool {
+        self.on_core
+    }
+
     /// The element its first position is.
     pub fn offset(&self) -> i128 {
         self.offset

@@ -735,12 +735,14 @@ dst = "t"
                 .prop_map(|(offset, n, dim, skip)| OpSpec::DmaCopy(model::DmaCopy {
                     src: model::ApSpec::Pattern(model::ApPattern {
                         tensor: "a".into(),
+                        shape: skip.then(|| vec![2, n as u64]),
                         ap: Some(vec![[1, n], [n, 2]]),
                         offset,
                         vector_offset: dim.map(|d| {
                             Box::new(match d {
                                 2 => model::ApSpec::Pattern(model::ApPattern {
                                     tensor: "i".into(),
+                                    shape: None,
                                     ap: Some(vec![[4, 3], [1, 1]]),
                                     offset: offset % 4,
                                     vector_offset: None,

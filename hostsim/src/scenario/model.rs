@@ -434,6 +434,7 @@ fn read_pattern<'de, M: serde::de::MapAccess<'de>>(mut m: M) -> Result<ApPattern
     use serde::de::Error as _;
     const FIELDS: &[&str] = &[
         "tensor",
+        "shape",
         "ap",
         "offset",
         "vector_offset",
@@ -442,6 +443,7 @@ fn read_pattern<'de, M: serde::de::MapAccess<'de>>(mut m: M) -> Result<ApPattern
     ];
     let mut p = ApPattern {
         tensor: String::new(),
+        shape: None,
         ap: None,
         offset: 0,
         vector_offset: None,
@@ -460,6 +462,7 @@ fn read_pattern<'de, M: serde::de::MapAccess<'de>>(mut m: M) -> Result<ApPattern
         let named = |e: M::Error| M::Error::custom(format!("{field}: {e}"));
         match field {
             "tensor" => p.tensor = m.next_value().map_err(named)?,
+            "shape" => p.shape = Some(m.next_value().map_err(named)?),
             "ap" => p.ap = Some(m.next_value().map_err(named)?),
             "offset" => p.offset = m.next_value().map_err(named)?,
             "vector_offset" => p.vector_offset = Some(m.next_value().map_err(named)?),
@@ -482,6 +485,11 @@ fn is_zero(n: &u64) -> bool {
 pub struct ApPattern {
     /// The tensor's name.
     pub tensor: String,
+    /// The tensor as NKI's `t.reshape(shape)` sees it (the same elements in the same
+    /// row-major order, `shape` of the same count; on SBUF/PSUM `shape[0]` the partition
+    /// count): the shape `indirect_dim`, its stride and its bound are of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Vec<u64>>,
     /// 1 to 5 `[step, num]` pairs, outermost first (default: the whole tensor, row by
     /// row; required with `vector_offset` or `scalar_offset`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

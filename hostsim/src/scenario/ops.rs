@@ -428,7 +428,10 @@ impl Cx<'_> {
             }
             ApSpec::Pattern(p) => p,
         };
-        let tensor = self.ap_tensor(&format!("{field}.tensor"), &p.tensor)?;
+        let mut tensor = self.ap_tensor(&format!("{field}.tensor"), &p.tensor)?;
+        if let Some(shape) = &p.shape {
+            tensor.shape = self.reshaped(field, &tensor, shape)?;
+        }
         let vector_offset = match &p.vector_offset {
             Some(spec) => Some(self.index_ap(&format!("{field}.vector_offset"), spec)?),
             None => None,
@@ -473,6 +476,27 @@ impl Cx<'_> {
             vector_offset,
             scalar_offset,
         })
+    }
+
+    /// `shape` for `field.shape`, a reshape of `t`: the same element count, each size at
+    /// least 1, and on SBUF/PSUM the same partition count.
+    fn reshaped(&self, field: &str, t: &ApTensor, shape: &[u64]) -> Result<Vec<u64>, Error> {
+        let count = shape.iter().try_fold(1u64, |p, &s| p.checked_mul(s));
+        let rule = if shape.is_empty() || shape.contains(&0) {
+            "sizes are at least 1, one at least"
+        } else if count != Some(t.elements()) {
+            "a reshape keeps the tensor's element count"
+        } else if t.space != Space::Hbm && shape[0] != t.shape[0] {
+            "on SBUF/PSUM a reshape keeps shape[0], the partition count"
+        } else {
+            return Ok(shape.to_vec());
+        };
+        Err(self.error(format!(
+            "{field}.shape {shape:?}: {} is {:?} ({} elements); {rule}",
+            t.name,
+            t.shape,
+            t.elements()
+        )))
     }
 
     /// A side walked dim by dim: a whole tensor one pair per dim
@@ -711,6 +735,18 @@ mod tests {
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", offset = 30, ap = [[1, 8]] }\ndst = { tensor = \"out\", ap = [[1, 8]] }",
                 "op 0 (dma_copy src=tab dst=out): dma_copy: src: ap[0] = [1, 8] takes position [7] to element 37, outside the 32 elements of tab (shape [8, 4])",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", shape = [4, 4], ap = [[1, 8]] }\ndst = { tensor = \"out\", ap = [[1, 8]] }",
+                "op 0 (dma_copy): src.shape [4, 4]: tab is [8, 4] (32 elements); a reshape keeps the tensor's element count",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = { tensor = \"src\", shape = [8, 16], ap = [[1, 8]] }\ndst = { tensor = \"out\", ap = [[1, 8]] }",
+                "op 0 (dma_copy): src.shape [8, 16]: src is [16, 8] (128 elements); on SBUF/PSUM a reshape keeps shape[0], the partition count",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", shape = [32, 0], ap = [[1, 8]] }\ndst = { tensor = \"out\", ap = [[1, 8]] }",
+                "op 0 (dma_copy): src.shape [32, 0]: tab is [8, 4] (32 elements); sizes are at least 1, one at least",
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[1, 1], [1, 1], [1, 1], [1, 1], [1, 1], [1, 1]] }\ndst = \"out\"",
