@@ -213,6 +213,16 @@ pub struct SkippedIndex {
     pub value: u32,
 }
 
+/// An access-pattern side whose scalar offset took its walk out of its tensor under
+/// `oob = skip`: the copy moved nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SkippedOffset {
+    /// The side.
+    pub side: IndexSide,
+    /// The scalar offset's value.
+    pub value: i64,
+}
+
 /// What an executed instruction reports besides its memory effect; every route must
 /// report the same `Outcome` for the same instruction and inputs.
 ///
@@ -220,8 +230,10 @@ pub struct SkippedIndex {
 ///   are both out of bounds is listed once per side, src first) and EMBEDDING_UPDATE
 ///   indices >= the table's row count, in position order. GATHER misses and INDIRECT_COPY
 ///   zero fills are defined results, not skips, and are not listed.
+/// - `skipped_offsets`: the access-pattern sides whose scalar offset was out of bounds
+///   under `oob = skip` (src first); the copy moved nothing.
 /// - `oob_notification`: a DMA_INDIRECT skip on a side whose bound register does not set
-///   `bc_disable_oob_error_notif`.
+///   `bc_disable_oob_error_notif`; any access-pattern skip.
 /// - `bytes_written`: fabric bytes stored, counted once per store (an element or row
 ///   written twice counts twice; immediate and zero fills count; SKIP_WRITE misses and
 ///   skipped indices do not; POOL_BUFFER_LOAD stores nothing on the fabric).
@@ -229,10 +241,19 @@ pub struct SkippedIndex {
 pub struct Outcome {
     /// Indices skipped under a soft OOB policy.
     pub skipped: Vec<SkippedIndex>,
+    /// Scalar offsets skipped under `oob = skip`.
+    pub skipped_offsets: Vec<SkippedOffset>,
     /// Whether the OOB notification was raised.
     pub oob_notification: bool,
     /// Fabric bytes stored.
     pub bytes_written: u64,
+}
+
+impl Outcome {
+    /// Everything skipped: indices and scalar offsets.
+    pub fn skips(&self) -> usize {
+        self.skipped.len() + self.skipped_offsets.len()
+    }
 }
 
 #[cfg(test)]

@@ -905,6 +905,43 @@ mod tests {
         );
     }
 
+    /// A side without an index tile: its scalar offset out of the tensor fails the op
+    /// under `oob = "error"` and skips the copy under `"skip"`; the lint says which.
+    #[test]
+    fn a_scalar_offset_alone_fails_or_skips_the_copy_by_the_policy() {
+        let text = |oob: &str| {
+            tensor("t", "hbm", "[10, 8]", "iota")
+                + "[[tensor]]\nname = \"s\"\nspace = \"sbuf\"\ndtype = \"i32\"\nshape = [1, 1]\ninit = \"s.npy\"\n"
+                + &tensor("o", "hbm", "[4, 8]", "zeros")
+                + "[[op]]\nop = \"dma_copy\"\nsrc = { tensor = \"t\", ap = [[8, 4], [1, 8]], scalar_offset = \"s\", indirect_dim = 0 }\ndst = \"o\"\n"
+                + &format!("oob = \"{oob}\"\n")
+        };
+        let scalar = NpyArray {
+            descr: "<i4".into(),
+            shape: vec![1, 1],
+            data: 9i32.to_le_bytes().to_vec(),
+        };
+        let mut messages = Vec::new();
+        for oob in ["error", "skip"] {
+            let path = scenario(&format!("scalar-{oob}"), &text(oob), &[]);
+            std::fs::write(path.with_file_name("s.npy"), encode(&scalar)).unwrap();
+            let (e, _) = explain(&path, &Options::default(), false).unwrap();
+            assert_eq!(codes(&e.ops[0]), ["oob-indices"]);
+            messages.push(e.ops[0].lints[0].message.clone());
+        }
+        assert!(
+            messages[0].starts_with(
+                "the op fails (the scalar offset takes the walk out of its tensor; oob = error): "
+            ),
+            "{}",
+            messages[0]
+        );
+        assert_eq!(
+            messages[1],
+            "1 scalar offsets out of bounds skipped (oob = skip: each copy moved nothing): src scalar_offset 9"
+        );
+    }
+
     /// An i32 index tile's skipped -1 reads -1, not its bits as u32.
     #[test]
     fn a_negative_i32_index_is_named_as_such() {

@@ -41,7 +41,8 @@ impl Outcomes {
 
 /// Seeds 0..300: every case agrees across the routes, and the corpus reaches plain
 /// copies, soft skips, hard OOB errors on either side, duplicate destinations, scalar
-/// offsets out of range, int64 scalar offsets and scalars in HBM.
+/// offsets out of range (failing, and skipped under `oob = skip`), int64 scalar offsets
+/// and scalars in HBM.
 #[test]
 fn access_pattern_dmas_agree_across_routes_on_the_fixed_corpus() {
     let mut routes = Routes::new();
@@ -62,6 +63,7 @@ fn access_pattern_dmas_agree_across_routes_on_the_fixed_corpus() {
                 }
             }
             match reference::ap_dma(&mut fabric, dma) {
+                Ok(o) if !o.skipped_offsets.is_empty() => seen.add("scalar skipped".into()),
                 Ok(o) if o.skipped.is_empty() => seen.add("done".into()),
                 Ok(_) => seen.add("skips".into()),
                 Err(hostsim::Error::ApScalarOffset { .. }) => {
@@ -89,6 +91,7 @@ fn access_pattern_dmas_agree_across_routes_on_the_fixed_corpus() {
     // int64 scalar offsets (on HBM sides) and HBM-resident int32 ones
     assert!(seen.count("i64 scalar") >= 10, "{seen:?}");
     assert!(seen.count("HBM i32 scalar") >= 5, "{seen:?}");
-    // a scalar offset out of range
+    // a scalar offset out of range: failing under oob = error, the copy skipped under skip
     assert!(seen.count("scalar_offset out of range") >= 10, "{seen:?}");
+    assert!(seen.count("scalar skipped") >= 3, "{seen:?}");
 }

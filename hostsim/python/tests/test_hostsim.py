@@ -296,6 +296,36 @@ def test_an_ap_of_a_reshaped_tensor_indexes_the_reshaped_dims_as_moe_kernels_do(
         t.permute((1, 0, 2, 3, 4)).ap([[1, 4]])
 
 
+def test_a_scalar_offset_out_of_bounds_skips_the_copy_under_oob_skip():
+    """nki-library's MoE weight load: w.ap(..., scalar_offset=block_expert, indirect_dim=0)
+    with oob_mode=skip moves nothing for an expert number past the experts (an inactive
+    block), counted as one skip; under oob_mode=error the same copy fails and changes
+    nothing; an expert in range loads its weights; on every route."""
+    E, P, F = 3, 4, 6
+    w = np.arange(E * P * F, dtype=np.float32).reshape(E, P, F)
+    for mechanism in ["auto", "dge", "reference"]:
+        core = hostsim.Core("cayman", mechanism=mechanism)
+        t = core.hbm(w)
+        dst = core.sbuf(np.full((P, F), 7, np.float32))
+        for expert, want in [(1, w[1]), (E, None), (-1, None)]:
+            e = core.sbuf(np.array([[expert]], np.int32))
+            src = t.ap([[F, P], [1, F]], scalar_offset=e, indirect_dim=0)
+            before = dst.numpy()
+            skipped = core.report["total"]["oob_skipped"]
+            core.dma_copy(dst=dst, src=src, oob_mode="skip")
+            got = dst.numpy()
+            if want is None:
+                np.testing.assert_array_equal(got, before, err_msg=f"{mechanism} {expert}")
+                assert core.report["total"]["oob_skipped"] == skipped + 1
+                with pytest.raises(hostsim.Fault, match="scalar_offset"):
+                    core.dma_copy(dst=dst, src=src)
+                np.testing.assert_array_equal(dst.numpy(), before)
+            else:
+                np.testing.assert_array_equal(got, want, err_msg=f"{mechanism} {expert}")
+    with pytest.raises(hostsim.InvalidInput, match="applies to a side with a vector_offset or a scalar_offset"):
+        core.dma_copy(dst=dst, src=t[0], oob_mode="skip")
+
+
 def test_views_say_which_rule_they_break_and_change_nothing():
     core = hostsim.Core("cayman")
     t = core.hbm(np.zeros((4, 6, 5), np.float32))
@@ -630,7 +660,7 @@ def test_invalid_input_changes_nothing():
     before, ops = snapshot([a, b]), len(core.report["ops"])
     cases = [
         (lambda: core.dma_copy(dst=b, src=a, dst_rmw_op="mul"), "op 1 \\(dma_copy\\): compute: unknown variant `mul`"),
-        (lambda: core.dma_copy(dst=b, src=a, oob_mode="skip"), "oob = skip: applies to an indexed side"),
+        (lambda: core.dma_copy(dst=b, src=a, oob_mode="skip"), "oob = skip: applies to a side with a vector_offset or a scalar_offset"),
         (lambda: core.dma_copy(dst=b, src=a.ap([[1, 20]])), "outside the 16 elements of a"),
         (lambda: core.dma_copy(dst=b, src=hostsim.Core().hbm(np.zeros(1, np.float32))), "belongs to another Core"),
         (lambda: core.hbm(np.zeros(3)), "dtype float64"),

@@ -6,7 +6,8 @@
 //! inside the row, and the start is partition `offset / F`, element `offset % F`
 //! (`crate::nki::ap` proved the first pair steps whole rows and the rest stays in one).
 //! A scalar offset moves the start by its value times `stride_d` (read from the fabric
-//! and checked first). A vector offset is the side's indirection on dim `d`: step
+//! and checked first; under `oob = skip` one that takes a side without an index tile out
+//! of its tensor lowers the copy to no request, its skip reported). A vector offset is the side's indirection on dim `d`: step
 //! `stride_d` elements (a partition when `d = 0` on SBUF/PSUM), bound `shape[d]`, its
 //! tile read as u32 (an i32 below 0 is at least 2^31, out of bounds) through the DGE's
 //! index pattern: contiguously for a `[1, N]` vector, one partition apart for an `(N, 1)`
@@ -34,6 +35,13 @@ use crate::nki::{ApDma, ApSide, IndexAp, OobMode};
 /// The lowered copy: one request, its skips reported. The scalar offsets and (beside a
 /// scalar) the index tiles are read from `fabric` and checked first.
 pub(super) fn lower(fabric: &Fabric, c: &ApDma) -> Result<Lowered, Error> {
+    let skipped_offsets = c.skipped_offsets(fabric)?;
+    if !skipped_offsets.is_empty() {
+        return Ok(Lowered {
+            skipped_offsets,
+            ..Lowered::pool(Vec::new())
+        });
+    }
     let shifts = [
         Shift::of(fabric, "src", &c.src)?,
         Shift::of(fabric, "dst", &c.dst)?,
@@ -42,6 +50,7 @@ pub(super) fn lower(fabric: &Fabric, c: &ApDma) -> Result<Lowered, Error> {
         requests: vec![request(c, shifts)?],
         rows: [None, None],
         report_skips: true,
+        skipped_offsets: Vec::new(),
     })
 }
 
@@ -335,6 +344,15 @@ mod tests {
     /// elements in walk order, cut wherever the next is not contiguous with the last on
     /// both sides (each in its own element size) or the run would pass 64 KiB on either.
     fn minimal_descriptors(f: &Fabric, c: &ApDma) -> u64 {
+        // a scalar out of bounds on a side without indices skips the copy under skip
+        let out = |s: &ApSide| {
+            s.vector_offset.is_none()
+                && s.scalar_offset.is_some()
+                && s.scalar_value(f, "side").is_err()
+        };
+        if c.oob == OobMode::Skip && (out(&c.src) || out(&c.dst)) {
+            return 0;
+        }
         let (ss, ds) = (
             c.src.tensor.dtype.size() as u64,
             c.dst.tensor.dtype.size() as u64,

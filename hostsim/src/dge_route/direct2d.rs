@@ -35,6 +35,7 @@ pub(super) fn lower(map: &AddressMap, d: &DmaDirect2d) -> Result<Lowered, Error>
         requests: vec![req],
         rows: [None, None],
         report_skips: false,
+        skipped_offsets: Vec::new(),
     })
 }
 

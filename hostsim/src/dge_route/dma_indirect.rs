@@ -123,6 +123,7 @@ pub(super) fn lower(
         requests,
         rows: [rows(d.src_start_addr()), rows(d.dst_start_addr())],
         report_skips: true,
+        skipped_offsets: Vec::new(),
     })
 }
 

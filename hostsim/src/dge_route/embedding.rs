@@ -53,6 +53,7 @@ pub(super) fn lower(map: &AddressMap, e: &PseudoEmbeddingUpdate) -> Result<Lower
         requests: vec![req],
         rows: [None, Some(table)],
         report_skips: true,
+        skipped_offsets: Vec::new(),
     })
 }
 

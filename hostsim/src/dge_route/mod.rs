@@ -67,7 +67,7 @@ use dge::runs::Hull;
 use dge::{AccessPattern, ByteRanges, Request};
 use dma::{Addr4, AddressMap, Dtype, Engine, Fabric, FabricAddr, Location, ReplayReport, Space};
 
-use crate::core_state::{CoreState, IndexSide, Outcome, SkippedIndex};
+use crate::core_state::{CoreState, IndexSide, Outcome, SkippedIndex, SkippedOffset};
 use crate::error::Error;
 use crate::isa::{Instruction, PoolBufferLoad, S4d4Gt, Tensor4d};
 use crate::nki::ApDma;
@@ -474,6 +474,8 @@ struct Lowered {
     /// Whether the DGE's soft skips are the instruction's reported skips (GATHER misses
     /// and INDIRECT_COPY fills are defined results, not skips).
     report_skips: bool,
+    /// Scalar offsets skipped before any request (an access-pattern copy lowered to none).
+    skipped_offsets: Vec<SkippedOffset>,
 }
 
 impl Lowered {
@@ -483,6 +485,7 @@ impl Lowered {
             requests,
             rows: [None, None],
             report_skips: false,
+            skipped_offsets: Vec::new(),
         }
     }
 
@@ -565,6 +568,8 @@ impl Lowered {
     fn outcome(&self, generated: &[Generated]) -> Outcome {
         let mut out = Outcome {
             bytes_written: generated.iter().map(|g| g.bytes).sum(),
+            oob_notification: !self.skipped_offsets.is_empty(),
+            skipped_offsets: self.skipped_offsets.clone(),
             ..Outcome::default()
         };
         if self.report_skips {

@@ -190,9 +190,13 @@ fn oob_indices(f: &Facts) -> Option<Lint> {
                 " (oob = error)",
                 "pad with an in-bounds row, or set oob = \"skip\" to skip such indices",
             ),
-            Error::ApScalarOffset { .. } => (
+            Error::ApScalarOffset { index: Some(_), .. } => (
                 " (the scalar offset takes the walk out of its tensor, whatever the oob policy)",
                 "keep the scalar offset within the rows the in-bounds indices leave free",
+            ),
+            Error::ApScalarOffset { .. } => (
+                " (the scalar offset takes the walk out of its tensor; oob = error)",
+                "keep the scalar offset within the tensor, or set oob = \"skip\" to skip the copy when it is not",
             ),
             Error::ApIndexLeaves { .. } => (
                 " (an index below its bound whose block of positions runs past the tensor, whatever the oob policy)",
@@ -223,6 +227,24 @@ fn oob_indices(f: &Facts) -> Option<Lint> {
             format!("{} {value} at position {}", s.side, s.position)
         })
         .collect();
+    let offsets: Vec<String> = f
+        .report
+        .into_iter()
+        .flat_map(|r| &r.steps)
+        .flat_map(|s| &s.outcome.skipped_offsets)
+        .map(|s| format!("{} scalar_offset {}", s.side, s.value))
+        .collect();
+    if !offsets.is_empty() {
+        return Some(Lint {
+            code: "oob-indices",
+            message: format!(
+                "{} scalar offsets out of bounds skipped (oob = skip: each copy moved nothing): {}",
+                offsets.len(),
+                offsets.join(", ")
+            ),
+            suggestion: None,
+        });
+    }
     if skipped.is_empty() {
         return None;
     }

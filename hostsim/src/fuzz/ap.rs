@@ -195,10 +195,10 @@ fn candidate(rng: &mut Rng, names: &mut Names) -> Option<ApDma> {
             side(rng, &counts, dtype, names)?
         }
     };
-    let indexed = src.vector_offset.is_some() || dst.vector_offset.is_some();
+    let dynamic = |s: &ApSide| s.vector_offset.is_some() || s.scalar_offset.is_some();
     let opts = ApOptions {
         op: rng.pick(&ComputeOp::ALL),
-        oob: match indexed && rng.chance(50) {
+        oob: match (dynamic(&src) || dynamic(&dst)) && rng.chance(50) {
             true => OobMode::Skip,
             false => OobMode::Error,
         },

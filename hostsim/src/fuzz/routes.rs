@@ -671,6 +671,7 @@ mod tests {
                 skipped,
                 oob_notification: true,
                 bytes_written: 8,
+                ..Outcome::default()
             })
         };
         let many = (0..6).map(|p| skip(p, 9)).collect();

@@ -44,7 +44,9 @@
 //!   an `NkiScalar`); i64 only when the side's tensor is in HBM (NKI: "on an SBUF or PSUM
 //!   operand the offset must be nl.int32"; int64 exists to reach HBM past a 32-bit byte
 //!   offset). The value is read at its dtype when the op runs (an i64 exactly, no float
-//!   conversion) and must keep every position inside the tensor.
+//!   conversion) and must keep every position inside the tensor; under `oob = skip` a
+//!   side without an index tile whose scalar does not moves nothing of the copy
+//!   ([`ApDma::skipped_offsets`]).
 //!
 //! The copy runs on the software DGE (the GpSimd core generating descriptors from the
 //! whole pattern) or the closed-form reference; there is no POOL kernel for it.
@@ -54,7 +56,7 @@ use dma::{ComputeOp, Dtype, Fabric, FabricAddr, Space};
 use smallvec::SmallVec;
 
 use super::{Lowered, OobMode};
-use crate::core_state::IndexSide;
+use crate::core_state::{IndexSide, SkippedOffset};
 use crate::error::Error;
 
 /// The most `[step, num]` pairs a pattern has.
@@ -725,6 +727,31 @@ impl ApDma {
             tensor: s.tensor.name.clone(),
             bound,
         }
+    }
+
+    /// Under `oob = skip`, the sides without an index tile whose scalar offset (read from
+    /// `fabric`) takes their walk out of the tensor, src first: the copy moves nothing if
+    /// any. Empty under `error` (there the scalar's check fails the op).
+    pub fn skipped_offsets(&self, fabric: &Fabric) -> Result<Vec<SkippedOffset>, Error> {
+        let mut skipped = Vec::new();
+        if self.oob != OobMode::Skip {
+            return Ok(skipped);
+        }
+        for (side, name, s) in [
+            (IndexSide::Src, "src", &self.src),
+            (IndexSide::Dst, "dst", &self.dst),
+        ] {
+            if s.vector_offset.is_some() || s.scalar_offset.is_none() {
+                continue;
+            }
+            match s.scalar_value(fabric, name) {
+                Err(Error::ApScalarOffset { value, .. }) => {
+                    skipped.push(SkippedOffset { side, value })
+                }
+                other => drop(other?),
+            }
+        }
+        Ok(skipped)
     }
 
     /// Whether both sides are indexed one index per position: equal index counts and

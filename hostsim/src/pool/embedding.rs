@@ -51,6 +51,7 @@ pub fn embedding_update(
         skipped: plan.skipped,
         oob_notification: false,
         bytes_written: moved,
+        ..Outcome::default()
     };
     Ok((outcome, PoolCost::estimate("embedding_update", 1, work)))
 }

@@ -13,7 +13,9 @@
 //! (equal index counts and elements per index), position by position, the source before
 //! the destination, a duplicate last; otherwise the source's first failure, then the
 //! destination's first (an out-of-bounds index or a duplicate). Under `skip` an
-//! out-of-bounds position moves none of its elements and is listed. Duplicate
+//! out-of-bounds position moves none of its elements and is listed, and a side without
+//! an index tile whose scalar offset takes its walk out of the tensor moves nothing of
+//! the copy (listed; nothing else of the copy is checked). Duplicate
 //! destinations are an error only with a compute op under `unique_indices`; a plain copy
 //! lands last-index-wins.
 
@@ -32,6 +34,14 @@ struct Indices {
 
 /// Runs `c`; on error nothing is written.
 pub fn ap_dma(fabric: &mut Fabric, c: &ApDma) -> Result<Outcome, Error> {
+    let skipped_offsets = c.skipped_offsets(fabric)?;
+    if !skipped_offsets.is_empty() {
+        return Ok(Outcome {
+            skipped_offsets,
+            oob_notification: true,
+            ..Outcome::default()
+        });
+    }
     let scalars = [
         c.src.scalar_value(fabric, "src")?,
         c.dst.scalar_value(fabric, "dst")?,

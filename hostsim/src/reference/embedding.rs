@@ -49,6 +49,7 @@ pub(super) fn embedding_update(
         skipped: plan.skipped,
         oob_notification: false,
         bytes_written: plan.moves.len() as u64 * row_bytes,
+        ..Outcome::default()
     })
 }
 

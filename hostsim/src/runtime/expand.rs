@@ -153,6 +153,7 @@ mod tests {
             skipped: vec![skip(1), skip(3)],
             oob_notification: false,
             bytes_written: 24,
+            ..Outcome::default()
         };
         let update = embedding_update_trace(&arg, RouteTaken::Pool, &o);
         assert_eq!(

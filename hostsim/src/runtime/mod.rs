@@ -468,7 +468,7 @@ impl Runtime {
     ) -> StepReport {
         tracing::debug!(
             bytes = outcome.bytes_written,
-            skipped = outcome.skipped.len(),
+            skipped = outcome.skips(),
             "instruction done"
         );
         let mut step = self.step_report(ap_dma_opcode(dma), outcome, cost);
@@ -536,7 +536,7 @@ impl Runtime {
             }
             RouteTaken::Dge => self.execute_dge(fabric, inst)?,
         };
-        let (bytes, skipped) = (outcome.bytes_written, outcome.skipped.len());
+        let (bytes, skipped) = (outcome.bytes_written, outcome.skips());
         tracing::debug!(bytes, skipped, "instruction done");
         Ok(self.step_report(opcode, outcome, cost))
     }

@@ -133,7 +133,7 @@ pub struct Totals {
     pub instructions: usize,
     /// Fabric bytes stored.
     pub bytes_written: u64,
-    /// Indices skipped under a soft OOB policy.
+    /// Indices and scalar offsets skipped under a soft OOB policy.
     pub skipped: usize,
     /// Instructions that raised the OOB notification.
     pub notifications: usize,
@@ -156,7 +156,7 @@ impl Totals {
         self.bytes_written = self
             .bytes_written
             .saturating_add(step.outcome.bytes_written);
-        self.skipped += step.outcome.skipped.len();
+        self.skipped += step.outcome.skips();
         self.notifications += usize::from(step.outcome.oob_notification);
         match step.cost {
             Cost::Pool(c) => self.pool_ps = self.pool_ps.saturating_add(c.estimated_ps),
@@ -264,6 +264,7 @@ mod tests {
             skipped: vec![skipped],
             oob_notification: true,
             bytes_written: 12,
+            ..Outcome::default()
         };
         let dma = DmaTiming {
             replays: 1,

@@ -400,10 +400,10 @@ impl Cx<'_> {
         let dst = self.ap_side("dst", &o.dst)?;
         // NKI's defaults (oob "error", unique_indices true) hold for any copy; the other
         // values need indices to act on
-        let any_index = src.vector_offset.is_some() || dst.vector_offset.is_some();
-        if let (Some(Oob::Skip), false) = (o.oob, any_index) {
+        let dynamic = |s: &ApSide| s.vector_offset.is_some() || s.scalar_offset.is_some();
+        if let (Some(Oob::Skip), false) = (o.oob, dynamic(&src) || dynamic(&dst)) {
             return Err(self.error(
-                "oob = skip: applies to an indexed side, and neither side has a vector_offset (a scalar_offset out of bounds always fails)",
+                "oob = skip: applies to a side with a vector_offset or a scalar_offset (a run-time address), and neither side has one",
             ));
         }
         if let (Some(false), None) = (o.unique_indices, &dst.vector_offset) {
@@ -770,7 +770,7 @@ mod tests {
             ),
             (
                 "op = \"dma_copy\"\nsrc = \"out\"\ndst = \"out\"\noob = \"skip\"",
-                "op 0 (dma_copy): oob = skip: applies to an indexed side, and neither side has a vector_offset",
+                "op 0 (dma_copy): oob = skip: applies to a side with a vector_offset or a scalar_offset (a run-time address), and neither side has one",
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, 2], [1, 4]], vector_offset = \"idx\" }\ndst = \"out\"\nunique_indices = false",
