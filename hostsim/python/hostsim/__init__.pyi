@@ -38,7 +38,8 @@ class _Views:
     def select(self, dim: int, index: Union[int, Tensor]) -> Ap:
         """Dim `dim` picked at `index`: an int, or a 1x1 int32/int64 Tensor read when the op
         runs (the .ap()'s scalar_offset; its indirect_dim is the tensor dim the picked dim
-        steps). On SBUF/PSUM picking a partition keeps dim 0 at size 1."""
+        steps; the value is checked against the tensor, not the dim, as NKI's is). On
+        SBUF/PSUM picking a partition keeps dim 0 at size 1."""
     def permute(self, dims: Sequence[int]) -> Ap:
         """The dims in the order `dims` gives (dims[j] becomes dim j)."""
     def reshape(self, shape: Union[int, Sequence[int]]) -> Ap:
@@ -48,7 +49,8 @@ class _Views:
     def reshape_dim(self, dim: int, shape: Sequence[int]) -> Ap:
         """Dim `dim` split into dims of `shape` (one size may be -1)."""
     def flatten_dims(self, start_dim: int, end_dim: int) -> Ap:
-        """Dims start_dim..end_dim (both included), contiguous, merged into one."""
+        """Dims start_dim..end_dim (both included), contiguous (dims of size 1 aside),
+        merged into one."""
     def expand_dim(self, dim: int) -> Ap:
         """A dim of size 1 inserted at `dim`."""
     def squeeze_dim(self, dim: int) -> Ap:
@@ -99,7 +101,8 @@ class Ap(_Views):
 
     tensor: Tensor
     shape: List[int]
-    """The view's shape: one size per pair of its pattern."""
+    """The view's shape: one size per dim (a view of no dims, one element, is [] and its
+    pattern [[1, 1]])."""
     offset: int
     """The element its first position is."""
     def get_pattern(self) -> List[List[int]]:

@@ -7,7 +7,7 @@
 use dma::Space;
 use hostsim::nki::view::{Entry, View};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PySlice, PyTuple};
+use pyo3::types::{PyBool, PyInt, PySlice, PyString, PyTuple};
 use serde_json::{json, Map, Value};
 
 use crate::errors::{self, InvalidInput};
@@ -97,7 +97,7 @@ impl Ap {
             let s = value
                 .cast::<Tensor>()
                 .map_err(|_| bad("scalar_offset", value, rule))?;
-            this.same_core(s.get(), "scalar_offset")?;
+            this.same_core(s.get(), ("ap", "scalar_offset"))?;
             offsets.scalar = Some(s.get().name.clone());
         }
         Ok(Ap::new(t, view, offsets))
@@ -108,23 +108,24 @@ impl Ap {
         self.offsets.vector.is_some()
     }
 
-    /// The view's `.ap()`: its offset and `[step, num]` pairs.
-    fn pattern(&self) -> PyResult<(u64, Vec<[i64; 2]>)> {
+    /// The view's `.ap()`: its offset and `[step, num]` pairs; `what` names it in errors
+    /// (the op argument it is given as).
+    fn pattern(&self, what: &str) -> PyResult<(u64, Vec<[i64; 2]>)> {
         let name = &self.tensor.get().name;
-        let (offset, dims) = self
-            .view
-            .pattern()
-            .map_err(|rule| InvalidInput::new_err(format!("{name}: the view's .ap(): {rule}")))?;
+        let (offset, dims) = self.view.pattern().map_err(|rule| {
+            InvalidInput::new_err(format!("{what}: the view of {name} is no .ap(): {rule}"))
+        })?;
         Ok((
             offset,
             dims.iter().map(|d| [d.step, i64::from(d.num)]).collect(),
         ))
     }
 
-    /// The scenario's `.ap()` table: `{ tensor, ap, offset }` and the offsets given.
-    pub fn table(&self) -> PyResult<Map<String, Value>> {
+    /// The scenario's `.ap()` table: `{ tensor, ap, offset }` and the offsets given;
+    /// `what` names the view in errors (the op argument it is given as).
+    pub fn table(&self, what: &str) -> PyResult<Map<String, Value>> {
         let name = &self.tensor.get().name;
-        let (offset, pattern) = self.pattern()?;
+        let (offset, pattern) = self.pattern(what)?;
         let mut table = Map::new();
         table.insert("tensor".into(), json!(name));
         if let Some(shape) = &self.offsets.shape {
@@ -169,27 +170,28 @@ impl Ap {
 
 /// `value` as an int, for argument `arg` of `call`.
 fn int(call: &str, arg: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
-    if value.is_instance_of::<PyBool>() {
-        return Err(errors::bad_arg(
-            call,
-            arg,
-            value,
-            "must be an int, not a bool",
-        ));
-    }
-    value
-        .extract()
-        .map_err(|_| errors::bad_arg(call, arg, value, "must be an int"))
+    let rule = match value.extract::<i64>() {
+        _ if value.is_instance_of::<PyBool>() => "must be an int, not a bool",
+        Ok(v) => return Ok(v),
+        Err(_) if value.is_instance_of::<PyInt>() => "must be an int in -2^63 ..= 2^63 - 1",
+        Err(_) => "must be an int",
+    };
+    Err(errors::bad_arg(call, arg, value, rule))
 }
 
 /// `value` as ints: a tuple or list of them (or one int).
 fn ints(call: &str, arg: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
-    if let Ok(one) = int(call, arg, value) {
-        return Ok(vec![one]);
+    if value.is_instance_of::<PyInt>() {
+        return Ok(vec![int(call, arg, value)?]);
     }
-    value
+    let rule = "must be a tuple or list of ints";
+    if value.is_instance_of::<PyString>() {
+        return Err(errors::bad_arg(call, arg, value, rule));
+    }
+    let items: Vec<Bound<'_, PyAny>> = value
         .extract()
-        .map_err(|_| errors::bad_arg(call, arg, value, "must be a tuple or list of ints"))
+        .map_err(|_| errors::bad_arg(call, arg, value, rule))?;
+    items.iter().map(|v| int(call, arg, v)).collect()
 }
 
 #[pymethods]
@@ -214,7 +216,7 @@ impl Ap {
 
     /// The pattern's `[step, num]` pairs, outermost first (a view of no dims: `[[1, 1]]`).
     fn get_pattern(&self) -> PyResult<Vec<[i64; 2]>> {
-        Ok(self.pattern()?.1)
+        Ok(self.pattern("get_pattern")?.1)
     }
 
     /// ap(pattern, offset=0, vector_offset=None, indirect_dim=None, scalar_offset=None)
@@ -289,7 +291,13 @@ impl Ap {
         let d = self.dim("slice", dim)?;
         let size = self.view.shape()[d];
         let (s, e) = (int("slice", "start", start)?, int("slice", "end", end)?);
-        let step = step.map_or(Ok(1), |v| int("slice", "step", v))?;
+        let step = match step {
+            Some(v) if int("slice", "step", v)? == 0 => {
+                return Err(errors::bad_arg("slice", "step", v, "must not be 0"))
+            }
+            Some(v) => int("slice", "step", v)?,
+            None => 1,
+        };
         let cut = PySlice::new(py, s as isize, e as isize, step as isize);
         self.derive(py, ("slice", "start", start), |v| {
             v.pick(d, entry(cut.as_any(), size)?)
@@ -307,13 +315,18 @@ impl Ap {
         let py = dim.py();
         let d = self.dim("select", dim)?;
         let Ok(scalar) = index.cast::<Tensor>() else {
+            if !index.is_instance_of::<PyInt>() {
+                let rule = "must be an int or a 1x1 int32/int64 Tensor (a run-time pick)";
+                return Err(errors::bad_arg("select", "index", index, rule));
+            }
+            int("select", "index", index)?;
             let size = self.view.shape()[d];
             return self.derive(py, ("select", "index", index), |v| {
                 v.pick(d, entry(index, size)?)
             });
         };
         let base = self.tensor.get();
-        base.same_core(scalar.get(), "select's index")?;
+        base.same_core(scalar.get(), ("select", "index"))?;
         if self.offsets.scalar.is_some() {
             let rule = "the view already has a run-time select; an .ap() has one scalar_offset";
             return Err(errors::bad_arg("select", "index", index, rule));
@@ -357,7 +370,7 @@ impl Ap {
     ///
     /// Dim `dim` split into dims of `shape` (one size may be -1).
     fn reshape_dim(&self, dim: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<Ap> {
-        let d = int("reshape_dim", "dim", dim)?;
+        let d = self.dim("reshape_dim", dim)? as i64;
         let sizes = ints("reshape_dim", "shape", shape)?;
         self.derive(shape.py(), ("reshape_dim", "shape", shape), |v| {
             v.reshape_dim(d, &sizes)
@@ -374,8 +387,8 @@ impl Ap {
         start_dim: &Bound<'_, PyAny>,
         end_dim: &Bound<'_, PyAny>,
     ) -> PyResult<Ap> {
-        let s = int("flatten_dims", "start_dim", start_dim)?;
-        let e = int("flatten_dims", "end_dim", end_dim)?;
+        let s = self.dim_of("flatten_dims", "start_dim", start_dim)? as i64;
+        let e = self.dim_of("flatten_dims", "end_dim", end_dim)? as i64;
         self.derive(
             start_dim.py(),
             ("flatten_dims", "start_dim", start_dim),
@@ -406,15 +419,17 @@ impl Ap {
     ///
     /// Dim `dim`, of size 1, repeated `size` times (stride 0).
     fn broadcast(&self, dim: &Bound<'_, PyAny>, size: &Bound<'_, PyAny>) -> PyResult<Ap> {
-        let d = int("broadcast", "dim", dim)?;
+        let d = self.dim("broadcast", dim)? as i64;
         let n = int("broadcast", "size", size)?;
         let n = u64::try_from(n)
-            .map_err(|_| errors::bad_arg("broadcast", "size", size, "must be at least 1"))?;
+            .ok()
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| errors::bad_arg("broadcast", "size", size, "must be at least 1"))?;
         self.derive(dim.py(), ("broadcast", "dim", dim), |v| v.broadcast(d, n))
     }
 
     fn __repr__(&self) -> String {
-        match self.table() {
+        match self.table("repr") {
             Ok(table) => format!("Ap({})", Value::Object(table)),
             Err(_) => format!(
                 "Ap({:?}, shape={:?}, offset={})",
@@ -429,10 +444,15 @@ impl Ap {
 impl Ap {
     /// `dim` (an int, negative from the end) as a dim of the view, for `call`.
     fn dim(&self, call: &str, dim: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let d = int(call, "dim", dim)?;
+        self.dim_of(call, "dim", dim)
+    }
+
+    /// [`Ap::dim`] for the argument `arg`.
+    fn dim_of(&self, call: &str, arg: &str, dim: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let d = int(call, arg, dim)?;
         self.view
             .axis(d, 0)
-            .map_err(|rule| errors::bad_arg(call, "dim", dim, &rule))
+            .map_err(|rule| errors::bad_arg(call, arg, dim, &rule))
     }
 }
 

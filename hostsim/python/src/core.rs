@@ -619,7 +619,7 @@ fn side(slf: &Bound<'_, Core>, field: &str, value: &Bound<'_, PyAny>) -> PyResul
     if !t.core.is(slf) {
         return Err(foreign(field, &t.name));
     }
-    Ok(Value::Object(ap.table()?))
+    Ok(Value::Object(ap.table(field)?))
 }
 
 /// An indirect `dma_transpose` source: whole rows of its tensor picked by its
@@ -630,7 +630,7 @@ fn transposed_rows(slf: &Bound<'_, Core>, ap: &Ap) -> PyResult<(Value, Value)> {
         return Err(foreign("src", &t.name));
     }
     let row: u64 = t.shape.iter().skip(1).product();
-    let table = ap.table()?;
+    let table = ap.table("dma_transpose: src")?;
     let (Some(index), Some(pattern)) = (table.get("vector_offset"), table.get("ap")) else {
         return Err(InvalidInput::new_err(format!(
             "dma_transpose: src = {}: must have a vector_offset (the rows to transpose)",

@@ -83,6 +83,15 @@ impl Tensor {
         Ap::whole(slf).__getitem__(key)
     }
 
+    /// Its attributes and the view methods it answers ([`VIEW_METHODS`]).
+    fn __dir__(slf: &Bound<'_, Self>) -> PyResult<Vec<String>> {
+        let mut names: Vec<String> = slf.get_type().dir()?.extract()?;
+        names.extend(VIEW_METHODS.iter().map(|m| m.to_string()));
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
     /// NKI's `.ap()` and view methods (`t.permute(...)`, `t.reshape(...)`, ...
     /// [`VIEW_METHODS`]): the whole tensor's [`Ap`]'s.
     fn __getattr__<'py>(slf: &Bound<'py, Self>, name: &str) -> PyResult<Bound<'py, PyAny>> {
@@ -112,7 +121,7 @@ impl Tensor {
     /// the scenario refuses one with offsets of its own).
     pub fn index_view(&self, value: &Bound<'_, PyAny>) -> PyResult<Value> {
         if let Ok(t) = value.cast::<Tensor>() {
-            self.same_core(t.get(), "vector_offset")?;
+            self.same_core(t.get(), ("ap", "vector_offset"))?;
             return Ok(json!(t.get().name));
         }
         let Ok(ap) = value.cast::<Ap>() else {
@@ -124,16 +133,16 @@ impl Tensor {
             ));
         };
         let ap = ap.get();
-        self.same_core(ap.tensor.get(), "vector_offset")?;
-        Ok(Value::Object(ap.table()?))
+        self.same_core(ap.tensor.get(), ("ap", "vector_offset"))?;
+        Ok(Value::Object(ap.table("ap: vector_offset")?))
     }
 
-    /// Refuses `other` (given as `field`) unless it belongs to this tensor's Core.
-    pub fn same_core(&self, other: &Tensor, field: &str) -> PyResult<()> {
+    /// Refuses `other` (given as `field` of `call`) unless it belongs to this tensor's Core.
+    pub fn same_core(&self, other: &Tensor, (call, field): (&str, &str)) -> PyResult<()> {
         match self.core.is(&other.core) {
             true => Ok(()),
             false => Err(InvalidInput::new_err(format!(
-                "ap: {field} = {:?}: it belongs to another Core than {:?}, the tensor of this .ap()",
+                "{call}: {field} = {:?}: it belongs to another Core than {:?}, the tensor of this view",
                 other.name, self.name
             ))),
         }

@@ -336,7 +336,7 @@ def test_views_say_which_rule_they_break_and_change_nothing():
         (lambda: t.permute((1, 0, 2)).reshape(-1), "reshape: shape = -1: the dims are not contiguous"),
         (lambda: t.reshape((7, -1)), "cannot hold the 120 elements"),
         (lambda: s.permute((1, 0)), "moves dim 0, the partition dim"),
-        (lambda: s.reshape((8, 16)), "size 8 for dim 0, the partition dim of 16"),
+        (lambda: s.reshape((8, 16)), "give dim 0 8 elements, and dim 0 is the partition dim of 16"),
         (lambda: s.broadcast(1, 2), "broadcast repeats a dim of size 1"),
         (lambda: t.squeeze_dim(0), "dim 0 has size 4; only a dim of size 1 is squeezed"),
         (lambda: t.select(3, 0), "dim 3 is out of range for a view of 3 dims"),
@@ -344,10 +344,27 @@ def test_views_say_which_rule_they_break_and_change_nothing():
         (lambda: t[:, ::2].select(1, p), "no dim of the tensor"),
         (lambda: t.ap([[30, 4], [1, 30]], vector_offset=i).permute((1, 0)), "apply view methods before"),
         (lambda: t.expand_dim(0).expand_dim(0).expand_dim(0).get_pattern(), "the view has 6 dims"),
+        (lambda: core.dma_copy(dst=t, src=t.reshape((1, 2, 1, 2, 1, 30))), "^src: the view of t0 is no .ap\\(\\): the view has 6 dims"),
+        # each rule names the argument that breaks it
+        (lambda: t.permute([True, False, 2]), "permute: dims = True: must be an int, not a bool"),
+        (lambda: t.reshape((2**63, 1)), "reshape: shape = 9223372036854775808: must be an int in -2\\^63"),
+        (lambda: t.select(0, slice(0, 2)), "select: index = slice\\(0, 2, None\\): must be an int or a 1x1"),
+        (lambda: t.slice(1, 0, 3, 0), "slice: step = 0: must not be 0"),
+        (lambda: t.flatten_dims(0, 7), "flatten_dims: end_dim = 7: dim 7 is out of range"),
+        (lambda: t.reshape_dim(9, (2, 2)), "reshape_dim: dim = 9: dim 9 is out of range"),
+        (lambda: t[0:1].broadcast(0, 0), "broadcast: size = 0: must be at least 1"),
+        (lambda: t.select(0, hostsim.Core().sbuf(np.ones((1, 1), np.int32))), "^select: index = .*another Core"),
+        (lambda: s.reshape((4, 5)), "reshape: shape = \\(4, 5\\): the sizes \\[4, 5\\] do not hold the view's 128 elements"),
     ]:
         with pytest.raises(hostsim.InvalidInput, match=message):
             make()
     assert t.reshape((2, 2, 30)).reshape_dim(2, (6, 5)).flatten_dims(0, 1).get_pattern() == [[30, 4], [5, 6], [1, 5]]
+    # dims of size 1 merge with any (numpy's no-copy rule, as reshape has it); a -1 may
+    # stand for the partition count; the view methods show in dir()
+    x = core.hbm(np.arange(12, dtype=np.float32).reshape(3, 4))
+    assert x[:, 1:2].flatten_dims(0, 1).get_pattern() == x[:, 1:2].reshape(3).get_pattern() == [[4, 3]]
+    assert s.reshape((-1, 2, 4)).shape == [16, 2, 4]
+    assert {"permute", "reshape", "ap", "select"} <= set(dir(t))
     assert not t.numpy().any() and not s.numpy().any()
 
 

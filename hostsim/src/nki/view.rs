@@ -302,30 +302,23 @@ impl View {
     /// The same elements in the same row-major order under `shape` (one size may be -1).
     /// On SBUF/PSUM the partition dim stays: `shape[0]` must be its size.
     pub fn reshape(&self, shape: &[i64]) -> Result<View, String> {
-        if self.on_core {
-            let (first, rest) = shape
-                .split_first()
-                .ok_or("no sizes for the partition dim")?;
-            if *first != self.dims[0].size as i64 {
-                return Err(format!(
-                    "size {first} for dim 0, the partition dim of {} (on SBUF/PSUM a reshape keeps it)",
-                    self.dims[0].size
-                ));
-            }
-            let free = View {
-                dims: self.dims[1..].into(),
-                offset: 0,
-                on_core: false,
-            };
-            let mut dims = free.reshape(rest)?.dims;
-            dims.insert(0, self.dims[0]);
+        let sizes = View::solve(shape, self.elements()?)?;
+        if !self.on_core {
+            let dims = regroup(&self.dims, &sizes)?;
             return Ok(View {
                 dims,
                 ..self.clone()
             });
         }
-        let sizes = View::solve(shape, self.elements()?)?;
-        let dims = regroup(&self.dims, &sizes)?;
+        let partitions = self.dims[0].size;
+        if sizes.first() != Some(&partitions) {
+            return Err(format!(
+                "the sizes {sizes:?} give dim 0 {} elements, and dim 0 is the partition dim of {partitions} (on SBUF/PSUM a reshape keeps it)",
+                sizes.first().unwrap_or(&1)
+            ));
+        }
+        let mut dims = regroup(&self.dims[1..], &sizes[1..])?;
+        dims.insert(0, self.dims[0]);
         Ok(View {
             dims,
             ..self.clone()
@@ -365,9 +358,15 @@ impl View {
             .iter()
             .try_fold(1u64, |p, d| p.checked_mul(d.size))
             .ok_or("the merged size overflows 64 bits")?;
-        check_contiguous(&self.dims, s, e)?;
+        // dims of size 1 take no part (their stride moves nothing), as in a reshape
+        let moving: Vec<Dim> = self.dims[s..=e]
+            .iter()
+            .copied()
+            .filter(|d| d.size != 1)
+            .collect();
+        check_contiguous(&moving, 0, moving.len().saturating_sub(1))?;
         let mut dims = self.dims.clone();
-        let stride = dims[e].stride;
+        let stride = moving.last().map_or(dims[e].stride, |d| d.stride);
         dims.drain(s..=e);
         dims.insert(s, Dim { size, stride });
         Ok(View {
@@ -583,9 +582,14 @@ mod tests {
         ] {
             assert!(e.contains("partition dim"), "{e}");
         }
-        // the free dims reshape as any others; a dynamic select of dim 0 keeps it
+        // the free dims reshape as any others (a -1 may stand for the partition count);
+        // a dynamic select of dim 0 keeps it
         let v = tile(&[4, 6]).reshape(&[4, 3, -1]).unwrap();
         assert_eq!(pat(&v), (0, vec![(6, 4), (2, 3), (1, 2)]));
+        let v = tile(&[4, 6]).reshape(&[-1, 2, 3]).unwrap();
+        assert_eq!(pat(&v), (0, vec![(6, 4), (3, 2), (1, 3)]));
+        let e = tile(&[4, 6]).reshape(&[4, 5]).unwrap_err();
+        assert_eq!(e, "the sizes [4, 5] do not hold the view's 24 elements");
         let (v, d) = tile(&[4, 6]).select_dynamic(0, &[4, 6]).unwrap();
         assert_eq!((pat(&v), d), ((0, vec![(6, 1), (1, 6)]), 0));
     }
@@ -623,9 +627,15 @@ mod tests {
             pat(&t.expand_dim(-1).unwrap()).1,
             vec![(12, 2), (4, 3), (1, 4), (1, 1)]
         );
-        // an inserted dim merges back with the dim it stands before
+        // an inserted dim merges back with the dim it stands before, and a dim of size 1
+        // (whatever its stride) merges with any
         let back = t.expand_dim(1).unwrap().flatten_dims(1, 2).unwrap();
         assert_eq!(pat(&back), pat(&t));
+        let column = hbm(&[3, 4]).index(&[all(3), range(1, 1, 1)]).unwrap();
+        assert_eq!(pat(&column.flatten_dims(0, 1).unwrap()), (1, vec![(4, 3)]));
+        let one = hbm(&[3, 4]).index(&[range(0, 1, 1)]).unwrap();
+        let one = one.broadcast(0, 1).unwrap().flatten_dims(0, 1).unwrap();
+        assert_eq!(pat(&one), (0, vec![(1, 4)]));
         let b = t.expand_dim(1).unwrap().broadcast(1, 5).unwrap();
         assert_eq!(pat(&b).1, vec![(12, 2), (0, 5), (4, 3), (1, 4)]);
         assert_eq!(
@@ -876,8 +886,14 @@ mod tests {
                 let mut shape = o.shape.clone();
                 let merged = shape[a..=b].iter().product();
                 shape.splice(a..=b, [merged]);
+                // a merge is a reshape: the two agree on whether strides can say it
+                let r = v.flatten_dims(a as i64, b as i64);
+                if a > 0 || !v.on_core {
+                    let sizes: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+                    assert_eq!(r.is_ok(), v.reshape(&sizes).is_ok(), "{v:?} {a}..={b}");
+                }
                 ok(
-                    v.flatten_dims(a as i64, b as i64),
+                    r,
                     Oracle {
                         shape,
                         elems: o.elems.clone(),
