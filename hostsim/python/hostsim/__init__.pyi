@@ -38,7 +38,8 @@ class _Views:
     def select(self, dim: int, index: Union[int, Tensor]) -> Ap:
         """Dim `dim` picked at `index`: an int, or a 1x1 int32/int64 Tensor read when the op
         runs (the .ap()'s scalar_offset; its indirect_dim is the tensor dim the picked dim
-        steps; the value is checked against the tensor, not the dim, as NKI's is). On
+        steps, of the tensor with a dim split if none does; the value is checked against
+        the tensor, not the dim, as NKI's is). On
         SBUF/PSUM picking a partition keeps dim 0 at size 1."""
     def permute(self, dims: Sequence[int]) -> Ap:
         """The dims in the order `dims` gives (dims[j] becomes dim j)."""

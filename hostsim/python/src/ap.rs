@@ -331,14 +331,17 @@ impl Ap {
             let rule = "the view already has a run-time select; an .ap() has one scalar_offset";
             return Err(errors::bad_arg("select", "index", index, rule));
         }
-        let mut indirect_dim = None;
+        let seen = self.offsets.shape.as_ref().unwrap_or(&base.shape);
+        let mut picked = None;
         let mut ap = self.derive(py, ("select", "dim", dim), |v| {
-            let (view, d) = v.select_dynamic(d as i64, &base.shape)?;
-            indirect_dim = Some(d);
+            let (view, d, shape) = v.select_dynamic(d as i64, seen)?;
+            picked = Some((d, shape));
             Ok(view)
         })?;
+        let (d, shape) = picked.unwrap_or_default();
         ap.offsets.scalar = Some(scalar.get().name.clone());
-        ap.offsets.indirect_dim = indirect_dim;
+        ap.offsets.indirect_dim = Some(d);
+        ap.offsets.shape = (shape != base.shape).then_some(shape);
         Ok(ap)
     }
 

@@ -290,6 +290,14 @@ def test_an_ap_of_a_reshaped_tensor_indexes_the_reshaped_dims_as_moe_kernels_do(
         by_expert = t.reshape((E, -1)).ap([[1, Q * 2 * N * I]], scalar_offset=e, indirect_dim=0)
         core.dma_copy(dst=block, src=by_expert)
         np.testing.assert_array_equal(block.numpy(), w[2].reshape(-1), err_msg=mechanism)
+        # a run-time select of a dim no tensor dim strides like (half an expert): the
+        # tensor seen with its dim Q split in two (as NKI reshapes it), indirect_dim 1
+        one = core.sbuf(np.array([[1]], np.int32))
+        v = t.reshape((E, Q * 2 * N * I)).reshape_dim(1, (2, -1)).select(1, one)
+        assert v.get_pattern() == [[Q * 2 * N * I, E], [1, Q * N * I]]
+        got = core.hbm(shape=(E, Q * N * I), dtype=np.float32)
+        core.dma_copy(dst=got, src=v)
+        np.testing.assert_array_equal(got.numpy(), w.reshape(E, 2, -1)[:, 1], err_msg=mechanism)
     with pytest.raises(hostsim.InvalidInput, match="a reshape of a whole one"):
         t[1:].ap([[1, 4]])
     with pytest.raises(hostsim.InvalidInput, match="a reshape of a whole one"):
@@ -341,7 +349,7 @@ def test_views_say_which_rule_they_break_and_change_nothing():
         (lambda: t.squeeze_dim(0), "dim 0 has size 4; only a dim of size 1 is squeezed"),
         (lambda: t.select(3, 0), "dim 3 is out of range for a view of 3 dims"),
         (lambda: t.select(0, p).select(0, p), "already has a run-time select"),
-        (lambda: t[:, ::2].select(1, p), "no dim of the tensor"),
+        (lambda: t[:, :, ::2].select(2, p), "steps 2 elements, and no dim of the tensor \\(shape \\[4, 6, 5\\]\\) has or splits into"),
         (lambda: t.ap([[30, 4], [1, 30]], vector_offset=i).permute((1, 0)), "apply view methods before"),
         (lambda: t.expand_dim(0).expand_dim(0).expand_dim(0).get_pattern(), "the view has 6 dims"),
         (lambda: core.dma_copy(dst=t, src=t.reshape((1, 2, 1, 2, 1, 30))), "^src: the view of t0 is no .ap\\(\\): the view has 6 dims"),

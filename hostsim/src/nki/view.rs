@@ -20,7 +20,9 @@
 //! - [`View::broadcast`]: a dim of size 1 repeated `size` times (stride 0);
 //! - [`View::select_dynamic`]: a dim picked by a run-time value, which the `.ap()` says
 //!   as a `scalar_offset` scaled by the stride of the tensor dim it names
-//!   (`indirect_dim`): the picked dim's stride must be one of the tensor's.
+//!   (`indirect_dim`): the picked dim's stride must be one of the tensor's, or of the
+//!   tensor with one dim split (NKI reshapes the tensor so; the `.ap()` says the split
+//!   shape).
 //!
 //! On SBUF/PSUM dim 0 is the partition dim, and it stays the first dim of every view, so
 //! the pattern's first pair steps partitions as the `.ap()` rules want: no op moves,
@@ -429,30 +431,57 @@ impl View {
     }
 
     /// Dim `dim` picked by a run-time value (NKI's `select` by a 1x1 tensor): the view
-    /// without it (on SBUF/PSUM dim 0 kept at size 1), and the dim `d` of the tensor of
-    /// `shape` whose stride (`prod(shape[d+1:])`) the dim steps, which the `.ap()` names
-    /// as `indirect_dim` (the innermost such `d`, one of size above 1 first).
-    pub fn select_dynamic(&self, dim: i64, shape: &[u64]) -> Result<(View, u32), String> {
+    /// without it (on SBUF/PSUM dim 0 kept at size 1), the dim `d` of the tensor whose
+    /// stride (`prod(shape[d+1:])`) the dim steps, which the `.ap()` names as
+    /// `indirect_dim`, and the tensor's shape as the `.ap()` must see it for that: `shape`
+    /// itself where one of its dims has the stride (the innermost, one of size above 1
+    /// first), else `shape` with a dim split so that its outer part has it (as NKI
+    /// reshapes the tensor; never the partition dim).
+    pub fn select_dynamic(&self, dim: i64, shape: &[u64]) -> Result<(View, u32, Vec<u64>), String> {
         let at = self.axis(dim, 0)?;
         let stride = self.dims[at].stride;
-        let strides = View::whole(shape, self.on_core).dims;
-        let matching = |big: bool| {
-            (0..strides.len())
-                .rev()
-                .find(|&d| strides[d].stride == stride && (!big || shape[d] > 1))
-        };
-        let Some(d) = matching(true).or_else(|| matching(false)) else {
-            return Err(format!(
-                "dim {dim} steps {stride} elements, and no dim of the tensor (shape {shape:?}) does; an .ap() scales a scalar_offset by a tensor dim's stride"
-            ));
-        };
+        let (d, shape) = stride_dim(shape, stride, self.on_core).ok_or_else(|| {
+            format!(
+                "dim {dim} steps {stride} elements, and no dim of the tensor (shape {shape:?}) has or splits into that stride; an .ap() scales a scalar_offset by a tensor dim's stride"
+            )
+        })?;
         let mut view = self.clone();
         match self.on_core && at == 0 {
             true => view.dims[0].size = 1,
             false => drop(view.dims.remove(at)),
         }
-        Ok((view, d as u32))
+        Ok((view, d as u32, shape))
     }
+}
+
+/// The dim of a tensor of `shape` whose stride is `stride`, and the shape that has it:
+/// `shape`'s own dim if one has it (the innermost, one of size above 1 first), else a
+/// dim `d` (the innermost that can; not the partition dim on core) split as
+/// `[shape[d] / f, f]`, `f = stride / stride_d`, its outer part then dim `d`.
+fn stride_dim(shape: &[u64], stride: i64, on_core: bool) -> Option<(usize, Vec<u64>)> {
+    let strides: Vec<i64> = View::whole(shape, on_core)
+        .dims
+        .iter()
+        .map(|d| d.stride)
+        .collect();
+    let own = |big: bool| {
+        (0..shape.len())
+            .rev()
+            .find(|&d| strides[d] == stride && (!big || shape[d] > 1))
+    };
+    if let Some(d) = own(true).or_else(|| own(false)) {
+        return Some((d, shape.to_vec()));
+    }
+    let lowest = usize::from(on_core);
+    (lowest..shape.len()).rev().find_map(|d| {
+        let f = u64::try_from(stride.checked_div(strides[d])?).ok()?;
+        let splits = stride % strides[d] == 0 && f > 1 && f < shape[d] && shape[d].is_multiple_of(f);
+        splits.then(|| {
+            let mut split = shape.to_vec();
+            split.splice(d..=d, [shape[d] / f, f]);
+            (d, split)
+        })
+    })
 }
 
 /// `dims` regrouped as `sizes` (the same element count) in the same row-major order:
@@ -590,8 +619,11 @@ mod tests {
         assert_eq!(pat(&v), (0, vec![(6, 4), (3, 2), (1, 3)]));
         let e = tile(&[4, 6]).reshape(&[4, 5]).unwrap_err();
         assert_eq!(e, "the sizes [4, 5] do not hold the view's 24 elements");
-        let (v, d) = tile(&[4, 6]).select_dynamic(0, &[4, 6]).unwrap();
-        assert_eq!((pat(&v), d), ((0, vec![(6, 1), (1, 6)]), 0));
+        let (v, d, shape) = tile(&[4, 6]).select_dynamic(0, &[4, 6]).unwrap();
+        assert_eq!(
+            (pat(&v), d, shape),
+            ((0, vec![(6, 1), (1, 6)]), 0, vec![4, 6])
+        );
     }
 
     #[test]
@@ -664,8 +696,19 @@ mod tests {
             "dim -4 is out of range for a view of 3 dims"
         );
         // a dynamic select names the tensor dim with the picked dim's stride
-        let (v, d) = t.select_dynamic(1, &[2, 3, 4]).unwrap();
-        assert_eq!((pat(&v), d), ((0, vec![(12, 2), (1, 4)]), 1));
+        let (v, d, shape) = t.select_dynamic(1, &[2, 3, 4]).unwrap();
+        assert_eq!(
+            (pat(&v), d, shape),
+            ((0, vec![(12, 2), (1, 4)]), 1, vec![2, 3, 4])
+        );
+        // a stride no dim has: a dim split to give it, as NKI reshapes the tensor
+        let split = hbm(&[2, 12]).reshape_dim(1, &[3, 4]).unwrap();
+        let split = split.index(&[all(2), all(3), range(0, 2, 2)]).unwrap();
+        let (v, d, shape) = split.select_dynamic(2, &[2, 12]).unwrap();
+        assert_eq!(
+            (pat(&v), d, shape),
+            ((0, vec![(12, 2), (4, 3)]), 1, vec![2, 6, 2])
+        );
         let e = t
             .index(&[all(2), range(0, 2, 2)])
             .unwrap()
@@ -937,8 +980,8 @@ mod tests {
                 let value = value.min(o.shape[k] - 1);
                 let r = v.select_dynamic(k as i64, shape);
                 let picked = apply(v, o, &Op::Pick(k, value, 1, 1, true), shape)?.ok()?;
-                Some(r.map(|(dynamic, d)| {
-                    let stride = View::whole(shape, v.on_core).dims[d as usize].stride;
+                Some(r.map(|(dynamic, d, seen)| {
+                    let stride = View::whole(&seen, v.on_core).dims[d as usize].stride;
                     let shifted = View {
                         offset: dynamic.offset + i128::from(value) * i128::from(stride),
                         ..dynamic
