@@ -54,14 +54,15 @@ pub(super) fn lower(fabric: &Fabric, c: &ApDma) -> Result<Lowered, Error> {
     })
 }
 
-/// Checks, before anything is read, that `c` is one request the DGE takes: each side at
-/// most [`dge::runs::MAX_PIECES`] contiguous pieces, and an index step that fits 32 bits.
+/// Checks, before anything is read, that `c` (a copy of the op `op`) is one request the
+/// DGE takes: each side at most [`dge::runs::MAX_PIECES`] contiguous pieces, and an index
+/// step that fits 32 bits.
 /// Every route refuses a copy that fails (the copy is one DGE request by definition).
-pub(crate) fn check_request(map: &AddressMap, c: &ApDma) -> Result<(), Error> {
+pub(crate) fn check_request(map: &AddressMap, c: &ApDma, op: &'static str) -> Result<(), Error> {
     let req = request(c, [Shift::default(); 2])?;
     dge::generate::check_piece_limit(map, &req).map_err(|e| match e {
         dge::Error::TooManyPieces { side, pieces, limit } => Error::ApPattern {
-            op: "dma_copy",
+            op,
             side: if side == "source" { "src" } else { "dst" },
             rule: format!(
                 "the walk is {pieces} contiguous pieces; the copy is one DGE request, which walks at most {limit} a side (split the copy)"

@@ -475,7 +475,8 @@ fn stride_dim(shape: &[u64], stride: i64, on_core: bool) -> Option<(usize, Vec<u
     let lowest = usize::from(on_core);
     (lowest..shape.len()).rev().find_map(|d| {
         let f = u64::try_from(stride.checked_div(strides[d])?).ok()?;
-        let splits = stride % strides[d] == 0 && f > 1 && f < shape[d] && shape[d].is_multiple_of(f);
+        let splits =
+            stride % strides[d] == 0 && f > 1 && f < shape[d] && shape[d].is_multiple_of(f);
         splits.then(|| {
             let mut split = shape.to_vec();
             split.splice(d..=d, [shape[d] / f, f]);

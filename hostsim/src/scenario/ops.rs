@@ -76,7 +76,7 @@ pub fn prepare_op(
         }
         // an access-pattern copy is one DGE request on every route
         for c in &lowered.ap_dmas {
-            crate::dge_route::check_ap_request(map, c)?;
+            crate::dge_route::check_ap_request(map, c, kind)?;
         }
         Ok(lowered)
     };
@@ -853,6 +853,22 @@ mod tests {
                 "op 0 (dma_copy src=tab dst=out): the pool mechanism is not available: an access-pattern DMA"
             ),
             "{e}"
+        );
+    }
+
+    /// A copy an op lowers to is one DGE request: one too long for it is refused in the
+    /// op's own terms (here a transpose's, not the dma_copy it lowers to).
+    #[test]
+    fn a_copy_past_the_dge_request_size_is_named_by_its_op() {
+        let big = |name: &str| {
+            format!("[[tensor]]\nname = \"{name}\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [3000, 3000]\n")
+        };
+        let text =
+            big("a") + &big("b") + "[[op]]\nop = \"dma_transpose\"\nsrc = \"a\"\ndst = \"b\"\n";
+        let e = prepared(&text, &[], Overrides::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "op 0 (dma_transpose src=a dst=b): dma_transpose: src: the walk is 9000000 contiguous pieces; the copy is one DGE request, which walks at most 4194304 a side (split the copy)"
         );
     }
 
