@@ -58,6 +58,12 @@ class _Views:
         """Dim `dim`, of size 1, dropped."""
     def broadcast(self, dim: int, size: int) -> Ap:
         """Dim `dim`, of size 1, repeated `size` times (stride 0)."""
+    def view(self, dtype: DTypeLike) -> Ap:
+        """The view's bytes as elements of `dtype` (numpy's view(dtype)): the last dim, which
+        must be contiguous, scaled by the size ratio; strides and offset counted in the new
+        elements, each a whole number of them."""
+    def reinterpret_cast(self, dtype: DTypeLike) -> Ap:
+        """nki-library's TensorView.reinterpret_cast: view(dtype)."""
 
 class Tensor(_Views):
     """A tensor of a Core, made by Core.hbm / Core.sbuf / Core.psum."""
@@ -87,13 +93,15 @@ class Tensor(_Views):
         vector_offset: Optional[Union[Tensor, Ap]] = None,
         indirect_dim: Optional[int] = None,
         scalar_offset: Optional[Tensor] = None,
+        dtype: Optional[DTypeLike] = None,
     ) -> Ap:
         """NKI's access pattern: 1 to 5 [step, num] pairs, outermost first, in elements
         (on SBUF/PSUM the first pair steps partitions); an index tile `vector_offset`
         ([1, N] or (N, 1), uint32/int32, SBUF), or an .ap() of one picking N of its
         elements (i_sb.ap([[NT, 128], [1, 1]], offset=t): a column), replaces dim
         `indirect_dim`'s term (default 0); `scalar_offset` is a 1x1 int32 or int64 tensor in SBUF or HBM added at run
-        time (int64 only on an HBM tensor's pattern; on SBUF/PSUM it must be int32)."""
+        time (int64 only on an HBM tensor's pattern; on SBUF/PSUM it must be int32).
+        `dtype` counts the tensor's bytes as elements of that dtype (view(dtype) first)."""
 
 class Ap(_Views):
     """An access pattern over a tensor, a dma_copy / dma_compute side: a view (slicing or
@@ -117,6 +125,7 @@ class Ap(_Views):
         vector_offset: Optional[Union[Tensor, Ap]] = None,
         indirect_dim: Optional[int] = None,
         scalar_offset: Optional[Tensor] = None,
+        dtype: Optional[DTypeLike] = None,
     ) -> Ap:
         """NKI's t.reshape(shape).ap(...): Tensor.ap over the tensor as this view reshapes
         it; the view must be a reshape of the whole tensor (indirect_dim, its stride and

@@ -4,12 +4,13 @@
 //! [`hostsim::nki::view`]'s) with the tensor's run-time offsets, and reaches the scenario
 //! as one `.ap()` table ([`Ap::table`]).
 
-use dma::Space;
+use dma::{Dtype, Space};
 use hostsim::nki::view::{Entry, View};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PySlice, PyString, PyTuple};
 use serde_json::{json, Map, Value};
 
+use crate::convert;
 use crate::errors::{self, InvalidInput};
 use crate::tensor::Tensor;
 
@@ -35,8 +36,10 @@ struct ApArgs<'a, 'py> {
 /// and the run-time offsets.
 #[derive(Clone, Debug, Default)]
 pub struct Offsets {
-    /// The shape of `t.reshape(shape).ap(...)`.
+    /// The shape of `t.reshape(shape).ap(...)` (in elements of `dtype`).
     pub shape: Option<Vec<u64>>,
+    /// The dtype the view's elements are (`view(dtype)`), where not the tensor's.
+    pub dtype: Option<Dtype>,
     /// The index tile's name, or an `.ap()` table of one.
     pub vector: Option<Value>,
     /// The 1x1 tensor's name.
@@ -65,7 +68,7 @@ impl Ap {
     }
 
     /// `t.ap(...)` with `args`, on the tensor as `shape` reshapes it (if given).
-    fn explicit(t: &Bound<'_, Tensor>, shape: Option<Vec<u64>>, args: ApArgs) -> PyResult<Ap> {
+    fn explicit(t: &Bound<'_, Tensor>, seen: Offsets, args: ApArgs) -> PyResult<Ap> {
         let bad = |arg, value, rule| errors::bad_arg("ap", arg, value, rule);
         let pattern = args.pattern;
         let rule = "must be a list of 1 to 5 [step, num] pairs of integers, outermost first";
@@ -85,9 +88,8 @@ impl Ap {
         let view = View::of_pattern(&pairs, offset, this.space != Space::Hbm)
             .map_err(|rule| errors::bad_arg("ap", "pattern", pattern, &rule))?;
         let mut offsets = Offsets {
-            shape,
             indirect_dim,
-            ..Offsets::default()
+            ..seen
         };
         if let Some(value) = args.vector_offset {
             offsets.vector = Some(this.index_view(value)?);
@@ -128,6 +130,9 @@ impl Ap {
         let (offset, pattern) = self.pattern(what)?;
         let mut table = Map::new();
         table.insert("tensor".into(), json!(name));
+        if let Some(dtype) = self.offsets.dtype {
+            table.insert("dtype".into(), json!(dtype.name()));
+        }
         if let Some(shape) = &self.offsets.shape {
             table.insert("shape".into(), json!(shape));
         }
@@ -234,7 +239,7 @@ impl Ap {
     /// `scalar_offset` a 1x1 int32 or int64 tensor in SBUF or HBM whose value times the
     /// same stride is added when the op runs (int64 only on an HBM tensor's pattern: on
     /// SBUF/PSUM the offset must be int32, as NKI says).
-    #[pyo3(signature = (pattern, offset=None, vector_offset=None, indirect_dim=None, scalar_offset=None))]
+    #[pyo3(signature = (pattern, offset=None, vector_offset=None, indirect_dim=None, scalar_offset=None, dtype=None))]
     fn ap(
         &self,
         pattern: &Bound<'_, PyAny>,
@@ -242,8 +247,20 @@ impl Ap {
         vector_offset: Option<&Bound<'_, PyAny>>,
         indirect_dim: Option<&Bound<'_, PyAny>>,
         scalar_offset: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Ap> {
-        let t = self.tensor.bind(pattern.py());
+        let py = pattern.py();
+        if let Some(d) = dtype {
+            return self.view(d)?.ap(
+                pattern,
+                offset,
+                vector_offset,
+                indirect_dim,
+                scalar_offset,
+                None,
+            );
+        }
+        let t = self.tensor.bind(py);
         let shape = self.view.shape();
         let whole = View::whole(&shape, self.view.on_core());
         let plain = self.offsets.vector.is_none() && self.offsets.scalar.is_none();
@@ -256,7 +273,11 @@ impl Ap {
                 if plain { "" } else { ", with run-time offsets" }
             )));
         }
-        let reshaped = (shape != t.get().shape).then_some(shape);
+        let seen = Offsets {
+            shape: (Some(&shape) != self.tensor_shape().as_ref()).then_some(shape),
+            dtype: self.offsets.dtype,
+            ..Offsets::default()
+        };
         let args = ApArgs {
             pattern,
             offset,
@@ -264,7 +285,7 @@ impl Ap {
             indirect_dim,
             scalar_offset,
         };
-        Ap::explicit(t, reshaped, args)
+        Ap::explicit(t, seen, args)
     }
 
     /// Slicing the view: ints and slices per dim, as `Tensor[...]`.
@@ -331,18 +352,56 @@ impl Ap {
             let rule = "the view already has a run-time select; an .ap() has one scalar_offset";
             return Err(errors::bad_arg("select", "index", index, rule));
         }
-        let seen = self.offsets.shape.as_ref().unwrap_or(&base.shape);
+        let whole = self.tensor_shape();
+        let seen = self.offsets.shape.clone().or_else(|| whole.clone());
+        let seen = seen.unwrap_or_else(|| base.shape.clone());
         let mut picked = None;
         let mut ap = self.derive(py, ("select", "dim", dim), |v| {
-            let (view, d, shape) = v.select_dynamic(d as i64, seen)?;
+            let (view, d, shape) = v.select_dynamic(d as i64, &seen)?;
             picked = Some((d, shape));
             Ok(view)
         })?;
         let (d, shape) = picked.unwrap_or_default();
         ap.offsets.scalar = Some(scalar.get().name.clone());
         ap.offsets.indirect_dim = Some(d);
-        ap.offsets.shape = (shape != base.shape).then_some(shape);
+        ap.offsets.shape = (Some(&shape) != whole.as_ref()).then_some(shape);
         Ok(ap)
+    }
+
+    /// view(dtype)
+    /// --
+    ///
+    /// The view's bytes as elements of `dtype` (NKI's `view(dtype)`, a reinterpret
+    /// cast): the last dim (contiguous) scaled by the size ratio, the other strides and
+    /// the offset counted in the new elements; no data moves.
+    fn view(&self, dtype: &Bound<'_, PyAny>) -> PyResult<Ap> {
+        let py = dtype.py();
+        let to = convert::dtype(py, dtype)?;
+        let from = self.dtype();
+        let dynamic = self.offsets.vector.is_some() || self.offsets.scalar.is_some();
+        if dynamic && from.size() != to.size() {
+            let rule = "a view with run-time offsets keeps its element size (they count the tensor's elements)";
+            return Err(errors::bad_arg("view", "dtype", dtype, rule));
+        }
+        let sizes = (from.size() as u64, to.size() as u64);
+        let mut ap = self.derive(py, ("view", "dtype", dtype), |v| {
+            v.reinterpret(sizes.0, sizes.1)
+        })?;
+        let tensor = self.tensor.get().dtype;
+        ap.offsets.dtype = (to != tensor).then_some(to);
+        if let Some(shape) = &mut ap.offsets.shape {
+            let last = shape.last_mut().expect("a shape has a dim");
+            *last = *last * sizes.0 / sizes.1;
+        }
+        Ok(ap)
+    }
+
+    /// reinterpret_cast(dtype)
+    /// --
+    ///
+    /// nki-library's `TensorView.reinterpret_cast`: `view(dtype)`.
+    fn reinterpret_cast(&self, dtype: &Bound<'_, PyAny>) -> PyResult<Ap> {
+        self.view(dtype)
     }
 
     /// permute(dims)
@@ -445,6 +504,22 @@ impl Ap {
 }
 
 impl Ap {
+    /// The dtype its elements are.
+    fn dtype(&self) -> Dtype {
+        self.offsets.dtype.unwrap_or(self.tensor.get().dtype)
+    }
+
+    /// The tensor's shape in elements of the view's dtype (its last dim scaled), if whole.
+    fn tensor_shape(&self) -> Option<Vec<u64>> {
+        let t = self.tensor.get();
+        let (from, to) = (t.dtype.size() as u64, self.dtype().size() as u64);
+        let mut shape = t.shape.clone();
+        let last = shape.last_mut()?;
+        let bytes = *last * from;
+        *last = bytes / to;
+        bytes.is_multiple_of(to).then_some(shape)
+    }
+
     /// `dim` (an int, negative from the end) as a dim of the view, for `call`.
     fn dim(&self, call: &str, dim: &Bound<'_, PyAny>) -> PyResult<usize> {
         self.dim_of(call, "dim", dim)

@@ -11,8 +11,10 @@ use crate::ap::Ap;
 
 /// The methods a Tensor answers as its whole view (an [`Ap`]) does: `.ap()` and NKI's
 /// view methods.
-const VIEW_METHODS: [&str; 10] = [
+const VIEW_METHODS: [&str; 12] = [
     "ap",
+    "view",
+    "reinterpret_cast",
     "slice",
     "select",
     "permute",

@@ -334,6 +334,43 @@ def test_a_scalar_offset_out_of_bounds_skips_the_copy_under_oob_skip():
         core.dma_copy(dst=dst, src=t[0], oob_mode="skip")
 
 
+def test_a_view_as_another_dtype_moves_the_same_bytes():
+    """NKI's view(dtype) / TensorView.reinterpret_cast / .ap(..., dtype=): the tensor's
+    bytes counted as elements of another dtype (the last dim scaled), as numpy's view
+    does; on every route."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    cases = [
+        (lambda t: t.view(np.uint8), x.view(np.uint8)),
+        (lambda t: t[:, 2:6].reinterpret_cast(np.uint16), x[:, 2:6].view(np.uint16)),
+        (lambda t: t.ap([[16, 4], [1, 16]], dtype=ml_dtypes.bfloat16), x.view(ml_dtypes.bfloat16)),
+        (lambda t: t.view(np.uint8).reshape((4, 8, 4))[:, :, 0], x.view(np.uint8).reshape(4, 8, 4)[:, :, 0]),
+        (lambda t: t.view(np.int16).view(np.float32)[1:3], x[1:3]),
+    ]
+    for mechanism in ["auto", "dge", "reference"]:
+        for k, (view, want) in enumerate(cases):
+            core = hostsim.Core("cayman", mechanism=mechanism)
+            t = core.hbm(x)
+            out = core.hbm(shape=want.shape, dtype=want.dtype)
+            core.dma_copy(dst=out, src=view(t))
+            np.testing.assert_array_equal(out.numpy().view(np.uint8), np.ascontiguousarray(want).view(np.uint8), err_msg=f"case {k} {mechanism}")
+        # an SBUF tile's rows as bytes, written back through the view
+        tile = core.sbuf(np.zeros((4, 8), np.float32))
+        core.dma_copy(dst=tile.view(np.uint8), src=core.hbm(x.view(np.uint8)))
+        np.testing.assert_array_equal(tile.numpy(), x, err_msg=mechanism)
+    t = core.hbm(x)
+    for make, message in [
+        (lambda: t.permute((1, 0)).view(np.uint8), "view: dtype = .*needs it contiguous \\(stride 1\\)"),
+        (lambda: t[:, 1:2].view(np.int64), "the offset \\(1 elements of 4 bytes\\) is no whole number of elements of 8 bytes"),
+        (lambda: t.view(np.float64), "dtype float64: the fabric holds"),
+        (lambda: tile[:, 0].view(np.uint8), "the partition dim"),
+    ]:
+        with pytest.raises(hostsim.InvalidInput, match=message):
+            make()
+
+
 def test_views_say_which_rule_they_break_and_change_nothing():
     core = hostsim.Core("cayman")
     t = core.hbm(np.zeros((4, 6, 5), np.float32))

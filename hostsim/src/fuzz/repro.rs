@@ -222,6 +222,7 @@ fn ap_spec(s: &ApSide) -> ApSpec {
     let offsets = s.vector_offset.is_some() || s.scalar_offset.is_some();
     ApSpec::Pattern(ApPattern {
         tensor: s.tensor.name.clone(),
+        dtype: None,
         shape: None,
         ap: Some(pairs(&s.dims)),
         offset: s.offset,
@@ -238,6 +239,7 @@ fn index_spec(v: &IndexAp) -> ApSpec {
         None => ApSpec::Whole(name),
         Some(dims) => ApSpec::Pattern(ApPattern {
             tensor: name,
+            dtype: None,
             shape: None,
             ap: Some(pairs(dims)),
             offset: v.offset,

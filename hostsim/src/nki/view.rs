@@ -430,6 +430,46 @@ impl View {
         })
     }
 
+    /// The view's bytes as elements of another size (NKI's `view(dtype)`,
+    /// `reinterpret_cast`): elements of `from` bytes become elements of `to` bytes, the
+    /// last dim (stride 1) scaled by the ratio and the other strides and the offset
+    /// counted in the new elements (each a whole number of them).
+    pub fn reinterpret(&self, from: u64, to: u64) -> Result<View, String> {
+        if from == to {
+            return Ok(self.clone());
+        }
+        let last = self
+            .dims
+            .len()
+            .checked_sub(1)
+            .ok_or("a view of no dims has no last dim to scale")?;
+        self.keep_partition(last, "a reinterpretation scales the last dim, here")?;
+        if self.dims[last].stride != 1 {
+            return Err(format!(
+                "the last dim steps {} elements; a reinterpretation needs it contiguous (stride 1)",
+                self.dims[last].stride
+            ));
+        }
+        let (from, to) = (i128::from(from), i128::from(to));
+        // a position's byte offset stays: count it in the new elements
+        let scale = |v: i128, what: &str| {
+            match (v * from) % to {
+            0 => Ok(v * from / to),
+            _ => Err(format!("{what} ({v} elements of {from} bytes) is no whole number of elements of {to} bytes")),
+        }
+        };
+        let mut view = self.clone();
+        view.offset = scale(self.offset, "the offset")?;
+        for (k, d) in self.dims.iter().enumerate().take(last) {
+            let stride = scale(i128::from(d.stride), &format!("dim {k}'s stride"))?;
+            view.dims[k].stride =
+                i64::try_from(stride).map_err(|_| format!("dim {k}'s stride overflows 64 bits"))?;
+        }
+        let size = scale(i128::from(self.dims[last].size), "the last dim")?;
+        view.dims[last].size = u64::try_from(size).map_err(|_| "the last dim overflows 64 bits")?;
+        Ok(view)
+    }
+
     /// Dim `dim` picked by a run-time value (NKI's `select` by a 1x1 tensor): the view
     /// without it (on SBUF/PSUM dim 0 kept at size 1), the dim `d` of the tensor whose
     /// stride (`prod(shape[d+1:])`) the dim steps, which the `.ap()` names as
@@ -719,6 +759,35 @@ mod tests {
             .contains("dim 1 steps 8 elements, and no dim"));
         let e = hbm(&[2, 2, 2, 2, 2, 2]).pattern().unwrap_err();
         assert_eq!(e, "the view has 6 dims; an .ap() takes at most 5");
+    }
+
+    #[test]
+    fn a_reinterpretation_counts_the_same_bytes_in_other_elements() {
+        // (128, 512) f32 as u8: (128, 2048); and back
+        let t = View::whole(&[128, 512], true);
+        let bytes = t.reinterpret(4, 1).unwrap();
+        assert_eq!(pat(&bytes), (0, vec![(2048, 128), (1, 2048)]));
+        assert_eq!(bytes.reinterpret(1, 4).unwrap(), t);
+        // columns 2..6 of a [4, 8] u16 as u32: columns 1..3
+        let v = hbm(&[4, 8]).index(&[all(4), range(2, 1, 4)]).unwrap();
+        assert_eq!(
+            pat(&v.reinterpret(2, 4).unwrap()),
+            (1, vec![(4, 4), (1, 2)])
+        );
+        let odd = hbm(&[4, 8]).index(&[all(4), range(1, 1, 4)]).unwrap();
+        let e = odd.reinterpret(2, 4).unwrap_err();
+        assert_eq!(
+            e,
+            "the offset (1 elements of 2 bytes) is no whole number of elements of 4 bytes"
+        );
+        let e = hbm(&[4, 8])
+            .permute(&[1, 0])
+            .unwrap()
+            .reinterpret(2, 1)
+            .unwrap_err();
+        assert!(e.contains("needs it contiguous (stride 1)"), "{e}");
+        let e = View::whole(&[4], true).reinterpret(2, 1).unwrap_err();
+        assert!(e.contains("the partition dim"), "{e}");
     }
 
     #[test]
@@ -1012,6 +1081,10 @@ mod tests {
             for op in &ops {
                 if let Some(Ok((v2, o2))) = apply(&v, &o, op, &shape) {
                     (v, o) = (v2, o2);
+                    // a reinterpretation to bytes and back is the view itself
+                    if let Ok(bytes) = v.reinterpret(4, 1) {
+                        prop_assert_eq!(bytes.reinterpret(1, 4), Ok(v.clone()));
+                    }
                     prop_assert_eq!(v.shape(), o.shape.clone(), "{:?}", op);
                     prop_assert_eq!(walk(&v), o.elems.clone(), "{:?}", op);
                     if on_core {

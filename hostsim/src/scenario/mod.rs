@@ -735,6 +735,7 @@ dst = "t"
                 .prop_map(|(offset, n, dim, skip)| OpSpec::DmaCopy(model::DmaCopy {
                     src: model::ApSpec::Pattern(model::ApPattern {
                         tensor: "a".into(),
+                        dtype: skip.then_some(model::DtypeName(dma::Dtype::U8)),
                         shape: skip.then(|| vec![2, n as u64]),
                         ap: Some(vec![[1, n], [n, 2]]),
                         offset,
@@ -742,6 +743,7 @@ dst = "t"
                             Box::new(match d {
                                 2 => model::ApSpec::Pattern(model::ApPattern {
                                     tensor: "i".into(),
+                                    dtype: None,
                                     shape: None,
                                     ap: Some(vec![[4, 3], [1, 1]]),
                                     offset: offset % 4,

@@ -434,6 +434,7 @@ fn read_pattern<'de, M: serde::de::MapAccess<'de>>(mut m: M) -> Result<ApPattern
     use serde::de::Error as _;
     const FIELDS: &[&str] = &[
         "tensor",
+        "dtype",
         "shape",
         "ap",
         "offset",
@@ -443,6 +444,7 @@ fn read_pattern<'de, M: serde::de::MapAccess<'de>>(mut m: M) -> Result<ApPattern
     ];
     let mut p = ApPattern {
         tensor: String::new(),
+        dtype: None,
         shape: None,
         ap: None,
         offset: 0,
@@ -462,6 +464,7 @@ fn read_pattern<'de, M: serde::de::MapAccess<'de>>(mut m: M) -> Result<ApPattern
         let named = |e: M::Error| M::Error::custom(format!("{field}: {e}"));
         match field {
             "tensor" => p.tensor = m.next_value().map_err(named)?,
+            "dtype" => p.dtype = Some(m.next_value().map_err(named)?),
             "shape" => p.shape = Some(m.next_value().map_err(named)?),
             "ap" => p.ap = Some(m.next_value().map_err(named)?),
             "offset" => p.offset = m.next_value().map_err(named)?,
@@ -485,6 +488,11 @@ fn is_zero(n: &u64) -> bool {
 pub struct ApPattern {
     /// The tensor's name.
     pub tensor: String,
+    /// The tensor's bytes as elements of this dtype (NKI's `.ap(dtype=)`, a
+    /// `reinterpret_cast`): its last dim scaled by the size ratio; `shape`, the pattern
+    /// and the offset count these elements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<DtypeName>,
     /// The tensor as NKI's `t.reshape(shape)` sees it (the same elements in the same
     /// row-major order, `shape` of the same count; on SBUF/PSUM `shape[0]` the partition
     /// count): the shape `indirect_dim`, its stride and its bound are of.

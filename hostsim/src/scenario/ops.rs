@@ -429,6 +429,9 @@ impl Cx<'_> {
             ApSpec::Pattern(p) => p,
         };
         let mut tensor = self.ap_tensor(&format!("{field}.tensor"), &p.tensor)?;
+        if let Some(dtype) = &p.dtype {
+            tensor = self.reinterpreted(field, tensor, dtype.0)?;
+        }
         if let Some(shape) = &p.shape {
             tensor.shape = self.reshaped(field, &tensor, shape)?;
         }
@@ -476,6 +479,32 @@ impl Cx<'_> {
             vector_offset,
             scalar_offset,
         })
+    }
+
+    /// `t`'s bytes as elements of `dtype` for `field.dtype`: its last dim scaled by the
+    /// size ratio (a whole number of them; on SBUF/PSUM never the partition dim).
+    fn reinterpreted(&self, field: &str, t: ApTensor, dtype: Dtype) -> Result<ApTensor, Error> {
+        let last = t.shape.last().copied().unwrap_or(1);
+        let bytes = last.saturating_mul(t.dtype.size() as u64);
+        let size = dtype.size() as u64;
+        let rule = if !bytes.is_multiple_of(size) {
+            format!(
+                "its last dim of {last} {} is {bytes} bytes, no whole number of {dtype} elements",
+                t.dtype
+            )
+        } else if t.space != Space::Hbm && t.shape.len() < 2 && bytes / size != last {
+            "its only dim is the partition dim, which a reinterpretation cannot scale".into()
+        } else {
+            let mut shape = t.shape.clone();
+            if let Some(l) = shape.last_mut() {
+                *l = bytes / size;
+            }
+            return Ok(ApTensor { dtype, shape, ..t });
+        };
+        Err(self.error(format!(
+            "{field}.dtype {dtype}: {} is {:?} {}; {rule}",
+            t.name, t.shape, t.dtype
+        )))
     }
 
     /// `shape` for `field.shape`, a reshape of `t`: the same element count, each size at
@@ -854,6 +883,21 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    /// A side's `dtype` counts the tensor's bytes in whole elements of it.
+    #[test]
+    fn a_reinterpreted_side_needs_whole_elements() {
+        let text = "[[tensor]]\nname = \"odd\"\nspace = \"hbm\"\ndtype = \"u8\"\nshape = [2, 3]\n\
+                    [[op]]\nop = \"dma_copy\"\nsrc = { tensor = \"odd\", dtype = \"u16\", ap = [[1, 1]] }\ndst = { tensor = \"odd\", ap = [[1, 1]], offset = 4 }\n";
+        let e = prepared(text, &[], Overrides::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "op 0 (dma_copy): src.dtype u16: odd is [2, 3] u8; its last dim of 3 u8 is 3 bytes, no whole number of u16 elements"
+        );
+        // a whole number: [2, 4] u8 is [2, 2] u16
+        let text = text.replace("shape = [2, 3]", "shape = [2, 4]");
+        assert!(prepared(&text, &[], Overrides::default()).is_ok());
     }
 
     /// A copy an op lowers to is one DGE request: one too long for it is refused in the
