@@ -302,9 +302,15 @@ impl Core {
             return run_op(slf, ("dma_transpose", "dma_transpose"), fields);
         }
         let src = src.cast::<Ap>()?;
-        let (table, index) = transposed_rows(slf, src.get())?;
+        if dst.cast::<Ap>().is_ok() {
+            let rule =
+                "an indirect dma_transpose writes a whole Tensor (not a view or an .ap() of one)";
+            return Err(errors::bad_arg("dma_transpose", "dst", dst, rule));
+        }
+        let (table, shape, index) = transposed_rows(slf, src.get())?;
         let fields = vec![
             ("src", Some(table)),
+            ("src_shape", shape),
             ("index", Some(index)),
             ("dst", Some(tensor_name(slf, "dst", dst)?)),
             ("oob", oob.map(Value::from)),
@@ -623,14 +629,25 @@ fn side(slf: &Bound<'_, Core>, field: &str, value: &Bound<'_, PyAny>) -> PyResul
 }
 
 /// An indirect `dma_transpose` source: whole rows of its tensor picked by its
-/// `vector_offset`; returns the tensor's name and the index tile's.
-fn transposed_rows(slf: &Bound<'_, Core>, ap: &Ap) -> PyResult<(Value, Value)> {
+/// `vector_offset`, of the tensor or of a reshape of it (`t.reshape(s).ap(...)`); returns
+/// the tensor's name, the reshape's shape if any, and the index tile's.
+fn transposed_rows(slf: &Bound<'_, Core>, ap: &Ap) -> PyResult<(Value, Option<Value>, Value)> {
     let t = ap.tensor.get();
     if !t.core.is(slf) {
         return Err(foreign("src", &t.name));
     }
-    let row: u64 = t.shape.iter().skip(1).product();
     let table = ap.table("dma_transpose: src")?;
+    if table.contains_key("dtype") {
+        return Err(InvalidInput::new_err(format!(
+            "dma_transpose: src = {}: an indirect transpose moves the tensor's own dtype (no view(dtype))",
+            Value::Object(table.clone())
+        )));
+    }
+    let shape: Vec<u64> = match table.get("shape") {
+        Some(s) => serde_json::from_value(s.clone()).unwrap_or_default(),
+        None => t.shape.clone(),
+    };
+    let row: u64 = shape.iter().skip(1).product();
     let (Some(index), Some(pattern)) = (table.get("vector_offset"), table.get("ap")) else {
         return Err(InvalidInput::new_err(format!(
             "dma_transpose: src = {}: must have a vector_offset (the rows to transpose)",
@@ -656,7 +673,7 @@ fn transposed_rows(slf: &Bound<'_, Core>, ap: &Ap) -> PyResult<(Value, Value)> {
             Value::Object(table.clone())
         )));
     }
-    Ok((json!(t.name), index.clone()))
+    Ok((json!(t.name), table.get("shape").cloned(), index.clone()))
 }
 
 /// A `dma_copy` of `src` into `dst`, reducing by the compute op `compute` if given (the

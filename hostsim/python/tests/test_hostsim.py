@@ -588,6 +588,19 @@ def test_dma_transpose_in_3d_and_4d_is_numpy_take_then_transpose():
     assert np.array_equal(d4.numpy(), b[ids[0]].transpose(3, 1, 2, 0))
     with pytest.raises(hostsim.InvalidInput, match="not a permutation NKI's dma_transpose documents"):
         core.dma_transpose(dst=d, src=s.ap([[12, 4], [1, 12]], vector_offset=i), axes=(2, 0, 1))
+    # attention_tkg's k_prior.reshape(4-D).ap(...): the rows and the axes are of the
+    # reshaped tensor, on every route
+    k = np.arange(10 * 16, dtype=np.uint16).reshape(10, 16)
+    rows = np.array([[3], [0], [9], [4]], np.uint32)
+    want = k.reshape(10, 1, 2, 8)[rows[:, 0]].transpose(3, 1, 2, 0)
+    for mechanism in ["auto", "dge", "reference"]:
+        c = hostsim.Core("trn2", mechanism=mechanism)
+        kt, it = c.hbm(k), c.sbuf(rows)
+        out = c.sbuf(shape=(8, 1, 2, 4), dtype=np.uint16)
+        c.dma_transpose(dst=out, src=kt.reshape((10, 1, 2, 8)).ap([[16, 4], [1, 16]], vector_offset=it), axes=(3, 1, 2, 0))
+        np.testing.assert_array_equal(out.numpy(), want, err_msg=mechanism)
+    with pytest.raises(hostsim.InvalidInput, match="dst = .*: an indirect dma_transpose writes a whole Tensor"):
+        c.dma_transpose(dst=out[:, 0], src=kt.ap([[16, 4], [1, 16]], vector_offset=it))
 
 
 def test_a_direct_dma_transpose_is_numpys_transpose_on_every_route():

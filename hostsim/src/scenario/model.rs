@@ -345,6 +345,11 @@ pub struct RowDma {
 #[serde(deny_unknown_fields)]
 pub struct DmaGatherTranspose {
     pub src: String,
+    /// `src` as NKI's `src.reshape(shape)` sees it (the same elements, the same count;
+    /// on SBUF/PSUM the same partition count): the shape whose rows are gathered and
+    /// whose dims `axes` permutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src_shape: Option<Vec<u64>>,
     pub index: String,
     pub dst: String,
     #[serde(default)]

@@ -336,13 +336,17 @@ impl Cx<'_> {
             OpSpec::DmaGather(o) => self.row_dma(o, false),
             OpSpec::DmaScatter(o) => self.row_dma(o, true),
             OpSpec::DmaGatherTranspose(o) => {
-                // DMA_INDIRECT's GATHER_TRANSPOSE says a 2-D one by a [1, N] u32 index
-                // vector in partition 0; every other is access-pattern DMAs
+                // DMA_INDIRECT's GATHER_TRANSPOSE says a 2-D one of src as declared by a
+                // [1, N] u32 index vector in partition 0; every other is access-pattern DMAs
                 let axes = o.axes.as_deref().unwrap_or(&[1, 0]);
-                if axes != [1, 0] || !self.index_vector(&o.index)? {
+                if axes != [1, 0] || o.src_shape.is_some() || !self.index_vector(&o.index)? {
+                    let mut src = self.ap_tensor("src", &o.src)?;
+                    if let Some(shape) = &o.src_shape {
+                        src.shape = self.reshaped("src", &src, shape)?;
+                    }
                     let t = nki::Transpose {
                         axes,
-                        src: &self.ap_tensor("src", &o.src)?,
+                        src: &src,
                         index: &self.ap_tensor("index", &o.index)?,
                         dst: &self.ap_tensor("dst", &o.dst)?,
                     };
