@@ -14,9 +14,19 @@ changed.
 
 from ._native import Ap, Core, Fault, InvalidInput, Tensor, run
 
-__all__ = ["Ap", "Core", "Fault", "InvalidInput", "Tensor", "ds", "run"]
+__all__ = ["Ap", "Core", "Fault", "InvalidInput", "Tensor", "dge_mode", "ds", "run"]
 
 
 def ds(start, size):
     """NKI's ``nl.ds``: the slice ``start:start + size``, for ``t[ds(s, n), :]``."""
     return slice(start, start + size)
+
+
+class dge_mode:
+    """NKI's ``nisa.dge_mode``: who makes a DMA's descriptors (``dma_copy(...,
+    dge_mode=hostsim.dge_mode.hwdge)``)."""
+
+    unknown = "unknown"
+    swdge = "swdge"
+    hwdge = "hwdge"
+    none = "none"

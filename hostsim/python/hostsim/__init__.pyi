@@ -180,10 +180,13 @@ class Core:
         dst_rmw_op: Optional[ComputeOp] = None,
         oob_mode: Optional[str] = None,
         unique_indices: Optional[bool] = None,
+        dge_mode: Optional[str] = None,
     ) -> None:
         """Element k of src's walk to element k of dst's (cast through float32);
-        dst_rmw_op makes it dst = op(dst, src); oob_mode "error" (default) | "skip" for an
-        indexed side; unique_indices (default True) for an indexed dst."""
+        dst_rmw_op makes it dst = op(dst, src); oob_mode "error" (default) | "skip" for a
+        side with a vector_offset or scalar_offset; unique_indices (default True) for an
+        indexed dst; dge_mode (hostsim.dge_mode.unknown | swdge | hwdge | none) who makes
+        the descriptors."""
     def dma_compute(
         self,
         dst: Side,
@@ -192,6 +195,7 @@ class Core:
         scales: Optional[Sequence[float]] = None,
         unique_indices: Optional[bool] = None,
         oob_mode: Optional[str] = None,
+        dge_mode: Optional[str] = None,
     ) -> None:
         """dst = reduce_op(dst, other), one of the two srcs being dst itself."""
     def dma_transpose(
@@ -238,6 +242,14 @@ class Core:
         """The `hostsim explain --json` object of the ops so far."""
     def save_scenario(self, dir: Union[str, PathLike]) -> None:
         """dir/scenario.toml + .npy files + report.json that `hostsim run` reproduces."""
+
+class dge_mode:
+    """NKI's nisa.dge_mode: who makes a DMA's descriptors."""
+
+    unknown: str
+    swdge: str
+    hwdge: str
+    none: str
 
 def ds(start: int, size: int) -> slice:
     """NKI's nl.ds: the slice start:start + size."""

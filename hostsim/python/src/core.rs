@@ -175,7 +175,7 @@ impl Core {
         add_tensor(slf, made.at(partition, name))
     }
 
-    /// dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, unique_indices=None)
+    /// dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, unique_indices=None, dge_mode=None)
     /// --
     ///
     /// NKI `dma_copy`: element k of `src`'s walk is copied to element k of `dst`'s (each a
@@ -183,8 +183,11 @@ impl Core {
     /// dtypes differ. `dst_rmw_op` (None, or add | multiply | max | min, by name or as
     /// `np.add`, `np.multiply`, `np.maximum`, `np.minimum`) makes it `dst = op(dst, src)`
     /// in float32. `oob_mode` ("error" or "skip"; default error) applies to a side with a
-    /// `vector_offset`; `unique_indices` (default True) to a `dst` with one.
-    #[pyo3(signature = (dst, src, dst_rmw_op=None, oob_mode=None, unique_indices=None))]
+    /// `vector_offset` or a `scalar_offset`; `unique_indices` (default True) to a `dst` with
+    /// a `vector_offset`. `dge_mode` ("unknown", "swdge", "hwdge" or "none"; NKI's) says
+    /// who makes the descriptors: the report's `dge`, the DGE time, and its rules (hwdge:
+    /// no gather or scatter, not on sunda; none: no run-time address).
+    #[pyo3(signature = (dst, src, dst_rmw_op=None, oob_mode=None, unique_indices=None, dge_mode=None))]
     fn dma_copy(
         slf: &Bound<'_, Self>,
         dst: &Bound<'_, PyAny>,
@@ -192,22 +195,24 @@ impl Core {
         dst_rmw_op: Option<&Bound<'_, PyAny>>,
         oob_mode: Option<&Bound<'_, PyAny>>,
         unique_indices: Option<&Bound<'_, PyAny>>,
+        dge_mode: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let compute = dst_rmw_op
             .map(|op| op_name("dma_copy", "dst_rmw_op", op))
             .transpose()?;
-        let options = Options::new("dma_copy", oob_mode, unique_indices)?;
+        let options = Options::new("dma_copy", [oob_mode, unique_indices, dge_mode])?;
         copy(slf, "dma_copy", [dst, src], compute, options)
     }
 
-    /// dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None)
+    /// dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None, dge_mode=None)
     /// --
     ///
     /// NKI `dma_compute` in its read-modify-write form: one of the two `srcs` is `dst`
     /// itself (the same Tensor or an equal `.ap()`), and `dst = reduce_op(dst, other)`
     /// in float32, as `dma_copy(dst, other, dst_rmw_op=reduce_op)`. `scales` must be
     /// None or one 1.0 per source (NKI takes a scale per source; the model, 1.0).
-    #[pyo3(signature = (dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None))]
+    #[pyo3(signature = (dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None, dge_mode=None))]
+    #[allow(clippy::too_many_arguments)] // NKI's signature, keyword for keyword
     fn dma_compute(
         slf: &Bound<'_, Self>,
         dst: &Bound<'_, PyAny>,
@@ -216,6 +221,7 @@ impl Core {
         scales: Option<&Bound<'_, PyAny>>,
         unique_indices: Option<&Bound<'_, PyAny>>,
         oob_mode: Option<&Bound<'_, PyAny>>,
+        dge_mode: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let bad = |arg, value, rule| errors::bad_arg("dma_compute", arg, value, rule);
         let list_rule = "must be a list of two sources, one of them dst itself";
@@ -232,7 +238,7 @@ impl Core {
                 return Err(bad("scales", value, scale_rule));
             }
         }
-        let options = Options::new("dma_compute", oob_mode, unique_indices)?;
+        let options = Options::new("dma_compute", [oob_mode, unique_indices, dge_mode])?;
         let dst_side = side(slf, "dst", dst)?;
         let other = match srcs.as_slice() {
             [a, b] if side(slf, "dma_compute: srcs[0]", a)? == dst_side => b,
@@ -275,7 +281,7 @@ impl Core {
         axes: Option<&Bound<'_, PyAny>>,
         oob_mode: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let oob = Options::new("dma_transpose", oob_mode, None)?.oob;
+        let oob = Options::new("dma_transpose", [oob_mode, None, None])?.oob;
         let axes = axes
             .map(|a| {
                 a.extract::<Vec<u32>>().map_err(|_| {
@@ -691,21 +697,23 @@ fn copy(
         ("compute", compute.map(Value::from)),
         ("oob", options.oob.map(Value::from)),
         ("unique_indices", options.unique_indices.map(Value::from)),
+        ("dge", options.dge.map(Value::from)),
     ];
     run_op(slf, (call, "dma_copy"), fields)
 }
 
-/// The `oob_mode` and `unique_indices` of a `dma_copy` / `dma_compute` call, checked.
+/// The `oob_mode`, `unique_indices` and `dge_mode` of a `dma_copy` / `dma_compute` call,
+/// checked.
 struct Options {
     oob: Option<&'static str>,
     unique_indices: Option<bool>,
+    dge: Option<&'static str>,
 }
 
 impl Options {
     fn new(
         call: &str,
-        oob_mode: Option<&Bound<'_, PyAny>>,
-        unique_indices: Option<&Bound<'_, PyAny>>,
+        [oob_mode, unique_indices, dge_mode]: [Option<&Bound<'_, PyAny>>; 3],
     ) -> PyResult<Options> {
         let oob = oob_mode
             .map(|v| match v.extract::<String>().as_deref() {
@@ -721,9 +729,22 @@ impl Options {
             .transpose()?;
         let rule = "must be True or False";
         let unique_indices = errors::extract(call, "unique_indices", unique_indices, rule)?;
+        const DGE: [&str; 4] = ["unknown", "swdge", "hwdge", "none"];
+        let dge = dge_mode
+            .map(|v| {
+                let name = v.extract::<String>().ok();
+                let known = DGE.iter().find(|&&d| Some(d) == name.as_deref());
+                let rule =
+                    "must be \"unknown\", \"swdge\", \"hwdge\" or \"none\" (hostsim.dge_mode.*)";
+                known
+                    .copied()
+                    .ok_or_else(|| errors::bad_arg(call, "dge_mode", v, rule))
+            })
+            .transpose()?;
         Ok(Options {
             oob,
             unique_indices,
+            dge,
         })
     }
 }

@@ -371,6 +371,40 @@ def test_a_view_as_another_dtype_moves_the_same_bytes():
             make()
 
 
+def test_dge_mode_says_who_makes_the_descriptors():
+    """NKI's dge_mode: the report's dge (hostsim's choice, swdge, hwdge, none), no DGE
+    time for descriptors the runtime prebuilt, and each mode's rules, refused by name."""
+    core = hostsim.Core("cayman")
+    a = core.hbm(np.arange(256, dtype=np.float32).reshape(4, 64))
+    b = core.hbm(shape=(4, 64), dtype=np.float32)
+    for mode in [None, hostsim.dge_mode.swdge, hostsim.dge_mode.hwdge, hostsim.dge_mode.none, "unknown"]:
+        core.dma_copy(dst=b, src=a, dge_mode=mode)
+        np.testing.assert_array_equal(b.numpy(), a.numpy())
+    core.dma_compute(dst=b, srcs=[b, a], reduce_op=np.add, dge_mode="swdge")
+    ops = core.report["ops"]
+    assert [o["dge"] for o in ops] == ["hardware", "software", "hardware", "none", "hardware", "software"]
+    assert ops[3]["estimated_ns"] < ops[0]["estimated_ns"] == ops[1]["estimated_ns"]
+    i = core.sbuf(np.zeros((4, 1), np.int32))
+    p = core.sbuf(np.zeros((1, 1), np.int32))
+    for call, message in [
+        (lambda: core.dma_copy(dst=b, src=a.ap([[64, 4], [1, 64]], vector_offset=i), dge_mode="hwdge"), "dge_mode: hwdge: a gather or scatter"),
+        (lambda: core.dma_copy(dst=b, src=a.ap([[64, 4], [1, 64]], scalar_offset=p, indirect_dim=0), dge_mode="none"), "dge_mode: none: the Neuron Runtime builds the descriptors before the kernel runs"),
+        (lambda: core.dma_copy(dst=b, src=a, dge_mode="fast"), "dma_copy: dge_mode = 'fast': must be"),
+    ]:
+        with pytest.raises(hostsim.InvalidInput, match=message):
+            call()
+    sunda = hostsim.Core("sunda")
+    x, y = sunda.hbm(np.ones(8, np.float32)), sunda.hbm(np.zeros(8, np.float32))
+    for call, message in [
+        (lambda: sunda.dma_copy(dst=y, src=x, dge_mode="hwdge"), "dma_copy: dge_mode: hwdge: sunda has no hardware DGE"),
+    ]:
+        with pytest.raises(hostsim.InvalidInput, match=message):
+            call()
+    # a run-time start address is the hardware DGE's to make
+    core.dma_copy(dst=b, src=a.ap([[64, 4], [1, 64]], scalar_offset=p, indirect_dim=0), dge_mode="hwdge")
+    assert core.report["ops"][-1]["dge"] == "hardware"
+
+
 def test_views_say_which_rule_they_break_and_change_nothing():
     core = hostsim.Core("cayman")
     t = core.hbm(np.zeros((4, 6, 5), np.float32))

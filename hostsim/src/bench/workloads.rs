@@ -474,6 +474,7 @@ fn tile_gathers(fabric: &mut Fabric, indices: &[u32]) -> Result<Vec<nki::Lowered
         op: ComputeOp::None,
         oob: nki::OobMode::Error,
         unique_indices: true,
+        dge: nki::DgeMode::Chosen,
     };
     let mut ops = Vec::with_capacity(2 * tiles);
     for k in 0..tiles {

@@ -221,7 +221,9 @@ mod tests {
     use super::super::test_support::{engine, fill_random};
     use super::super::DgeRoute;
     use crate::error::ErrorKind;
-    use crate::nki::{dma_copy_ap, ApDim, ApDma, ApOptions, ApSide, ApTensor, IndexAp, OobMode};
+    use crate::nki::{
+        dma_copy_ap, ApDim, ApDma, ApOptions, ApSide, ApTensor, DgeMode, IndexAp, OobMode,
+    };
     use crate::reference;
     use dma::addr::{SBUF_BASE, SBUF_STRIDE};
     use dma::{ComputeOp, Dtype, Fabric, FabricAddr, Generation, Space};
@@ -455,6 +457,7 @@ mod tests {
                 op,
                 oob: if skip { OobMode::Skip } else { OobMode::Error },
                 unique_indices: unique,
+                dge: DgeMode::Chosen,
             };
             let Ok(lowered) = dma_copy_ap("dma_copy", src, dst, opts) else {
                 return Ok(());

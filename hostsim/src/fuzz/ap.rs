@@ -41,7 +41,7 @@ use crate::fuzz::case::{Builder, Case};
 use crate::fuzz::rng::Rng;
 use crate::nki::{
     dma_copy_ap, dma_gather_transpose_nd, dma_transpose, ApDim, ApDma, ApOptions, ApSide, ApTensor,
-    IndexAp, IndexSpan, OobMode, Transpose, TRANSPOSE_AXES,
+    DgeMode, IndexAp, IndexSpan, OobMode, Transpose, TRANSPOSE_AXES,
 };
 
 /// The most elements a walk visits (but for the rare long index vector).
@@ -77,7 +77,8 @@ pub fn fragment(b: &mut Builder) -> Option<()> {
     }
     for _ in 0..ATTEMPTS {
         let mut names = Names(b.tensor_count());
-        if let Some(dma) = candidate(&mut b.rng, &mut names) {
+        let hardware = b.generation() != Generation::Sunda;
+        if let Some(dma) = candidate(&mut b.rng, &mut names, hardware) {
             return place(b, dma);
         }
     }
@@ -184,7 +185,7 @@ fn unplaced(name: String, space: Space, shape: Vec<u64>, dtype: Dtype) -> ApTens
 }
 
 /// A random access-pattern DMA as `dma_copy_ap` lowers it, over unplaced tensors.
-fn candidate(rng: &mut Rng, names: &mut Names) -> Option<ApDma> {
+fn candidate(rng: &mut Rng, names: &mut Names, hardware: bool) -> Option<ApDma> {
     let dtype = rng.dtype();
     let counts = walk_counts(rng);
     let src = side(rng, &counts, dtype, names)?;
@@ -203,9 +204,28 @@ fn candidate(rng: &mut Rng, names: &mut Names) -> Option<ApDma> {
             false => OobMode::Error,
         },
         unique_indices: dst.vector_offset.is_none() || rng.chance(50),
+        dge: dge_mode(rng, (&src, &dst), hardware),
     };
     let lowered = dma_copy_ap("dma_copy", src, dst, opts).ok()?;
     lowered.ap_dmas.into_iter().next()
+}
+
+/// A `dge_mode` the copy of sides `src` and `dst` can have (the hardware DGE only where
+/// the generation has one): hostsim's choice half the time.
+fn dge_mode(rng: &mut Rng, (src, dst): (&ApSide, &ApSide), hardware: bool) -> DgeMode {
+    let vector = src.vector_offset.is_some() || dst.vector_offset.is_some();
+    let scalar = src.scalar_offset.is_some() || dst.scalar_offset.is_some();
+    let mut modes = vec![DgeMode::Chosen, DgeMode::Software];
+    if hardware && !vector {
+        modes.push(DgeMode::Hardware);
+    }
+    if !vector && !scalar {
+        modes.push(DgeMode::Prebuilt);
+    }
+    match rng.chance(50) {
+        true => DgeMode::Chosen,
+        false => rng.pick_from(&modes).unwrap_or_default(),
+    }
 }
 
 /// The counts of a walk: 1 to 5 pairs, at most [`MAX_WALK`] elements; now and then one
@@ -736,6 +756,7 @@ mod tests {
                     op: d.op,
                     oob: d.oob,
                     unique_indices: d.unique_indices,
+                    dge: d.dge,
                 },
             );
             assert!(again.is_ok(), "{d:?}");

@@ -29,12 +29,12 @@ use dma::{ComputeOp, Fabric, FabricAddr, Generation, QueueFileWriter, Space};
 use crate::error::Error;
 use crate::fuzz::case::{Case, Op};
 use crate::fuzz::{isa::hex, Finding, Input, Target};
-use crate::nki::{ApDim, ApDma, ApSide, ApTensor, IndexAp, OobMode};
+use crate::nki::{ApDim, ApDma, ApSide, ApTensor, DgeMode, IndexAp, OobMode};
 use crate::npy::{self, NpyArray};
 use crate::runtime::Mechanism;
 use crate::scenario::exec::write_atomic;
 use crate::scenario::model::{
-    ApPattern, ApSpec, BoundSpec, Compute, DmaCopy, DtypeName, GenerationName, Init, IsaOp,
+    ApPattern, ApSpec, BoundSpec, Compute, Dge, DmaCopy, DtypeName, GenerationName, Init, IsaOp,
     MechanismName, Oob, OpSpec, Scenario, ShapeSpec, SpaceName, TensorSpec,
 };
 
@@ -204,11 +204,19 @@ pub fn ap_op(dma: &ApDma) -> OpSpec {
         OobMode::Error => Oob::Error,
         OobMode::Skip => Oob::Skip,
     };
+    let dynamic = |s: &ApSide| s.vector_offset.is_some() || s.scalar_offset.is_some();
+    let dge = match dma.dge {
+        DgeMode::Chosen => None,
+        DgeMode::Software => Some(Dge::Swdge),
+        DgeMode::Hardware => Some(Dge::Hwdge),
+        DgeMode::Prebuilt => Some(Dge::None),
+    };
     OpSpec::DmaCopy(DmaCopy {
         src: ap_spec(&dma.src),
         dst: ap_spec(&dma.dst),
         compute,
-        oob: dma.indexed().then_some(oob),
+        oob: (dynamic(&dma.src) || dynamic(&dma.dst)).then_some(oob),
+        dge,
         unique_indices: dma
             .dst
             .vector_offset

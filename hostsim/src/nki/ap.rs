@@ -52,7 +52,7 @@
 //! whole pattern) or the closed-form reference; there is no POOL kernel for it.
 
 use dma::addr::{PSUM_STRIDE, SBUF_STRIDE};
-use dma::{ComputeOp, Dtype, Fabric, FabricAddr, Space};
+use dma::{ComputeOp, Dtype, Fabric, FabricAddr, Generation, Space};
 use smallvec::SmallVec;
 
 use super::{Lowered, OobMode};
@@ -673,6 +673,62 @@ pub fn collisions(values: &[u32], moves: impl Fn(usize) -> bool) -> Vec<Collisio
     out
 }
 
+/// Who makes a copy's descriptors (NKI's `dge_mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DgeMode {
+    /// `unknown`: hostsim's choice (the hardware DGE for a direct copy from cayman on,
+    /// else the software DGE).
+    #[default]
+    Chosen,
+    /// `swdge`: the software DGE on the GpSimd core.
+    Software,
+    /// `hwdge`: the hardware DGE (cayman and later): a run-time start address, no gather
+    /// or scatter.
+    Hardware,
+    /// `none`: the Neuron Runtime builds them before the kernel runs: no address may
+    /// depend on a run-time value, and no DGE time is spent.
+    Prebuilt,
+}
+
+impl DgeMode {
+    /// NKI's name: `unknown`, `swdge`, `hwdge`, `none`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DgeMode::Chosen => "unknown",
+            DgeMode::Software => "swdge",
+            DgeMode::Hardware => "hwdge",
+            DgeMode::Prebuilt => "none",
+        }
+    }
+
+    /// The rule a copy with these sides breaks under this mode, if any.
+    fn refusal(self, src: &ApSide, dst: &ApSide) -> Option<String> {
+        let vector = src.vector_offset.is_some() || dst.vector_offset.is_some();
+        let scalar = src.scalar_offset.is_some() || dst.scalar_offset.is_some();
+        match self {
+            DgeMode::Prebuilt if vector || scalar => Some(
+                "none: the Neuron Runtime builds the descriptors before the kernel runs, so no address may depend on a run-time value (a vector_offset or scalar_offset needs swdge or hwdge)".into(),
+            ),
+            DgeMode::Hardware if vector => Some(
+                "hwdge: a gather or scatter (a vector_offset) needs the software DGE (NKI: only sw_dge performs them)".into(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// The error of this mode on `generation` if that has no such DGE (hwdge on sunda).
+    pub fn check_generation(self, op: &'static str, generation: Generation) -> Result<(), Error> {
+        match (self, generation) {
+            (DgeMode::Hardware, Generation::Sunda) => Err(Error::ApPattern {
+                op,
+                side: "dge_mode",
+                rule: "hwdge: sunda has no hardware DGE".into(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// NKI `dma_copy` / `dma_compute` over access patterns, run by the software DGE.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApDma {
@@ -687,6 +743,8 @@ pub struct ApDma {
     /// Destination indices promised unique: duplicates with a compute op are an error,
     /// a plain copy lands last-index-wins.
     pub unique_indices: bool,
+    /// Who makes its descriptors.
+    pub dge: DgeMode,
 }
 
 impl ApDma {
@@ -798,6 +856,8 @@ pub struct ApOptions {
     pub oob: OobMode,
     /// `unique_indices`.
     pub unique_indices: bool,
+    /// `dge_mode`.
+    pub dge: DgeMode,
 }
 
 /// The rule error of `side`.
@@ -813,6 +873,9 @@ pub fn dma_copy_ap(
     dst: ApSide,
     opts: ApOptions,
 ) -> Result<Lowered, Error> {
+    if let Some(rule) = opts.dge.refusal(&src, &dst) {
+        return Err(side_error(op, "dge_mode", rule));
+    }
     for (name, side) in [("src", &src), ("dst", &dst)] {
         check_side(op, name, side)?;
     }
@@ -834,6 +897,7 @@ pub fn dma_copy_ap(
             op: opts.op,
             oob: opts.oob,
             unique_indices: opts.unique_indices,
+            dge: opts.dge,
         }],
         ..Lowered::default()
     })
@@ -1032,6 +1096,7 @@ mod tests {
         op: ComputeOp::None,
         oob: OobMode::Error,
         unique_indices: true,
+        dge: DgeMode::Chosen,
     };
 
     #[test]

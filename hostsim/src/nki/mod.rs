@@ -38,7 +38,7 @@ pub mod pool_ops;
 pub mod transpose;
 pub mod view;
 
-pub use ap::{dma_copy_ap, ApDim, ApDma, ApOptions, ApSide, ApTensor, IndexAp, IndexSpan};
+pub use ap::{dma_copy_ap, ApDim, ApDma, ApOptions, ApSide, ApTensor, DgeMode, IndexAp, IndexSpan};
 pub use dma_ops::{
     dma_copy, dma_gather, dma_gather_transpose, dma_scatter, embedding_update, AccessPattern,
     DmaOptions, OobMode,

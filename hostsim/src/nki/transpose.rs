@@ -43,7 +43,7 @@
 
 use dma::{ComputeOp, Dtype, Generation, Space};
 
-use super::ap::{check_side, dma_copy_ap, ApDim, ApOptions, ApSide, ApTensor, IndexAp};
+use super::ap::{check_side, dma_copy_ap, ApDim, ApOptions, ApSide, ApTensor, DgeMode, IndexAp};
 use super::{Lowered, OobMode};
 use crate::error::Error;
 
@@ -120,6 +120,7 @@ fn plain_copy(src: ApSide, dst: ApSide) -> Result<Lowered, Error> {
         op: ComputeOp::None,
         oob: OobMode::Error,
         unique_indices: true,
+        dge: DgeMode::Chosen,
     };
     dma_copy_ap("dma_transpose", src, dst, opts)
 }
@@ -228,6 +229,7 @@ pub fn dma_gather_transpose_nd(
         op: ComputeOp::None,
         oob,
         unique_indices: true,
+        dge: DgeMode::Chosen,
     };
     let mut lowered = Lowered::default();
     for c in 0..k {

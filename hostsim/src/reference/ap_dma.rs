@@ -301,6 +301,7 @@ mod tests {
             op,
             oob: OobMode::Error,
             unique_indices: true,
+            dge: crate::nki::DgeMode::Chosen,
         }
     }
 

@@ -61,7 +61,7 @@ use crate::dge_route::{DgeOutcome, DgeRoute, RecordedReplays};
 use crate::error::Error;
 use crate::isa::{self, BoundRegisters, Instruction, Opcode, PseudoEmbeddingUpdate, Route};
 use crate::nki::ap::Collision;
-use crate::nki::ApDma;
+use crate::nki::{ApDma, DgeMode};
 use crate::{pool, reference};
 
 /// Which mechanism the runtime uses.
@@ -439,6 +439,7 @@ impl Runtime {
         warn: bool,
     ) -> Result<StepReport, Error> {
         self.check_fabric(fabric)?;
+        dma.dge.check_generation("dma_copy", self.generation)?;
         let opcode = ap_dma_opcode(dma);
         let _span = tracing::debug_span!("ap_dma", opcode = opcode.code()).entered();
         let collisions = match warn {
@@ -471,14 +472,30 @@ impl Runtime {
             skipped = outcome.skips(),
             "instruction done"
         );
+        let served = match dma.dge {
+            DgeMode::Chosen => {
+                let scalar = dma.src.scalar_offset.is_some() || dma.dst.scalar_offset.is_some();
+                DgeServed::of(self.generation, dma.indexed() || scalar)
+            }
+            DgeMode::Software => DgeServed::Software,
+            DgeMode::Hardware => DgeServed::Hardware,
+            DgeMode::Prebuilt => DgeServed::Prebuilt,
+        };
+        // prebuilt descriptors cost the DGE nothing when the kernel runs
+        let cost = match (served, cost) {
+            (DgeServed::Prebuilt, Cost::Dge { dma, .. }) => Cost::Dge {
+                dge_ps: Some(0),
+                dge_instructions: 0,
+                dma,
+            },
+            (_, cost) => cost,
+        };
         let mut step = self.step_report(ap_dma_opcode(dma), outcome, cost);
         step.taken = match self.mechanism {
             Mechanism::Reference => RouteTaken::Reference,
             _ => RouteTaken::Dge,
         };
-        let indexed =
-            dma.indexed() || dma.src.scalar_offset.is_some() || dma.dst.scalar_offset.is_some();
-        step.dge = (step.taken == RouteTaken::Dge).then(|| DgeServed::of(self.generation, indexed));
+        step.dge = (step.taken == RouteTaken::Dge).then_some(served);
         step.warnings.extend(collision_warning(collisions));
         step
     }

@@ -223,7 +223,7 @@ impl Preparer<'_> {
         step: usize,
         item: Item<'a>,
     ) -> Result<Option<Ready<'a>>, Error> {
-        // the check Runtime::step and Runtime::run_ap_dma make first
+        // the checks Runtime::step and Runtime::run_ap_dma make first
         let generation = super::check_generation(self.routes.0, fabric);
         let ready = match item {
             Item::Inst(lowered, index) => {
@@ -243,6 +243,8 @@ impl Preparer<'_> {
                 let index = lowered.instructions.len() + k;
                 let failed = |e| Job::Ap(dma, Vec::new()).failed(step, index, e);
                 generation.map_err(failed)?;
+                let made = dma.dge.check_generation("dma_copy", self.routes.0);
+                made.map_err(failed)?;
                 let ready = self.prepare_ap(fabric, dma).map_err(failed)?;
                 ready.map(|r| Ready { step, index, ..r })
             }
@@ -723,6 +725,7 @@ mod tests {
             op: ComputeOp::None,
             oob,
             unique_indices: true,
+            dge: nki::DgeMode::Chosen,
         }
     }
 

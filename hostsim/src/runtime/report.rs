@@ -105,6 +105,9 @@ pub enum DgeServed {
     /// The software DGE on the GpSimd core: every indexed or data-dependent DMA, and
     /// everything on sunda, which has no hardware DGE.
     Software,
+    /// No DGE: descriptors the Neuron Runtime built before the kernel ran (NKI's
+    /// `dge_mode=none`), no DGE time spent.
+    Prebuilt,
 }
 
 impl DgeServed {
@@ -113,6 +116,7 @@ impl DgeServed {
         match self {
             DgeServed::Hardware => "hardware",
             DgeServed::Software => "software",
+            DgeServed::Prebuilt => "none",
         }
     }
 

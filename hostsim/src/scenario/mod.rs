@@ -761,6 +761,7 @@ dst = "t"
                     compute: Compute::Max,
                     oob: skip.then_some(Oob::Skip),
                     unique_indices: None,
+                    dge: skip.then_some(model::Dge::Hwdge),
                 })),
             (1u32..33, proptest::option::of(1u32..100)).prop_map(|(per, valid)| {
                 OpSpec::LocalGather(model::LocalGather {

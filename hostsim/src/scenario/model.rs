@@ -540,6 +540,37 @@ pub struct DmaCopy {
     /// default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unique_indices: Option<bool>,
+    /// Who makes the descriptors (NKI's `dge_mode`; default hostsim's choice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dge: Option<Dge>,
+}
+
+/// `dge`: NKI's `dge_mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dge {
+    /// hostsim's choice (the hardware DGE for a direct copy from cayman on, else the
+    /// software DGE).
+    Unknown,
+    /// The software DGE.
+    Swdge,
+    /// The hardware DGE: no gather or scatter, not on sunda.
+    Hwdge,
+    /// Descriptors the Neuron Runtime builds before the kernel runs: no run-time
+    /// addresses, no DGE time.
+    None,
+}
+
+impl From<Dge> for crate::nki::DgeMode {
+    fn from(d: Dge) -> Self {
+        use crate::nki::DgeMode;
+        match d {
+            Dge::Unknown => DgeMode::Chosen,
+            Dge::Swdge => DgeMode::Software,
+            Dge::Hwdge => DgeMode::Hardware,
+            Dge::None => DgeMode::Prebuilt,
+        }
+    }
 }
 
 /// `nc_n_gather`: `dst[p, m] = data[p, index[p, m]]` (0 past the row).

@@ -14,7 +14,7 @@ use super::place::Placed;
 use crate::error::Error;
 use crate::isa::{self, BoundRegisters, Instruction};
 use crate::nki::{
-    self, ApDim, ApOptions, ApSide, ApTensor, BoundSetting, DmaOptions, IndexAp, Lowered,
+    self, ApDim, ApOptions, ApSide, ApTensor, BoundSetting, DgeMode, DmaOptions, IndexAp, Lowered,
     ShapeSetting,
 };
 use crate::runtime::{self, Mechanism};
@@ -74,9 +74,11 @@ pub fn prepare_op(
         if mechanism == Mechanism::Pool && !lowered.ap_dmas.is_empty() {
             return Err(crate::pool::kernel_missing_ap());
         }
-        // an access-pattern copy is one DGE request on every route
+        // an access-pattern copy is one DGE request on every route, made by a DGE the
+        // generation has
         for c in &lowered.ap_dmas {
             crate::dge_route::check_ap_request(map, c, kind)?;
+            c.dge.check_generation(kind, map.generation())?;
         }
         Ok(lowered)
     };
@@ -191,6 +193,7 @@ impl Cx<'_> {
                 op: o.compute.into(),
                 oob: o.oob.into(),
                 unique_indices: unique,
+                dge: DgeMode::Chosen,
             };
             return self.rows_ap([&o.src, &o.index, &o.dst], scatter, opts);
         }
@@ -386,6 +389,7 @@ impl Cx<'_> {
                         op: dma::CceOp::from(o.reduce).compute_op(),
                         oob: nki::OobMode::Skip,
                         unique_indices: false,
+                        dge: nki::DgeMode::Chosen,
                     };
                     return self.rows_ap([&o.data, &o.index, &o.table], true, opts);
                 }
@@ -419,6 +423,7 @@ impl Cx<'_> {
             op: o.compute.into(),
             oob: o.oob.unwrap_or_default().into(),
             unique_indices: o.unique_indices.unwrap_or(true),
+            dge: o.dge.map_or(DgeMode::Chosen, DgeMode::from),
         };
         nki::dma_copy_ap("dma_copy", src, dst, opts)
     }
@@ -776,6 +781,10 @@ mod tests {
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"src\", shape = [8, 16], ap = [[1, 8]] }\ndst = { tensor = \"out\", ap = [[1, 8]] }",
                 "op 0 (dma_copy): src.shape [8, 16]: src is [16, 8] (128 elements); on SBUF/PSUM a reshape keeps shape[0], the partition count",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, 2], [1, 4]], vector_offset = \"idx\" }\ndst = \"out\"\ndge = \"hwdge\"",
+                "op 0 (dma_copy src=tab dst=out src.vector_offset=idx): dma_copy: dge_mode: hwdge: a gather or scatter (a vector_offset) needs the software DGE",
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", shape = [32, 0], ap = [[1, 8]] }\ndst = { tensor = \"out\", ap = [[1, 8]] }",
