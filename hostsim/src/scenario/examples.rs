@@ -16,7 +16,9 @@
 //! - `bound_register/`: `idx.npy` and `idx_overrun.npy` (u32 `[1, 8]`, the second with
 //!   one index past the table but under the bound register);
 //! - `gather_transpose/`: `idx.npy` ([`GATHER_TRANSPOSE_INDICES`], u32 `[1, 8]`, one past
-//!   the 64-row tables).
+//!   the 64-row tables);
+//! - `moe_expert/`: `block_expert.npy` and `inactive.npy` (1x1 i32 expert numbers, the
+//!   second past the experts).
 
 use std::path::{Path, PathBuf};
 
@@ -26,7 +28,7 @@ use crate::error::Error;
 use crate::npy::{self, storage_descr, NpyArray};
 
 /// The example folders under `examples/`.
-pub const EXAMPLES: [&str; 9] = [
+pub const EXAMPLES: [&str; 10] = [
     "embedding",
     "pool_gathers",
     "copy_update",
@@ -36,6 +38,7 @@ pub const EXAMPLES: [&str; 9] = [
     "bound_register",
     "gather_transpose",
     "index_column",
+    "moe_expert",
 ];
 
 /// Rows of the embedding example's table.
@@ -219,6 +222,16 @@ fn index_column() -> Vec<(&'static str, NpyArray)> {
     )]
 }
 
+/// `moe_expert/`: `block_expert.npy` (1x1 i32, expert 2) and `inactive.npy` (1x1 i32,
+/// expert 4: past the 4 experts, a skipped load).
+fn moe_expert() -> Vec<(&'static str, NpyArray)> {
+    let one = |v: i32| array(Dtype::I32, &[1, 1], i32s([v]));
+    vec![
+        ("moe_expert/block_expert.npy", one(2)),
+        ("moe_expert/inactive.npy", one(4)),
+    ]
+}
+
 /// Every example `.npy` file: its path under `examples/` and its array.
 pub fn example_files() -> Vec<(&'static str, NpyArray)> {
     let mut files = vec![("embedding/ids.npy", embedding_ids())];
@@ -229,6 +242,7 @@ pub fn example_files() -> Vec<(&'static str, NpyArray)> {
     files.extend(bound_register());
     files.extend(gather_transpose());
     files.extend(index_column());
+    files.extend(moe_expert());
     files
 }
 
@@ -265,7 +279,7 @@ mod tests {
     fn the_committed_files_are_what_the_generator_makes() {
         let dir = std::env::temp_dir().join(format!("hostsim-examples-{}", std::process::id()));
         let written = write_examples(&dir).unwrap();
-        assert_eq!(written.len(), 14);
+        assert_eq!(written.len(), 16);
         for (rel, _) in example_files() {
             let fresh = std::fs::read(dir.join(rel)).unwrap();
             let committed = std::fs::read(repo_examples().join(rel)).unwrap();

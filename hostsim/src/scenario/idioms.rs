@@ -463,6 +463,67 @@ fn a_scalar_offset_steps_a_tensor_dim_past_the_patterns_pairs() {
     );
 }
 
+/// nki-library's MoE weight loads, as the `moe_expert/` example writes them: the expert
+/// weights declared flat and seen as `[E, P, F]` (`shape`), one expert's block by a
+/// run-time expert number on the hardware DGE, an inactive expert (past the experts)
+/// skipped under `oob = "skip"`, and the loaded block's bytes as u8 (`dtype`).
+#[test]
+fn moe_expert_loads_by_a_run_time_expert_and_skip_an_inactive_one() {
+    let load = |e: &str, dst: &str, dge: &str| {
+        format!("[[op]]\nop = \"dma_copy\"\nsrc = {{ tensor = \"w\", shape = [3, 4, 6], ap = [[6, 4], [1, 6]], scalar_offset = \"{e}\", indirect_dim = 0 }}\ndst = \"{dst}\"\noob = \"skip\"\n{dge}")
+    };
+    let text = [
+        iota("w", "[12, 6]"),
+        tensor("e", "sbuf", "i32", "[1, 1]", Some("e.npy")),
+        tensor("gone", "sbuf", "i32", "[1, 1]", Some("gone.npy")),
+        tensor("load", "sbuf", "f32", "[4, 6]", None),
+        tensor("kept", "sbuf", "f32", "[4, 6]", None),
+        tensor("bytes", "hbm", "u8", "[4, 24]", None),
+        load("e", "load", "dge = \"hwdge\"\n"),
+        load("gone", "kept", ""),
+        "[[op]]\nop = \"dma_copy\"\nsrc = { tensor = \"load\", dtype = \"u8\", ap = [[24, 4], [1, 24]] }\ndst = \"bytes\"\n".into(),
+    ]
+    .concat();
+    let files = [
+        ("e.npy", i32_array(&[1, 1], &[2])),
+        ("gone.npy", i32_array(&[1, 1], &[3])),
+    ];
+    let block: Vec<f32> = (48..72).map(|i| i as f32).collect();
+    let hardware = [
+        Generation::Cayman,
+        Generation::Mariana,
+        Generation::Maverick,
+    ];
+    let mechanisms = [Mechanism::Auto, Mechanism::Dge, Mechanism::Reference];
+    let words = |v: &[f32]| v.iter().map(|x| u64::from(x.to_bits())).collect::<Vec<_>>();
+    check_with(
+        &hardware,
+        &mechanisms,
+        &text,
+        &files,
+        ("load", 4),
+        &words(&block),
+    );
+    check_with(&hardware, &mechanisms, &text, &files, ("kept", 4), &[0; 24]);
+    let bytes: Vec<u64> = block
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .map(u64::from)
+        .collect();
+    check_with(&hardware, &mechanisms, &text, &files, ("bytes", 1), &bytes);
+    // sunda has no hardware DGE: refused before anything runs
+    let sunda = Overrides {
+        generation: Some(Generation::Sunda),
+        ..Overrides::default()
+    };
+    let e = prepared(&text, &files, sunda).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("dge_mode: hwdge: sunda has no hardware DGE"),
+        "{e}"
+    );
+}
+
 #[test]
 fn a_kv_cache_write_of_several_rows_per_token_index() {
     // NKI's decode KV-cache update: v_cache (B * Smax, d) = (16, 4); token t's S = 3 new
