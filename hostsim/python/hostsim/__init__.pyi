@@ -208,8 +208,9 @@ class Core:
         """dst = src.transpose(axes), axes (1, 0), (2, 1, 0) or (3, 1, 2, 0) (default:
         the one of src's rank). Direct: src and dst Tensors or slices, no oob_mode.
         Indirect: src = t.ap([[D, N], [1, D]], vector_offset=idx) (D =
-        prod(t.shape[1:])), dst = t[idx].transpose(axes) (a Tensor), (2, 1, 0) for a 3-D
-        t or (3, 1, 2, 0) for a 4-D t whose shape[1] or shape[2] is 1."""
+        prod(t.shape[1:])), dst = t[idx].transpose(axes) (a whole Tensor), (2, 1, 0) for a
+        3-D t or (3, 1, 2, 0) for a 4-D t whose shape[1] or shape[2] is 1; t may be a
+        reshape of a tensor (k.reshape(s).ap(...): the shape gathered and permuted)."""
     def nc_n_gather(self, dst: Tensor, data: Tensor, indices: Tensor) -> None:
         """dst[p, m] = data[p, indices[p, m]] within each partition (0 past the row)."""
     def local_gather(

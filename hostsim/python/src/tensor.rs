@@ -144,7 +144,7 @@ impl Tensor {
         match self.core.is(&other.core) {
             true => Ok(()),
             false => Err(InvalidInput::new_err(format!(
-                "{call}: {field} = {:?}: it belongs to another Core than {:?}, the tensor of this view",
+                "{call}: {field} = {:?}: it is a tensor of another Core (this view is of {:?} of this Core)",
                 other.name, self.name
             ))),
         }

@@ -801,7 +801,7 @@ def test_invalid_input_changes_nothing():
         (lambda: core.dma_copy(dst=b, src=a, unique_indices=1.5), "dma_copy: unique_indices = 1.5: must be True or False"),
         (lambda: core.dma_copy(dst=b, src=a, unique_indices=False), "unique_indices = false: applies to an indexed destination"),
         (lambda: core.dma_transpose(dst=b, src=5), "src: must be a Tensor of this Core"),
-        (lambda: hostsim.Core().hbm(np.zeros((4, 4), np.float32)).ap([[4, 4], [1, 4]], vector_offset=a), "ap: vector_offset = \"a\": it belongs to another Core"),
+        (lambda: hostsim.Core().hbm(np.zeros((4, 4), np.float32)).ap([[4, 4], [1, 4]], vector_offset=a), "ap: vector_offset = \"a\": it is a tensor of another Core"),
         (lambda: core.local_gather(b, b, b, num_elem_per_idx=1.0), "local_gather: num_elem_per_idx = 1.0"),
         (lambda: core.local_gather(b, b, b, num_elem_per_idx=-1), "local_gather: num_elem_per_idx = -1"),
         (lambda: hostsim.Core(generation=3), "Core: generation = 3"),

@@ -89,7 +89,7 @@ pub fn prepare_op(
             op: kind,
             operands: match &e {
                 Error::NkiArgument { arg, .. } if arg.contains("shape") => cx.views(op),
-                _ => operands.clone(),
+                _ => operands.clone() + &reshapes(op),
             },
             source: Box::new(e),
         },
@@ -105,6 +105,43 @@ pub fn prepare_op(
         named: named.map(|t| t.index).collect(),
         lowered,
     })
+}
+
+/// How an op's sides see their tensors where not as declared (a side's `shape` or
+/// `dtype`, a transpose's `src_shape`), for its errors: ` (src seen as [4, 128, 64])`.
+fn reshapes(op: &OpSpec) -> String {
+    let seen = |field: &str, spec: &ApSpec| match spec {
+        ApSpec::Pattern(p) if p.shape.is_some() || p.dtype.is_some() => {
+            let dtype = p
+                .dtype
+                .as_ref()
+                .map(|d| format!("{} ", d.0))
+                .unwrap_or_default();
+            let shape = p
+                .shape
+                .as_ref()
+                .map(|s| format!("{s:?}"))
+                .unwrap_or("its bytes".into());
+            Some(format!("{field} seen as {dtype}{shape}"))
+        }
+        _ => None,
+    };
+    let views: Vec<String> = match op {
+        OpSpec::DmaCopy(o) => [seen("src", &o.src), seen("dst", &o.dst)]
+            .into_iter()
+            .flatten()
+            .collect(),
+        OpSpec::DmaGatherTranspose(o) => o
+            .src_shape
+            .iter()
+            .map(|s| format!("src seen as {s:?}"))
+            .collect(),
+        _ => Vec::new(),
+    };
+    match views.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", views.join(", ")),
+    }
 }
 
 /// What lowering one op needs.
@@ -895,6 +932,17 @@ mod tests {
                 "op 0 (dma_copy src=tab dst=out): the pool mechanism is not available: an access-pattern DMA"
             ),
             "{e}"
+        );
+    }
+
+    /// Found by an audit: an error about a reshaped side named the tensor with the
+    /// reshape's shape as if declared so; the op's operands now say how it is seen.
+    #[test]
+    fn an_error_on_a_reshaped_side_says_how_the_side_sees_its_tensor() {
+        let got = rejection("op = \"dma_copy\"\nsrc = { tensor = \"tab\", shape = [8, 4, 4], dtype = \"u8\", ap = [[1, 8]], scalar_offset = \"idx\", indirect_dim = 3 }\ndst = { tensor = \"out\", ap = [[1, 8]] }");
+        assert!(
+            got.starts_with("op 0 (dma_copy src=tab dst=out src.scalar_offset=idx (src seen as u8 [8, 4, 4])): "),
+            "{got}"
         );
     }
 

@@ -129,7 +129,7 @@ fn sanitized(scenario: &Scenario, p: &Prepared) -> Result<Vec<Fate>, Found> {
                         format!("op {i}: {what}"),
                     ));
                 }
-                let skipped = report.steps.iter().any(|s| !s.outcome.skipped.is_empty());
+                let skipped = report.steps.iter().any(|s| s.outcome.skips() > 0);
                 fates.push(if skipped { Fate::Skipped } else { Fate::Wrote });
             }
             Err(e) => {
@@ -308,7 +308,9 @@ fn policy(spec: &OpSpec) -> String {
         OpSpec::DmaGatherTranspose(o) => oob(&o.oob),
         OpSpec::DmaCopy(o) => {
             let (src, dst) = (o.src.vector_offset(), o.dst.vector_offset());
-            let oob = match src.or(dst) {
+            // the policy acts on indices and on run-time start addresses
+            let scalar = o.src.scalar_offset().or(o.dst.scalar_offset());
+            let oob = match src.or(dst).or(scalar) {
                 Some(_) => oob(&o.oob.unwrap_or_default()),
                 None => "-".into(),
             };
@@ -584,6 +586,21 @@ mod tests {
             let found: Vec<&str> = s.findings.iter().map(|(f, _)| f.what.as_str()).collect();
             assert_eq!(found, Vec::<&str>::new(), "{name}");
             assert_eq!(s.cases, 12);
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// Found by an audit: a copy whose scalar offset is skipped under `oob = "skip"` was
+    /// tallied as having written, under no policy.
+    #[test]
+    fn a_skipped_scalar_offset_is_tallied_as_skipped_under_its_policy() {
+        let out = temp("fuzz-moe");
+        let (s, _) = fuzz(examples().join("moe_expert/scenario.toml"), 12, &out);
+        let inactive: Vec<_> = s.tally.iter().filter(|(k, _)| k.0 == 1).collect();
+        assert!(!inactive.is_empty(), "{}", s.table());
+        for ((_, _, _, policy), [_, _, skipped, _]) in inactive {
+            assert_eq!(policy, "oob=skip");
+            assert!(*skipped > 0, "{}", s.table());
         }
         let _ = std::fs::remove_dir_all(&out);
     }
