@@ -735,7 +735,13 @@ mod tests {
     fn op0(name: &str, text: &str, files: &[(&str, &[u32])]) -> OpExplained {
         let path = scenario(name, text, files);
         let (e, _) = explain(&path, &Options::default(), false).unwrap();
+        gone(&path);
         e.ops.into_iter().next().unwrap()
+    }
+
+    /// Removes the folder of the planted scenario at `path`.
+    fn gone(path: &Path) {
+        let _ = std::fs::remove_dir_all(path.parent().unwrap_or(path));
     }
 
     fn codes(op: &OpExplained) -> Vec<&str> {
@@ -895,6 +901,7 @@ mod tests {
         };
         std::fs::write(path.with_file_name("s.npy"), encode(&scalar)).unwrap();
         let (e, _) = explain(&path, &Options::default(), false).unwrap();
+        gone(&path);
         let op = &e.ops[0];
         assert_eq!(codes(op), ["oob-indices"]);
         let m = &op.lints[0].message;
@@ -926,6 +933,7 @@ mod tests {
             let path = scenario(&format!("scalar-{oob}"), &text(oob), &[]);
             std::fs::write(path.with_file_name("s.npy"), encode(&scalar)).unwrap();
             let (e, _) = explain(&path, &Options::default(), false).unwrap();
+            gone(&path);
             assert_eq!(codes(&e.ops[0]), ["oob-indices"]);
             messages.push(e.ops[0].lints[0].message.clone());
         }
@@ -1110,6 +1118,7 @@ mod tests {
             ..Options::default()
         };
         assert_eq!(explain(&path, &opts, false).unwrap().0.ops.len(), 1);
+        gone(&path);
     }
 
     /// Every shipped example: explain's descriptors and estimates equal `run --mechanism
@@ -1157,6 +1166,7 @@ mod tests {
             queues::write_queue_file(&file, &set, None).unwrap();
             let mut f = dma::VerifiedQueueFile::open_path(&file).unwrap();
             let traced = crate::trace::queue_file_trace(&mut f, "q").unwrap();
+            let _ = std::fs::remove_file(&file);
             assert_eq!(
                 crate::trace::tests::check(&traced),
                 (t.bytes, t.descriptors),
