@@ -33,6 +33,25 @@ class _Views:
     the partition dim, stays the first dim of every view (nothing moves, splits, merges,
     broadcasts or drops it)."""
 
+    def ap(
+        self,
+        pattern: Sequence[Sequence[int]],
+        offset: int = 0,
+        vector_offset: Optional[Union[Tensor, Ap]] = None,
+        indirect_dim: Optional[int] = None,
+        scalar_offset: Optional[Tensor] = None,
+        dtype: Optional[DTypeLike] = None,
+    ) -> Ap:
+        """NKI's access pattern over the tensor, or over the tensor as a view of the whole
+        of it reshapes it (t.reshape(s).ap(...): indirect_dim, its stride and its bound are
+        of that shape): 1 to 5 [step, num] pairs, outermost first, in elements (on
+        SBUF/PSUM the first pair steps partitions); an index tile `vector_offset` ([1, N]
+        or (N, 1), uint32/int32, SBUF), or an .ap() of one picking N of its elements
+        (i_sb.ap([[NT, 128], [1, 1]], offset=t): a column), replaces dim `indirect_dim`'s
+        term (default 0); `scalar_offset` is a 1x1 int32 or int64 tensor in SBUF or HBM
+        added at run time (int64 only on an HBM tensor's pattern; on SBUF/PSUM it must be
+        int32). `dtype` counts the tensor's bytes as elements of that dtype (view(dtype)
+        first)."""
     def slice(self, dim: int, start: int, end: int, step: int = 1) -> Ap:
         """Dim `dim` cut to start:end:step (numpy's meaning; end is clamped)."""
     def select(self, dim: int, index: Union[int, Tensor]) -> Ap:
@@ -86,22 +105,6 @@ class Tensor(_Views):
         """NKI's slicing as the .ap() it stands for: t[2:6, ::2], t[i], i_sb[:, t],
         t[ds(s, n), ..., -1] (ints and slices per dim, one ... or missing trailing dims
         taking the rest, numpy's meaning; on SBUF/PSUM the partition dim stays the first pair)."""
-    def ap(
-        self,
-        pattern: Sequence[Sequence[int]],
-        offset: int = 0,
-        vector_offset: Optional[Union[Tensor, Ap]] = None,
-        indirect_dim: Optional[int] = None,
-        scalar_offset: Optional[Tensor] = None,
-        dtype: Optional[DTypeLike] = None,
-    ) -> Ap:
-        """NKI's access pattern: 1 to 5 [step, num] pairs, outermost first, in elements
-        (on SBUF/PSUM the first pair steps partitions); an index tile `vector_offset`
-        ([1, N] or (N, 1), uint32/int32, SBUF), or an .ap() of one picking N of its
-        elements (i_sb.ap([[NT, 128], [1, 1]], offset=t): a column), replaces dim
-        `indirect_dim`'s term (default 0); `scalar_offset` is a 1x1 int32 or int64 tensor in SBUF or HBM added at run
-        time (int64 only on an HBM tensor's pattern; on SBUF/PSUM it must be int32).
-        `dtype` counts the tensor's bytes as elements of that dtype (view(dtype) first)."""
 
 class Ap(_Views):
     """An access pattern over a tensor, a dma_copy / dma_compute side: a view (slicing or
@@ -118,18 +121,6 @@ class Ap(_Views):
         """Its .ap() pairs [step, num], outermost first (at most 5)."""
     def __getitem__(self, key: Any) -> Ap:
         """Slicing the view, as Tensor[...]."""
-    def ap(
-        self,
-        pattern: Sequence[Sequence[int]],
-        offset: int = 0,
-        vector_offset: Optional[Union[Tensor, Ap]] = None,
-        indirect_dim: Optional[int] = None,
-        scalar_offset: Optional[Tensor] = None,
-        dtype: Optional[DTypeLike] = None,
-    ) -> Ap:
-        """NKI's t.reshape(shape).ap(...): Tensor.ap over the tensor as this view reshapes
-        it; the view must be a reshape of the whole tensor (indirect_dim, its stride and
-        its bound are of the view's shape)."""
 
 Side = Union[Tensor, Ap]
 

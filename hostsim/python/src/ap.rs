@@ -389,8 +389,8 @@ impl Ap {
         })?;
         let tensor = self.tensor.get().dtype;
         ap.offsets.dtype = (to != tensor).then_some(to);
-        if let Some(shape) = &mut ap.offsets.shape {
-            let last = shape.last_mut().expect("a shape has a dim");
+        // the reshape it is an `.ap()` of counts the new elements too
+        if let Some(last) = ap.offsets.shape.as_mut().and_then(|s| s.last_mut()) {
             *last = *last * sizes.0 / sizes.1;
         }
         Ok(ap)
