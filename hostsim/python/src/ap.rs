@@ -32,8 +32,9 @@ struct ApArgs<'a, 'py> {
     scalar_offset: Option<&'a Bound<'py, PyAny>>,
 }
 
-/// What an `.ap()` says besides its pattern: the tensor's shape as reshaped (if it is)
-/// and the run-time offsets.
+/// What an `.ap()` says besides its pattern: the tensor's shape as reshaped and the
+/// dtype its elements are counted in (where not the tensor's own), and the run-time
+/// offsets.
 #[derive(Clone, Debug, Default)]
 pub struct Offsets {
     /// The shape of `t.reshape(shape).ap(...)` (in elements of `dtype`).
@@ -67,7 +68,7 @@ impl Ap {
         }
     }
 
-    /// `t.ap(...)` with `args`, on the tensor as `shape` reshapes it (if given).
+    /// `t.ap(...)` with `args`, on the tensor as `seen` (its shape and dtype) says.
     fn explicit(t: &Bound<'_, Tensor>, seen: Offsets, args: ApArgs) -> PyResult<Ap> {
         let bad = |arg, value, rule| errors::bad_arg("ap", arg, value, rule);
         let pattern = args.pattern;
@@ -224,7 +225,7 @@ impl Ap {
         Ok(self.pattern("get_pattern")?.1)
     }
 
-    /// ap(pattern, offset=0, vector_offset=None, indirect_dim=None, scalar_offset=None)
+    /// ap(pattern, offset=0, vector_offset=None, indirect_dim=None, scalar_offset=None, dtype=None)
     /// --
     ///
     /// NKI's access pattern over the tensor (`t.ap(...)`), or over the tensor as this
@@ -238,7 +239,8 @@ impl Ap {
     /// replaces dim `indirect_dim`'s term (default dim 0) by `index * prod(shape[d+1:])`;
     /// `scalar_offset` a 1x1 int32 or int64 tensor in SBUF or HBM whose value times the
     /// same stride is added when the op runs (int64 only on an HBM tensor's pattern: on
-    /// SBUF/PSUM the offset must be int32, as NKI says).
+    /// SBUF/PSUM the offset must be int32, as NKI says). `dtype` counts the tensor's
+    /// bytes as elements of that dtype (`view(dtype)`, then the `.ap()`).
     #[pyo3(signature = (pattern, offset=None, vector_offset=None, indirect_dim=None, scalar_offset=None, dtype=None))]
     fn ap(
         &self,
