@@ -53,6 +53,9 @@ pub struct Explanation {
 pub struct OpExplained {
     pub index: usize,
     pub op: String,
+    /// The op's label (its `name`), left out when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// The mechanisms that ran its instructions (`dge`).
     pub route: String,
     /// `hardware` or `software` (the DGE that served it).
@@ -274,7 +277,7 @@ fn trace_of(p: &Prepared, title: &str, runs: &[OpRun]) -> Result<String, Error> 
 /// One op's explanation.
 fn explain_op(p: &Prepared, fabric: &Fabric, run: &OpRun) -> Result<OpExplained, Error> {
     let report = run.result.as_ref().ok();
-    let summary = report.map(|r| exec::op_report(run.op.kind, r));
+    let summary = report.map(|r| exec::op_report(run.op, r));
     let descriptors: Vec<&Descriptor> = run.replays.iter().flatten().flatten().collect();
     let stages: Vec<RequestStages> = run
         .requests
@@ -297,6 +300,7 @@ fn explain_op(p: &Prepared, fabric: &Fabric, run: &OpRun) -> Result<OpExplained,
     Ok(OpExplained {
         index: run.op.index,
         op: run.op.kind.to_string(),
+        name: run.op.name.clone(),
         route: summary
             .as_ref()
             .map_or("dge".into(), |s| s.mechanism.clone()),
@@ -592,9 +596,13 @@ fn op_text(out: &mut String, op: &OpExplained) {
         .dge
         .as_deref()
         .map_or(String::new(), |d| format!(", {d} DGE"));
+    let name = op
+        .name
+        .as_ref()
+        .map_or(String::new(), |n| format!(" {n:?}"));
     let _ = writeln!(
         out,
-        "\nop {} ({}): {}{dge}",
+        "\nop {} ({}{name}): {}{dge}",
         op.index,
         op.op,
         counted(&op.instructions)

@@ -172,12 +172,13 @@ class Core:
         oob_mode: Optional[str] = None,
         unique_indices: Optional[bool] = None,
         dge_mode: Optional[str] = None,
+        name: Optional[str] = None,
     ) -> None:
         """Element k of src's walk to element k of dst's (cast through float32);
         dst_rmw_op makes it dst = op(dst, src); oob_mode "error" (default) | "skip" for a
         side with a vector_offset or scalar_offset; unique_indices (default True) for an
         indexed dst; dge_mode (hostsim.dge_mode.unknown | swdge | hwdge | none) who makes
-        the descriptors."""
+        the descriptors; name (every op takes it) labels the op in the report and explain."""
     def dma_compute(
         self,
         dst: Side,
@@ -187,6 +188,7 @@ class Core:
         unique_indices: Optional[bool] = None,
         oob_mode: Optional[str] = None,
         dge_mode: Optional[str] = None,
+        name: Optional[str] = None,
     ) -> None:
         """dst = reduce_op(dst, other), one of the two srcs being dst itself."""
     def dma_transpose(
@@ -195,6 +197,7 @@ class Core:
         src: Union[Tensor, Ap],
         axes: Optional[Sequence[int]] = None,
         oob_mode: Optional[str] = None,
+        name: Optional[str] = None,
     ) -> None:
         """dst = src.transpose(axes), axes (1, 0), (2, 1, 0) or (3, 1, 2, 0) (default:
         the one of src's rank). Direct: src and dst Tensors or slices, no oob_mode.
@@ -202,7 +205,7 @@ class Core:
         prod(t.shape[1:])), dst = t[idx].transpose(axes) (a whole Tensor), (2, 1, 0) for a
         3-D t or (3, 1, 2, 0) for a 4-D t whose shape[1] or shape[2] is 1; t may be a
         reshape of a tensor (k.reshape(s).ap(...): the shape gathered and permuted)."""
-    def nc_n_gather(self, dst: Tensor, data: Tensor, indices: Tensor) -> None:
+    def nc_n_gather(self, dst: Tensor, data: Tensor, indices: Tensor, name: Optional[str] = None) -> None:
         """dst[p, m] = data[p, indices[p, m]] within each partition (0 past the row)."""
     def local_gather(
         self,
@@ -211,11 +214,17 @@ class Core:
         index: Tensor,
         num_elem_per_idx: int = 1,
         num_valid_indices: Optional[int] = None,
+        name: Optional[str] = None,
     ) -> None:
         """Per core of 16 partitions, runs of num_elem_per_idx elements at the uint16
         element offsets `index` (read partition-first)."""
     def embedding_update(
-        self, table: Tensor, index: Tensor, data: Tensor, reduce: Optional[ComputeOp] = None
+        self,
+        table: Tensor,
+        index: Tensor,
+        data: Tensor,
+        reduce: Optional[ComputeOp] = None,
+        name: Optional[str] = None,
     ) -> None:
         """table[index[i]] = reduce(table[index[i]], data[i]) in index order (add by
         default; max, min); indices past the table are skipped."""
@@ -224,6 +233,7 @@ class Core:
         hex_or_fields: Union[str, Dict[str, Any]],
         bounds: Optional[Sequence[Any]] = None,
         shapes: Optional[Sequence[Any]] = None,
+        name: Optional[str] = None,
     ) -> None:
         """One raw instruction (hex, or fields by name), with bound registers
         [(reg, bound)] and shape registers [(reg, (x, y, z, w))]."""

@@ -175,7 +175,7 @@ impl Core {
         add_tensor(slf, made.at(partition, name))
     }
 
-    /// dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, unique_indices=None, dge_mode=None)
+    /// dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, unique_indices=None, dge_mode=None, name=None)
     /// --
     ///
     /// NKI `dma_copy`: element k of `src`'s walk is copied to element k of `dst`'s (each a
@@ -187,7 +187,8 @@ impl Core {
     /// a `vector_offset`. `dge_mode` ("unknown", "swdge", "hwdge" or "none"; NKI's) says
     /// who makes the descriptors: the report's `dge`, the DGE time, and its rules (hwdge:
     /// no gather or scatter, not on sunda; none: no run-time address).
-    #[pyo3(signature = (dst, src, dst_rmw_op=None, oob_mode=None, unique_indices=None, dge_mode=None))]
+    #[pyo3(signature = (dst, src, dst_rmw_op=None, oob_mode=None, unique_indices=None, dge_mode=None, name=None))]
+    #[allow(clippy::too_many_arguments)] // NKI's signature, keyword for keyword
     fn dma_copy(
         slf: &Bound<'_, Self>,
         dst: &Bound<'_, PyAny>,
@@ -196,22 +197,23 @@ impl Core {
         oob_mode: Option<&Bound<'_, PyAny>>,
         unique_indices: Option<&Bound<'_, PyAny>>,
         dge_mode: Option<&Bound<'_, PyAny>>,
+        name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let compute = dst_rmw_op
             .map(|op| op_name("dma_copy", "dst_rmw_op", op))
             .transpose()?;
-        let options = Options::new("dma_copy", [oob_mode, unique_indices, dge_mode])?;
+        let options = Options::new("dma_copy", [oob_mode, unique_indices, dge_mode, name])?;
         copy(slf, "dma_copy", [dst, src], compute, options)
     }
 
-    /// dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None, dge_mode=None)
+    /// dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None, dge_mode=None, name=None)
     /// --
     ///
     /// NKI `dma_compute` in its read-modify-write form: one of the two `srcs` is `dst`
     /// itself (the same Tensor or an equal `.ap()`), and `dst = reduce_op(dst, other)`
     /// in float32, as `dma_copy(dst, other, dst_rmw_op=reduce_op)`. `scales` must be
     /// None or one 1.0 per source (NKI takes a scale per source; the model, 1.0).
-    #[pyo3(signature = (dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None, dge_mode=None))]
+    #[pyo3(signature = (dst, srcs, reduce_op, scales=None, unique_indices=None, oob_mode=None, dge_mode=None, name=None))]
     #[allow(clippy::too_many_arguments)] // NKI's signature, keyword for keyword
     fn dma_compute(
         slf: &Bound<'_, Self>,
@@ -222,6 +224,7 @@ impl Core {
         unique_indices: Option<&Bound<'_, PyAny>>,
         oob_mode: Option<&Bound<'_, PyAny>>,
         dge_mode: Option<&Bound<'_, PyAny>>,
+        name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let bad = |arg, value, rule| errors::bad_arg("dma_compute", arg, value, rule);
         let list_rule = "must be a list of two sources, one of them dst itself";
@@ -238,7 +241,7 @@ impl Core {
                 return Err(bad("scales", value, scale_rule));
             }
         }
-        let options = Options::new("dma_compute", [oob_mode, unique_indices, dge_mode])?;
+        let options = Options::new("dma_compute", [oob_mode, unique_indices, dge_mode, name])?;
         let dst_side = side(slf, "dst", dst)?;
         let other = match srcs.as_slice() {
             [a, b] if side(slf, "dma_compute: srcs[0]", a)? == dst_side => b,
@@ -272,16 +275,18 @@ impl Core {
     /// whole rows of an HBM tensor `t`, `D = prod(t.shape[1:])`, picked by the index tile),
     /// and `dst` gets them transposed: `[D, N]` with (1, 0), `[K, J, N]` for a `[., J, K]`
     /// `t` with (2, 1, 0), `[K, A, B, N]` for a `[., A, B, K]` `t` (A or B 1) with (3, 1,
-    /// 2, 0). `oob_mode` "error" (default) or "skip".
-    #[pyo3(signature = (dst, src, axes=None, oob_mode=None))]
+    /// 2, 0). `oob_mode` "error" (default) or "skip". `name` labels the op.
+    #[pyo3(signature = (dst, src, axes=None, oob_mode=None, name=None))]
     fn dma_transpose(
         slf: &Bound<'_, Self>,
         dst: &Bound<'_, PyAny>,
         src: &Bound<'_, PyAny>,
         axes: Option<&Bound<'_, PyAny>>,
         oob_mode: Option<&Bound<'_, PyAny>>,
+        name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let oob = Options::new("dma_transpose", [oob_mode, None, None])?.oob;
+        let Options { oob, name, .. } =
+            Options::new("dma_transpose", [oob_mode, None, None, name])?;
         let axes = axes
             .map(|a| {
                 a.extract::<Vec<u32>>().map_err(|_| {
@@ -304,6 +309,7 @@ impl Core {
                 ("src", Some(side(slf, "src", src)?)),
                 ("dst", Some(side(slf, "dst", dst)?)),
                 ("axes", axes.map(|a| json!(a))),
+                ("name", name),
             ];
             return run_op(slf, ("dma_transpose", "dma_transpose"), fields);
         }
@@ -321,37 +327,41 @@ impl Core {
             ("dst", Some(tensor_name(slf, "dst", dst)?)),
             ("oob", oob.map(Value::from)),
             ("axes", axes.map(|a| json!(a))),
+            ("name", name),
         ];
         run_op(slf, ("dma_transpose", "dma_gather_transpose"), fields)
     }
 
-    /// nc_n_gather(dst, data, indices)
+    /// nc_n_gather(dst, data, indices, name=None)
     /// --
     ///
     /// NKI `nc_n_gather` (GATHER 0x68): within each partition, `dst[p, m] = data[p,
     /// indices[p, m]]`, an index past the row reading 0. `indices` is uint32.
+    #[pyo3(signature = (dst, data, indices, name=None))]
     fn nc_n_gather(
         slf: &Bound<'_, Self>,
         dst: &Bound<'_, PyAny>,
         data: &Bound<'_, PyAny>,
         indices: &Bound<'_, PyAny>,
+        name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let fields = vec![
             ("data", Some(tensor_name(slf, "data", data)?)),
             ("index", Some(tensor_name(slf, "indices", indices)?)),
             ("dst", Some(tensor_name(slf, "dst", dst)?)),
+            ("name", label("nc_n_gather", name)?),
         ];
         run_op(slf, ("nc_n_gather", "nc_n_gather"), fields)
     }
 
-    /// local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None)
+    /// local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None)
     /// --
     ///
     /// NKI `local_gather` (INDIRECT_COPY 0xe7): per core of 16 partitions, runs of
     /// `num_elem_per_idx` (1, 2, 4, .. 32) elements of `src_buffer` at the element offsets
     /// `index` (uint16, read partition-first), the first `num_valid_indices` of them
     /// (default all); a run past the buffer's end stays zero.
-    #[pyo3(signature = (dst, src_buffer, index, num_elem_per_idx=None, num_valid_indices=None))]
+    #[pyo3(signature = (dst, src_buffer, index, num_elem_per_idx=None, num_valid_indices=None, name=None))]
     fn local_gather(
         slf: &Bound<'_, Self>,
         dst: &Bound<'_, PyAny>,
@@ -359,6 +369,7 @@ impl Core {
         index: &Bound<'_, PyAny>,
         num_elem_per_idx: Option<&Bound<'_, PyAny>>,
         num_valid_indices: Option<&Bound<'_, PyAny>>,
+        name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let count = |arg, value, rule| errors::extract::<u32>("local_gather", arg, value, rule);
         let per_rule = "must be 1, 2, 4, 8, 16 or 32";
@@ -371,23 +382,25 @@ impl Core {
             ("dst", Some(tensor_name(slf, "dst", dst)?)),
             ("num_elem_per_idx", Some(json!(num_elem_per_idx))),
             ("num_valid_indices", num_valid_indices.map(Value::from)),
+            ("name", label("local_gather", name)?),
         ];
         run_op(slf, ("local_gather", "local_gather"), fields)
     }
 
-    /// embedding_update(table, index, data, reduce="add")
+    /// embedding_update(table, index, data, reduce="add", name=None)
     /// --
     ///
     /// `table[index[i], :] = reduce(table[index[i], :], data[i, :])` in index order, in
     /// float32; indices at or past the table's rows are skipped. `reduce` is add | max |
     /// min (or `np.add`, `np.maximum`, `np.minimum`).
-    #[pyo3(signature = (table, index, data, reduce=None))]
+    #[pyo3(signature = (table, index, data, reduce=None, name=None))]
     fn embedding_update(
         slf: &Bound<'_, Self>,
         table: &Bound<'_, PyAny>,
         index: &Bound<'_, PyAny>,
         data: &Bound<'_, PyAny>,
         reduce: Option<&Bound<'_, PyAny>>,
+        name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let reduce = reduce.map_or(Ok("add".to_string()), |r| {
             op_name("embedding_update", "reduce", r)
@@ -397,23 +410,25 @@ impl Core {
             ("index", Some(tensor_name(slf, "index", index)?)),
             ("data", Some(tensor_name(slf, "data", data)?)),
             ("reduce", Some(json!(reduce))),
+            ("name", label("embedding_update", name)?),
         ];
         run_op(slf, ("embedding_update", "embedding_update"), fields)
     }
 
-    /// isa(hex_or_fields, bounds=None, shapes=None)
+    /// isa(hex_or_fields, bounds=None, shapes=None, name=None)
     /// --
     ///
     /// One raw 64-byte instruction: 128 hex digits, or a dict of its fields by name (what
     /// `hostsim isa decode --format json` prints). `bounds`: bound registers to set, as
     /// `[{"reg": 0, "bound": 1000}]` or `[(0, 1000)]`; `shapes`: DMA_INDIRECT shape
     /// registers, as `[{"reg": 8, "xyzw": [16, 4, 2, 1]}]` or `[(8, (16, 4, 2, 1))]`.
-    #[pyo3(signature = (hex_or_fields, bounds=None, shapes=None))]
+    #[pyo3(signature = (hex_or_fields, bounds=None, shapes=None, name=None))]
     fn isa(
         slf: &Bound<'_, Self>,
         hex_or_fields: &Bound<'_, PyAny>,
         bounds: Option<&Bound<'_, PyAny>>,
         shapes: Option<&Bound<'_, PyAny>>,
+        name: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let py = slf.py();
         let form = match hex_or_fields.extract::<String>() {
@@ -426,6 +441,7 @@ impl Core {
             (form, json(Some(hex_or_fields))?),
             ("bounds", json(bounds)?),
             ("shapes", json(shapes)?),
+            ("name", label("isa", name)?),
         ];
         run_op(slf, ("isa", "isa"), fields)
     }
@@ -698,22 +714,23 @@ fn copy(
         ("oob", options.oob.map(Value::from)),
         ("unique_indices", options.unique_indices.map(Value::from)),
         ("dge", options.dge.map(Value::from)),
+        ("name", options.name),
     ];
     run_op(slf, (call, "dma_copy"), fields)
 }
 
-/// The `oob_mode`, `unique_indices` and `dge_mode` of a `dma_copy` / `dma_compute` call,
-/// checked.
+/// The `oob_mode`, `unique_indices`, `dge_mode` and `name` of a DMA call, checked.
 struct Options {
     oob: Option<&'static str>,
     unique_indices: Option<bool>,
     dge: Option<&'static str>,
+    name: Option<Value>,
 }
 
 impl Options {
     fn new(
         call: &str,
-        [oob_mode, unique_indices, dge_mode]: [Option<&Bound<'_, PyAny>>; 3],
+        [oob_mode, unique_indices, dge_mode, name]: [Option<&Bound<'_, PyAny>>; 4],
     ) -> PyResult<Options> {
         let oob = oob_mode
             .map(|v| match v.extract::<String>().as_deref() {
@@ -745,8 +762,15 @@ impl Options {
             oob,
             unique_indices,
             dge,
+            name: label(call, name)?,
         })
     }
+}
+
+/// An op's `name=` (NKI's instruction name): a str, the scenario op's `name`.
+fn label(call: &str, name: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Value>> {
+    let rule = "must be a str (the op's label in the report and explain)";
+    Ok(errors::extract::<String>(call, "name", name, rule)?.map(Value::from))
 }
 
 /// A compute op's name (`arg` of `call`, in errors): a string (the scenario's names, or

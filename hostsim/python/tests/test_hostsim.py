@@ -405,6 +405,25 @@ def test_dge_mode_says_who_makes_the_descriptors():
     assert core.report["ops"][-1]["dge"] == "hardware"
 
 
+def test_name_labels_an_op_in_the_report_explain_and_a_saved_scenario(tmp_path):
+    """NKI's name= on every op: the report's and explain's label of the op, kept by
+    save_scenario; nothing else changes."""
+    core = hostsim.Core("cayman")
+    a = core.hbm(np.ones((4, 8), np.float32))
+    b = core.hbm(shape=(4, 8), dtype=np.float32)
+    core.dma_copy(dst=b, src=a, name="load_a")
+    core.dma_copy(dst=b, src=a)
+    core.dma_transpose(dst=core.hbm(shape=(8, 4), dtype=np.float32), src=a, name="a_t")
+    ops = core.report["ops"]
+    assert [o.get("name") for o in ops] == ["load_a", None, "a_t"]
+    assert [o.get("name") for o in core.explain()["ops"]] == ["load_a", None, "a_t"]
+    core.save_scenario(tmp_path / "named")
+    text = (tmp_path / "named" / "scenario.toml").read_text()
+    assert 'name = "load_a"' in text and 'name = "a_t"' in text
+    with pytest.raises(hostsim.InvalidInput, match="dma_copy: name = 5: must be a str"):
+        core.dma_copy(dst=b, src=a, name=5)
+
+
 def test_views_say_which_rule_they_break_and_change_nothing():
     core = hostsim.Core("cayman")
     t = core.hbm(np.zeros((4, 6, 5), np.float32))

@@ -222,6 +222,7 @@ pub fn ap_op(dma: &ApDma) -> OpSpec {
             .vector_offset
             .is_some()
             .then_some(dma.unique_indices),
+        name: None,
     })
 }
 
@@ -272,6 +273,7 @@ fn isa_op(bytes: &[u8], bounds: &[(u8, u64)], shapes: &[ShapeSpec]) -> OpSpec {
             .map(|&(reg, bound)| BoundSpec { reg, bound })
             .collect(),
         shapes: shapes.to_vec(),
+        name: None,
     })
 }
 

@@ -12,6 +12,7 @@ use std::time::Instant;
 use dma::{EngineConfig, Fabric};
 use serde::Serialize;
 
+use super::ops::PreparedOp;
 use super::sanitize::Sanitizer;
 use super::Prepared;
 use crate::atomic_file::{self, Batch};
@@ -207,6 +208,9 @@ fn op_fault(op: &super::PreparedOp, e: Error) -> Error {
 pub struct OpReport {
     /// The op's kind (`dma_gather`, ...; `replay` for a queue-file replay).
     pub op: String,
+    /// The op's label (its `name`), left out when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// The mechanisms that ran its instructions, in order of first use, `+`-joined.
     pub mechanism: String,
     /// The DGEs that generated its descriptors (`hardware`, `software`), in order of
@@ -256,7 +260,7 @@ impl Report {
             .ops
             .iter()
             .zip(&exec.reports)
-            .map(|(op, r)| op_report(op.kind, r))
+            .map(|(op, r)| op_report(op, r))
             .collect();
         Report::with_total(ops, exec.wall_seconds)
     }
@@ -288,10 +292,14 @@ impl Report {
             "#", "op", "mechanism", "insts", "descriptors", "bytes", "skipped", "estimated ns"
         );
         for (i, o) in self.ops.iter().enumerate() {
+            let op = match &o.name {
+                Some(name) => format!("{} ({name})", o.op),
+                None => o.op.clone(),
+            };
             out += &format!(
                 "{:<4} {:<22} {:<16} {:>6} {:>11} {:>13} {:>8} {:>14}\n",
                 i,
-                o.op,
+                op,
                 o.mechanism,
                 o.instructions,
                 o.descriptors,
@@ -314,7 +322,7 @@ impl Report {
 }
 
 /// One op's report from its run.
-pub fn op_report(kind: &str, r: &RunReport) -> OpReport {
+pub fn op_report(op: &PreparedOp, r: &RunReport) -> OpReport {
     let distinct = |names: &mut dyn Iterator<Item = &'static str>| {
         let mut seen: Vec<&str> = Vec::new();
         for n in names {
@@ -326,7 +334,8 @@ pub fn op_report(kind: &str, r: &RunReport) -> OpReport {
     };
     let dge = distinct(&mut r.steps.iter().filter_map(|s| s.dge.map(|d| d.name())));
     OpReport {
-        op: kind.to_string(),
+        op: op.kind.to_string(),
+        name: op.name.clone(),
         mechanism: distinct(&mut r.steps.iter().map(|s| s.taken.name())),
         dge: (!dge.is_empty()).then_some(dge),
         warnings: r.steps.iter().flat_map(|s| s.warnings.clone()).collect(),
@@ -806,6 +815,7 @@ pub(crate) mod tests {
     fn reports_serialize_exactly_the_issue_fields() {
         let op = OpReport {
             op: "dma_copy".into(),
+            name: None,
             mechanism: "dge".into(),
             dge: Some("software".into()),
             instructions: 1,

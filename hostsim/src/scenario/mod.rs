@@ -470,6 +470,7 @@ dst = "t"
             compute: Compute::None,
             oob: Oob::Error,
             unique_indices: None,
+            name: None,
         });
         assert_eq!(s.ops, vec![want]);
         let json_as_toml = parse("j.toml", "{\"generation\": \"cayman\"}", Format::Toml);
@@ -725,6 +726,7 @@ dst = "t"
                 compute: Compute::Add,
                 oob: if skip { Oob::Skip } else { Oob::Error },
                 unique_indices: Some(skip),
+                name: skip.then(|| "a load".into()),
             })),
             (
                 0u64..100,
@@ -762,6 +764,7 @@ dst = "t"
                     oob: skip.then_some(Oob::Skip),
                     unique_indices: None,
                     dge: skip.then_some(model::Dge::Hwdge),
+                    name: None,
                 })),
             (1u32..33, proptest::option::of(1u32..100)).prop_map(|(per, valid)| {
                 OpSpec::LocalGather(model::LocalGather {
@@ -770,6 +773,7 @@ dst = "t"
                     dst: "d".into(),
                     num_elem_per_idx: per,
                     num_valid_indices: valid,
+                    name: None,
                 })
             }),
             Just(OpSpec::Isa(model::IsaOp {
@@ -780,6 +784,7 @@ dst = "t"
                     reg: 8,
                     xyzw: [16, 4, 2, 1],
                 }],
+                name: Some("raw \"isa\"".into()),
             })),
         ]
     }

@@ -288,6 +288,20 @@ impl OpSpec {
         }
     }
 
+    /// The op's label (`name`), if any.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            OpSpec::DmaGather(o) | OpSpec::DmaScatter(o) => o.name.as_deref(),
+            OpSpec::DmaGatherTranspose(o) => o.name.as_deref(),
+            OpSpec::DmaTranspose(o) => o.name.as_deref(),
+            OpSpec::DmaCopy(o) => o.name.as_deref(),
+            OpSpec::NcNGather(o) => o.name.as_deref(),
+            OpSpec::LocalGather(o) => o.name.as_deref(),
+            OpSpec::EmbeddingUpdate(o) => o.name.as_deref(),
+            OpSpec::Isa(o) => o.name.as_deref(),
+        }
+    }
+
     /// The tensors the op names, as `(field, tensor)` pairs in field order.
     pub fn operands(&self) -> Vec<(&'static str, &str)> {
         match self {
@@ -338,6 +352,9 @@ pub struct RowDma {
     /// `false` lets them accumulate in index order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unique_indices: Option<bool>,
+    /// A label for the op (NKI's `name=`): the report and `explain` show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// `dma_gather_transpose`: `dst = src[index].T`.
@@ -359,6 +376,9 @@ pub struct DmaGatherTranspose {
     /// or `[3, 1, 2, 0]` for a 4-D one (`crate::nki::transpose` has the semantics).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub axes: Option<Vec<u32>>,
+    /// A label for the op (NKI's `name=`): the report and `explain` show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// `dma_transpose` (NKI's direct one): `dst = src.transpose(axes)` (`crate::nki::transpose`
@@ -372,6 +392,9 @@ pub struct DmaTranspose {
     /// `[1, 0]`, `[2, 1, 0]` or `[3, 1, 2, 0]`; by default the one of `src`'s rank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub axes: Option<Vec<u32>>,
+    /// A label for the op (NKI's `name=`): the report and `explain` show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// One side of a `dma_copy`: a tensor's name (all of it, row by row) or an NKI `.ap()`
@@ -543,6 +566,9 @@ pub struct DmaCopy {
     /// Who makes the descriptors (NKI's `dge_mode`; default hostsim's choice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dge: Option<Dge>,
+    /// A label for the op (NKI's `name=`): the report and `explain` show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// `dge`: NKI's `dge_mode`.
@@ -580,6 +606,9 @@ pub struct NcNGather {
     pub data: String,
     pub index: String,
     pub dst: String,
+    /// A label for the op (NKI's `name=`): the report and `explain` show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// `local_gather`: per core of 16 partitions, runs of `num_elem_per_idx` elements at
@@ -594,6 +623,9 @@ pub struct LocalGather {
     pub num_elem_per_idx: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_valid_indices: Option<u32>,
+    /// A label for the op (NKI's `name=`): the report and `explain` show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// `embedding_update`: `table[index[i], :] = reduce(table[index[i], :], data[i, :])`.
@@ -604,6 +636,9 @@ pub struct EmbeddingUpdate {
     pub index: String,
     pub data: String,
     pub reduce: Reduce,
+    /// A label for the op (NKI's `name=`): the report and `explain` show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// One bound register setting an `isa` op needs (BOUND_CHECK_REG `reg`, `reg + 1`).
@@ -639,4 +674,7 @@ pub struct IsaOp {
     /// Shape registers to set before the instruction runs (after the bounds).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shapes: Vec<ShapeSpec>,
+    /// A label for the op (NKI's `name=`): the report and `explain` show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }

@@ -26,6 +26,8 @@ pub struct PreparedOp {
     pub index: usize,
     /// Its kind (`dma_gather`, ...).
     pub kind: &'static str,
+    /// Its label (`name`), if any.
+    pub name: Option<String>,
     /// ` field=tensor` pairs (each after a space), for messages.
     pub operands: String,
     /// The tensors its fields name (their scenario indices; none for an `isa` op).
@@ -99,6 +101,7 @@ pub fn prepare_op(
         .iter()
         .filter(|t| fields.iter().any(|(_, n)| *n == t.name));
     Ok(PreparedOp {
+        name: op.name().map(str::to_string),
         index,
         kind,
         operands,

@@ -282,6 +282,7 @@ impl Replayed {
         let s = &self.report.summary;
         let op = OpReport {
             op: "replay".into(),
+            name: None,
             mechanism: "dma".into(),
             // A queue file holds descriptors: which DGE made them was decided at `gen`.
             dge: None,

@@ -187,7 +187,7 @@ impl Session {
                 return Err(e);
             }
         };
-        let summary = exec::op_report(prepared.kind, &report);
+        let summary = exec::op_report(&prepared, &report);
         self.scenario.ops.push(op);
         self.prepared.ops.push(prepared);
         self.reports.push(report);
@@ -227,7 +227,7 @@ impl Session {
     /// The session's `report.json`.
     pub fn report(&self) -> Report {
         let ops = self.prepared.ops.iter().zip(&self.reports);
-        let ops = ops.map(|(op, r)| exec::op_report(op.kind, r)).collect();
+        let ops = ops.map(|(op, r)| exec::op_report(op, r)).collect();
         Report::with_total(ops, self.wall_seconds)
     }
 
