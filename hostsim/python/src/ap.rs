@@ -5,7 +5,7 @@
 //! as one `.ap()` table ([`Ap::table`]).
 
 use dma::{Dtype, Space};
-use hostsim::nki::view::{Entry, View};
+use hostsim::nki::view::{self, Entry, View};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PySlice, PyString, PyTuple};
 use serde_json::{json, Map, Value};
@@ -392,8 +392,11 @@ impl Ap {
         let tensor = self.tensor.get().dtype;
         ap.offsets.dtype = (to != tensor).then_some(to);
         // the reshape it is an `.ap()` of counts the new elements too
-        if let Some(last) = ap.offsets.shape.as_mut().and_then(|s| s.last_mut()) {
-            *last = *last * sizes.0 / sizes.1;
+        if let Some(shape) = &ap.offsets.shape {
+            let rule = format!("the tensor seen as {shape:?} {from} has no whole number of {to} elements in its last dim");
+            let scaled = view::reinterpreted_shape(shape, sizes.0, sizes.1);
+            ap.offsets.shape =
+                Some(scaled.ok_or_else(|| errors::bad_arg("view", "dtype", dtype, &rule))?);
         }
         Ok(ap)
     }
@@ -515,11 +518,7 @@ impl Ap {
     fn tensor_shape(&self) -> Option<Vec<u64>> {
         let t = self.tensor.get();
         let (from, to) = (t.dtype.size() as u64, self.dtype().size() as u64);
-        let mut shape = t.shape.clone();
-        let last = shape.last_mut()?;
-        let bytes = *last * from;
-        *last = bytes / to;
-        bytes.is_multiple_of(to).then_some(shape)
+        view::reinterpreted_shape(&t.shape, from, to)
     }
 
     /// `dim` (an int, negative from the end) as a dim of the view, for `call`.

@@ -196,10 +196,9 @@ fn candidate(rng: &mut Rng, names: &mut Names, hardware: bool) -> Option<ApDma> 
             side(rng, &counts, dtype, names)?
         }
     };
-    let dynamic = |s: &ApSide| s.vector_offset.is_some() || s.scalar_offset.is_some();
     let opts = ApOptions {
         op: rng.pick(&ComputeOp::ALL),
-        oob: match (dynamic(&src) || dynamic(&dst)) && rng.chance(50) {
+        oob: match (src.dynamic() || dst.dynamic()) && rng.chance(50) {
             true => OobMode::Skip,
             false => OobMode::Error,
         },
@@ -213,15 +212,10 @@ fn candidate(rng: &mut Rng, names: &mut Names, hardware: bool) -> Option<ApDma> 
 /// A `dge_mode` the copy of sides `src` and `dst` can have (the hardware DGE only where
 /// the generation has one): hostsim's choice half the time.
 fn dge_mode(rng: &mut Rng, (src, dst): (&ApSide, &ApSide), hardware: bool) -> DgeMode {
-    let vector = src.vector_offset.is_some() || dst.vector_offset.is_some();
-    let scalar = src.scalar_offset.is_some() || dst.scalar_offset.is_some();
-    let mut modes = vec![DgeMode::Chosen, DgeMode::Software];
-    if hardware && !vector {
-        modes.push(DgeMode::Hardware);
-    }
-    if !vector && !scalar {
-        modes.push(DgeMode::Prebuilt);
-    }
+    let modes: Vec<DgeMode> = DgeMode::ALL
+        .into_iter()
+        .filter(|&m| m.refusal(src, dst).is_none() && (hardware || m != DgeMode::Hardware))
+        .collect();
     match rng.chance(50) {
         true => DgeMode::Chosen,
         false => rng.pick_from(&modes).unwrap_or_default(),

@@ -204,7 +204,6 @@ pub fn ap_op(dma: &ApDma) -> OpSpec {
         OobMode::Error => Oob::Error,
         OobMode::Skip => Oob::Skip,
     };
-    let dynamic = |s: &ApSide| s.vector_offset.is_some() || s.scalar_offset.is_some();
     let dge = match dma.dge {
         DgeMode::Chosen => None,
         DgeMode::Software => Some(Dge::Swdge),
@@ -215,7 +214,7 @@ pub fn ap_op(dma: &ApDma) -> OpSpec {
         src: ap_spec(&dma.src),
         dst: ap_spec(&dma.dst),
         compute,
-        oob: (dynamic(&dma.src) || dynamic(&dma.dst)).then_some(oob),
+        oob: dma.dynamic().then_some(oob),
         dge,
         unique_indices: dma
             .dst
@@ -228,7 +227,7 @@ pub fn ap_op(dma: &ApDma) -> OpSpec {
 
 /// One side as an `.ap()` table.
 fn ap_spec(s: &ApSide) -> ApSpec {
-    let offsets = s.vector_offset.is_some() || s.scalar_offset.is_some();
+    let offsets = s.dynamic();
     ApSpec::Pattern(ApPattern {
         tensor: s.tensor.name.clone(),
         dtype: None,

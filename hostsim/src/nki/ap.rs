@@ -305,6 +305,11 @@ impl ApSide {
         walk_elements(&self.dims).unwrap_or(u64::MAX)
     }
 
+    /// Whether its addresses depend on a run-time value: a vector or scalar offset.
+    pub fn dynamic(&self) -> bool {
+        self.vector_offset.is_some() || self.scalar_offset.is_some()
+    }
+
     /// `stride_d` of the indirect dim, in elements.
     pub fn indirect_stride(&self) -> u64 {
         self.tensor.stride(self.indirect_dim)
@@ -691,22 +696,19 @@ pub enum DgeMode {
 }
 
 impl DgeMode {
-    /// NKI's name: `unknown`, `swdge`, `hwdge`, `none`.
-    pub fn name(self) -> &'static str {
-        match self {
-            DgeMode::Chosen => "unknown",
-            DgeMode::Software => "swdge",
-            DgeMode::Hardware => "hwdge",
-            DgeMode::Prebuilt => "none",
-        }
-    }
+    /// Every mode.
+    pub const ALL: [DgeMode; 4] = [
+        DgeMode::Chosen,
+        DgeMode::Software,
+        DgeMode::Hardware,
+        DgeMode::Prebuilt,
+    ];
 
     /// The rule a copy with these sides breaks under this mode, if any.
-    fn refusal(self, src: &ApSide, dst: &ApSide) -> Option<String> {
+    pub fn refusal(self, src: &ApSide, dst: &ApSide) -> Option<String> {
         let vector = src.vector_offset.is_some() || dst.vector_offset.is_some();
-        let scalar = src.scalar_offset.is_some() || dst.scalar_offset.is_some();
         match self {
-            DgeMode::Prebuilt if vector || scalar => Some(
+            DgeMode::Prebuilt if src.dynamic() || dst.dynamic() => Some(
                 "none: the Neuron Runtime builds the descriptors before the kernel runs, so no address may depend on a run-time value (a vector_offset or scalar_offset needs swdge or hwdge)".into(),
             ),
             DgeMode::Hardware if vector => Some(
@@ -751,6 +753,11 @@ impl ApDma {
     /// Whether either side is indexed.
     pub fn indexed(&self) -> bool {
         self.src.vector_offset.is_some() || self.dst.vector_offset.is_some()
+    }
+
+    /// Whether either side's addresses depend on a run-time value ([`ApSide::dynamic`]).
+    pub fn dynamic(&self) -> bool {
+        self.src.dynamic() || self.dst.dynamic()
     }
 
     /// `e` in this op's terms: a hard OOB error names the index tile, the value as its
@@ -920,8 +927,7 @@ pub(super) fn check_side(op: &'static str, name: &'static str, s: &ApSide) -> Re
     if walk_elements(&s.dims).is_none() {
         return Err(err(counts_overflow(&s.dims)));
     }
-    let offsets = s.vector_offset.is_some() || s.scalar_offset.is_some();
-    if offsets && s.indirect_dim >= s.tensor.shape.len() {
+    if s.dynamic() && s.indirect_dim >= s.tensor.shape.len() {
         return Err(err(format!(
             "indirect_dim {} is out of range: {} has {} dims (it names the tensor dim whose stride the offset steps)",
             s.indirect_dim,
@@ -936,7 +942,7 @@ pub(super) fn check_side(op: &'static str, name: &'static str, s: &ApSide) -> Re
             s.dims.len()
         )));
     }
-    if !offsets && s.indirect_dim != 0 {
+    if !s.dynamic() && s.indirect_dim != 0 {
         return Err(err(format!(
             "indirect_dim {} is given without vector_offset or scalar_offset",
             s.indirect_dim

@@ -53,7 +53,7 @@ pub fn dma_transpose(src: ApSide, dst: ApSide, axes: Option<&[u32]>) -> Result<L
     const OP: &str = "dma_transpose";
     let err = |side, rule| Error::ApPattern { op: OP, side, rule };
     for (name, side) in [("src", &src), ("dst", &dst)] {
-        if side.vector_offset.is_some() || side.scalar_offset.is_some() {
+        if side.dynamic() {
             return Err(err(
                 name,
                 "a direct dma_transpose's sides take no vector_offset or scalar_offset (rows picked by an index tile are dma_gather_transpose's)".into(),

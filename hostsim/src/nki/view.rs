@@ -525,6 +525,17 @@ fn stride_dim(shape: &[u64], stride: i64, on_core: bool) -> Option<(usize, Vec<u
     })
 }
 
+/// `shape`, counted in elements of `from` bytes, counted in elements of `to` bytes: its
+/// last dim scaled by the ratio (`None` where that dim's bytes are no whole number of
+/// them, or there is no dim).
+pub fn reinterpreted_shape(shape: &[u64], from: u64, to: u64) -> Option<Vec<u64>> {
+    let mut shape = shape.to_vec();
+    let last = shape.last_mut()?;
+    let bytes = last.checked_mul(from)?;
+    *last = bytes / to;
+    bytes.is_multiple_of(to).then_some(shape)
+}
+
 /// `dims` regrouped as `sizes` (the same element count) in the same row-major order:
 /// each run of dims merged into new ones must be contiguous; the new strides follow the
 /// run's innermost. Dims of size 1 take no part (their stride moves nothing).
@@ -788,6 +799,11 @@ mod tests {
         assert!(e.contains("needs it contiguous (stride 1)"), "{e}");
         let e = View::whole(&[4], true).reinterpret(2, 1).unwrap_err();
         assert!(e.contains("the partition dim"), "{e}");
+        // a shape's last dim, counted the same way
+        assert_eq!(reinterpreted_shape(&[3, 5], 4, 1), Some(vec![3, 20]));
+        assert_eq!(reinterpreted_shape(&[3, 4], 2, 8), Some(vec![3, 1]));
+        assert_eq!(reinterpreted_shape(&[3, 5], 4, 8), None);
+        assert_eq!(reinterpreted_shape(&[], 4, 1), None);
     }
 
     #[test]

@@ -473,10 +473,7 @@ impl Runtime {
             "instruction done"
         );
         let served = match dma.dge {
-            DgeMode::Chosen => {
-                let scalar = dma.src.scalar_offset.is_some() || dma.dst.scalar_offset.is_some();
-                DgeServed::of(self.generation, dma.indexed() || scalar)
-            }
+            DgeMode::Chosen => DgeServed::of(self.generation, dma.dynamic()),
             DgeMode::Software => DgeServed::Software,
             DgeMode::Hardware => DgeServed::Hardware,
             DgeMode::Prebuilt => DgeServed::Prebuilt,

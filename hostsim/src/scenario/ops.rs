@@ -13,6 +13,7 @@ use super::model::{ApSpec, Compute, DmaCopy, IsaOp, Oob, OpSpec, RowDma};
 use super::place::Placed;
 use crate::error::Error;
 use crate::isa::{self, BoundRegisters, Instruction};
+use crate::nki::view;
 use crate::nki::{
     self, ApDim, ApOptions, ApSide, ApTensor, BoundSetting, DgeMode, DmaOptions, IndexAp, Lowered,
     ShapeSetting,
@@ -448,8 +449,7 @@ impl Cx<'_> {
         let dst = self.ap_side("dst", &o.dst)?;
         // NKI's defaults (oob "error", unique_indices true) hold for any copy; the other
         // values need indices to act on
-        let dynamic = |s: &ApSide| s.vector_offset.is_some() || s.scalar_offset.is_some();
-        if let (Some(Oob::Skip), false) = (o.oob, dynamic(&src) || dynamic(&dst)) {
+        if let (Some(Oob::Skip), false) = (o.oob, src.dynamic() || dst.dynamic()) {
             return Err(self.error(
                 "oob = skip: applies to a side with a vector_offset or a scalar_offset (a run-time address), and neither side has one",
             ));
@@ -534,21 +534,17 @@ impl Cx<'_> {
     /// size ratio (a whole number of them; on SBUF/PSUM never the partition dim).
     fn reinterpreted(&self, field: &str, t: ApTensor, dtype: Dtype) -> Result<ApTensor, Error> {
         let last = t.shape.last().copied().unwrap_or(1);
-        let bytes = last.saturating_mul(t.dtype.size() as u64);
-        let size = dtype.size() as u64;
-        let rule = if !bytes.is_multiple_of(size) {
-            format!(
-                "its last dim of {last} {} is {bytes} bytes, no whole number of {dtype} elements",
-                t.dtype
-            )
-        } else if t.space != Space::Hbm && t.shape.len() < 2 && bytes / size != last {
-            "its only dim is the partition dim, which a reinterpretation cannot scale".into()
-        } else {
-            let mut shape = t.shape.clone();
-            if let Some(l) = shape.last_mut() {
-                *l = bytes / size;
+        let (from, to) = (t.dtype.size() as u64, dtype.size() as u64);
+        let rule = match view::reinterpreted_shape(&t.shape, from, to) {
+            None => format!(
+                "its last dim of {last} {} is {} bytes, no whole number of {dtype} elements",
+                t.dtype,
+                last.saturating_mul(from)
+            ),
+            Some(_) if t.space != Space::Hbm && t.shape.len() < 2 && from != to => {
+                "its only dim is the partition dim, which a reinterpretation cannot scale".into()
             }
-            return Ok(ApTensor { dtype, shape, ..t });
+            Some(shape) => return Ok(ApTensor { dtype, shape, ..t }),
         };
         Err(self.error(format!(
             "{field}.dtype {dtype}: {} is {:?} {}; {rule}",
