@@ -135,6 +135,29 @@ pub fn make_gather_pattern(
 /// lanes, 32 u8/u16 ones) at a time; lanes the port refuses drain as 0. Contiguous
 /// indices take one gather per vector with offsets `0, 1, 2, ...`.
 pub fn read_indices<P: MemPort>(port: &P, pattern: &GatherPattern) -> Vec<u32> {
+    if let Some(values) = read_whole(port, pattern) {
+        return values;
+    }
+    read_by_vectors(port, pattern)
+}
+
+/// Contiguous indices that the port serves whole, read as one run: each is what its lane's
+/// gather below would load (`load_run` answers every one, each as `load` gives it), so the
+/// values are the same without the gathers. With TRACE on, the gathers run, to be shown.
+fn read_whole<P: MemPort>(port: &P, pattern: &GatherPattern) -> Option<Vec<u32>> {
+    let &IndexAddrs::Contiguous { base, count } = &pattern.addrs else {
+        return None;
+    };
+    if tracing::enabled!(tracing::Level::TRACE) {
+        return None;
+    }
+    let mut out = vec![0; count as usize];
+    port.load_run(base, pattern.width.elem_sz(), &mut out)
+        .then_some(out)
+}
+
+/// [`read_indices`] one gather vector at a time.
+fn read_by_vectors<P: MemPort>(port: &P, pattern: &GatherPattern) -> Vec<u32> {
     let mut core = SuperGather::new();
     let mut out = Vec::with_capacity(pattern.addrs.len());
     let lanes = pattern.width.lanes();
@@ -213,6 +236,77 @@ pub fn do_indirection(
     start: u64,
     row: RowExtent,
 ) -> Indexed {
+    let (mut out, extremes) =
+        all_in_bounds(info, values, start).unwrap_or_else(|| by_vectors(info, values, start, row));
+    if let Some(fault) = check_rows(map, info, &out, extremes, row) {
+        out.fault = Some(fault);
+    }
+    out.bases.span = extremes;
+    out
+}
+
+/// [`do_indirection`]'s side when every index is in bounds, no address leaves 64 bits
+/// and nothing fills (the common case): every lane of every vector is then valid and
+/// holds the wrapping MAC's address, so the side is built whole, without the vectors;
+/// `None` otherwise, or with TRACE on (the vectors' stages run, to be shown). Also the
+/// lowest and highest address.
+fn all_in_bounds(
+    info: &IndirectionInfo,
+    values: &[u32],
+    start: u64,
+) -> Option<(Indexed, Option<(u64, u64)>)> {
+    let filling = matches!(info.ind.policy, OobPolicy::Fill { .. });
+    if filling || tracing::enabled!(tracing::Level::TRACE) {
+        return None;
+    }
+    let (bias, step) = (info.layout.bias, info.ind.step);
+    // the bound as `lane_bounds` applies it: none past the 32-bit index range
+    let bound = info.ind.bound.and_then(|b| u32::try_from(b).ok());
+    let (lo, hi) = values.iter().fold((u32::MAX, 0), |(lo, hi), &v| {
+        let b = v.wrapping_sub(bias);
+        (lo.min(b), hi.max(b))
+    });
+    let extremes = match values.is_empty() {
+        true => None,
+        // the largest index lands furthest from the base whatever the step's sign, so
+        // when it stays in 64 bits every index does and the MAC is monotonic
+        false => {
+            let (a, b) = (
+                alu::mulusan(start, lo, step),
+                alu::checked_mulusan(start, hi, step)?,
+            );
+            Some((a.min(b), a.max(b)))
+        }
+    };
+    if bound.is_some_and(|b| hi >= b) {
+        return None;
+    }
+    let addrs = values
+        .iter()
+        .map(|&v| alu::mulusan(start, v.wrapping_sub(bias), step))
+        .collect();
+    let bases = IndexedBases {
+        addrs,
+        valid: vec![true; values.len()],
+        fill: None,
+        span: None,
+    };
+    let out = Indexed {
+        bases,
+        values: values.to_vec(),
+        ..Indexed::default()
+    };
+    Some((out, extremes))
+}
+
+/// [`do_indirection`]'s side a vector at a time, up to the first failure: the side and
+/// the lowest and highest valid address.
+fn by_vectors(
+    info: &IndirectionInfo,
+    values: &[u32],
+    start: u64,
+    row: RowExtent,
+) -> (Indexed, Option<(u64, u64)>) {
     let n = values.len();
     let fill = match info.ind.policy {
         OobPolicy::Fill { value } => Some(RowFill {
@@ -244,11 +338,7 @@ pub fn do_indirection(
             break;
         }
     }
-    if let Some(fault) = check_rows(map, info, &out, extremes, row) {
-        out.fault = Some(fault);
-    }
-    out.bases.span = extremes;
-    out
+    (out, extremes)
 }
 
 /// Appends vector `v`'s live lanes (`chunk`: the lanes before its fault, if any) to
@@ -542,6 +632,73 @@ mod tests {
         run_elems: 4,
         elem_size: 4,
     };
+
+    /// [`do_indirection`] through the vector stages alone (the oracle of its whole form).
+    fn modelled(
+        map: &AddressMap,
+        info: &IndirectionInfo,
+        values: &[u32],
+        start: u64,
+        row: RowExtent,
+    ) -> Indexed {
+        let (mut out, extremes) = by_vectors(info, values, start, row);
+        if let Some(fault) = check_rows(map, info, &out, extremes, row) {
+            out.fault = Some(fault);
+        }
+        out.bases.span = extremes;
+        out
+    }
+
+    proptest! {
+        /// A side built whole is the side the vector stages build: every policy, bounds
+        /// around the indices (and none, and past 32 bits), biases, steps of both signs
+        /// and bases near the ends of the fabric and of 64 bits.
+        #[test]
+        fn a_side_built_whole_is_the_side_of_its_vectors(
+            values in proptest::collection::vec(prop_oneof![9 => 0u32..40, 1 => any::<u32>()], 0..70),
+            // the bound: none, past 32 bits, or just below, at or above the largest index
+            bound in prop_oneof![Just(None), Just(Some(1i64 << 33)), (-1i64..=1).prop_map(|d| Some(-d))],
+            bias in prop_oneof![Just(0u32), 0u32..8],
+            step in prop_oneof![Just(4i32), -64i32..64, any::<i32>()],
+            start in prop_oneof![0u64..4096, Just(Generation::Cayman.hbm_bytes() - 64), any::<u64>()],
+            policy in prop_oneof![
+                Just(OobPolicy::HardError),
+                Just(OobPolicy::SoftSkip),
+                Just(OobPolicy::SoftSkipSilent),
+                Just(OobPolicy::Fill { value: 7 }),
+            ],
+        ) {
+            let map = AddressMap::new(Generation::Cayman);
+            let top = values.iter().map(|v| v.wrapping_sub(bias)).max().unwrap_or(0);
+            let bound = bound.map(|b| match b {
+                d if d.abs() <= 1 => (i64::from(top) + 1 + d).max(0) as u64,
+                b => b as u64,
+            });
+            let mut info = info(bound, policy, bias);
+            info.ind.step = step;
+            prop_assert_eq!(
+                do_indirection(&map, &info, &values, start, ROW),
+                modelled(&map, &info, &values, start, ROW)
+            );
+        }
+
+        /// Contiguous indices read as one run are what the per-vector gathers read, for
+        /// each index width, runs inside the port, across its end and past it.
+        #[test]
+        fn a_run_of_indices_reads_as_its_gathers(
+            bytes in proptest::collection::vec(any::<u8>(), 0..600),
+            base in 0u64..700,
+            count in 0u32..200,
+            dtype in prop_oneof![Just(IndexDtype::U8), Just(IndexDtype::U16), Just(IndexDtype::U32)],
+        ) {
+            let port = ivp::MemTable::from_bytes(bytes);
+            let pattern = GatherPattern {
+                width: dtype.width(),
+                addrs: IndexAddrs::Contiguous { base, count },
+            };
+            prop_assert_eq!(read_indices(&port, &pattern), read_by_vectors(&port, &pattern));
+        }
+    }
 
     #[test]
     fn bias_is_subtracted_before_the_bound_and_the_mac() {
