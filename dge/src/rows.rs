@@ -279,14 +279,20 @@ impl RowMove<'_> {
         // destinations and indexed rows (then `joins` decides), or a copy's consecutive
         // sides (left to the descriptor loop).
         let (src, first, dst) = match self.sides {
-            Sides::Gather(b, d) if b.valid.iter().all(|&ok| ok) => {
+            Sides::Gather(b, d) => {
                 let run =
                     |i: usize, s: u64| Run::copy(s, d.start.wrapping_add(i as u64 * row), row);
                 let merges = |(i, w): (usize, &[u64])| match *w {
                     [a, b] => b == a.wrapping_add(row) && joins(&run(i, a), &run(i + 1, b)),
                     _ => false,
                 };
-                if d.stride == row && b.addrs.windows(2).enumerate().any(merges) {
+                // (the plain scans first: folds without an early exit, they vectorise)
+                let valid = b.valid.iter().fold(true, |all, &ok| all & ok);
+                let next = b.addrs.get(1..).unwrap_or_default();
+                let follows = |any, (&a, &b): (&u64, &u64)| any | (b == a.wrapping_add(row));
+                let near = || b.addrs.iter().zip(next).fold(false, follows);
+                let merging = || near() && b.addrs.windows(2).enumerate().any(merges);
+                if !valid || (d.stride == row && merging()) {
                     return None;
                 }
                 let first = b.addrs.first().copied()?;
