@@ -9,6 +9,11 @@
 //! by 0 with the predicated select (`mov2nx8t`), and becomes addresses with the
 //! unsigned-index x signed-step 64-bit MAC `start + index * step` (`mulusan_2x32`).
 //!
+//! Where the port serves every index, they are read whole, and a side whose indices are
+//! all in bounds (no fill, no address past 64 bits) is built whole: the values and
+//! addresses the vectors give, without them (proptests hold the two forms equal). With
+//! TRACE on, the vectors run, so that their stages show.
+//!
 //! # Faults
 //!
 //! [`do_indirection`] does not stop at an error: it records the side's first failing
@@ -141,19 +146,23 @@ pub fn read_indices<P: MemPort>(port: &P, pattern: &GatherPattern) -> Vec<u32> {
     read_by_vectors(port, pattern)
 }
 
-/// Contiguous indices that the port serves whole, read as one run: each is what its lane's
-/// gather below would load (`load_run` answers every one, each as `load` gives it), so the
-/// values are the same without the gathers. With TRACE on, the gathers run, to be shown.
+/// Indices that the port serves every one of, read as one run where they are contiguous
+/// and one by one where listed: each is what its lane's gather below would load (every
+/// lane loads its own index's address, and `load_run` answers each as `load` does), so
+/// the values are the same without the gathers. With TRACE on, the gathers run, to be
+/// shown.
 fn read_whole<P: MemPort>(port: &P, pattern: &GatherPattern) -> Option<Vec<u32>> {
-    let &IndexAddrs::Contiguous { base, count } = &pattern.addrs else {
-        return None;
-    };
     if tracing::enabled!(tracing::Level::TRACE) {
         return None;
     }
-    let mut out = vec![0; count as usize];
-    port.load_run(base, pattern.width.elem_sz(), &mut out)
-        .then_some(out)
+    let size = pattern.width.elem_sz();
+    match &pattern.addrs {
+        &IndexAddrs::Contiguous { base, count } => {
+            let mut out = vec![0; count as usize];
+            port.load_run(base, size, &mut out).then_some(out)
+        }
+        IndexAddrs::Listed(addrs) => addrs.iter().map(|&a| port.load(a, size)).collect(),
+    }
 }
 
 /// [`read_indices`] one gather vector at a time.
@@ -682,8 +691,8 @@ mod tests {
             );
         }
 
-        /// Contiguous indices read as one run are what the per-vector gathers read, for
-        /// each index width, runs inside the port, across its end and past it.
+        /// Indices read whole (a contiguous run, or listed ones) are what the per-vector
+        /// gathers read, for each index width, inside the port, across its end and past it.
         #[test]
         fn a_run_of_indices_reads_as_its_gathers(
             bytes in proptest::collection::vec(any::<u8>(), 0..600),
@@ -692,11 +701,11 @@ mod tests {
             dtype in prop_oneof![Just(IndexDtype::U8), Just(IndexDtype::U16), Just(IndexDtype::U32)],
         ) {
             let port = ivp::MemTable::from_bytes(bytes);
-            let pattern = GatherPattern {
-                width: dtype.width(),
-                addrs: IndexAddrs::Contiguous { base, count },
-            };
-            prop_assert_eq!(read_indices(&port, &pattern), read_by_vectors(&port, &pattern));
+            let listed = (0..u64::from(count)).map(|k| base.wrapping_add(k * 7 % 600)).collect();
+            for addrs in [IndexAddrs::Contiguous { base, count }, IndexAddrs::Listed(listed)] {
+                let pattern = GatherPattern { width: dtype.width(), addrs };
+                prop_assert_eq!(read_indices(&port, &pattern), read_by_vectors(&port, &pattern));
+            }
         }
     }
 
