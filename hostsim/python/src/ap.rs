@@ -185,9 +185,17 @@ fn int(call: &str, arg: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
     Err(errors::bad_arg(call, arg, value, rule))
 }
 
+/// Whether `value` is an integer: a Python int (not a bool) or a scalar with `__index__`,
+/// as numpy's integer scalars (an array, which has a length, is not one).
+fn is_int(value: &Bound<'_, PyAny>) -> bool {
+    let has = |name| value.hasattr(name).unwrap_or(false);
+    let index = || has("__index__") && !has("__len__");
+    !value.is_instance_of::<PyBool>() && (value.is_instance_of::<PyInt>() || index())
+}
+
 /// `value` as ints: a tuple or list of them (or one int).
 fn ints(call: &str, arg: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
-    if value.is_instance_of::<PyInt>() {
+    if is_int(value) {
         return Ok(vec![int(call, arg, value)?]);
     }
     let rule = "must be a tuple or list of ints";
@@ -338,7 +346,7 @@ impl Ap {
         let py = dim.py();
         let d = self.dim("select", dim)?;
         let Ok(scalar) = index.cast::<Tensor>() else {
-            if !index.is_instance_of::<PyInt>() {
+            if !is_int(index) {
                 let rule = "must be an int or a 1x1 int32/int64 Tensor (a run-time pick)";
                 return Err(errors::bad_arg("select", "index", index, rule));
             }

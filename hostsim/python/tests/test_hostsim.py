@@ -243,6 +243,32 @@ def test_nki_views_are_the_aps_numpy_views_name_on_every_route():
             np.testing.assert_array_equal(blank.numpy(), expect, err_msg=f"dst case {k} {mechanism}")
 
 
+def test_numpy_integers_go_wherever_an_int_does():
+    """Indices, dims, axes and shapes computed with numpy (np.int64 / np.int32 scalars,
+    integer arrays as shapes) give the views Python ints give."""
+    x = np.arange(4 * 6 * 5, dtype=np.float32).reshape(4, 6, 5)
+    core = hostsim.Core("cayman")
+    t = core.hbm(x)
+    i64, i32 = np.int64, np.int32
+    pairs = [
+        (t.select(i64(1), i32(2)), t.select(1, 2)),
+        (t.permute((i64(2), i64(0), i64(1))), t.permute((2, 0, 1))),
+        (t.reshape(np.array([24, 5])), t.reshape((24, 5))),
+        (t.reshape((i32(4), i64(-1))), t.reshape((4, -1))),
+        (t.slice(i64(2), i64(1), i64(4)), t.slice(2, 1, 4)),
+        (t[i64(1), i32(2):i32(5)], t[1, 2:5]),
+        (t.expand_dim(i64(1)).broadcast(i64(1), i64(3)), t.expand_dim(1).broadcast(1, 3)),
+    ]
+    for k, (got, want) in enumerate(pairs):
+        assert got.get_pattern() == want.get_pattern(), f"case {k}"
+        assert (got.offset, list(got.shape)) == (want.offset, list(want.shape)), f"case {k}"
+    out = core.hbm(shape=(6, 5), dtype=np.float32)
+    core.dma_copy(dst=out, src=t.select(0, np.int64(3)))
+    np.testing.assert_array_equal(out.numpy(), x[3])
+    with pytest.raises(hostsim.InvalidInput, match="must be an int"):
+        t.select(0, np.float64(1.0))
+
+
 def view_of(a, k):
     """numpy's writable view of `a` for case `k` of the views test (its source views)."""
     return [
