@@ -1,12 +1,14 @@
 """Type hints for hostsim (the extension module hostsim._native, re-exported)."""
 
 from os import PathLike
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, SupportsIndex, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
 
 DTypeLike = npt.DTypeLike
+# an int, or a numpy integer scalar (anything with __index__ that is no array)
+Int = SupportsIndex
 # a compute op: "add" | "multiply" | "max" | "min", or np.add, np.multiply, np.maximum, np.minimum
 ComputeOp = Union[str, Callable[..., Any]]
 
@@ -52,30 +54,30 @@ class _Views:
         added at run time (int64 only on an HBM tensor's pattern; on SBUF/PSUM it must be
         int32). `dtype` counts the tensor's bytes as elements of that dtype (view(dtype)
         first)."""
-    def slice(self, dim: int, start: int, end: int, step: int = 1) -> Ap:
+    def slice(self, dim: Int, start: Int, end: Int, step: Int = 1) -> Ap:
         """Dim `dim` cut to start:end:step (numpy's meaning; end is clamped)."""
-    def select(self, dim: int, index: Union[int, Tensor]) -> Ap:
+    def select(self, dim: Int, index: Union[Int, Tensor]) -> Ap:
         """Dim `dim` picked at `index`: an int, or a 1x1 int32/int64 Tensor read when the op
         runs (the .ap()'s scalar_offset; its indirect_dim is the tensor dim the picked dim
         steps, of the tensor with a dim split if none does; the value is checked against
         the tensor, not the dim, as NKI's is). On
         SBUF/PSUM picking a partition keeps dim 0 at size 1."""
-    def permute(self, dims: Sequence[int]) -> Ap:
+    def permute(self, dims: Sequence[Int]) -> Ap:
         """The dims in the order `dims` gives (dims[j] becomes dim j)."""
-    def reshape(self, shape: Union[int, Sequence[int]]) -> Ap:
+    def reshape(self, shape: Union[Int, Sequence[Int]]) -> Ap:
         """The same elements in the same row-major order as `shape` (one size may be -1),
         where strides can say it: each group of dims merged must be contiguous (numpy's
         no-copy rule). On SBUF/PSUM shape[0] keeps the partition dim's size."""
-    def reshape_dim(self, dim: int, shape: Sequence[int]) -> Ap:
+    def reshape_dim(self, dim: Int, shape: Sequence[Int]) -> Ap:
         """Dim `dim` split into dims of `shape` (one size may be -1)."""
-    def flatten_dims(self, start_dim: int, end_dim: int) -> Ap:
+    def flatten_dims(self, start_dim: Int, end_dim: Int) -> Ap:
         """Dims start_dim..end_dim (both included), contiguous (dims of size 1 aside),
         merged into one."""
-    def expand_dim(self, dim: int) -> Ap:
+    def expand_dim(self, dim: Int) -> Ap:
         """A dim of size 1 inserted at `dim`."""
-    def squeeze_dim(self, dim: int) -> Ap:
+    def squeeze_dim(self, dim: Int) -> Ap:
         """Dim `dim`, of size 1, dropped."""
-    def broadcast(self, dim: int, size: int) -> Ap:
+    def broadcast(self, dim: Int, size: Int) -> Ap:
         """Dim `dim`, of size 1, repeated `size` times (stride 0)."""
     def view(self, dtype: DTypeLike) -> Ap:
         """The view's bytes as elements of `dtype` (numpy's view(dtype)): the last dim, which
