@@ -63,12 +63,11 @@ pub(crate) fn run_unit(
     ran: &AtomicU64,
 ) -> Result<(), ((usize, u64), Error)> {
     let mut locks = fabric.run_locks();
-    let (n, done) = match unit.rows() {
-        Some((block, rows)) => (rows.len(), run_rows(fabric, &mut locks, block, rows)),
-        None => {
+    let done = match unit {
+        Unit::Rows(block, rows) => run_rows(fabric, &mut locks, block, rows.clone()),
+        _ => {
             let run = unit.descriptors();
-            let each = run_each(&mut locks, [true; 2], run.len(), |i| run[i]);
-            (run.len(), each)
+            run_each(&mut locks, [true; 2], run.len(), |i| run[i])
         }
     };
     if let Err((i, e)) = done {
@@ -76,9 +75,9 @@ pub(crate) fn run_unit(
         let (queue, index) = unit.at(i);
         return Err(((queue, index), replay_error(queue, index, "execution", e)));
     }
-    ran.fetch_add(n as u64, Ordering::Relaxed);
+    ran.fetch_add(unit.len() as u64, Ordering::Relaxed);
     // a unit is named by its first descriptor's (queue, index)
-    tracing::trace!(unit = ?unit.at(0), descriptors = n, "unit done");
+    tracing::trace!(unit = ?unit.at(0), descriptors = unit.len(), "unit done");
     Ok(())
 }
 

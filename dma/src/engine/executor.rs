@@ -114,12 +114,7 @@ where
             Ok(Ok(())) => None,
             Ok(Err(failed)) => Some(failed),
             Err(payload) => {
-                // dropped where a panic of its own drop is caught (and that payload
-                // forgotten), so that neither leaks in the common case nor unwinds here
-                let dropped = catch_unwind(AssertUnwindSafe(|| drop(payload)));
-                if let Err(again) = dropped {
-                    std::mem::forget(again);
-                }
+                super::pool::drop_payload(payload);
                 Some((unit.map_or((usize::MAX, 0), |u| u.at(0)), Error::RunAborted))
             }
         };
@@ -159,19 +154,6 @@ fn notify(st: &State, wake: &Condvar, n: usize) {
     }
 }
 
-/// `spread` for `workers` threads: the caller and `workers - 1` scoped threads.
-#[cfg(test)]
-pub(crate) fn scoped(workers: usize) -> impl FnOnce(&(dyn Fn() + Sync)) {
-    move |job| {
-        std::thread::scope(|s| {
-            for _ in 1..workers {
-                s.spawn(job);
-            }
-            job();
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +162,18 @@ mod tests {
     use crate::dtype::Dtype;
     use proptest::prelude::*;
     use std::num::NonZeroU32;
+
+    /// `spread` for `workers` threads: the caller and `workers - 1` scoped threads.
+    fn scoped(workers: usize) -> impl FnOnce(&(dyn Fn() + Sync)) {
+        move |job| {
+            std::thread::scope(|s| {
+                for _ in 1..workers {
+                    s.spawn(job);
+                }
+                job();
+            })
+        }
+    }
 
     fn fill(dst: u64) -> Descriptor {
         Descriptor::fill(FabricAddr(dst), 8, Dtype::U8, 1).unwrap()

@@ -217,13 +217,18 @@ pub(crate) fn beside_then_job<R>(job: &(dyn Fn() + Sync), meanwhile: impl FnOnce
     result.unwrap_or_else(|payload| resume_unwind(payload))
 }
 
-/// Calls `job`, catching a panic; its payload is dropped where a panic of its own drop is
-/// caught too (and that payload forgotten).
+/// Calls `job`, catching a panic ([`drop_payload`]).
 fn run_caught(job: &(dyn Fn() + Sync)) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
-        if let Err(again) = catch_unwind(AssertUnwindSafe(|| drop(payload))) {
-            std::mem::forget(again);
-        }
+        drop_payload(payload);
+    }
+}
+
+/// Drops a caught panic's `payload` where a panic of its own drop is caught too (and that
+/// payload forgotten), so that neither leaks in the common case nor unwinds here.
+pub(crate) fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(|| drop(payload))) {
+        std::mem::forget(again);
     }
 }
 

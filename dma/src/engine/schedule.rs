@@ -16,7 +16,6 @@
 //! Every unit keeps the (queue, index) of each of its descriptors, so an error names the
 //! descriptor without searching the replay again.
 
-use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Mutex;
 
@@ -55,52 +54,50 @@ pub(crate) fn grouped(descriptors: usize, pages: usize) -> bool {
     pages > PAGE_BUCKETS && descriptors >= pages.saturating_mul(GROUP_MIN)
 }
 
-/// Where a unit's descriptors come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Origin {
-    /// Descriptors `first..` of `queue`, in order.
-    Queue { queue: usize, first: u64 },
-    /// Each descriptor's queue and index.
-    Bucket(Vec<(u32, u32)>),
-}
-
 /// One unit of work: descriptors run in order by one worker.
 #[derive(Debug, Clone)]
-pub(crate) struct Unit<'q> {
-    descs: Cow<'q, [Descriptor]>,
-    /// A block's rows, run instead of `descs` (empty then).
-    rows: Option<(&'q Block, Range<usize>)>,
-    origin: Origin,
+pub(crate) enum Unit<'q> {
+    /// Descriptors `first..` of `queue`, in order.
+    Queue {
+        descs: &'q [Descriptor],
+        queue: usize,
+        first: u64,
+    },
+    /// A page bucket's descriptors with the (queue, index) of each.
+    Bucket {
+        descs: Vec<Descriptor>,
+        at: Vec<(u32, u32)>,
+    },
+    /// Rows of a block, in order.
+    Rows(&'q Block, Range<usize>),
 }
 
-impl<'q> Unit<'q> {
+impl Unit<'_> {
     /// The descriptors, in the order they run (none for a block's rows).
     pub(crate) fn descriptors(&self) -> &[Descriptor] {
-        &self.descs
-    }
-
-    /// The block rows it runs instead, in order.
-    pub(crate) fn rows(&self) -> Option<(&'q Block, Range<usize>)> {
-        self.rows.clone()
+        match self {
+            Unit::Queue { descs, .. } => descs,
+            Unit::Bucket { descs, .. } => descs,
+            Unit::Rows(..) => &[],
+        }
     }
 
     /// How many descriptors it runs (rows of a block).
     pub(crate) fn len(&self) -> usize {
-        self.rows
-            .as_ref()
-            .map_or(self.descs.len(), |(_, r)| r.len())
+        match self {
+            Unit::Rows(_, rows) => rows.len(),
+            _ => self.descriptors().len(),
+        }
     }
 
     /// The queue and index in the replay of descriptor `i` of the unit.
     pub(crate) fn at(&self, i: usize) -> (usize, u64) {
-        if let Some((block, rows)) = &self.rows {
-            return block.at(rows.start + i);
-        }
-        match &self.origin {
-            Origin::Queue { queue, first } => (*queue, first + i as u64),
-            Origin::Bucket(at) => at
+        match self {
+            Unit::Queue { queue, first, .. } => (*queue, first + i as u64),
+            Unit::Bucket { at, .. } => at
                 .get(i)
                 .map_or((usize::MAX, i as u64), |&(q, x)| (q as usize, u64::from(x))),
+            Unit::Rows(block, rows) => block.at(rows.start + i),
         }
     }
 }
@@ -132,13 +129,7 @@ impl<'q> Schedule<'q> {
         done: &Progress,
     ) -> Result<Schedule<'q>, Error> {
         let queues = queues.into_iter();
-        let units = queues.size_hint().0;
-        let mut s = Schedule {
-            units: Vec::with_capacity(units),
-            before: Vec::with_capacity(units),
-            then: Vec::with_capacity(units),
-            by_page: false,
-        };
+        let mut s = Schedule::with_capacity(queues.size_hint().0, false);
         // per semaphore, the unit of each of its signals in order
         let mut signals: [Vec<u32>; SEMAPHORES as usize] = Default::default();
         // (unit, queue, index, wait)
@@ -148,13 +139,10 @@ impl<'q> Schedule<'q> {
             let mut start = 0;
             let mut previous: Option<u32> = None;
             let mut cut = |s: &mut Schedule<'q>, start: usize, end: usize| {
-                let unit = s.push(Unit {
-                    descs: Cow::Borrowed(descs.get(start..end).unwrap_or_default()),
-                    rows: None,
-                    origin: Origin::Queue {
-                        queue,
-                        first: base + start as u64,
-                    },
+                let unit = s.push(Unit::Queue {
+                    descs: descs.get(start..end).unwrap_or_default(),
+                    queue,
+                    first: base + start as u64,
                 });
                 if let Some(p) = previous.replace(unit) {
                     s.order(p, unit);
@@ -226,20 +214,14 @@ impl<'q> Schedule<'q> {
                 }
             }
         }
-        let mut s = Schedule {
-            units: Vec::with_capacity(PAGE_BUCKETS),
-            before: Vec::with_capacity(PAGE_BUCKETS),
-            then: Vec::with_capacity(PAGE_BUCKETS),
-            by_page: true,
-        };
+        let mut s = Schedule::with_capacity(PAGE_BUCKETS, true);
         for mut b in buckets {
             if grouped {
                 b.group(&mut scratch);
             }
-            s.push(Unit {
-                descs: Cow::Owned(b.descs),
-                rows: None,
-                origin: Origin::Bucket(b.at),
+            s.push(Unit::Bucket {
+                descs: b.descs,
+                at: b.at,
             });
         }
         buffers.keep_scratch(scratch);
@@ -252,20 +234,22 @@ impl<'q> Schedule<'q> {
     pub(crate) fn rows(block: &'q Block) -> Schedule<'q> {
         let len = block.template().dest_range().1.max(1);
         let per_unit = (UNIT_BYTES / len).clamp(1, UNIT_ROWS as u64) as usize;
-        let mut s = Schedule {
-            units: Vec::new(),
-            before: Vec::new(),
-            then: Vec::new(),
-            by_page: false,
-        };
+        let mut s = Schedule::with_capacity(block.rows().div_ceil(per_unit), false);
         for start in (0..block.rows()).step_by(per_unit) {
-            s.push(Unit {
-                descs: Cow::Borrowed(&[]),
-                rows: Some((block, start..(start + per_unit).min(block.rows()))),
-                origin: Origin::Queue { queue: 0, first: 0 },
-            });
+            let rows = start..(start + per_unit).min(block.rows());
+            s.push(Unit::Rows(block, rows));
         }
         s
+    }
+
+    /// No units yet, room for `units`.
+    fn with_capacity(units: usize, by_page: bool) -> Schedule<'q> {
+        Schedule {
+            units: Vec::with_capacity(units),
+            before: Vec::with_capacity(units),
+            then: Vec::with_capacity(units),
+            by_page,
+        }
     }
 
     fn push(&mut self, unit: Unit<'q>) -> u32 {
@@ -435,13 +419,10 @@ impl BucketBuffers {
 
     /// Keeps the buffers of `schedule`'s page buckets for the next replay.
     pub(crate) fn keep(&self, schedule: Schedule<'_>) {
-        let buckets = schedule
-            .units
-            .into_iter()
-            .filter_map(|u| match (u.descs, u.origin) {
-                (Cow::Owned(descs), Origin::Bucket(at)) => Some(Bucket { descs, at }),
-                _ => None,
-            });
+        let buckets = schedule.units.into_iter().filter_map(|u| match u {
+            Unit::Bucket { descs, at } => Some(Bucket { descs, at }),
+            _ => None,
+        });
         let (held, _) = &mut *lock(&self.0);
         held.extend(buckets);
         held.truncate(PAGE_BUCKETS);

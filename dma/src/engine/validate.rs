@@ -544,19 +544,6 @@ impl PageSet {
         self.shared
     }
 
-    /// Every page with its address and first queue, in order of first addition.
-    #[cfg(test)]
-    fn entries(&self) -> impl Iterator<Item = (u64, u64, usize)> + '_ {
-        self.list.iter().map(|&(page, addr)| {
-            let slot = self.slots[page as usize % SEEN];
-            let queue = match slot & SEEN_PAGE == page {
-                true => (slot >> SEEN_QUEUE_SHIFT) as usize,
-                false => self.overflow.get(&page).copied().unwrap_or(0),
-            };
-            (page, addr, queue)
-        })
-    }
-
     /// Adds `page` (with `addr`, inside it) for `queue` if it is new; its first queue.
     #[inline(always)]
     fn first_queue(&mut self, page: u64, addr: u64, queue: usize) -> usize {
@@ -685,6 +672,20 @@ mod tests {
     use proptest::prelude::*;
 
     const P: u64 = PAGE_BYTES;
+
+    impl PageSet {
+        /// Every page with its address and first queue, in order of first addition.
+        fn entries(&self) -> impl Iterator<Item = (u64, u64, usize)> + '_ {
+            self.list.iter().map(|&(page, addr)| {
+                let slot = self.slots[page as usize % SEEN];
+                let queue = match slot & SEEN_PAGE == page {
+                    true => (slot >> SEEN_QUEUE_SHIFT) as usize,
+                    false => self.overflow.get(&page).copied().unwrap_or(0),
+                };
+                (page, addr, queue)
+            })
+        }
+    }
 
     /// The footprint of `descs`.
     fn footprint(descs: &[Descriptor]) -> Footprint {
