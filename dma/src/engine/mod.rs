@@ -164,37 +164,35 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
-    /// Checks every field's range.
+    /// Checks every field's range (each from 1).
     pub fn check(&self) -> Result<(), Error> {
-        let rule = |field, value, lo, hi, rule| {
-            if (lo..=hi).contains(&value) {
-                Ok(())
-            } else {
-                Err(Error::EngineConfig { field, value, rule })
+        let fields = [
+            (
+                "queues",
+                self.queues,
+                MAX_QUEUES,
+                "must be 1..=16 (the DMA rings)",
+            ),
+            ("workers", self.workers, 256, "must be 1..=256 threads"),
+            (
+                "batch",
+                self.batch,
+                MAX_BATCH,
+                "must be 1..=8192 descriptors",
+            ),
+            (
+                "channel_depth",
+                self.channel_depth,
+                1024,
+                "must be 1..=1024 batches",
+            ),
+        ];
+        for (field, value, most, rule) in fields {
+            if !(1..=most).contains(&value) {
+                return Err(Error::EngineConfig { field, value, rule });
             }
-        };
-        rule(
-            "queues",
-            self.queues,
-            1,
-            MAX_QUEUES,
-            "must be 1..=16 (the DMA rings)",
-        )?;
-        rule("workers", self.workers, 1, 256, "must be 1..=256 threads")?;
-        rule(
-            "batch",
-            self.batch,
-            1,
-            MAX_BATCH,
-            "must be 1..=8192 descriptors",
-        )?;
-        rule(
-            "channel_depth",
-            self.channel_depth,
-            1,
-            1024,
-            "must be 1..=1024 batches",
-        )
+        }
+        Ok(())
     }
 }
 
@@ -403,12 +401,19 @@ impl Engine {
                 running: describe(here.0, &here.1),
             });
         }
-        if let Some(block) = &validated.block {
-            return self.execute_block(fabric, block, &validated.plan, beside);
-        }
-        let mut source = Slices::new(&validated.queues);
-        let buckets = lock(&validated.buckets).take();
-        self.execute(fabric, &mut source, &validated.plan, buckets, false, beside)
+        let plan = &validated.plan;
+        self.execute(fabric, plan, |fabric| match &validated.block {
+            Some(block) => {
+                let beside = |f: &Fabric| beside(&mut Beside::new(f));
+                let (stats, _, other) =
+                    self.execute_schedule(fabric, &Schedule::rows(block), false, beside);
+                Ok((stats?, other))
+            }
+            None => {
+                let buckets = lock(&validated.buckets).take();
+                self.run_queues(fabric, &validated.queues, plan, buckets, false, beside)
+            }
+        })
     }
 
     /// The queues of `validated`, given back (to be filled again; none for a block
@@ -445,9 +450,12 @@ impl Engine {
         source: &mut S,
     ) -> Result<ReplayReport, Error> {
         let plan = self.plan(fabric, source)?;
-        let no_beside = |_: &mut Beside<'_>| ();
         let inline = self.inline(&plan.timeline);
-        let (report, ()) = self.execute(fabric, source, &plan, None, inline, no_beside)?;
+        source.rewind();
+        let (report, ()) = self.execute(fabric, &plan, |fabric| match source.in_memory() {
+            Some(queues) => self.run_queues(fabric, queues, &plan, None, inline, |_| ()),
+            None => Ok((session::run_source(self, fabric, source)?, ())),
+        })?;
         self.keep(plan);
         Ok(report)
     }
@@ -465,75 +473,46 @@ impl Engine {
         *lock(&self.kept) = Some(plan.into_kept());
     }
 
-    /// Reserves `plan`'s destinations and executes `source` (validated into `plan`, with
-    /// its page buckets if dealt ahead), on the caller alone if `inline`, and calls
-    /// `beside` (see [`Engine::run_beside`]).
-    fn execute<S: QueueSource, R>(
+    /// Reserves `plan`'s destinations and runs the replay validated into it (`run`, with
+    /// the fabric lent for the replay): its report and what `run` returned beside it.
+    fn execute<R>(
         &self,
         fabric: &mut Fabric,
-        source: &mut S,
         plan: &Plan,
-        buckets: Option<Schedule<'static>>,
-        inline: bool,
-        beside: impl FnOnce(&mut Beside<'_>) -> R,
+        run: impl FnOnce(&Fabric) -> Result<(ExecutionStats, R), Error>,
     ) -> Result<(ReplayReport, R), Error> {
         // This replay's destinations are opened; every page it reads is closed, so read
         // without a lock while the queues run (Fabric::reopen).
         plan.pages.reopen(fabric, plan.footprint.read_pages())?;
-        source.rewind();
-        // In-memory queues compile into a schedule (page buckets where they are dealt by
-        // page, else queue segments) run by the executor: on the caller alone if small
-        // enough, else on the caller and the thread pool; work beside the replay runs on the
-        // caller while the thread pool starts, or alone before it. A streamed source runs window
-        // by window (see the `session` module), work beside after it.
         let fabric = fabric.lend(plan.footprint.read_pages());
-        let (execution, other) = match source.in_memory() {
-            Some(queues) => {
-                let schedule = match (self.page_buckets(queues, plan, inline), buckets) {
-                    (Some(_), Some(buckets)) => buckets,
-                    (Some(grouped), None) => Schedule::page_buckets(queues, grouped, &self.buckets),
-                    (None, _) => Schedule::segments(queues)?,
-                };
-                let beside = |f: &Fabric| beside(&mut Beside::new(f));
-                let (stats, _, other) = self.execute_schedule(&fabric, &schedule, inline, beside);
-                self.buckets.keep(schedule);
-                (stats?, other)
-            }
-            None => {
-                let stats = session::run_source(self, &fabric, source)?;
-                (stats, beside(&mut Beside::new(&fabric)))
-            }
-        };
-        Ok((report(fabric.generation(), plan, execution), other))
+        let (execution, other) = run(&fabric)?;
+        let summary = ReplaySummary::new(fabric.generation(), plan.timeline.clone(), 0);
+        Ok((ReplayReport { summary, execution }, other))
     }
 
-    /// [`Engine::execute`] of a block validated whole: its rows cut into units
-    /// ([`Schedule::rows`]) on the caller and the thread pool, `beside` on the caller.
-    fn execute_block<R>(
+    /// Runs in-memory `queues` (validated into `plan`, with their page buckets if dealt
+    /// ahead) as a schedule: page buckets where they are dealt by page, else queue
+    /// segments ([`Engine::execute_schedule`]).
+    fn run_queues<R>(
         &self,
-        fabric: &mut Fabric,
-        block: &Block,
+        fabric: &Fabric,
+        queues: &[Vec<Descriptor>],
         plan: &Plan,
+        buckets: Option<Schedule<'static>>,
+        inline: bool,
         beside: impl FnOnce(&mut Beside<'_>) -> R,
-    ) -> Result<(ReplayReport, R), Error> {
-        plan.pages.reopen(fabric, plan.footprint.read_pages())?;
-        let fabric = fabric.lend(plan.footprint.read_pages());
-        let schedule = Schedule::rows(block);
+    ) -> Result<(ExecutionStats, R), Error> {
+        let schedule = match (self.page_buckets(queues, plan, inline), buckets) {
+            (Some(_), Some(buckets)) => buckets,
+            (Some(grouped), None) => Schedule::page_buckets(queues, grouped, &self.buckets),
+            (None, _) => Schedule::segments(queues)?,
+        };
         let beside = |f: &Fabric| beside(&mut Beside::new(f));
-        let (stats, _, other) = self.execute_schedule(&fabric, &schedule, false, beside);
-        Ok((report(fabric.generation(), plan, stats?), other))
+        let (stats, _, other) = self.execute_schedule(fabric, &schedule, inline, beside);
+        self.buckets.keep(schedule);
+        Ok((stats?, other))
     }
-}
 
-/// The report of a replay validated into `plan` that ran as `execution`.
-fn report(generation: crate::Generation, plan: &Plan, execution: ExecutionStats) -> ReplayReport {
-    ReplayReport {
-        summary: ReplaySummary::new(generation, plan.timeline.clone(), 0),
-        execution,
-    }
-}
-
-impl Engine {
     /// Runs `schedule` (validated, its destinations reserved) on the executor: on the
     /// caller alone if `inline`, else on the caller and the thread pool; and calls `beside` on
     /// the caller with the fabric: while the thread pool starts the run, before the caller joins

@@ -11,9 +11,11 @@
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use super::lock;
 
 /// How long a pool thread waits, awake, for the next job.
 const LINGER: Duration = Duration::from_micros(250);
@@ -54,11 +56,6 @@ struct SendJob(JobPtr);
 unsafe impl Send for SendJob {}
 
 impl Shared {
-    /// The posted round, locked (no code panics under the lock, so poisoning is ignored).
-    fn lock(&self) -> MutexGuard<'_, Posted> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// One pool thread: runs each round's job once, until the pool shuts down.
     fn serve(&self) {
         let mut seen = 0;
@@ -67,7 +64,7 @@ impl Shared {
             // of `running` below, and this thread does not touch it afterwards.
             run_caught(unsafe { &*job.0 });
             if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
-                let _state = self.lock();
+                let _state = lock(&self.state);
                 self.finished.notify_all();
             }
         }
@@ -80,7 +77,7 @@ impl Shared {
         while self.round.load(Ordering::Acquire) == *seen && start.elapsed() < LINGER {
             std::thread::yield_now();
         }
-        let mut state = self.lock();
+        let mut state = lock(&self.state);
         while state.round == *seen && !state.shut {
             state = self.posted.wait(state).unwrap_or_else(|p| p.into_inner());
         }
@@ -163,7 +160,7 @@ impl ThreadPool {
         let erased: JobPtr = unsafe { std::mem::transmute(job as *const (dyn Fn() + Sync)) };
         let finish = Finish(&self.shared);
         {
-            let mut state = self.shared.lock();
+            let mut state = lock(&self.shared.state);
             self.shared
                 .running
                 .store(self.threads.len(), Ordering::Release);
@@ -188,7 +185,7 @@ impl Drop for Finish<'_> {
         while shared.running.load(Ordering::Acquire) > 0 && start.elapsed() < LINGER {
             std::thread::yield_now();
         }
-        let mut state = shared.lock();
+        let mut state = lock(&shared.state);
         while shared.running.load(Ordering::Acquire) > 0 {
             state = shared
                 .finished
@@ -201,7 +198,7 @@ impl Drop for Finish<'_> {
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {
-        self.shared.lock().shut = true;
+        lock(&self.shared.state).shut = true;
         self.shared.posted.notify_all();
         for thread in self.threads.drain(..) {
             let _ = thread.join();

@@ -46,17 +46,7 @@ struct Access {
     last: u64,
     segment: usize,
     queue: usize,
-    write: bool,
-}
-
-impl Access {
-    fn kind(&self) -> AccessKind {
-        if self.write {
-            AccessKind::Write
-        } else {
-            AccessKind::Read
-        }
-    }
+    kind: AccessKind,
 }
 
 /// Descriptors `first..=last` of `queue`, between semaphore operations.
@@ -74,9 +64,8 @@ struct QueueTrack {
     open: Option<usize>,
     /// The queue's segments, in order.
     segments: Vec<usize>,
-    /// The accesses the next descriptor may extend.
-    last_write: Option<usize>,
-    last_read: Option<usize>,
+    /// The accesses the next descriptor may extend, per [`AccessKind`] (read, write).
+    last: [Option<usize>; 2],
 }
 
 /// Collects the accesses and the semaphore structure of a set of queues.
@@ -104,10 +93,9 @@ impl RaceRecorder {
         let Some(segment) = self.segment_for(queue, index, d.wait()) else {
             return;
         };
-        let (dst, len) = d.dest_range();
-        self.access(segment, index, dst, len, true);
-        if let Some((src, len)) = d.source_range() {
-            self.access(segment, index, src, len, false);
+        self.access(segment, index, d.dest_range(), AccessKind::Write);
+        if let Some(src) = d.source_range() {
+            self.access(segment, index, src, AccessKind::Read);
         }
         if let Some(sem) = d.signal() {
             // SemId guarantees index < SEMAPHORES.
@@ -135,13 +123,12 @@ impl RaceRecorder {
         });
         track.open = Some(id);
         track.segments.push(id);
-        track.last_write = None;
-        track.last_read = None;
+        track.last = [None; 2];
         Some(id)
     }
 
     /// Adds (or extends) an interval of a range that passed the fabric check.
-    fn access(&mut self, segment: usize, index: u64, addr: FabricAddr, len: u64, write: bool) {
+    fn access(&mut self, segment: usize, index: u64, range: (FabricAddr, u64), kind: AccessKind) {
         let Some(queue) = self.segments.get(segment).map(|s| s.queue) else {
             return;
         };
@@ -149,12 +136,8 @@ impl RaceRecorder {
             return;
         };
         // The fabric check proved `len >= 1` and that `addr + len - 1` does not overflow.
-        let (lo, end) = (addr.0, addr.0 + (len - 1));
-        let slot = if write {
-            &mut track.last_write
-        } else {
-            &mut track.last_read
-        };
+        let (lo, end) = (range.0 .0, range.0 .0 + (range.1 - 1));
+        let slot = &mut track.last[kind as usize];
         if let Some(a) = slot.and_then(|i| self.accesses.get_mut(i)) {
             if a.end.checked_add(1) == Some(lo) && a.last + 1 == index {
                 a.end = end;
@@ -170,7 +153,7 @@ impl RaceRecorder {
             last: index,
             segment,
             queue,
-            write,
+            kind,
         });
     }
 
@@ -185,7 +168,7 @@ impl RaceRecorder {
         };
         let ordered = |a, b| before(a, b) || before(b, a);
         self.accesses
-            .sort_unstable_by_key(|a| (a.lo, a.queue, a.first, a.write));
+            .sort_unstable_by_key(|a| (a.lo, a.queue, a.first, a.kind as u8));
         let mut active: Vec<Active> = Vec::new();
         for x in &self.accesses {
             active.retain_mut(|e| e.still_reaches(x.lo));
@@ -269,12 +252,11 @@ impl RaceRecorder {
     }
 }
 
-/// One segment's active intervals: per kind, the one reaching furthest.
+/// One segment's active intervals: per kind (read, write), the one reaching furthest.
 struct Active {
     segment: usize,
     queue: usize,
-    write: Option<Access>,
-    read: Option<Access>,
+    reach: [Option<Access>; 2],
 }
 
 impl Active {
@@ -282,19 +264,14 @@ impl Active {
         let mut a = Active {
             segment: x.segment,
             queue: x.queue,
-            write: None,
-            read: None,
+            reach: [None; 2],
         };
         a.add(x);
         a
     }
 
     fn add(&mut self, x: Access) {
-        let slot = if x.write {
-            &mut self.write
-        } else {
-            &mut self.read
-        };
+        let slot = &mut self.reach[x.kind as usize];
         if slot.is_none_or(|a| x.end > a.end) {
             *slot = Some(x);
         }
@@ -302,12 +279,12 @@ impl Active {
 
     /// Drops the kinds that end before `lo`; whether anything is left.
     fn still_reaches(&mut self, lo: u64) -> bool {
-        for slot in [&mut self.write, &mut self.read] {
+        for slot in &mut self.reach {
             if slot.is_some_and(|a| a.end < lo) {
                 *slot = None;
             }
         }
-        self.write.is_some() || self.read.is_some()
+        self.reach.iter().any(Option::is_some)
     }
 
     /// The race between this segment's intervals (all overlapping `x`) and `x`, if any,
@@ -316,10 +293,10 @@ impl Active {
         if self.queue == x.queue {
             return None;
         }
-        let other = if x.write {
-            self.write.or(self.read)
-        } else {
-            self.write
+        let [read, write] = self.reach;
+        let other = match x.kind {
+            AccessKind::Write => write.or(read),
+            AccessKind::Read => write,
         }?;
         if ordered(self.segment, x.segment) {
             return None;
@@ -328,11 +305,11 @@ impl Active {
             first_queue: other.queue,
             first_from: other.first,
             first_to: other.last,
-            first_access: other.kind(),
+            first_access: other.kind,
             second_queue: x.queue,
             second_from: x.first,
             second_to: x.last,
-            second_access: x.kind(),
+            second_access: x.kind,
             lo: x.lo,
             end: x.end.min(other.end),
         })

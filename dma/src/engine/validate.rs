@@ -97,18 +97,6 @@ impl Footprint {
         }
     }
 
-    /// The footprint of `batch` alone, and whether some descriptor of it waits or
-    /// signals.
-    fn of_batch(batch: &[Descriptor]) -> (Footprint, bool) {
-        let mut footprint = Footprint::default();
-        let mut synchronises = false;
-        for d in batch {
-            footprint.add(d);
-            synchronises |= d.synchronises();
-        }
-        (footprint, synchronises)
-    }
-
     /// Both footprints together.
     fn join(self, other: Footprint) -> Footprint {
         let hull = |a: (u64, u64), b: (u64, u64)| (a.0.min(b.0), a.1.max(b.1));
@@ -442,9 +430,12 @@ impl<'f> Validator<'f> {
         if self.race.is_some() {
             return false;
         }
-        let (footprint, synchronises) = Footprint::of_batch(batch);
-        if synchronises {
-            return false;
+        let mut footprint = Footprint::default();
+        for d in batch {
+            if d.synchronises() {
+                return false;
+            }
+            footprint.add(d);
         }
         let ranges = &mut self.ranges;
         if !(ranges.holds(self.fabric, &footprint) || ranges.holds_each(self.fabric, batch)) {
