@@ -361,8 +361,7 @@ impl Engine {
             return self.validate(fabric, block.queues());
         };
         let kept = lock(&self.kept).take().unwrap_or_default();
-        let mut plan = validate::validate_block(fabric, &block, footprint, &self.config, kept)?;
-        plan.ahead = true;
+        let plan = validate::validate_block(fabric, &block, footprint, &self.config, kept)?;
         Ok(Validated {
             queues: Vec::new(),
             block: Some(block),
@@ -532,10 +531,7 @@ impl Engine {
             let meanwhile = || beside(fabric);
             match inline {
                 true => (1, pool::beside_then_job(job, meanwhile)),
-                false => match self.pool.run(job, meanwhile) {
-                    (true, other) => (self.pool.helpers() + 1, other),
-                    (false, other) => (1, other),
-                },
+                false => self.pool.run(job, meanwhile),
             }
         });
         let stats = outcome.map(|()| ExecutionStats {

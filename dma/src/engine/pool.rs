@@ -127,15 +127,10 @@ impl ThreadPool {
         Ok(pool)
     }
 
-    /// Its threads (the caller is not one of them).
-    pub(crate) fn helpers(&self) -> usize {
-        self.threads.len()
-    }
-
     /// Runs `job` on the calling thread and on every pool thread, and returns when all
     /// have returned, with `meanwhile` called on this thread first (the caller joins the
-    /// job once it returns); whether the pool was offered the job, and `meanwhile`'s
-    /// result. The pool is not offered a job while another caller's job holds it: this
+    /// job once it returns); how many threads the job was offered to (1 and the pool's),
+    /// and `meanwhile`'s result. The pool is not offered a job while another caller's job holds it: this
     /// thread then calls `meanwhile`, then `job`, alone. A panic of `job` is caught (the
     /// job records its own failures); a panic of `meanwhile` unwinds from here once `job`
     /// has run to its end.
@@ -143,14 +138,14 @@ impl ThreadPool {
         &self,
         job: &(dyn Fn() + Sync),
         meanwhile: impl FnOnce() -> R,
-    ) -> (bool, R) {
+    ) -> (usize, R) {
         if self.threads.is_empty() {
-            return (true, beside_then_job(job, meanwhile));
+            return (1, beside_then_job(job, meanwhile));
         }
         let _held = match self.busy.try_lock() {
             Ok(held) => held,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return (false, beside_then_job(job, meanwhile)),
+            Err(TryLockError::WouldBlock) => return (1, beside_then_job(job, meanwhile)),
         };
         // SAFETY (the erased lifetime): a pool thread dereferences the pointer only between
         // taking it from `state` and its decrement of `running` (`Shared::serve`), once per
@@ -171,7 +166,7 @@ impl ThreadPool {
         }
         let result = beside_then_job(job, meanwhile);
         drop(finish);
-        (true, result)
+        (self.threads.len() + 1, result)
     }
 }
 
@@ -238,7 +233,7 @@ mod tests {
 
     /// [`ThreadPool::run`] with nothing done meanwhile: whether the pool was offered `job`.
     fn run(pool: &ThreadPool, job: &(dyn Fn() + Sync)) -> bool {
-        pool.run(job, || ()).0
+        pool.run(job, || ()).0 == pool.threads.len() + 1
     }
 
     /// A job that counts its calls and holds until `all` calls have started (or five
@@ -315,7 +310,7 @@ mod tests {
                     done.fetch_add(1, Ordering::AcqRel);
                 }
             };
-            let (offered, saw) = pool.run(&job, || {
+            let (threads, saw) = pool.run(&job, || {
                 let start = Instant::now();
                 while !marked.load(Ordering::Acquire) && start.elapsed() < Duration::from_secs(5) {
                     std::thread::yield_now();
@@ -323,7 +318,7 @@ mod tests {
                 marked.load(Ordering::Acquire)
             });
             assert!(
-                offered && saw,
+                threads == 2 && saw,
                 "the pool ran the job while the caller waited"
             );
             assert_eq!(done.into_inner(), 64);
@@ -332,8 +327,8 @@ mod tests {
         let order = Mutex::new(Vec::new());
         let alone = ThreadPool::new(0).unwrap();
         let job = || order.lock().unwrap().push("job");
-        let (offered, ()) = alone.run(&job, || order.lock().unwrap().push("meanwhile"));
-        assert!(offered);
+        let (threads, ()) = alone.run(&job, || order.lock().unwrap().push("meanwhile"));
+        assert_eq!(threads, 1);
         assert_eq!(order.into_inner().unwrap(), ["meanwhile", "job"]);
     }
 

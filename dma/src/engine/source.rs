@@ -12,8 +12,8 @@ pub(crate) trait QueueSource {
     /// Queues in the source.
     fn queues(&self) -> usize;
 
-    /// The next at most `max` (at least 1) descriptors of `queue`; empty once it is done
-    /// (or if there is no such queue).
+    /// The next at most `max` (at least 1) descriptors of `queue` (below
+    /// [`QueueSource::queues`]); empty once it is done.
     fn next(&mut self, queue: usize, max: usize) -> Result<&[Descriptor], Error>;
 
     /// Starts every queue over.
@@ -86,11 +86,7 @@ impl<R: Read + Seek + Send> QueueSource for FileSource<'_, R> {
     }
 
     fn next(&mut self, queue: usize, max: usize) -> Result<&[Descriptor], Error> {
-        if queue >= self.queues() {
-            self.buffer.clear();
-        } else {
-            self.file.read_queue(queue, max, &mut self.buffer)?;
-        }
+        self.file.read_queue(queue, max, &mut self.buffer)?;
         Ok(&self.buffer)
     }
 
@@ -155,7 +151,7 @@ mod tests {
         assert_eq!(s.queues(), 2);
         assert_eq!(drain(&mut s, 1, 2), vec![vec![16, 24], vec![32]]);
         assert_eq!(drain(&mut s, 0, 8), vec![vec![0, 8]]);
-        assert!(s.next(2, 8).unwrap().is_empty());
+        assert!(matches!(s.next(2, 8), Err(Error::NoSuchQueue { queue: 2, .. })));
         s.rewind();
         assert_eq!(drain(&mut s, 1, 8), vec![vec![16, 24, 32]]);
     }
