@@ -21,6 +21,7 @@ use super::lock;
 use super::schedule::{Schedule, Unit};
 
 /// What the workers share.
+#[derive(Default)]
 struct State {
     ready: VecDeque<u32>,
     /// Per unit, the units still to finish before it is ready.
@@ -57,10 +58,7 @@ where
     let state = Mutex::new(State {
         ready,
         before,
-        running: 0,
-        finished: 0,
-        parked: 0,
-        failed: None,
+        ..State::default()
     });
     let wake = Condvar::new();
     let job = || work(schedule, &run, &state, &wake);

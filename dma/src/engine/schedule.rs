@@ -110,8 +110,6 @@ pub(crate) struct Schedule<'q> {
     before: Vec<u32>,
     /// Per unit, the units waiting for it.
     then: Vec<Vec<u32>>,
-    /// Whether the units are page buckets.
-    by_page: bool,
 }
 
 impl<'q> Schedule<'q> {
@@ -129,7 +127,7 @@ impl<'q> Schedule<'q> {
         done: &Progress,
     ) -> Result<Schedule<'q>, Error> {
         let queues = queues.into_iter();
-        let mut s = Schedule::with_capacity(queues.size_hint().0, false);
+        let mut s = Schedule::with_capacity(queues.size_hint().0);
         // per semaphore, the unit of each of its signals in order
         let mut signals: [Vec<u32>; SEMAPHORES as usize] = Default::default();
         // (unit, queue, index, wait)
@@ -214,7 +212,7 @@ impl<'q> Schedule<'q> {
                 }
             }
         }
-        let mut s = Schedule::with_capacity(PAGE_BUCKETS, true);
+        let mut s = Schedule::with_capacity(PAGE_BUCKETS);
         for mut b in buckets {
             if grouped {
                 b.group(&mut scratch);
@@ -234,7 +232,7 @@ impl<'q> Schedule<'q> {
     pub(crate) fn rows(block: &'q Block) -> Schedule<'q> {
         let len = block.template().dest_range().1.max(1);
         let per_unit = (UNIT_BYTES / len).clamp(1, UNIT_ROWS as u64) as usize;
-        let mut s = Schedule::with_capacity(block.rows().div_ceil(per_unit), false);
+        let mut s = Schedule::with_capacity(block.rows().div_ceil(per_unit));
         for start in (0..block.rows()).step_by(per_unit) {
             let rows = start..(start + per_unit).min(block.rows());
             s.push(Unit::Rows(block, rows));
@@ -243,12 +241,11 @@ impl<'q> Schedule<'q> {
     }
 
     /// No units yet, room for `units`.
-    fn with_capacity(units: usize, by_page: bool) -> Schedule<'q> {
+    fn with_capacity(units: usize) -> Schedule<'q> {
         Schedule {
             units: Vec::with_capacity(units),
             before: Vec::with_capacity(units),
             then: Vec::with_capacity(units),
-            by_page,
         }
     }
 
@@ -286,7 +283,7 @@ impl<'q> Schedule<'q> {
 
     /// Whether the units are page buckets.
     pub(crate) fn by_page(&self) -> bool {
-        self.by_page
+        matches!(self.units.first(), Some(Unit::Bucket { .. }))
     }
 
     /// The descriptors of every unit.

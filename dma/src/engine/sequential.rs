@@ -77,17 +77,8 @@ fn schedule(queues: &[Vec<Descriptor>]) -> Result<Vec<(usize, Range<usize>)>, Er
             break;
         }
     }
-    check_finished(queues, &cursors, &signals)?;
-    Ok(runs)
-}
-
-/// The first queue (lowest index) the schedule left waiting, as a deadlock.
-fn check_finished(
-    queues: &[Vec<Descriptor>],
-    cursors: &[usize],
-    signals: &[u64],
-) -> Result<(), Error> {
-    for (queue, (descs, &cursor)) in queues.iter().zip(cursors).enumerate() {
+    // the first queue (lowest index) left waiting is a deadlock
+    for (queue, (descs, &cursor)) in queues.iter().zip(&cursors).enumerate() {
         if let Some(w) = descs.get(cursor).and_then(Descriptor::wait) {
             return Err(Error::SemaphoreDeadlock {
                 queue,
@@ -98,7 +89,7 @@ fn check_finished(
             });
         }
     }
-    Ok(())
+    Ok(runs)
 }
 
 #[cfg(test)]

@@ -151,7 +151,10 @@ mod tests {
         assert_eq!(s.queues(), 2);
         assert_eq!(drain(&mut s, 1, 2), vec![vec![16, 24], vec![32]]);
         assert_eq!(drain(&mut s, 0, 8), vec![vec![0, 8]]);
-        assert!(matches!(s.next(2, 8), Err(Error::NoSuchQueue { queue: 2, .. })));
+        assert!(matches!(
+            s.next(2, 8),
+            Err(Error::NoSuchQueue { queue: 2, .. })
+        ));
         s.rewind();
         assert_eq!(drain(&mut s, 1, 8), vec![vec![16, 24, 32]]);
     }
