@@ -403,7 +403,6 @@ impl Engine {
         let plan = &validated.plan;
         self.execute(fabric, plan, |fabric| match &validated.block {
             Some(block) => {
-                let beside = |f: &Fabric| beside(&mut Beside::new(f));
                 let (stats, _, other) =
                     self.execute_schedule(fabric, &Schedule::rows(block), false, beside);
                 Ok((stats?, other))
@@ -506,29 +505,28 @@ impl Engine {
             (Some(grouped), None) => Schedule::page_buckets(queues, grouped, &self.buckets),
             (None, _) => Schedule::segments(queues)?,
         };
-        let beside = |f: &Fabric| beside(&mut Beside::new(f));
         let (stats, _, other) = self.execute_schedule(fabric, &schedule, inline, beside);
         self.buckets.keep(schedule);
         Ok((stats?, other))
     }
 
     /// Runs `schedule` (validated, its destinations reserved) on the executor: on the
-    /// caller alone if `inline`, else on the caller and the thread pool; and calls `beside` on
-    /// the caller with the fabric: while the thread pool starts the run, before the caller joins
-    /// it (alone: before the run). A panic of `beside` unwinds from here once the run is
-    /// over.
+    /// caller alone if `inline`, else on the caller and the thread pool; and calls `beside`
+    /// on the caller ([`Beside`]): while the thread pool starts the run, before the caller
+    /// joins it (alone: before the run). A panic of `beside` unwinds from here once the run
+    /// is over. The result, the descriptors that ran, and `beside`'s result.
     fn execute_schedule<R>(
         &self,
         fabric: &Fabric,
         schedule: &Schedule<'_>,
         inline: bool,
-        beside: impl FnOnce(&Fabric) -> R,
+        beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> (Result<ExecutionStats, Error>, u64, R) {
         let started = std::time::Instant::now();
         let ran = std::sync::atomic::AtomicU64::new(0);
         let run = |unit: &schedule::Unit<'_>| exec::run_unit(fabric, unit, &ran);
         let (outcome, (workers, other)) = executor::execute(schedule, run, |job| {
-            let meanwhile = || beside(fabric);
+            let meanwhile = || beside(&mut Beside::new(fabric));
             match inline {
                 true => (1, pool::beside_then_job(job, meanwhile)),
                 false => self.pool.run(job, meanwhile),

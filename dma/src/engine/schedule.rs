@@ -161,9 +161,8 @@ impl<'q> Schedule<'q> {
                 if let Some(sem) = d.signal() {
                     let unit = cut(&mut s, start, i + 1);
                     start = i + 1;
-                    if let Some(list) = signals.get_mut(sem.index()) {
-                        list.push(unit);
-                    }
+                    // SemId guarantees index < SEMAPHORES.
+                    signals[sem.index()].push(unit);
                 }
             }
             if start < descs.len() || descs.is_empty() {
@@ -171,11 +170,11 @@ impl<'q> Schedule<'q> {
             }
         }
         for (unit, queue, index, w) in waits {
-            let before = done.signalled.get(w.sem.index()).copied().unwrap_or(0);
+            let before = done.signalled[w.sem.index()];
             let Some(nth) = u64::from(w.count.get()).checked_sub(before + 1) else {
                 continue; // met before this window
             };
-            let list = signals.get(w.sem.index()).map_or(&[][..], Vec::as_slice);
+            let list = &signals[w.sem.index()];
             let Some(&signaller) = usize::try_from(nth).ok().and_then(|n| list.get(n)) else {
                 return Err(Error::SemaphoreDeadlock {
                     queue,

@@ -274,7 +274,12 @@ pub(crate) fn run_source<S: QueueSource>(
 ) -> Result<ExecutionStats, Error> {
     let started = Instant::now();
     let mut pending = Pending::new(source.queues());
-    let mut reader = WindowReader::new(engine.config(), source.queues());
+    let config = engine.config();
+    let mut reader = WindowReader {
+        batch: config.batch,
+        window: config.batch.saturating_mul(config.channel_depth),
+        ended: vec![false; source.queues()],
+    };
     let mut ahead = vec![Vec::new(); source.queues()];
     reader.read(source, &mut pending.queues, &vec![0; source.queues()])?;
     while pending.held() > 0 {
@@ -299,14 +304,6 @@ struct WindowReader {
 }
 
 impl WindowReader {
-    fn new(config: &super::EngineConfig, queues: usize) -> WindowReader {
-        WindowReader {
-            batch: config.batch,
-            window: config.batch.saturating_mul(config.channel_depth),
-            ended: vec![false; queues],
-        }
-    }
-
     /// Appends to `into` (per queue), batch by batch, what each queue that `held` that
     /// many descriptors still needs to hold a window.
     fn read<S: QueueSource>(
