@@ -104,20 +104,16 @@ where
         st.running += 1;
         drop(st);
         let unit = units.get(u as usize);
-        let outcome = catch_unwind(AssertUnwindSafe(|| unit.map_or(Ok(()), run)));
+        let outcome =
+            catch_unwind(AssertUnwindSafe(|| unit.map_or(Ok(()), run))).unwrap_or_else(|payload| {
+                super::pool::drop_payload(payload);
+                Err((unit.map_or((usize::MAX, 0), |u| u.at(0)), Error::RunAborted))
+            });
         st = lock(state);
         st.running -= 1;
         st.finished += 1;
-        let error = match outcome {
-            Ok(Ok(())) => None,
-            Ok(Err(failed)) => Some(failed),
-            Err(payload) => {
-                super::pool::drop_payload(payload);
-                Some((unit.map_or((usize::MAX, 0), |u| u.at(0)), Error::RunAborted))
-            }
-        };
-        match error {
-            None => {
+        match outcome {
+            Ok(()) => {
                 let mut woken = 0;
                 for &next in schedule.then(u as usize) {
                     if let Some(n) = st.before.get_mut(next as usize) {
@@ -133,7 +129,7 @@ where
                     false => notify(&st, wake, woken),
                 }
             }
-            Some((at, e)) => {
+            Err((at, e)) => {
                 if st.failed.as_ref().is_none_or(|(first, _)| at < *first) {
                     st.failed = Some((at, e));
                 }

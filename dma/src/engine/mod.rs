@@ -62,7 +62,7 @@ use crate::descriptor::Descriptor;
 use crate::error::Error;
 use crate::fabric::Fabric;
 use crate::queue_file::{VerifiedQueueFile, MAX_BATCH, MAX_QUEUES};
-use crate::timing::TimelineReport;
+use crate::timing::QueueTiming;
 use crate::FabricAddr;
 
 pub use report::{ExecutionStats, ReplayReport, ReplaySummary};
@@ -434,13 +434,6 @@ impl Engine {
         by_page.then(|| schedule::grouped(descriptors, plan.pages.len()))
     }
 
-    /// Whether a validated replay is small enough to run on the caller alone
-    /// ([`EngineConfig::inline`]).
-    fn inline(&self, timeline: &TimelineReport) -> bool {
-        let sum = |f: fn(&crate::timing::QueueTiming) -> u64| timeline.queues.iter().map(f).sum();
-        (self.config.inline).admits(sum(|q| q.descriptors), sum(|q| q.bytes))
-    }
-
     /// Validate all, reserve, execute: the body of `run` and `replay_file`.
     fn replay<S: QueueSource>(
         &self,
@@ -448,7 +441,9 @@ impl Engine {
         source: &mut S,
     ) -> Result<ReplayReport, Error> {
         let plan = self.plan(fabric, source)?;
-        let inline = self.inline(&plan.timeline);
+        // small enough to run on the caller alone (EngineConfig::inline)?
+        let sum = |f: fn(&QueueTiming) -> u64| plan.timeline.queues.iter().map(f).sum();
+        let inline = (self.config.inline).admits(sum(|q| q.descriptors), sum(|q| q.bytes));
         source.rewind();
         let (report, ()) = self.execute(fabric, &plan, |fabric| match source.in_memory() {
             Some(queues) => self.run_queues(fabric, queues, &plan, None, inline, |_| ()),
