@@ -63,11 +63,8 @@ pub(crate) enum Unit<'q> {
         queue: usize,
         first: u64,
     },
-    /// A page bucket's descriptors with the (queue, index) of each.
-    Bucket {
-        descs: Vec<Descriptor>,
-        at: Vec<(u32, u32)>,
-    },
+    /// A page bucket.
+    Bucket(Bucket),
     /// Rows of a block, in order.
     Rows(&'q Block, Range<usize>),
 }
@@ -77,7 +74,7 @@ impl Unit<'_> {
     pub(crate) fn descriptors(&self) -> &[Descriptor] {
         match self {
             Unit::Queue { descs, .. } => descs,
-            Unit::Bucket { descs, .. } => descs,
+            Unit::Bucket(b) => &b.descs,
             Unit::Rows(..) => &[],
         }
     }
@@ -94,9 +91,10 @@ impl Unit<'_> {
     pub(crate) fn at(&self, i: usize) -> (usize, u64) {
         match self {
             Unit::Queue { queue, first, .. } => (*queue, first + i as u64),
-            Unit::Bucket { at, .. } => at
-                .get(i)
-                .map_or((usize::MAX, i as u64), |&(q, x)| (q as usize, u64::from(x))),
+            Unit::Bucket(b) => {
+                b.at.get(i)
+                    .map_or((usize::MAX, i as u64), |&(q, x)| (q as usize, u64::from(x)))
+            }
             Unit::Rows(block, rows) => block.at(rows.start + i),
         }
     }
@@ -204,10 +202,10 @@ impl<'q> Schedule<'q> {
         for r in 0..longest {
             for (q, list) in queues.iter().enumerate() {
                 if let Some(d) = list.get(r) {
-                    if let Some(b) = buckets.get_mut(page_slot(d).0) {
-                        b.descs.push(*d);
-                        b.at.push((q as u32, r as u32));
-                    }
+                    // page_slot's bucket is a page modulo PAGE_BUCKETS
+                    let b = &mut buckets[page_slot(d).0];
+                    b.descs.push(*d);
+                    b.at.push((q as u32, r as u32));
                 }
             }
         }
@@ -216,10 +214,7 @@ impl<'q> Schedule<'q> {
             if grouped {
                 b.group(&mut scratch);
             }
-            s.push(Unit::Bucket {
-                descs: b.descs,
-                at: b.at,
-            });
+            s.push(Unit::Bucket(b));
         }
         buffers.keep_scratch(scratch);
         s
@@ -282,7 +277,7 @@ impl<'q> Schedule<'q> {
 
     /// Whether the units are page buckets.
     pub(crate) fn by_page(&self) -> bool {
-        matches!(self.units.first(), Some(Unit::Bucket { .. }))
+        matches!(self.units.first(), Some(Unit::Bucket(_)))
     }
 
     /// The descriptors of every unit.
@@ -349,9 +344,9 @@ fn page_slot(d: &Descriptor) -> (usize, u64) {
     ((page % PAGE_BUCKETS as u64) as usize, group)
 }
 
-/// A page bucket being dealt: its descriptors and the (queue, index) of each.
-#[derive(Debug, Default)]
-struct Bucket {
+/// A page bucket: its descriptors and the (queue, index) of each.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Bucket {
     descs: Vec<Descriptor>,
     at: Vec<(u32, u32)>,
 }
@@ -367,10 +362,9 @@ impl Bucket {
     fn group(&mut self, scratch: &mut Bucket) {
         let group = |d: &Descriptor| page_slot(d).1 as usize;
         let mut next = [0usize; PAGE_GROUPS as usize];
+        // a group is a page modulo PAGE_GROUPS
         for d in &self.descs {
-            if let Some(n) = next.get_mut(group(d)) {
-                *n += 1;
-            }
+            next[group(d)] += 1;
         }
         if next.iter().filter(|&&n| n > 0).count() < 2 {
             return;
@@ -379,13 +373,11 @@ impl Bucket {
         for n in next.iter_mut() {
             (*n, start) = (start, start + *n);
         }
-        scratch.clear();
-        scratch.descs.extend_from_slice(&self.descs);
-        scratch.at.extend_from_slice(&self.at);
+        // (Vec::clone_from keeps the scratch's storage)
+        scratch.descs.clone_from(&self.descs);
+        scratch.at.clone_from(&self.at);
         for (d, at) in scratch.descs.iter().zip(&scratch.at) {
-            let Some(slot) = next.get_mut(group(d)) else {
-                continue;
-            };
+            let slot = &mut next[group(d)];
             if let (Some(od), Some(oa)) = (self.descs.get_mut(*slot), self.at.get_mut(*slot)) {
                 (*od, *oa) = (*d, *at);
             }
@@ -416,7 +408,7 @@ impl BucketBuffers {
     /// Keeps the buffers of `schedule`'s page buckets for the next replay.
     pub(crate) fn keep(&self, schedule: Schedule<'_>) {
         let buckets = schedule.units.into_iter().filter_map(|u| match u {
-            Unit::Bucket { descs, at } => Some(Bucket { descs, at }),
+            Unit::Bucket(b) => Some(b),
             _ => None,
         });
         let (held, _) = &mut *lock(&self.0);
