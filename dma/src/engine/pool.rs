@@ -77,10 +77,9 @@ impl Shared {
         while self.round.load(Ordering::Acquire) == *seen && start.elapsed() < LINGER {
             std::thread::yield_now();
         }
-        let mut state = lock(&self.state);
-        while state.round == *seen && !state.shut {
-            state = self.posted.wait(state).unwrap_or_else(|p| p.into_inner());
-        }
+        let waiting = |state: &mut Posted| state.round == *seen && !state.shut;
+        let state = self.posted.wait_while(lock(&self.state), waiting);
+        let state = state.unwrap_or_else(|p| p.into_inner());
         *seen = state.round;
         match state.shut {
             true => None,
@@ -180,14 +179,9 @@ impl Drop for Finish<'_> {
         while shared.running.load(Ordering::Acquire) > 0 && start.elapsed() < LINGER {
             std::thread::yield_now();
         }
-        let mut state = lock(&shared.state);
-        while shared.running.load(Ordering::Acquire) > 0 {
-            state = shared
-                .finished
-                .wait(state)
-                .unwrap_or_else(|p| p.into_inner());
-        }
-        state.job = None;
+        let running = |_: &mut Posted| shared.running.load(Ordering::Acquire) > 0;
+        let state = shared.finished.wait_while(lock(&shared.state), running);
+        state.unwrap_or_else(|p| p.into_inner()).job = None;
     }
 }
 

@@ -186,22 +186,20 @@ impl RaceRecorder {
     /// Every segment's vector clock, computed in dependency order.
     fn clocks(&self) -> Result<Vec<Clock>, Error> {
         let mut clocks: Vec<Option<Clock>> = vec![None; self.segments.len()];
-        let mut next = vec![0usize; self.queues.len()];
+        // per queue, its next segment and the clock of the one before (none: zeros)
+        let mut next = vec![(0usize, Clock::default()); self.queues.len()];
         let mut progressed = true;
         while progressed {
             progressed = false;
-            for (track, pos) in self.queues.iter().zip(next.iter_mut()) {
+            for (track, (pos, base)) in self.queues.iter().zip(&mut next) {
                 while let Some(&id) = track.segments.get(*pos) {
-                    let prev = pos.checked_sub(1).and_then(|p| track.segments.get(p));
-                    let base = prev.and_then(|&p| clocks.get(p).copied().flatten());
-                    let Some(clock) = self.clock_of(id, base.unwrap_or_default(), &clocks) else {
+                    let Some(clock) = self.clock_of(id, *base, &clocks) else {
                         break;
                     };
                     if let Some(slot) = clocks.get_mut(id) {
                         *slot = Some(clock);
                     }
-                    *pos += 1;
-                    progressed = true;
+                    (*pos, *base, progressed) = (*pos + 1, clock, true);
                 }
             }
         }
