@@ -24,7 +24,7 @@ const LINGER: Duration = Duration::from_micros(250);
 type JobPtr = *const (dyn Fn() + Sync + 'static);
 
 /// What the caller and the pool threads share.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Shared {
     /// The job of the current round and whether the pool is shutting down.
     state: Mutex<Posted>,
@@ -40,7 +40,7 @@ struct Shared {
 
 /// The round posted last: its job (cleared once every thread is done with it), its
 /// number, and whether the pool shuts down.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Posted {
     job: Option<SendJob>,
     round: u64,
@@ -100,19 +100,8 @@ pub(crate) struct ThreadPool {
 impl ThreadPool {
     /// A pool of `helpers` threads.
     pub(crate) fn new(helpers: usize) -> std::io::Result<ThreadPool> {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(Posted {
-                job: None,
-                round: 0,
-                shut: false,
-            }),
-            posted: Condvar::new(),
-            finished: Condvar::new(),
-            round: AtomicU64::new(0),
-            running: AtomicUsize::new(0),
-        });
         let mut pool = ThreadPool {
-            shared,
+            shared: Arc::default(),
             threads: Vec::with_capacity(helpers),
             busy: Mutex::new(()),
         };

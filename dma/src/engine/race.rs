@@ -69,7 +69,7 @@ struct QueueTrack {
 }
 
 /// Collects the accesses and the semaphore structure of a set of queues.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct RaceRecorder {
     accesses: Vec<Access>,
     segments: Vec<Segment>,
@@ -81,10 +81,8 @@ pub(crate) struct RaceRecorder {
 impl RaceRecorder {
     pub(crate) fn new(queues: usize) -> RaceRecorder {
         RaceRecorder {
-            accesses: Vec::new(),
-            segments: Vec::new(),
             queues: (0..queues).map(|_| QueueTrack::default()).collect(),
-            signals: Default::default(),
+            ..RaceRecorder::default()
         }
     }
 

@@ -167,6 +167,7 @@ pub(crate) fn serve(session: &mut Session<'_>, mut pushes: mpsc::Receiver<Push>)
 }
 
 /// A streamed replay's descriptors held and not yet run, per queue, and what ran.
+#[derive(Default)]
 pub(crate) struct Pending {
     queues: Vec<Vec<Descriptor>>,
     progress: Progress,
@@ -182,11 +183,8 @@ impl Pending {
     pub(crate) fn new(queues: usize) -> Pending {
         Pending {
             queues: vec![Vec::new(); queues],
-            progress: Progress::default(),
-            executed: 0,
-            units: 0,
-            most: 0,
             workers: 1,
+            ..Pending::default()
         }
     }
 
