@@ -179,7 +179,7 @@ fn int(call: &str, arg: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
     let rule = match value.extract::<i64>() {
         _ if value.is_instance_of::<PyBool>() => "must be an int, not a bool",
         Ok(v) => return Ok(v),
-        Err(_) if value.is_instance_of::<PyInt>() => "must be an int in -2^63 ..= 2^63 - 1",
+        Err(_) if is_int(value) => "must be an int in -2^63 ..= 2^63 - 1",
         Err(_) => "must be an int",
     };
     Err(errors::bad_arg(call, arg, value, rule))

@@ -267,6 +267,8 @@ def test_numpy_integers_go_wherever_an_int_does():
     np.testing.assert_array_equal(out.numpy(), x[3])
     with pytest.raises(hostsim.InvalidInput, match="must be an int"):
         t.select(0, np.float64(1.0))
+    with pytest.raises(hostsim.InvalidInput, match="must be an int in -2\\^63"):
+        t.select(0, np.uint64(2**63))
 
 
 def view_of(a, k):
