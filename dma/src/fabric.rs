@@ -1536,10 +1536,10 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
     }
 
     /// [`PageLocks::gather`] of `rows`, which fit `buf`. Where the rows' hull lies in one
-    /// region, rows of 4 or 8 bytes are copied from its pages in a loop of a few
+    /// region, rows of 1, 2, 4, 8 or 16 bytes are copied from its pages in a loop of a few
     /// instructions a row, so that the reads of many rows are under way at once (a random
-    /// gather waits on memory). The other rows are found first (a row inside one closed
-    /// page as its bytes, any other row read at once), then copied.
+    /// gather waits on memory). Any other row is checked, looked up and copied (or read)
+    /// on its own.
     fn gather_part(
         &mut self,
         rows: std::ops::Range<usize>,
@@ -1550,27 +1550,27 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
     ) -> Result<(), (usize, Error)> {
         let first = rows.start;
         let hull = self.hull_pages(rows.clone(), &src, len);
-        // rows of 4 or 8 bytes straight from the hull's closed pages, up to the first
-        // that is not (in an open page, across a page edge); then the rest found first
+        // rows of a power of two bytes up to 16 straight from the hull's closed pages, up
+        // to the first that is not (in an open page, across a page edge); then the rest
+        // one by one
         let copied = hull.as_ref().map_or(0, |h| match len {
+            1 => h.copy_rows::<1>(rows.clone(), &src, buf),
+            2 => h.copy_rows::<2>(rows.clone(), &src, buf),
             4 => h.copy_rows::<4>(rows.clone(), &src, buf),
             8 => h.copy_rows::<8>(rows.clone(), &src, buf),
+            16 => h.copy_rows::<16>(rows.clone(), &src, buf),
             _ => 0,
         });
         let (rows, rest) = (first + copied..rows.end, &mut buf[copied * len..]);
-        let found = match hull {
+        match hull {
             // every row passed the source check with the hull
-            Some(hull) => self.find(rows, &src, len, rest, |_, at| Ok(hull.row(at, len))),
-            None => self.find(rows, &src, len, rest, |locks, at| {
+            Some(hull) => self.copy_each(rows, &src, len, rest, |_, at| Ok(hull.row(at, len))),
+            None => self.copy_each(rows, &src, len, rest, |locks, at| {
                 locks.check_source(FabricAddr(at), len as u64)?;
                 let (sk, so) = split(at);
                 Ok(locks.closed(sk).and_then(|page| page.get(so..so + len)))
             }),
         }?;
-        let rows = rest.chunks_exact_mut(len.max(1)).zip(&found);
-        for (out, row) in rows.filter(|(_, row)| !row.is_empty()) {
-            out.copy_from_slice(row);
-        }
         self.write(dst, buf).map_err(|e| (first, e))
     }
 
@@ -1603,29 +1603,24 @@ impl<'a, const RECENT: usize> PageLocks<'a, RECENT> {
         })
     }
 
-    /// Finds each of `rows` with `locate` (which checks the row and returns its bytes if
-    /// they lie in one closed page): a row found is its bytes; any other row is read into
-    /// its place in `buf` at once and found empty.
-    fn find(
+    /// Copies each of `rows` to its place in `buf`, found by `locate` (which checks the
+    /// row and returns its bytes if they lie in one closed page), or read where not.
+    fn copy_each(
         &mut self,
         rows: std::ops::Range<usize>,
         src: impl Fn(usize) -> u64,
         len: usize,
         buf: &mut [u8],
         mut locate: impl FnMut(&mut Self, u64) -> Result<Option<&'a [u8]>, Error>,
-    ) -> Result<Vec<&'a [u8]>, (usize, Error)> {
-        let mut found = Vec::with_capacity(rows.len());
+    ) -> Result<(), (usize, Error)> {
         for (i, out) in rows.zip(buf.chunks_exact_mut(len.max(1))) {
             let at = src(i);
             match locate(self, at).map_err(|e| (i, e))? {
-                Some(bytes) => found.push(bytes),
-                None => {
-                    self.read(FabricAddr(at), out).map_err(|e| (i, e))?;
-                    found.push(&[]);
-                }
+                Some(bytes) => out.copy_from_slice(bytes),
+                None => self.read(FabricAddr(at), out).map_err(|e| (i, e))?,
             }
         }
-        Ok(found)
+        Ok(())
     }
 
     /// [`Fabric::copy_reserved`].
