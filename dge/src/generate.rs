@@ -7,7 +7,8 @@
 //! 2. [`gen_spray_info`];
 //! 3. the Batman reshape ([`batman_reshape`]);
 //! 4. [`make_gather_pattern`] (the index addresses of the request's index layout);
-//! 5. [`read_indices`] through the IVP gathers;
+//! 5. the indices, through the IVP gathers ([`read_indices`]) when TRACE shows them, else
+//!    straight from the fabric ([`IndexPort::values`], the same values);
 //! 6. [`do_indirection`]: bias, bound check, MAC, the OOB policy;
 //! 7. the descriptor loop ([`for_each_run`]) and the spray ([`spray::assign`]), or, for a
 //!    sequential request that reads bytes it writes, the phases of [`order::phases`].
@@ -685,8 +686,14 @@ fn build_side(
         return Err(Error::FillRowShape { side });
     }
     let pattern = make_gather_pattern(&info, reshape_kind, eng_mask)?;
-    let port = IndexPort::read(fabric, &pattern.addrs, layout.dtype.size())?;
-    let values = read_indices(&port, &pattern);
+    let values = match tracing::enabled!(tracing::Level::TRACE) {
+        // the gathers, for -vv to show their stages
+        true => read_indices(
+            &IndexPort::read(fabric, &pattern.addrs, layout.dtype.size())?,
+            &pattern,
+        ),
+        false => IndexPort::values(fabric, &pattern.addrs, pattern.width.elem_sz())?,
+    };
     let indexed = do_indirection(fabric.map(), &info, &values, p.start, row);
     Ok(Side {
         pattern: p.clone(),

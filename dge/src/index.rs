@@ -25,6 +25,7 @@ use crate::error::Error;
 use crate::pattern::{ByteDim, MAX_DIMS};
 use dma::addr::region_slot;
 use dma::fabric::Fabric;
+use dma::FabricAddr;
 use ivp::port::decode_run;
 use ivp::{ElemSize, Gr, LaneView, MemPort, SuperGather, VBool, VecReg, Width};
 use smallvec::SmallVec;
@@ -225,6 +226,42 @@ struct Window {
 }
 
 impl IndexPort {
+    /// The indices at `addrs` straight from the fabric, widened to u32: what
+    /// [`read_indices`](crate::indirection::read_indices) reads through the port
+    /// [`IndexPort::read`] makes of them (each index is the bytes at its own address, and
+    /// the port holds every one), without the windows or the gathers. A failed read gives
+    /// the port's error. (The stretch the port reads as one window is read at once; any
+    /// other index is read on its own.)
+    pub fn values(
+        fabric: &Fabric,
+        addrs: &IndexAddrs,
+        elem_sz: ElemSize,
+    ) -> Result<Vec<u32>, Error> {
+        let size = elem_sz.bytes();
+        let mut bytes = vec![0u8; addrs.len() * size as usize];
+        let read = match addrs {
+            IndexAddrs::Contiguous { count: 0, .. } => Ok(()),
+            // locate() proved the stretch ends inside 64 bits
+            &IndexAddrs::Contiguous { base, .. }
+                if region_slot(base) == region_slot(base + (bytes.len() as u64 - 1)) =>
+            {
+                fabric.read(FabricAddr(base), &mut bytes)
+            }
+            addrs => {
+                let ranges: Vec<(u64, u64)> =
+                    addrs.to_vec(size).into_iter().map(|a| (a, size)).collect();
+                fabric.read_ranges(&ranges, &mut bytes)
+            }
+        };
+        if let Err(e) = read {
+            IndexPort::read(fabric, addrs, size)?;
+            return Err(e.into());
+        }
+        let mut out = vec![0; addrs.len()];
+        decode_run(&bytes, elem_sz, &mut out);
+        Ok(out)
+    }
+
     /// Reads the windows holding the `size`-byte indices at `addrs`: a contiguous stretch
     /// inside one fabric region is one window, read at once; anything else goes through
     /// [`IndexPort::read_listed`].
@@ -453,8 +490,10 @@ fn contiguous(addrs: &[u64], n: usize, size: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dma::addr::{SBUF_BASE, SBUF_STRIDE};
-    use dma::{FabricAddr, Generation};
+    use crate::indirection::{read_indices, GatherPattern};
+    use dma::addr::{PSUM_BASE, PSUM_STRIDE, SBUF_BASE, SBUF_STRIDE};
+    use dma::generation::PSUM_PARTITION_BYTES;
+    use dma::Generation;
     use proptest::prelude::*;
 
     fn dims(d: &[(i64, u64)]) -> SmallVec<[ByteDim; MAX_DIMS]> {
@@ -579,6 +618,50 @@ mod tests {
                 u32::from_le_bytes(b)
             }).collect();
             prop_assert_eq!(got, expect);
+        }
+
+        /// The indices read straight from the fabric are the ones the gathers read through
+        /// the port, and a read that fails fails with the port's error: runs and lists
+        /// (in order, reversed, a partition apart) of every index width, at the ends of
+        /// HBM and of SBUF and PSUM partitions, across them and past them.
+        #[test]
+        fn values_are_what_the_gathers_read(
+            dtype in prop::sample::select(vec![IndexDtype::U8, IndexDtype::U16, IndexDtype::U32]),
+            edge in 0usize..5,
+            back in 0u64..48,
+            count in 0u32..40,
+            step in prop_oneof![Just(None), (1u64..9).prop_map(Some), Just(Some(SBUF_STRIDE)), Just(Some(PSUM_STRIDE))],
+            reversed in any::<bool>(),
+        ) {
+            let g = Generation::Cayman;
+            let edges = [
+                g.hbm_bytes(),
+                SBUF_BASE + 3 * SBUF_STRIDE + g.sbuf_partition_bytes(),
+                SBUF_BASE + SBUF_STRIDE,
+                PSUM_BASE + PSUM_STRIDE + PSUM_PARTITION_BYTES,
+                SBUF_BASE + 127 * SBUF_STRIDE + g.sbuf_partition_bytes(),
+            ];
+            let mut f = Fabric::new(g);
+            let bytes: Vec<u8> = (0..64u32).map(|i| (i * 37 % 251) as u8 + 1).collect();
+            for e in edges {
+                // the bytes before each edge, and after it where there is fabric
+                for at in [e - 64, e] {
+                    let _ = f.write(FabricAddr(at), &bytes);
+                }
+            }
+            let base = edges[edge] - back;
+            let addrs = match step {
+                None => IndexAddrs::Contiguous { base, count },
+                Some(step) => {
+                    let mut v: Vec<u64> = (0..u64::from(count)).map(|k| base + k * step).collect();
+                    if reversed { v.reverse(); }
+                    IndexAddrs::Listed(v)
+                }
+            };
+            let pattern = GatherPattern { width: dtype.width(), addrs: addrs.clone() };
+            let gathered = IndexPort::read(&f, &addrs, dtype.size())
+                .map(|port| read_indices(&port, &pattern));
+            prop_assert_eq!(IndexPort::values(&f, &addrs, dtype.width().elem_sz()), gathered);
         }
     }
 }

@@ -9,10 +9,11 @@
 //! by 0 with the predicated select (`mov2nx8t`), and becomes addresses with the
 //! unsigned-index x signed-step 64-bit MAC `start + index * step` (`mulusan_2x32`).
 //!
-//! Where the port serves every index, they are read whole, and a side whose indices are
-//! all in bounds (no fill, no address past 64 bits) is built whole: the values and
-//! addresses the vectors give, without them (proptests hold the two forms equal). With
-//! TRACE on, the vectors run, so that their stages show.
+//! With TRACE off, the indices are read straight from the fabric
+//! ([`crate::index::IndexPort::values`]), and a side whose indices are all in bounds (no
+//! fill, no address past 64 bits) is built whole: the values and addresses the vectors
+//! give, without them (proptests hold the two forms equal). With TRACE on, the vectors
+//! run, so that their stages show.
 //!
 //! # Faults
 //!
@@ -140,33 +141,6 @@ pub fn make_gather_pattern(
 /// lanes, 32 u8/u16 ones) at a time; lanes the port refuses drain as 0. Contiguous
 /// indices take one gather per vector with offsets `0, 1, 2, ...`.
 pub fn read_indices<P: MemPort>(port: &P, pattern: &GatherPattern) -> Vec<u32> {
-    if let Some(values) = read_whole(port, pattern) {
-        return values;
-    }
-    read_by_vectors(port, pattern)
-}
-
-/// Indices that the port serves every one of, read as one run where they are contiguous
-/// and one by one where listed: each is what its lane's gather below would load (every
-/// lane loads its own index's address, and `load_run` answers each as `load` does), so
-/// the values are the same without the gathers. With TRACE on, the gathers run, to be
-/// shown.
-fn read_whole<P: MemPort>(port: &P, pattern: &GatherPattern) -> Option<Vec<u32>> {
-    if tracing::enabled!(tracing::Level::TRACE) {
-        return None;
-    }
-    let size = pattern.width.elem_sz();
-    match &pattern.addrs {
-        &IndexAddrs::Contiguous { base, count } => {
-            let mut out = vec![0; count as usize];
-            port.load_run(base, size, &mut out).then_some(out)
-        }
-        IndexAddrs::Listed(addrs) => addrs.iter().map(|&a| port.load(a, size)).collect(),
-    }
-}
-
-/// [`read_indices`] one gather vector at a time.
-fn read_by_vectors<P: MemPort>(port: &P, pattern: &GatherPattern) -> Vec<u32> {
     let mut core = SuperGather::new();
     let mut out = Vec::with_capacity(pattern.addrs.len());
     let lanes = pattern.width.lanes();
@@ -689,23 +663,6 @@ mod tests {
                 do_indirection(&map, &info, &values, start, ROW),
                 modelled(&map, &info, &values, start, ROW)
             );
-        }
-
-        /// Indices read whole (a contiguous run, or listed ones) are what the per-vector
-        /// gathers read, for each index width, inside the port, across its end and past it.
-        #[test]
-        fn a_run_of_indices_reads_as_its_gathers(
-            bytes in proptest::collection::vec(any::<u8>(), 0..600),
-            base in 0u64..700,
-            count in 0u32..200,
-            dtype in prop_oneof![Just(IndexDtype::U8), Just(IndexDtype::U16), Just(IndexDtype::U32)],
-        ) {
-            let port = ivp::MemTable::from_bytes(bytes);
-            let listed = (0..u64::from(count)).map(|k| base.wrapping_add(k * 7 % 600)).collect();
-            for addrs in [IndexAddrs::Contiguous { base, count }, IndexAddrs::Listed(listed)] {
-                let pattern = GatherPattern { width: dtype.width(), addrs };
-                prop_assert_eq!(read_indices(&port, &pattern), read_by_vectors(&port, &pattern));
-            }
         }
     }
 
