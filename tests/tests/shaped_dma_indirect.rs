@@ -286,8 +286,9 @@ fn shaped_dma_indirect_agrees_on_every_route() {
     }
     let t = tally.into_inner();
     println!("shaped DMA_INDIRECT: {t:?}");
-    // the cases are not vacuous: most run, some skip, some fail
-    assert!(t.ran >= 60, "{t:?}");
+    // the cases are not vacuous: many run, some skip, some fail (the cases are random:
+    // 15 runs ran 63 to 88 of the 160, so a floor of 60 failed about one run in 20)
+    assert!(t.ran >= 40, "{t:?}");
     assert!(t.skipped >= 10, "{t:?}");
     assert!(!t.failed.is_empty(), "{t:?}");
 }
