@@ -7,7 +7,8 @@
 use dma::{Dtype, Space};
 use hostsim::nki::view::{self, Entry, View};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PySlice, PyString, PyTuple};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PySlice, PyString, PyTuple};
+use pyo3::PyTypeInfo;
 use serde_json::{json, Map, Value};
 
 use crate::convert;
@@ -188,8 +189,9 @@ fn int(call: &str, arg: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
 /// Whether `value` is an integer: a Python int (not a bool) or a scalar with `__index__`,
 /// as numpy's integer scalars (an array, which has a length, is not one).
 fn is_int(value: &Bound<'_, PyAny>) -> bool {
-    let has = |name| value.hasattr(name).unwrap_or(false);
-    let index = || has("__index__") && !has("__len__");
+    // an `__index__` of something with no length: a numpy integer, or a 0-d integer
+    // array (whose `__len__` raises), never a sequence
+    let index = || value.hasattr("__index__").unwrap_or(false) && value.len().is_err();
     !value.is_instance_of::<PyBool>() && (value.is_instance_of::<PyInt>() || index())
 }
 
@@ -199,7 +201,13 @@ fn ints(call: &str, arg: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
         return Ok(vec![int(call, arg, value)?]);
     }
     let rule = "must be a tuple or list of ints";
-    if value.is_instance_of::<PyString>() {
+    // text and bytes are sequences, but not of sizes
+    let text = [
+        PyString::is_type_of,
+        PyBytes::is_type_of,
+        PyByteArray::is_type_of,
+    ];
+    if text.iter().any(|is| is(value)) {
         return Err(errors::bad_arg(call, arg, value, rule));
     }
     let items: Vec<Bound<'_, PyAny>> = value

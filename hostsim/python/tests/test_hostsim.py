@@ -258,6 +258,8 @@ def test_numpy_integers_go_wherever_an_int_does():
         (t.slice(i64(2), i64(1), i64(4)), t.slice(2, 1, 4)),
         (t[i64(1), i32(2):i32(5)], t[1, 2:5]),
         (t.expand_dim(i64(1)).broadcast(i64(1), i64(3)), t.expand_dim(1).broadcast(1, 3)),
+        (t.select(np.array(1), np.array(2, np.int32)), t.select(1, 2)),
+        (t.reshape((np.array(24), 5)), t.reshape((24, 5))),
     ]
     for k, (got, want) in enumerate(pairs):
         assert got.get_pattern() == want.get_pattern(), f"case {k}"
@@ -269,6 +271,11 @@ def test_numpy_integers_go_wherever_an_int_does():
         t.select(0, np.float64(1.0))
     with pytest.raises(hostsim.InvalidInput, match="must be an int in -2\\^63"):
         t.select(0, np.uint64(2**63))
+    with pytest.raises(hostsim.InvalidInput, match="must be an int"):
+        t.select(0, np.array([1]))
+    for text in (b"x", bytearray(b"x"), "x"):
+        with pytest.raises(hostsim.InvalidInput, match="must be a tuple or list of ints"):
+            t.reshape(text)
 
 
 def view_of(a, k):
