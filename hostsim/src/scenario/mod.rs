@@ -158,8 +158,105 @@ fn toml_error(file: &str, text: &str, e: &toml::de::Error) -> Error {
     let name = e.message().strip_prefix("unknown field `");
     let name = name.and_then(|n| n.split('`').next());
     let at = name.and_then(|n| key_at(text, span.clone(), n));
-    let (line, column) = line_column(text, at.map_or(span.start, |(key, _)| key));
-    syntax(file, line, column, e.message())
+    let at = at.map_or(span.start, |(key, _)| key);
+    let (line, column) = line_column(text, at);
+    match table_context(text, at) {
+        Some(context) => syntax(file, line, column, &context.describe(text, at, message)),
+        None => syntax(file, line, column, message),
+    }
+}
+
+/// Where in an `[[op]]` or `[[tensor]]` table of TOML `text` an error is that neither serde
+/// nor [`OpFault`] places (a tensor's field, or a number TOML cannot hold, which fails
+/// the document before any op is read): the table, and the keys its byte is written under
+/// on its line.
+struct TableContext {
+    /// `op N (kind)` or `tensor N (name)`.
+    table: String,
+    /// The line's key and, inside its inline table, the innermost key before the byte.
+    keys: Vec<String>,
+}
+
+impl TableContext {
+    /// `message` naming the table and the keys, with the number and TOML's range when the
+    /// parser could not hold it.
+    fn describe(&self, text: &str, at: usize, message: &str) -> String {
+        let mut parts = vec![self.table.clone()];
+        parts.extend(
+            self.keys
+                .iter()
+                .filter(|k| !message.contains(&format!("`{k}`")))
+                .cloned(),
+        );
+        let rule = match message.starts_with("number too") {
+            true => {
+                let rest = text.get(at..).unwrap_or_default();
+                let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || "_+-.".contains(c)));
+                let number = &rest[..end.unwrap_or(rest.len())];
+                format!("`{number}`: {message} (a TOML integer is -2^63 ..= 2^63 - 1)")
+            }
+            false => message.to_string(),
+        };
+        parts.push(rule);
+        parts.join(": ")
+    }
+}
+
+/// The [`TableContext`] of byte `at` of TOML `text`, if it lies in an `[[op]]` or a
+/// `[[tensor]]` table.
+fn table_context(text: &str, at: usize) -> Option<TableContext> {
+    const KINDS: [(&str, &str, &str); 2] =
+        [("[[op]]", "op", "op"), ("[[tensor]]", "tensor", "name")];
+    let (mut offset, mut seen, mut current) = (0, [0usize; 2], None);
+    for line in text.split_inclusive('\n') {
+        if offset > at {
+            break;
+        }
+        let head = line.split('#').next().unwrap_or("").trim();
+        if head.starts_with('[') {
+            let head = head.replace(char::is_whitespace, "");
+            current = KINDS.iter().position(|k| k.0 == head).map(|k| {
+                seen[k] += 1;
+                (k, seen[k] - 1)
+            });
+        }
+        offset += line.len();
+    }
+    let (k, index) = current?;
+    let (header, kind, label_key) = KINDS[k];
+    let span = table_span(text, header, index)?;
+    let label = key_at(text, span, label_key).and_then(|(_, value)| {
+        let quoted = text.get(value..)?.strip_prefix('"')?;
+        quoted.split('"').next()
+    });
+    let start = text.get(..at)?.rfind('\n').map_or(0, |n| n + 1);
+    Some(TableContext {
+        table: format!("{kind} {index} ({})", label.unwrap_or("?")),
+        keys: keys_before(text.get(start..at)?),
+    })
+}
+
+/// The keys of a TOML line's text before some byte: its own key, and the last key of an
+/// inline table when that is another.
+fn keys_before(prefix: &str) -> Vec<String> {
+    let key = |s: &str| {
+        let s = s.trim_end();
+        let k = s
+            .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .next();
+        k.filter(|k| !k.is_empty()).map(str::to_string)
+    };
+    let mut keys: Vec<String> = prefix
+        .split_once('=')
+        .and_then(|(k, _)| key(k))
+        .into_iter()
+        .collect();
+    if let Some(inner) = prefix.rsplit_once('=').and_then(|(k, _)| key(k)) {
+        if keys.last() != Some(&inner) {
+            keys.push(inner);
+        }
+    }
+    keys
 }
 
 fn syntax(file: &str, line: usize, column: usize, message: &str) -> Error {
@@ -238,7 +335,7 @@ impl OpFault {
     /// Where in TOML `text` the fault is: the misspelt key of an unknown field, else the
     /// value of the field (of `op` when no one field is at fault), inside the op's table.
     fn toml_at(&self, text: &str, message: &str) -> Option<usize> {
-        let table = op_table(text, self.index)?;
+        let table = table_span(text, "[[op]]", self.index)?;
         let field = self.field.as_deref().unwrap_or("op");
         let (key, value) = key_at(text, table, field)?;
         Some(if message.starts_with("unknown field") {
@@ -249,15 +346,15 @@ impl OpFault {
     }
 }
 
-/// The bytes of the `index`-th `[[op]]` table of TOML `text`: from its header to the next
-/// table header.
-fn op_table(text: &str, index: usize) -> Option<std::ops::Range<usize>> {
+/// The bytes of the `index`-th `header` (such as `[[op]]`) table of TOML `text`: from its
+/// header to the next table header.
+fn table_span(text: &str, header: &str, index: usize) -> Option<std::ops::Range<usize>> {
     let mut offset = 0;
     let mut headers = Vec::new();
     for line in text.split_inclusive('\n') {
         let head = line.split('#').next().unwrap_or("").trim();
         if head.starts_with('[') {
-            headers.push((offset, head.replace(char::is_whitespace, "") == "[[op]]"));
+            headers.push((offset, head.replace(char::is_whitespace, "") == header));
         }
         offset += line.len();
     }
@@ -505,6 +602,49 @@ dst = "t"
         let (line, column, message) = syntax_error(&key, Format::Toml);
         assert_eq!((line, column), (12, 3), "{message}");
         assert!(message.contains("unknown field `indx`"), "{message}");
+    }
+
+    #[test]
+    fn tensor_faults_and_numbers_toml_cannot_hold_name_their_table_and_key() {
+        let copy = format!("{GOOD}[[op]]\nop = \"dma_copy\"\nsrc = {{ tensor = \"t\", ap = [[1, 4]], indirect_dim = 0 }}\ndst = \"t\"\n");
+        let cases = [
+            (
+                GOOD.replace("[4, 2]", "[-4, 2]"),
+                (7, 10),
+                "tensor 0 (t): shape: invalid value: integer `-4`, expected u64",
+            ),
+            (
+                GOOD.replace("init = \"iota\"", "addr = 18446744073709551615"),
+                (8, 8),
+                "tensor 0 (t): addr: `18446744073709551615`: number too large to fit in target type (a TOML integer is -2^63 ..= 2^63 - 1)",
+            ),
+            (
+                GOOD.replace("init", "colour"),
+                (8, 1),
+                "tensor 0 (t): unknown field `colour`, expected one of",
+            ),
+            (
+                copy.replace("[[1, 4]]", "[[1, 99999999999999999999]]"),
+                (16, 33),
+                "op 1 (dma_copy): src: ap: `99999999999999999999`: number too large",
+            ),
+            (
+                copy.replace("indirect_dim = 0", "indirect_dim = -99999999999999999999"),
+                (16, 53),
+                "op 1 (dma_copy): src: indirect_dim: `-99999999999999999999`: number too small",
+            ),
+        ];
+        for (text, at, want) in cases {
+            let (line, column, message) = syntax_error(&text, Format::Toml);
+            assert!(message.starts_with(want), "{message}");
+            assert_eq!((line, column), at, "{message}");
+        }
+        assert_eq!(
+            keys_before("src = { tensor = \"t\", ap = [[1, "),
+            ["src", "ap"]
+        );
+        assert_eq!(keys_before("shape = ["), ["shape"]);
+        assert!(keys_before("  ").is_empty());
     }
 
     #[test]
