@@ -946,3 +946,23 @@ def test_run_a_shipped_example_as_the_cli_does():
         hostsim.run(str(ROOT / "examples" / "nope.toml"))
     with pytest.raises(hostsim.InvalidInput, match="--mechanism bogus"):
         hostsim.run(str(path), mechanism="bogus")
+
+
+def test_dtypes_by_name_and_by_numpy():
+    """A dtype is numpy's (an object or anything numpy.dtype() reads), numpy's name of a
+    fabric dtype ("bfloat16" needs no ml_dtypes import) or a scenario's ("bf16"); any
+    other is refused as InvalidInput naming it."""
+    core = hostsim.Core("cayman")
+    for spec, want in [
+        ("bfloat16", ml_dtypes.bfloat16),
+        ("bf16", ml_dtypes.bfloat16),
+        (ml_dtypes.bfloat16, ml_dtypes.bfloat16),
+        ("f32", np.float32),
+        ("<f4", np.float32),
+        (np.int32, np.int32),
+        ("i32", np.int32),
+    ]:
+        assert core.sbuf(shape=(2, 4), dtype=spec).dtype == np.dtype(want), spec
+    for spec in ["complex64", "nonsense", np.float64]:
+        with pytest.raises(hostsim.InvalidInput, match="the fabric holds"):
+            core.sbuf(shape=(2, 4), dtype=spec)

@@ -3,7 +3,9 @@
 
 use dma::{Addr4, AddressMap, Dtype, Generation, Space};
 
-use super::{addr4_plus, ensure_arg, equal, nonempty, on_core, same_dtype, Lowered, Tensor};
+use super::{
+    addr4_plus, ensure_arg, equal, nonempty, on_core, same_dtype, Lowered, Tensor, TensorAddr,
+};
 use crate::core_state::POOL_BUFFER_ELEMENTS;
 use crate::error::Error;
 use crate::isa::validate::{CORE_PARTITIONS, MAX_INDICES, NUM_ELEM_PER_IDX};
@@ -12,25 +14,30 @@ use crate::isa::{
 };
 
 /// The SBUF start of a GpSimd operand: NKI's `nc_n_gather` and `local_gather` take SBUF
-/// tensors only ("GpSimd cannot access PSUM"); raw GATHER / INDIRECT_COPY instructions
-/// keep their headers' per-generation PSUM rules.
+/// tensors only ("GpSimd cannot access PSUM", nor HBM); raw GATHER / INDIRECT_COPY
+/// instructions keep their headers' per-generation PSUM rules.
 fn in_sbuf(
     map: &AddressMap,
     op: &'static str,
     arg: &'static str,
     t: &Tensor,
 ) -> Result<Addr4, Error> {
-    let a = on_core(map, op, arg, t)?;
-    match a.decode() {
-        Ok((Space::Sbuf, _, _)) => Ok(a),
-        // on_core proved an on-core address: anything else is PSUM
-        _ => Err(Error::NkiSpace {
-            op,
-            arg,
-            space: "PSUM",
-            rule: "must be in SBUF (GpSimd cannot access PSUM)",
-        }),
-    }
+    let space = match t.addr {
+        TensorAddr::Addr4(a) => a.decode().map(|(space, _, _)| space).ok(),
+        TensorAddr::Fabric(f) => map.region_of(f).map(|r| r.space).ok(),
+    };
+    let space = match space {
+        // an address on no fabric: on_core names it
+        None | Some(Space::Sbuf) => return on_core(map, op, arg, t),
+        Some(Space::Hbm) => "HBM",
+        Some(Space::Psum) => "PSUM",
+    };
+    Err(Error::NkiSpace {
+        op,
+        arg,
+        space,
+        rule: "must be in SBUF (GpSimd cannot access PSUM or HBM)",
+    })
 }
 
 /// Partitions a POOL instruction can span.
@@ -257,7 +264,7 @@ fn contiguous(a: Addr4, n: u32) -> Tensor4d {
 mod tests {
     use super::*;
     use crate::runtime::{Mechanism, Runtime};
-    use dma::{Fabric, Space};
+    use dma::{Fabric, FabricAddr, Space};
 
     fn sbuf(p: u32, offset: u32) -> Addr4 {
         Addr4::encode(Space::Sbuf, p, offset).unwrap()
@@ -397,7 +404,15 @@ mod tests {
             let e = nc_n_gather(g, &data, &idx, &dst).unwrap_err();
             assert_eq!(
                 e.to_string(),
-                "nc_n_gather: dst is in PSUM: must be in SBUF (GpSimd cannot access PSUM)"
+                "nc_n_gather: dst is in PSUM: must be in SBUF (GpSimd cannot access PSUM or HBM)"
+            );
+            // an HBM tensor is named by its space, not as a raw address
+            let (mut data, idx, dst) = gather_tensors(16, 4);
+            data.addr = TensorAddr::Fabric(FabricAddr(0));
+            let e = nc_n_gather(g, &data, &idx, &dst).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "nc_n_gather: data is in HBM: must be in SBUF (GpSimd cannot access PSUM or HBM)"
             );
             let (mut src, idx, dst) = copy_tensors(40, 1);
             src.addr = Addr4::encode(Space::Psum, 16, 0).unwrap().into();

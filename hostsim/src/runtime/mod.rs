@@ -183,7 +183,8 @@ fn collision_warning(c: &[Collision]) -> Option<String> {
         true => format!(" and {} more", c.len() - 8),
         false => String::new(),
     };
-    tracing::warn!(
+    // debug, not warn: the report carries the warning, and the CLI prints it once
+    tracing::debug!(
         value = first.value,
         first = first.first,
         second = first.second,
