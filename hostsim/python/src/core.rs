@@ -545,7 +545,7 @@ impl Core {
 fn add_tensor(slf: &Bound<'_, Core>, m: Made<'_>) -> PyResult<Tensor> {
     let py = slf.py();
     let call = m.space.name();
-    let shape_rule = "must be a sequence of dims, each 0 ..= 2^64 - 1";
+    let shape_rule = "must be a sequence of dims, each 1 ..= 2^64 - 1";
     let shape: Option<Vec<u64>> = errors::extract(call, "shape", m.shape.as_ref(), shape_rule)?;
     let name_rule = "must be a str, the tensor's name";
     let name: Option<String> = errors::extract(call, "name", m.name.as_ref(), name_rule)?;
