@@ -115,11 +115,13 @@ pub fn parse(file: &str, text: &str, format: Format) -> Result<Scenario, Error> 
         }),
         Format::Json => serde_json::from_str(text).map_err(|e| {
             let message = strip_position(&e.to_string());
-            let ops = serde_json::from_str::<serde_json::Value>(text).ok();
-            let fault = ops.and_then(|doc| OpFault::find(doc.get("op")?, &message));
+            let doc = serde_json::from_str::<serde_json::Value>(text).ok();
+            let table = |key| doc.as_ref().and_then(|d| d.get(key));
+            let op = table("op").and_then(|ops| TableFault::find(ops, &message));
             // serde_json stops past the op (it reads a tagged op whole first): the op's
             // own closing brace is named instead
-            let end = fault.as_ref().and_then(|f| json_op_end(text, f.index));
+            let end = op.as_ref().and_then(|f| json_op_end(text, f.index));
+            let fault = op.or_else(|| TableFault::find_tensor(table("tensor")?, &message));
             let message = fault.map_or(message.clone(), |f| f.describe(&message));
             let (line, column) = end.map_or((e.line(), e.column()), |at| line_column(text, at));
             // serde_json gives column 0 for an error before the first character
@@ -134,7 +136,7 @@ pub fn parse_op(index: usize, value: serde_json::Value) -> Result<OpSpec, Error>
     serde_json::from_value::<OpSpec>(value.clone()).map_err(|e| {
         let message = e.to_string();
         let ops = serde_json::Value::Array(vec![value]);
-        let fault = OpFault::find(&ops, &message).map(|f| OpFault { index, ..f });
+        let fault = TableFault::find(&ops, &message).map(|f| TableFault { index, ..f });
         let (what, rule) = fault.map_or((format!("op {index}"), message.clone()), |f| {
             f.parts(&message)
         });
@@ -143,14 +145,14 @@ pub fn parse_op(index: usize, value: serde_json::Value) -> Result<OpSpec, Error>
 }
 
 /// A TOML error at the line and column of what it is about: the field of an op (found
-/// again by [`OpFault`]), a misspelt key, or else where the parser stopped.
+/// again by [`TableFault`]), a misspelt key, or else where the parser stopped.
 fn toml_error(file: &str, text: &str, e: &toml::de::Error) -> Error {
     let span = e.span().unwrap_or(0..0);
     // (a custom error's message, such as an `.ap()` table's, ends in a newline)
     let message = e.message().trim_end();
     let ops = toml::from_str::<toml::Table>(text).ok();
     let ops = ops.and_then(|doc| serde_json::to_value(doc.get("op")?).ok());
-    if let Some(fault) = ops.and_then(|ops| OpFault::find(&ops, message)) {
+    if let Some(fault) = ops.and_then(|ops| TableFault::find(&ops, message)) {
         let at = fault.toml_at(text, message).unwrap_or(span.start);
         let (line, column) = line_column(text, at);
         return syntax(file, line, column, &fault.describe(message));
@@ -167,7 +169,7 @@ fn toml_error(file: &str, text: &str, e: &toml::de::Error) -> Error {
 }
 
 /// Where in an `[[op]]` or `[[tensor]]` table of TOML `text` an error is that neither serde
-/// nor [`OpFault`] places (a tensor's field, or a number TOML cannot hold, which fails
+/// nor [`TableFault`] places (a tensor's field, or a number TOML cannot hold, which fails
 /// the document before any op is read): the table, and the keys its byte is written under
 /// on its line.
 struct TableContext {
@@ -276,31 +278,50 @@ fn strip_position(message: &str) -> String {
     }
 }
 
-/// The op a schema error is about, and its field: serde reads an op (a table tagged by its
-/// `op` field) whole, so its error names neither, and the TOML parser places it at the
-/// first `[[op]]`. Each op is read again alone, the first whose own error is the
+/// The op (or tensor) a schema error is about, and its field: serde reads an op (a table
+/// tagged by its `op` field) whole, so its error names neither, and the TOML parser places
+/// it at the first `[[op]]`. Each op is read again alone, the first whose own error is the
 /// document's is the one, and its field is the one without which that error goes away
 /// (serde raises a value's error as it reads the value, before it looks for missing ones).
+/// A JSON scenario's tensors are found the same way.
 #[derive(Debug, PartialEq, Eq)]
-struct OpFault {
+struct TableFault {
+    /// `op` or `tensor`.
+    table: &'static str,
     index: usize,
+    /// The op's kind, or the tensor's name.
     kind: String,
     field: Option<String>,
 }
 
-impl OpFault {
+impl TableFault {
     /// The fault among `ops` (the document's `op` array) whose error is `message`.
-    fn find(ops: &serde_json::Value, message: &str) -> Option<OpFault> {
-        let fails = |op: &serde_json::Value| {
-            serde_json::from_value::<OpSpec>(op.clone()).is_err_and(|e| e.to_string() == message)
+    fn find(ops: &serde_json::Value, message: &str) -> Option<TableFault> {
+        TableFault::find_in::<OpSpec>(ops, message, ("op", "op"))
+    }
+
+    /// The fault among `tensors` (the document's `tensor` array) whose error is `message`.
+    fn find_tensor(tensors: &serde_json::Value, message: &str) -> Option<TableFault> {
+        TableFault::find_in::<TensorSpec>(tensors, message, ("tensor", "name"))
+    }
+
+    /// The fault among `items`, each read as a `T`, whose error is `message`; `table` and
+    /// the key whose value labels an item.
+    fn find_in<T: serde::de::DeserializeOwned>(
+        items: &serde_json::Value,
+        message: &str,
+        (table, label): (&'static str, &str),
+    ) -> Option<TableFault> {
+        let fails = |item: &serde_json::Value| {
+            serde_json::from_value::<T>(item.clone()).is_err_and(|e| e.to_string() == message)
         };
-        let (index, op) = ops
+        let (index, item) = items
             .as_array()?
             .iter()
             .enumerate()
-            .find(|(_, op)| fails(op))?;
-        let fields = op.as_object()?;
-        let kind = fields.get("op").and_then(|k| k.as_str()).unwrap_or("?");
+            .find(|(_, item)| fails(item))?;
+        let fields = item.as_object()?;
+        let kind = fields.get(label).and_then(|k| k.as_str()).unwrap_or("?");
         // a missing field is no field's fault (and removing another required one would
         // change which is reported missing)
         let missing = message.starts_with("missing field");
@@ -309,7 +330,8 @@ impl OpFault {
             rest.remove(*k);
             !fails(&serde_json::Value::Object(rest))
         });
-        Some(OpFault {
+        Some(TableFault {
+            table,
             index,
             kind: kind.to_string(),
             field: field.cloned(),
@@ -322,14 +344,16 @@ impl OpFault {
         format!("{op}: {rule}")
     }
 
-    /// [`OpFault::describe`] in two: `op N (kind)`, and the rest.
+    /// [`TableFault::describe`] in two: `op N (kind)`, and the rest.
     fn parts(&self, message: &str) -> (String, String) {
-        let OpFault { index, kind, .. } = self;
+        let TableFault {
+            table, index, kind, ..
+        } = self;
         let rule = match &self.field {
             Some(f) if !message.contains(&format!("`{f}`")) => format!("{f}: {message}"),
             _ => message.to_string(),
         };
-        (format!("op {index} ({kind})"), rule)
+        (format!("{table} {index} ({kind})"), rule)
     }
 
     /// Where in TOML `text` the fault is: the misspelt key of an unknown field, else the
@@ -644,6 +668,26 @@ dst = "t"
             ["src", "ap"]
         );
         assert_eq!(keys_before("shape = ["), ["shape"]);
+        // a JSON scenario's tensor faults name the tensor and the field too
+        for (text, want) in [
+            (
+                GOOD.replace("[4, 2]", "[-4, 2]"),
+                "tensor 0 (t): shape: invalid value",
+            ),
+            (
+                GOOD.replace("init", "colour"),
+                "tensor 0 (t): unknown field `colour`",
+            ),
+            (
+                GOOD.replace("space = \"hbm\"", ""),
+                "tensor 0 (t): missing field `space`",
+            ),
+        ] {
+            let doc: toml::Table = toml::from_str(&text).unwrap();
+            let json = serde_json::to_string_pretty(&doc).unwrap();
+            let (_, _, message) = syntax_error(&json, Format::Json);
+            assert!(message.starts_with(want), "{message}");
+        }
         assert!(keys_before("  ").is_empty());
     }
 
