@@ -247,7 +247,7 @@ impl Core {
             [a, b] if side(slf, "dma_compute: srcs[0]", a)? == dst_side => b,
             [a, b] if side(slf, "dma_compute: srcs[1]", b)? == dst_side => a,
             _ => return Err(InvalidInput::new_err(
-                "dma_compute: srcs must be two, one of them dst itself (dst = reduce_op(dst, src))",
+                "dma_compute: srcs must be two, one of them dst itself (dst = reduce_op(dst, src), NKI's read-modify-write); for dst = reduce_op(a, b) with dst apart, dma_copy a into dst first, then dma_compute(dst, [dst, b]): the same result where dst's dtype holds every value of a's, though two passes of the DMA in the estimate",
             )),
         };
         let op = op_name("dma_compute", "reduce_op", reduce_op)?;
