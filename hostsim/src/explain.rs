@@ -288,6 +288,7 @@ fn explain_op(p: &Prepared, fabric: &Fabric, run: &OpRun) -> Result<OpExplained,
     let bytes = descriptors.iter().map(|d| u64::from(d.len())).sum();
     let estimated_ns = summary.as_ref().map_or(0, |s| s.estimated_ns);
     let facts = lint::Facts {
+        kind: run.op.kind,
         descriptors: &descriptors,
         minimal: minimal_descriptors(&descriptors),
         stages: &stages,
@@ -1030,6 +1031,39 @@ mod tests {
             "{}",
             small.message
         );
+    }
+
+    #[test]
+    fn a_compute_op_nki_does_not_take_is_named_on_the_copies_only() {
+        let copy = |compute: &str| {
+            tensor("a", "hbm", "[4, 64]", "iota")
+                + &tensor("b", "hbm", "[4, 64]", "iota")
+                + &format!("[[op]]\nop = \"dma_copy\"\nsrc = \"a\"\ndst = \"b\"\ncompute = \"{compute}\"\n")
+        };
+        for compute in ["max", "min", "multiply"] {
+            let op = op0("nki_compute", &copy(compute), &[]);
+            assert_eq!(codes(&op), ["nki-compute"], "{compute}");
+            let message = &op.lints[0].message;
+            assert!(
+                message.starts_with(&format!(
+                    "compute {compute}: NKI's front end takes only add"
+                )),
+                "{message}"
+            );
+        }
+        for compute in ["add", "none"] {
+            assert!(
+                codes(&op0("nki_compute", &copy(compute), &[])).is_empty(),
+                "{compute}"
+            );
+        }
+        // embedding_update's compute op is the instruction's own
+        let update = tensor("t", "hbm", "[16, 64]", "iota")
+            + &index("i", 4)
+            + &tensor("r", "sbuf", "[4, 64]", "iota")
+            + "[[op]]\nop = \"embedding_update\"\ntable = \"t\"\nindex = \"i\"\ndata = \"r\"\nreduce = \"max\"\n";
+        let op = op0("nki_compute_update", &update, &[("i.npy", &[0, 3, 5, 9])]);
+        assert!(!codes(&op).contains(&"nki-compute"), "{:?}", codes(&op));
     }
 
     #[test]

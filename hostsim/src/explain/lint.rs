@@ -1,9 +1,10 @@
 //! The lints of `hostsim explain`, each with a stable code: `small-descriptors`,
-//! `duplicate-indices`, `oob-indices`, `queue-imbalance`, `partition-split`, `overlap`.
+//! `duplicate-indices`, `oob-indices`, `queue-imbalance`, `partition-split`, `overlap`,
+//! `nki-compute`.
 //! Each reads what the run already found ([`Facts`]): the descriptors, the DGE stages, the queues'
 //! timing, the runtime's skips and warnings, the op's error.
 
-use dma::Descriptor;
+use dma::{ComputeOp, Descriptor};
 use serde::Serialize;
 
 use super::{QueueUse, RequestStages, SideStages};
@@ -35,6 +36,8 @@ pub struct Lint {
 /// What the lints read about one op.
 #[derive(Clone, Copy, Debug)]
 pub struct Facts<'a> {
+    /// The op's kind (`dma_copy`, ...).
+    pub kind: &'a str,
     pub descriptors: &'a [&'a Descriptor],
     /// The minimal descriptor count (`OpExplained::minimal_descriptors`).
     pub minimal: u64,
@@ -60,6 +63,7 @@ pub fn all(f: &Facts) -> Vec<Lint> {
         queue_imbalance(f),
         partition_split(f),
         overlap(f),
+        nki_compute(f),
     ]
     .into_iter()
     .flatten()
@@ -359,4 +363,31 @@ pub(super) fn first_common_byte(a: &[(u64, u64)], b: &[(u64, u64)]) -> Option<u6
         }
     }
     None
+}
+
+/// The ops NKI writes as a `dma_copy` or `dma_compute`, whose compute op is NKI's
+/// `dst_rmw_op` / `reduce_op` (`embedding_update` and raw `isa` instructions carry the
+/// hardware's own).
+const NKI_COPIES: [&str; 3] = ["dma_copy", "dma_gather", "dma_scatter"];
+
+/// A compute op other than add on an op NKI writes as a `dma_copy`: the DMA engine has
+/// it, NKI's front end takes only add today.
+fn nki_compute(f: &Facts) -> Option<Lint> {
+    if !NKI_COPIES.contains(&f.kind) {
+        return None;
+    }
+    let other = |op: &ComputeOp| !matches!(op, ComputeOp::None | ComputeOp::Add);
+    let op = f
+        .descriptors
+        .iter()
+        .filter_map(|d| d.op().compute_op())
+        .find(other)?;
+    let name = op.name();
+    Some(Lint {
+        code: "nki-compute",
+        message: format!(
+            "compute {name}: NKI's front end takes only add today (dma_copy's dst_rmw_op, dma_compute's reduce_op); this runs {name} as the DMA engine's compute op"
+        ),
+        suggestion: Some("keep to add for a kernel the NKI compiler must accept".into()),
+    })
 }
