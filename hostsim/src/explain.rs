@@ -180,6 +180,8 @@ struct OpRun<'p> {
     result: Result<RunReport, Error>,
     replays: Vec<Vec<Vec<Descriptor>>>,
     requests: Vec<dge::Request>,
+    /// The values its scalar offsets had as it ran.
+    scalars: Vec<lint::Scalar>,
 }
 
 /// Explains the scenario at `path`; also returns the run's trace when `trace`.
@@ -246,6 +248,7 @@ fn run_ops<'p>(p: &'p Prepared, fabric: &mut Fabric) -> Result<Vec<OpRun<'p>>, E
     runtime.record_queues(true);
     let mut runs = Vec::new();
     for op in &p.ops {
+        let scalars = scalars_of(op, fabric);
         let result = exec::run_op(&mut runtime, fabric, op);
         let failed = result.is_err();
         runs.push(OpRun {
@@ -253,6 +256,7 @@ fn run_ops<'p>(p: &'p Prepared, fabric: &mut Fabric) -> Result<Vec<OpRun<'p>>, E
             result,
             replays: runtime.take_recorded(),
             requests: runtime.take_requests(),
+            scalars,
         });
         if failed {
             break;
@@ -272,6 +276,30 @@ fn trace_of(p: &Prepared, title: &str, runs: &[OpRun]) -> Result<String, Error> 
         .flat_map(|r| r.replays.iter().cloned())
         .collect();
     p.run_trace(title, &reports, &replays)
+}
+
+/// The values `op`'s scalar offsets read on `fabric`, one per side and tensor (a value
+/// its side refuses is left out: the op's error or skip says so).
+fn scalars_of(op: &PreparedOp, fabric: &Fabric) -> Vec<lint::Scalar> {
+    let mut out: Vec<lint::Scalar> = Vec::new();
+    for dma in &op.lowered.ap_dmas {
+        for (side, s) in [("src", &dma.src), ("dst", &dma.dst)] {
+            let Some(t) = &s.scalar_offset else { continue };
+            let Ok(value) = s.scalar_value(fabric, side) else {
+                continue;
+            };
+            let scalar = lint::Scalar {
+                side,
+                tensor: t.name.clone(),
+                value,
+                stride: s.indirect_stride(),
+            };
+            if !out.contains(&scalar) {
+                out.push(scalar);
+            }
+        }
+    }
+    out
 }
 
 /// One op's explanation.
@@ -297,6 +325,7 @@ fn explain_op(p: &Prepared, fabric: &Fabric, run: &OpRun) -> Result<OpExplained,
         report,
         error: run.result.as_ref().err(),
         signed: signed_indices(&run.op.lowered.ap_dmas),
+        scalars: &run.scalars,
     };
     Ok(OpExplained {
         index: run.op.index,
@@ -1064,6 +1093,49 @@ mod tests {
             + "[[op]]\nop = \"embedding_update\"\ntable = \"t\"\nindex = \"i\"\ndata = \"r\"\nreduce = \"max\"\n";
         let op = op0("nki_compute_update", &update, &[("i.npy", &[0, 3, 5, 9])]);
         assert!(!codes(&op).contains(&"nki-compute"), "{:?}", codes(&op));
+    }
+
+    #[test]
+    fn a_negative_scalar_offset_is_named_with_its_value_and_stride() {
+        // the KV-cache write by a run-time position, aimed at batch 1 (offset 256) of a
+        // [2, 8, 32] cache: a position of -1 lands in batch 0's last row
+        let text = |p: &str| {
+            tensor("kc", "hbm", "[2, 8, 32]", "zeros")
+                + "[[tensor]]\nname = \"p\"\nspace = \"sbuf\"\ndtype = \"i32\"\nshape = [1, 1]\ninit = \"p.npy\"\n"
+                + &tensor("kv", "sbuf", "[8, 4]", "iota")
+                + "[[op]]\nop = \"dma_copy\"\nsrc = \"kv\"\n"
+                + &format!("dst = {{ tensor = \"kc\", ap = [[32, 8], [1, 4]], offset = 256, scalar_offset = \"{p}\", indirect_dim = 2 }}\n")
+        };
+        let explained = |value: i32| {
+            let path = scenario("negscalar", &text("p"), &[]);
+            let a = NpyArray {
+                descr: "<i4".into(),
+                shape: vec![1, 1],
+                data: value.to_le_bytes().to_vec(),
+            };
+            std::fs::write(path.with_file_name("p.npy"), encode(&a)).unwrap();
+            let (e, _) = explain(&path, &Options::default(), false).unwrap();
+            gone(&path);
+            e.ops.into_iter().next().unwrap()
+        };
+        let op = explained(-1);
+        assert!(codes(&op).contains(&"negative-scalar"), "{:?}", codes(&op));
+        let lint = op
+            .lints
+            .iter()
+            .find(|l| l.code == "negative-scalar")
+            .unwrap();
+        assert!(
+            lint.message.starts_with("dst scalar_offset p = -1 moves the walk back 1 elements (1 x the dim's stride 1) from its offset"),
+            "{}",
+            lint.message
+        );
+        for value in [0, 3] {
+            assert!(
+                !codes(&explained(value)).contains(&"negative-scalar"),
+                "{value}"
+            );
+        }
     }
 
     #[test]

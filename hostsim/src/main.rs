@@ -123,7 +123,8 @@ enum Command {
     /// lowering, the DGE stages, the descriptors (count, minimal count, sizes, queues),
     /// the timing model's estimate and efficiency, and lints with stable codes
     /// (small-descriptors, duplicate-indices, oob-indices, queue-imbalance,
-    /// partition-split, overlap, nki-compute). Exit status 2 for invalid input.
+    /// partition-split, overlap, nki-compute, negative-scalar). Exit status 2 for invalid
+    /// input.
     ///
     /// Example: hostsim explain examples/embedding/scenario.toml --op 1 --json
     Explain {

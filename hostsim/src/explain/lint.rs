@@ -1,6 +1,6 @@
 //! The lints of `hostsim explain`, each with a stable code: `small-descriptors`,
 //! `duplicate-indices`, `oob-indices`, `queue-imbalance`, `partition-split`, `overlap`,
-//! `nki-compute`.
+//! `nki-compute`, `negative-scalar`.
 //! Each reads what the run already found ([`Facts`]): the descriptors, the DGE stages, the queues'
 //! timing, the runtime's skips and warnings, the op's error.
 
@@ -52,6 +52,20 @@ pub struct Facts<'a> {
     /// Whether the source's and the destination's index tiles are signed (i32): their
     /// skipped values are shown as such (-1, not 4294967295).
     pub signed: [bool; 2],
+    /// The values of its scalar offsets as it ran.
+    pub scalars: &'a [Scalar],
+}
+
+/// A scalar offset's value as an op ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scalar {
+    /// `src` or `dst`.
+    pub side: &'static str,
+    /// The 1x1 tensor it is read from.
+    pub tensor: String,
+    pub value: i64,
+    /// The elements one unit of it moves the walk (`stride_d` of the indirect dim).
+    pub stride: u64,
 }
 
 /// Every lint that fires, in code order.
@@ -64,6 +78,7 @@ pub fn all(f: &Facts) -> Vec<Lint> {
         partition_split(f),
         overlap(f),
         nki_compute(f),
+        negative_scalar(f),
     ]
     .into_iter()
     .flatten()
@@ -389,5 +404,25 @@ fn nki_compute(f: &Facts) -> Option<Lint> {
             "compute {name}: NKI's front end takes only add today (dma_copy's dst_rmw_op, dma_compute's reduce_op); this runs {name} as the DMA engine's compute op"
         ),
         suggestion: Some("keep to add for a kernel the NKI compiler must accept".into()),
+    })
+}
+
+/// A scalar offset whose value is negative: NKI checks it against the tensor, not the
+/// picked dim, so the walk starts before its offset (in the element before the view,
+/// another batch's or row's), where a negative index of a vector offset is out of bounds.
+fn negative_scalar(f: &Facts) -> Option<Lint> {
+    let s = f.scalars.iter().find(|s| s.value < 0)?;
+    let (side, tensor, value) = (s.side, &s.tensor, s.value);
+    Some(Lint {
+        code: "negative-scalar",
+        message: format!(
+            "{side} scalar_offset {tensor} = {value} moves the walk back {} elements ({} x the dim's stride {}) from its offset: NKI checks the value against the tensor, not the picked dim (a negative vector_offset index would be out of bounds)",
+            u128::from(value.unsigned_abs()) * u128::from(s.stride),
+            value.unsigned_abs(),
+            s.stride
+        ),
+        suggestion: Some(format!(
+            "check the value {tensor} holds at run time: a position before the view is most often a bug"
+        )),
     })
 }
