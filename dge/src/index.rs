@@ -622,15 +622,16 @@ mod tests {
 
         /// The indices read straight from the fabric are the ones the gathers read through
         /// the port, and a read that fails fails with the port's error: runs and lists
-        /// (in order, reversed, a partition apart) of every index width, at the ends of
-        /// HBM and of SBUF and PSUM partitions, across them and past them.
+        /// (in order, reversed, a partition apart, one address repeated) of every index
+        /// width, at the ends of HBM, of SBUF and PSUM partitions and of 64 bits, across
+        /// them and past them.
         #[test]
         fn values_are_what_the_gathers_read(
             dtype in prop::sample::select(vec![IndexDtype::U8, IndexDtype::U16, IndexDtype::U32]),
-            edge in 0usize..5,
+            edge in 0usize..6,
             back in 0u64..48,
             count in 0u32..40,
-            step in prop_oneof![Just(None), (1u64..9).prop_map(Some), Just(Some(SBUF_STRIDE)), Just(Some(PSUM_STRIDE))],
+            step in prop_oneof![Just(None), Just(Some(0)), (1u64..9).prop_map(Some), Just(Some(SBUF_STRIDE)), Just(Some(PSUM_STRIDE))],
             reversed in any::<bool>(),
         ) {
             let g = Generation::Cayman;
@@ -640,6 +641,7 @@ mod tests {
                 SBUF_BASE + SBUF_STRIDE,
                 PSUM_BASE + PSUM_STRIDE + PSUM_PARTITION_BYTES,
                 SBUF_BASE + 127 * SBUF_STRIDE + g.sbuf_partition_bytes(),
+                u64::MAX,
             ];
             let mut f = Fabric::new(g);
             let bytes: Vec<u8> = (0..64u32).map(|i| (i * 37 % 251) as u8 + 1).collect();
@@ -650,10 +652,14 @@ mod tests {
                 }
             }
             let base = edges[edge] - back;
+            // a stretch ends inside 64 bits (locate() proves it); past them, a list
+            let fits = base.checked_add(u64::from(count) * dtype.size()).is_some();
             let addrs = match step {
-                None => IndexAddrs::Contiguous { base, count },
-                Some(step) => {
-                    let mut v: Vec<u64> = (0..u64::from(count)).map(|k| base + k * step).collect();
+                None if fits => IndexAddrs::Contiguous { base, count },
+                step => {
+                    // step 0: one address listed again and again
+                    let step = step.unwrap_or(dtype.size());
+                    let mut v: Vec<u64> = (0..u64::from(count)).map(|k| base.wrapping_add(k * step)).collect();
                     if reversed { v.reverse(); }
                     IndexAddrs::Listed(v)
                 }

@@ -7,7 +7,7 @@
 use dma::{Dtype, Space};
 use hostsim::nki::view::{self, Entry, View};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PySlice, PyString, PyTuple};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyMemoryView, PySlice, PyString, PyTuple};
 use pyo3::PyTypeInfo;
 use serde_json::{json, Map, Value};
 
@@ -189,9 +189,15 @@ fn int(call: &str, arg: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
 /// Whether `value` is an integer: a Python int (not a bool) or a scalar with `__index__`,
 /// as numpy's integer scalars (an array, which has a length, is not one).
 fn is_int(value: &Bound<'_, PyAny>) -> bool {
-    // an `__index__` of something with no length: a numpy integer, or a 0-d integer
-    // array (whose `__len__` raises), never a sequence
-    let index = || value.hasattr("__index__").unwrap_or(false) && value.len().is_err();
+    // an `__index__` that answers, of something with no length: a numpy integer, or a 0-d
+    // integer array (whose `__len__` raises TypeError), never a sequence
+    let lengthless = || {
+        let py = value.py();
+        value
+            .len()
+            .is_err_and(|e| e.is_instance_of::<pyo3::exceptions::PyTypeError>(py))
+    };
+    let index = || value.call_method0("__index__").is_ok() && lengthless();
     !value.is_instance_of::<PyBool>() && (value.is_instance_of::<PyInt>() || index())
 }
 
@@ -206,6 +212,7 @@ fn ints(call: &str, arg: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
         PyString::is_type_of,
         PyBytes::is_type_of,
         PyByteArray::is_type_of,
+        PyMemoryView::is_type_of,
     ];
     if text.iter().any(|is| is(value)) {
         return Err(errors::bad_arg(call, arg, value, rule));

@@ -24,24 +24,27 @@ const NAMES: [(&str, Dtype); 10] = [
     ("float32", Dtype::F32),
 ];
 
-/// The fabric dtype of a numpy dtype (anything `numpy.dtype()` takes), or of a name:
-/// numpy's (`"bfloat16"` too, with no need of ml_dtypes) or a scenario's (`"bf16"`).
+/// The fabric dtype of a numpy dtype (anything `numpy.dtype()` takes, in numpy's meaning:
+/// `"i8"` is int64), else of a name numpy does not know: `"bfloat16"` (with no need of
+/// ml_dtypes) or a scenario's (`"bf16"`, `"f32"`).
 pub fn dtype(py: Python<'_>, d: &Bound<'_, PyAny>) -> PyResult<Dtype> {
     const RULE: &str = "the fabric holds uint8 int8 uint16 int16 uint32 int32 int64 float16 bfloat16 (ml_dtypes) float32";
-    if let Ok(name) = d.extract::<String>() {
-        let named = NAMES.iter().find(|(n, _)| *n == name).map(|&(_, t)| t);
-        if let Some(t) = named.or_else(|| Dtype::from_name(&name).ok()) {
-            return Ok(t);
-        }
-    }
     let np = py.import("numpy")?;
-    let Ok(d) = np.getattr("dtype")?.call1((d,)) else {
-        return Err(InvalidInput::new_err(format!(
-            "dtype {}: {RULE}",
-            d.repr()?
-        )));
+    let name: String = match np.getattr("dtype")?.call1((d,)) {
+        Ok(numpy) => numpy.getattr("name")?.extract()?,
+        Err(_) => {
+            let named = d.extract::<String>().ok().and_then(|name| {
+                let found = NAMES.iter().find(|(n, _)| *n == name).map(|&(_, t)| t);
+                found.or_else(|| Dtype::from_name(&name).ok())
+            });
+            return named.ok_or_else(|| {
+                InvalidInput::new_err(format!(
+                    "dtype {}: {RULE}",
+                    d.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+                ))
+            });
+        }
     };
-    let name: String = d.getattr("name")?.extract()?;
     let found = NAMES.iter().find(|(n, _)| *n == name);
     found
         .map(|&(_, t)| t)

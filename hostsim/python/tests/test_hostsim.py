@@ -273,7 +273,10 @@ def test_numpy_integers_go_wherever_an_int_does():
         t.select(0, np.uint64(2**63))
     with pytest.raises(hostsim.InvalidInput, match="must be an int"):
         t.select(0, np.array([1]))
-    for text in (b"x", bytearray(b"x"), "x"):
+    for not_int in (np.array(1.5), np.array(True), np.float64(1.0)):
+        with pytest.raises(hostsim.InvalidInput, match="index = .*: must be an int or a 1x1"):
+            t.select(0, not_int)
+    for text in (b"x", bytearray(b"x"), "x", memoryview(b"\x18\x05")):
         with pytest.raises(hostsim.InvalidInput, match="must be a tuple or list of ints"):
             t.reshape(text)
 
@@ -962,9 +965,10 @@ def test_dtypes_by_name_and_by_numpy():
         ("<f4", np.float32),
         (np.int32, np.int32),
         ("i32", np.int32),
+        ("i8", np.int64),  # numpy's meaning first: "i8" is int64
     ]:
         assert core.sbuf(shape=(2, 4), dtype=spec).dtype == np.dtype(want), spec
-    for spec in ["complex64", "nonsense", np.float64]:
+    for spec in ["complex64", "nonsense", np.float64, "u8", "f16"]:  # uint64, float128
         with pytest.raises(hostsim.InvalidInput, match="the fabric holds"):
             core.sbuf(shape=(2, 4), dtype=spec)
 

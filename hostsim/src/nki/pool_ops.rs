@@ -23,14 +23,20 @@ fn in_sbuf(
     t: &Tensor,
 ) -> Result<Addr4, Error> {
     let space = match t.addr {
-        TensorAddr::Addr4(a) => a.decode().map(|(space, _, _)| space).ok(),
-        TensorAddr::Fabric(f) => map.region_of(f).map(|r| r.space).ok(),
+        TensorAddr::Addr4(a) => a
+            .decode()
+            .map(|(space, _, _)| space)
+            .map_err(|_| super::arg_error(op, arg, a.0.into(), "must be a valid SBUF ADDR4"))?,
+        TensorAddr::Fabric(f) => match map.region_of(f) {
+            Ok(r) => r.space,
+            // an address on no fabric: on_core names it
+            Err(_) => return on_core(map, op, arg, t),
+        },
     };
     let space = match space {
-        // an address on no fabric: on_core names it
-        None | Some(Space::Sbuf) => return on_core(map, op, arg, t),
-        Some(Space::Hbm) => "HBM",
-        Some(Space::Psum) => "PSUM",
+        Space::Sbuf => return on_core(map, op, arg, t),
+        Space::Hbm => "HBM",
+        Space::Psum => "PSUM",
     };
     Err(Error::NkiSpace {
         op,
@@ -406,6 +412,11 @@ mod tests {
                 e.to_string(),
                 "nc_n_gather: dst is in PSUM: must be in SBUF (GpSimd cannot access PSUM or HBM)"
             );
+            // an ADDR4 of no space is refused as such
+            let (mut data, idx, dst) = gather_tensors(16, 4);
+            data.addr = TensorAddr::Addr4(Addr4(u32::MAX));
+            let e = nc_n_gather(g, &data, &idx, &dst).unwrap_err();
+            assert!(e.to_string().contains("must be a valid SBUF ADDR4"), "{e}");
             // an HBM tensor is named by its space, not as a raw address
             let (mut data, idx, dst) = gather_tensors(16, 4);
             data.addr = TensorAddr::Fabric(FabricAddr(0));

@@ -162,10 +162,8 @@ fn toml_error(file: &str, text: &str, e: &toml::de::Error) -> Error {
     let at = name.and_then(|n| key_at(text, span.clone(), n));
     let at = at.map_or(span.start, |(key, _)| key);
     let (line, column) = line_column(text, at);
-    match table_context(text, at) {
-        Some(context) => syntax(file, line, column, &context.describe(text, at, message)),
-        None => syntax(file, line, column, message),
-    }
+    let context = table_context(text, at);
+    syntax(file, line, column, &context.describe(text, at, message))
 }
 
 /// Where in an `[[op]]` or `[[tensor]]` table of TOML `text` an error is that neither serde
@@ -173,8 +171,8 @@ fn toml_error(file: &str, text: &str, e: &toml::de::Error) -> Error {
 /// the document before any op is read): the table, and the keys its byte is written under
 /// on its line.
 struct TableContext {
-    /// `op N (kind)` or `tensor N (name)`.
-    table: String,
+    /// `op N (kind)` or `tensor N (name)` (none outside them).
+    table: Option<String>,
     /// The line's key and, inside its inline table, the innermost key before the byte.
     keys: Vec<String>,
 }
@@ -183,7 +181,7 @@ impl TableContext {
     /// `message` naming the table and the keys, with the number and TOML's range when the
     /// parser could not hold it.
     fn describe(&self, text: &str, at: usize, message: &str) -> String {
-        let mut parts = vec![self.table.clone()];
+        let mut parts: Vec<String> = self.table.iter().cloned().collect();
         parts.extend(
             self.keys
                 .iter()
@@ -204,9 +202,22 @@ impl TableContext {
     }
 }
 
-/// The [`TableContext`] of byte `at` of TOML `text`, if it lies in an `[[op]]` or a
-/// `[[tensor]]` table.
-fn table_context(text: &str, at: usize) -> Option<TableContext> {
+/// The [`TableContext`] of byte `at` of TOML `text`: its `[[op]]` or `[[tensor]]` table
+/// if it lies in one, and its keys.
+fn table_context(text: &str, at: usize) -> TableContext {
+    let start = text
+        .get(..at)
+        .and_then(|t| t.rfind('\n'))
+        .map_or(0, |n| n + 1);
+    TableContext {
+        table: table_at(text, at),
+        keys: text.get(start..at).map(keys_before).unwrap_or_default(),
+    }
+}
+
+/// `op N (kind)` or `tensor N (name)`: the table of TOML `text` holding byte `at`, if one
+/// of those.
+fn table_at(text: &str, at: usize) -> Option<String> {
     const KINDS: [(&str, &str, &str); 2] =
         [("[[op]]", "op", "op"), ("[[tensor]]", "tensor", "name")];
     let (mut offset, mut seen, mut current) = (0, [0usize; 2], None);
@@ -214,9 +225,7 @@ fn table_context(text: &str, at: usize) -> Option<TableContext> {
         if offset > at {
             break;
         }
-        let head = line.split('#').next().unwrap_or("").trim();
-        if head.starts_with('[') {
-            let head = head.replace(char::is_whitespace, "");
+        if let Some(head) = table_header(line) {
             current = KINDS.iter().position(|k| k.0 == head).map(|k| {
                 seen[k] += 1;
                 (k, seen[k] - 1)
@@ -231,11 +240,7 @@ fn table_context(text: &str, at: usize) -> Option<TableContext> {
         let quoted = text.get(value..)?.strip_prefix('"')?;
         quoted.split('"').next()
     });
-    let start = text.get(..at)?.rfind('\n').map_or(0, |n| n + 1);
-    Some(TableContext {
-        table: format!("{kind} {index} ({})", label.unwrap_or("?")),
-        keys: keys_before(text.get(start..at)?),
-    })
+    Some(format!("{kind} {index} ({})", label.unwrap_or("?")))
 }
 
 /// The keys of a TOML line's text before some byte: its own key, and the last key of an
@@ -370,15 +375,23 @@ impl TableFault {
     }
 }
 
+/// The table header a TOML line is, without its blanks (`[[op]]`), if it is one: a line
+/// of a bracket pair holding no comma (a multi-line array's element line, `[1, 4],`,
+/// holds one or ends past its bracket).
+fn table_header(line: &str) -> Option<String> {
+    let head = line.split('#').next().unwrap_or("").trim();
+    let header = head.starts_with('[') && head.ends_with(']') && !head.contains(',');
+    header.then(|| head.replace(char::is_whitespace, ""))
+}
+
 /// The bytes of the `index`-th `header` (such as `[[op]]`) table of TOML `text`: from its
 /// header to the next table header.
 fn table_span(text: &str, header: &str, index: usize) -> Option<std::ops::Range<usize>> {
     let mut offset = 0;
     let mut headers = Vec::new();
     for line in text.split_inclusive('\n') {
-        let head = line.split('#').next().unwrap_or("").trim();
-        if head.starts_with('[') {
-            headers.push((offset, head.replace(char::is_whitespace, "") == header));
+        if let Some(head) = table_header(line) {
+            headers.push((offset, head == header));
         }
         offset += line.len();
     }
@@ -663,6 +676,29 @@ dst = "t"
             assert!(message.starts_with(want), "{message}");
             assert_eq!((line, column), at, "{message}");
         }
+        // a multi-line array's element lines are no table headers; a number outside any
+        // table still gets its value and TOML's range
+        let lines = copy.replace("[[1, 4]]", "[\n  [1, 4],\n  [1, 99999999999999999999]\n]");
+        let (_, _, message) = syntax_error(&lines, Format::Toml);
+        assert!(
+            message.starts_with("op 1 (dma_copy): `99999999999999999999`: number too large"),
+            "{message}"
+        );
+        let top = GOOD.replace(
+            "generation = \"sunda\"",
+            "generation = 99999999999999999999",
+        );
+        let (_, _, message) = syntax_error(&top, Format::Toml);
+        assert!(
+            message.starts_with("generation: `99999999999999999999`: number too large"),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("(a TOML integer is -2^63 ..= 2^63 - 1)"),
+            "{message}"
+        );
+        assert_eq!(table_header(" [[ op ]] # x\n"), Some("[[op]]".into()));
+        assert_eq!(table_header("  [1, 4],\n"), None);
         assert_eq!(
             keys_before("src = { tensor = \"t\", ap = [[1, "),
             ["src", "ap"]
