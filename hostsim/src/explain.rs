@@ -1099,15 +1099,13 @@ mod tests {
     fn a_negative_scalar_offset_is_named_with_its_value_and_stride() {
         // the KV-cache write by a run-time position, aimed at batch 1 (offset 256) of a
         // [2, 8, 32] cache: a position of -1 lands in batch 0's last row
-        let text = |p: &str| {
-            tensor("kc", "hbm", "[2, 8, 32]", "zeros")
-                + "[[tensor]]\nname = \"p\"\nspace = \"sbuf\"\ndtype = \"i32\"\nshape = [1, 1]\ninit = \"p.npy\"\n"
-                + &tensor("kv", "sbuf", "[8, 4]", "iota")
-                + "[[op]]\nop = \"dma_copy\"\nsrc = \"kv\"\n"
-                + &format!("dst = {{ tensor = \"kc\", ap = [[32, 8], [1, 4]], offset = 256, scalar_offset = \"{p}\", indirect_dim = 2 }}\n")
-        };
+        let text = tensor("kc", "hbm", "[2, 8, 32]", "zeros")
+            + "[[tensor]]\nname = \"p\"\nspace = \"sbuf\"\ndtype = \"i32\"\nshape = [1, 1]\ninit = \"p.npy\"\n"
+            + &tensor("kv", "sbuf", "[8, 4]", "iota")
+            + "[[op]]\nop = \"dma_copy\"\nsrc = \"kv\"\n"
+            + "dst = { tensor = \"kc\", ap = [[32, 8], [1, 4]], offset = 256, scalar_offset = \"p\", indirect_dim = 2 }\n";
         let explained = |value: i32| {
-            let path = scenario("negscalar", &text("p"), &[]);
+            let path = scenario("negscalar", &text, &[]);
             let a = NpyArray {
                 descr: "<i4".into(),
                 shape: vec![1, 1],

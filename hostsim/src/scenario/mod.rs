@@ -590,6 +590,13 @@ dst = "t"
         }
     }
 
+    /// Asserts that TOML `text` fails at `at` (line, column) with a message starting `want`.
+    fn placed(text: &str, at: (usize, usize), want: &str) {
+        let (line, column, message) = syntax_error(text, Format::Toml);
+        assert!(message.starts_with(want), "{message}");
+        assert_eq!((line, column), at, "{message}");
+    }
+
     #[test]
     fn parses_the_schema_with_its_defaults() {
         let s = parse("s.toml", GOOD, Format::Toml).unwrap();
@@ -672,9 +679,7 @@ dst = "t"
             ),
         ];
         for (text, at, want) in cases {
-            let (line, column, message) = syntax_error(&text, Format::Toml);
-            assert!(message.starts_with(want), "{message}");
-            assert_eq!((line, column), at, "{message}");
+            placed(&text, at, want);
         }
         // a multi-line array's element lines are no table headers; a number outside any
         // table still gets its value and TOML's range
@@ -759,9 +764,7 @@ dst = "t"
             ),
         ];
         for (text, at, want) in cases {
-            let (line, column, message) = syntax_error(&text, Format::Toml);
-            assert!(message.starts_with(want), "{message}");
-            assert_eq!((line, column), at, "{message}");
+            placed(&text, at, want);
             // the same scenario in JSON: the same message
             let doc: toml::Table = toml::from_str(&text).unwrap();
             let json = serde_json::to_string_pretty(&doc).unwrap();
