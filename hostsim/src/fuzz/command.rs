@@ -36,6 +36,11 @@ pub struct Options {
     /// Write reproducers of mismatches here (default fuzz-out).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Threads that run cases, 1..=256 (default: the machine's cores). Any count gives
+    /// the same cases, findings and output.
+    #[arg(long, short = 'j', value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub jobs: Option<u16>,
     /// Run only the case of this seed (as a reproducer's finding.txt names it).
     #[arg(long, value_name = "SEED", conflicts_with = "scenario")]
     pub case: Option<u64>,
@@ -67,6 +72,14 @@ impl Options {
             budget: self.budget()?,
             generation,
         })
+    }
+
+    /// `--jobs`, or the machine's cores.
+    fn jobs(&self) -> usize {
+        self.jobs.map_or_else(
+            || std::thread::available_parallelism().map_or(1, usize::from),
+            usize::from,
+        )
     }
 
     /// The one budget: `--iters`, `--seconds` or the default case count.
@@ -113,7 +126,7 @@ pub fn execute(
     let mut on_finding = |index: u64, f: &Finding| report(&out, index, f, &mut *emit);
     let summary = match opts.case {
         Some(seed) => one_case(&plan, seed, &mut on_finding)?,
-        None => many_cases(&plan, stop, &mut on_finding),
+        None => many_cases(&plan, opts.jobs(), stop, &mut on_finding),
     };
     emit(&summary.line());
     Ok(Ended {
@@ -142,13 +155,12 @@ pub fn report(out: &Path, index: u64, finding: &Finding, emit: &mut dyn FnMut(&s
     }
 }
 
-/// Runs `plan` with a progress bar, handing each finding to `on_finding` at once (the
-/// bar is ended first and drawn again after it, so lines do not run into it). The cases
-/// run without the tracing subscriber on this thread: their warnings (a plain copy's
-/// repeated destination indices) are expected by the thousand and would bury the
-/// findings; `--case SEED` replays one case with them.
+/// Runs `plan` on `jobs` threads ([`run`]) with a progress bar, handing each finding to
+/// `on_finding` in case order (the bar is ended first and drawn again after it, so lines
+/// do not run into it).
 fn many_cases(
     plan: &Plan,
+    jobs: usize,
     stop: &AtomicBool,
     on_finding: &mut dyn FnMut(u64, &Finding),
 ) -> Summary {
@@ -158,18 +170,15 @@ fn many_cases(
     };
     let label = format!("fuzz {}", plan.target.name());
     let mut progress = Progress::new(total, &label);
-    let quiet = tracing::subscriber::NoSubscriber::default();
-    let summary = tracing::subscriber::with_default(quiet, || {
-        run(plan, stop, |index, finding| {
-            progress.inc(1);
-            if let Some(f) = finding {
-                progress.finish();
-                on_finding(index, f);
-                let done = progress.done();
-                progress = Progress::new(total, &label);
-                progress.inc(done);
-            }
-        })
+    let summary = run(plan, jobs, stop, |index, finding| {
+        progress.inc(1);
+        if let Some(f) = finding {
+            progress.finish();
+            on_finding(index, f);
+            let done = progress.done();
+            progress = Progress::new(total, &label);
+            progress.inc(done);
+        }
     });
     progress.finish();
     summary

@@ -39,8 +39,10 @@ pub mod scenario;
 
 pub use rng::Rng;
 
+use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ::dma::Generation;
@@ -332,30 +334,74 @@ pub fn plan_case(plan: &Plan, index: u64) -> (u64, Input) {
     )
 }
 
-/// Runs `plan` until its budget is spent or `stop` is raised (checked between cases),
-/// calling `each` after every case with the finding it made, if any.
-pub fn run(plan: &Plan, stop: &AtomicBool, mut each: impl FnMut(u64, Option<&Finding>)) -> Summary {
+/// Runs `plan` until its budget is spent or `stop` is raised (checked before each case
+/// is taken), calling `each` after every case with the finding it made, if any.
+///
+/// `jobs` threads (at least one) take the cases in turn, each with its own [`Checker`],
+/// without the tracing subscriber (a plain copy's repeated destination indices warn by
+/// the thousand and would bury the findings; `--case SEED` replays one case with them).
+/// `each` runs on the calling thread in case order, so the summary, the findings and
+/// their order are those of one thread; every case taken is finished, so the cases run
+/// are always `0..cases`.
+pub fn run(
+    plan: &Plan,
+    jobs: usize,
+    stop: &AtomicBool,
+    mut each: impl FnMut(u64, Option<&Finding>),
+) -> Summary {
     let start = Instant::now();
-    let mut checker = Checker::new();
-    let mut summary = Summary::default();
-    for index in 0.. {
+    let next = AtomicU64::new(0);
+    let interrupted = AtomicBool::new(false);
+    let take = || {
         let spent = match plan.budget {
-            Budget::Iters(n) => index >= n,
+            Budget::Iters(n) => next.load(Ordering::Relaxed) >= n,
             Budget::Seconds(s) => start.elapsed() >= Duration::from_secs(s),
         };
         if spent {
-            break;
+            return None;
         }
         if stop.load(Ordering::Relaxed) {
-            summary.interrupted = true;
-            break;
+            interrupted.store(true, Ordering::Relaxed);
+            return None;
         }
-        let (seed, input) = plan_case(plan, index);
-        let finding = checker.finding(seed, plan.generation, input);
-        summary.cases += 1;
-        each(index, finding.as_ref());
-        summary.findings.extend(finding);
-    }
+        let index = next.fetch_add(1, Ordering::Relaxed);
+        match plan.budget {
+            Budget::Iters(n) if index >= n => None,
+            _ => Some(index),
+        }
+    };
+    let mut summary = Summary::default();
+    std::thread::scope(|scope| {
+        let (sender, results) = mpsc::channel();
+        for _ in 0..jobs.max(1) {
+            let sender = sender.clone();
+            let take = &take;
+            scope.spawn(move || {
+                let quiet = tracing::subscriber::NoSubscriber::default();
+                tracing::subscriber::with_default(quiet, || {
+                    let mut checker = Checker::new();
+                    while let Some(index) = take() {
+                        let (seed, input) = plan_case(plan, index);
+                        let finding = checker.finding(seed, plan.generation, input);
+                        if sender.send((index, finding)).is_err() {
+                            return;
+                        }
+                    }
+                })
+            });
+        }
+        drop(sender);
+        let mut waiting = BTreeMap::new();
+        for (index, finding) in results {
+            waiting.insert(index, finding);
+            while let Some(finding) = waiting.remove(&summary.cases) {
+                each(summary.cases, finding.as_ref());
+                summary.cases += 1;
+                summary.findings.extend(finding);
+            }
+        }
+    });
+    summary.interrupted = interrupted.load(Ordering::Relaxed);
     summary
 }
 
@@ -407,7 +453,7 @@ mod tests {
     fn a_short_run_of_every_target_finds_nothing() {
         let stop = AtomicBool::new(false);
         let mut seen = 0;
-        let s = run(&plan(Target::All, 1, 40), &stop, |_, _| seen += 1);
+        let s = run(&plan(Target::All, 1, 40), 2, &stop, |_, _| seen += 1);
         let found: Vec<&str> = s.findings.iter().map(|f| f.what.as_str()).collect();
         assert_eq!(found, Vec::<&str>::new());
         assert_eq!((s.cases, seen, s.interrupted), (40, 40, false));
@@ -415,9 +461,22 @@ mod tests {
     }
 
     #[test]
+    fn any_job_count_hands_back_every_case_once_in_order() {
+        let stop = AtomicBool::new(false);
+        for jobs in [1, 3] {
+            let mut order = Vec::new();
+            let s = run(&plan(Target::All, 5, 60), jobs, &stop, |i, f| {
+                order.push((i, f.is_some()));
+            });
+            let expect: Vec<(u64, bool)> = (0..60).map(|i| (i, false)).collect();
+            assert_eq!((order, s.cases, s.interrupted), (expect, 60, false));
+        }
+    }
+
+    #[test]
     fn a_raised_stop_flag_ends_the_run_between_cases() {
         let stop = AtomicBool::new(true);
-        let s = run(&plan(Target::Isa, 1, 1000), &stop, |_, _| {});
+        let s = run(&plan(Target::Isa, 1, 1000), 2, &stop, |_, _| {});
         assert_eq!((s.cases, s.interrupted), (0, true));
     }
 
