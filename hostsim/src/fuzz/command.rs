@@ -36,9 +36,9 @@ pub struct Options {
     /// Write reproducers of mismatches here (default fuzz-out).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Threads that run cases, 1..=256 (default: the machine's cores). Any count gives
-    /// the same cases, findings and output.
-    #[arg(long, short = 'j', value_name = "N",
+    /// Threads that run cases, 1..=256 (default: the machine's cores; 1 runs them on the
+    /// main thread). Any count gives the same cases, findings and output.
+    #[arg(long, short = 'j', value_name = "N", conflicts_with = "case",
           value_parser = clap::value_parser!(u16).range(1..=256))]
     pub jobs: Option<u16>,
     /// Run only the case of this seed (as a reproducer's finding.txt names it).
@@ -115,6 +115,7 @@ pub fn execute(
             budget: opts.budget()?,
             generation: opts.generation.clone(),
             out,
+            jobs: opts.jobs(),
         };
         let s = scenario::run(&plan, stop, emit)?;
         return Ok(Ended {

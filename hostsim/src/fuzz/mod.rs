@@ -31,6 +31,7 @@ pub mod dge;
 pub mod dma;
 pub mod isa;
 pub mod ivp;
+pub mod jobs;
 pub mod oob;
 pub mod repro;
 pub mod rng;
@@ -39,11 +40,8 @@ pub mod scenario;
 
 pub use rng::Rng;
 
-use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
 
 use ::dma::Generation;
 
@@ -334,75 +332,32 @@ pub fn plan_case(plan: &Plan, index: u64) -> (u64, Input) {
     )
 }
 
-/// Runs `plan` until its budget is spent or `stop` is raised (checked before each case
-/// is taken), calling `each` after every case with the finding it made, if any.
-///
-/// `jobs` threads (at least one) take the cases in turn, each with its own [`Checker`],
-/// without the tracing subscriber (a plain copy's repeated destination indices warn by
-/// the thousand and would bury the findings; `--case SEED` replays one case with them).
-/// `each` runs on the calling thread in case order, so the summary, the findings and
-/// their order are those of one thread; every case taken is finished, so the cases run
-/// are always `0..cases`.
+/// Runs `plan` on `jobs` threads ([`jobs::in_order`], each with its own [`Checker`])
+/// until its budget is spent or `stop` is raised, calling `each` after every case, in
+/// case order, with the finding it made, if any: any `jobs` gives the same calls.
 pub fn run(
     plan: &Plan,
     jobs: usize,
     stop: &AtomicBool,
     mut each: impl FnMut(u64, Option<&Finding>),
 ) -> Summary {
-    let start = Instant::now();
-    let next = AtomicU64::new(0);
-    let interrupted = AtomicBool::new(false);
-    let take = || {
-        let spent = match plan.budget {
-            Budget::Iters(n) => next.load(Ordering::Relaxed) >= n,
-            Budget::Seconds(s) => start.elapsed() >= Duration::from_secs(s),
-        };
-        if spent {
-            return None;
-        }
-        if stop.load(Ordering::Relaxed) {
-            interrupted.store(true, Ordering::Relaxed);
-            return None;
-        }
-        let index = next.fetch_add(1, Ordering::Relaxed);
-        match plan.budget {
-            Budget::Iters(n) if index >= n => None,
-            _ => Some(index),
-        }
+    let mut findings = Vec::new();
+    let work = jobs::Work {
+        state: Checker::new,
+        case: |checker: &mut Checker, index| {
+            let (seed, input) = plan_case(plan, index);
+            checker.finding(seed, plan.generation, input)
+        },
     };
-    let mut summary = Summary::default();
-    std::thread::scope(|scope| {
-        let (sender, results) = mpsc::channel();
-        for _ in 0..jobs.max(1) {
-            let sender = sender.clone();
-            let take = &take;
-            scope.spawn(move || {
-                let quiet = tracing::subscriber::NoSubscriber::default();
-                tracing::subscriber::with_default(quiet, || {
-                    let mut checker = Checker::new();
-                    while let Some(index) = take() {
-                        let (seed, input) = plan_case(plan, index);
-                        let finding = checker.finding(seed, plan.generation, input);
-                        if sender.send((index, finding)).is_err() {
-                            return;
-                        }
-                    }
-                })
-            });
-        }
-        drop(sender);
-        let mut waiting = BTreeMap::new();
-        for (index, finding) in results {
-            waiting.insert(index, finding);
-            while let Some(finding) = waiting.remove(&summary.cases) {
-                each(summary.cases, finding.as_ref());
-                summary.cases += 1;
-                summary.findings.extend(finding);
-            }
-        }
+    let ran = jobs::in_order(jobs, plan.budget, stop, work, |index, finding| {
+        each(index, finding.as_ref());
+        findings.extend(finding);
     });
-    summary.interrupted = interrupted.load(Ordering::Relaxed);
-    summary
+    Summary {
+        cases: ran.cases,
+        findings,
+        interrupted: ran.interrupted,
+    }
 }
 
 #[cfg(test)]
@@ -458,19 +413,6 @@ mod tests {
         assert_eq!(found, Vec::<&str>::new());
         assert_eq!((s.cases, seen, s.interrupted), (40, 40, false));
         assert_eq!(s.line(), "fuzz: 40 cases, 0 mismatches");
-    }
-
-    #[test]
-    fn any_job_count_hands_back_every_case_once_in_order() {
-        let stop = AtomicBool::new(false);
-        for jobs in [1, 3] {
-            let mut order = Vec::new();
-            let s = run(&plan(Target::All, 5, 60), jobs, &stop, |i, f| {
-                order.push((i, f.is_some()));
-            });
-            let expect: Vec<(u64, bool)> = (0..60).map(|i| (i, false)).collect();
-            assert_eq!((order, s.cases, s.interrupted), (expect, 60, false));
-        }
     }
 
     #[test]

@@ -23,14 +23,13 @@ mod shrink;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
 
 use dma::{Fabric, Generation};
 
 use super::case::{Case, Op};
 use super::routes::Routes;
-use super::{Budget, Rng};
+use super::{jobs, Budget, Rng};
 use crate::error::Error;
 use crate::nki::ApDma;
 use crate::progress::Progress;
@@ -235,6 +234,8 @@ pub struct Plan {
     /// `None`: the scenario's own generation; `all`: the four.
     pub generation: Option<String>,
     pub out: PathBuf,
+    /// Threads that run cases ([`jobs::in_order`]).
+    pub jobs: usize,
 }
 
 /// Per op, generation and policy: cases, and how many wrote, skipped or errored.
@@ -345,55 +346,65 @@ pub fn run(plan: &Plan, stop: &AtomicBool, emit: &mut dyn FnMut(&str)) -> Result
         Budget::Seconds(_) => 0,
     };
     let mut progress = Progress::new(total, "fuzz scenario");
-    let mut checker = Checker::default();
+    let mut shrinker = Checker::default();
     let mut summary = Summary::default();
-    let start = Instant::now();
-    let quiet = tracing::subscriber::NoSubscriber::default();
-    tracing::subscriber::with_default(quiet, || {
-        for index in 0.. {
-            let spent = match plan.budget {
-                Budget::Iters(n) => index >= n,
-                Budget::Seconds(s) => start.elapsed() >= Duration::from_secs(s),
-            };
-            if spent || stop.load(Ordering::Relaxed) {
-                summary.interrupted = !spent;
-                break;
+    let work = jobs::Work {
+        state: Checker::default,
+        case: |checker: &mut Checker, index| {
+            let m = base.draw(&mut Rng::new(Rng::case_seed(plan.seed, index)));
+            let came = case(&base, checker, &m);
+            (m, came)
+        },
+    };
+    let ran = jobs::in_order(plan.jobs, plan.budget, stop, work, |index, (m, came)| {
+        summary.cases += 1;
+        progress.inc(1);
+        let f = match came {
+            Came::Refused => return summary.refused += 1,
+            Came::Clean(scenario, fates) => {
+                return summary.count(&scenario, &m.keep, m.generation, &fates)
             }
-            let mut rng = Rng::new(Rng::case_seed(plan.seed, index));
-            let m = base.draw(&mut rng);
-            summary.cases += 1;
-            progress.inc(1);
-            let Some(f) = case(&base, &mut checker, &m, &mut summary) else {
-                continue;
-            };
-            progress.finish();
-            report(plan, &base, &mut checker, (index, m, f), &mut summary, emit);
-            let done = progress.done();
-            progress = Progress::new(total, "fuzz scenario");
-            progress.inc(done);
-        }
+            Came::Found(f) => f,
+        };
+        summary.found += 1;
+        progress.finish();
+        report(
+            plan,
+            &base,
+            &mut shrinker,
+            (index, m, f),
+            &mut summary,
+            emit,
+        );
+        let done = progress.done();
+        progress = Progress::new(total, "fuzz scenario");
+        progress.inc(done);
     });
+    summary.interrupted = ran.interrupted;
     progress.finish();
     emit(summary.table().trim_end());
     emit(&summary.line());
     Ok(summary)
 }
 
-/// Runs case `m`, counting it; its finding, if any.
-fn case(base: &Base, checker: &mut Checker, m: &Mutation, summary: &mut Summary) -> Option<Found> {
+/// What a case came to, on the thread that ran it.
+enum Came {
+    /// Its edits made a scenario the CLI refuses.
+    Refused,
+    /// Every check passed: the edited scenario and its kept ops' fates.
+    Clean(Scenario, Vec<Fate>),
+    /// A check failed.
+    Found(Found),
+}
+
+/// Runs case `m`.
+fn case(base: &Base, checker: &mut Checker, m: &Mutation) -> Came {
     let Some((scenario, p)) = base.prepare(m) else {
-        summary.refused += 1;
-        return None;
+        return Came::Refused;
     };
     match checker.check(&scenario, &p) {
-        Verdict::Clean(fates) => {
-            summary.count(&scenario, &m.keep, m.generation, &fates);
-            None
-        }
-        Verdict::Finding(f) => {
-            summary.found += 1;
-            Some(f.with_original_op(&m.keep))
-        }
+        Verdict::Clean(fates) => Came::Clean(scenario, fates),
+        Verdict::Finding(f) => Came::Found(f.with_original_op(&m.keep)),
     }
 }
 
@@ -473,14 +484,16 @@ mod tests {
         dir
     }
 
-    /// Fuzzes `scenario` for `iters` cases; the summary and the case of the first finding.
-    fn fuzz(scenario: PathBuf, iters: u64, out: &Path) -> (Summary, Option<u64>) {
+    /// Fuzzes `scenario` for `iters` cases on `jobs` threads; the summary and the case of
+    /// the first finding.
+    fn fuzz(scenario: PathBuf, (iters, jobs): (u64, usize), out: &Path) -> (Summary, Option<u64>) {
         let plan = Plan {
             scenario,
             seed: 1,
             budget: Budget::Iters(iters),
             generation: None,
             out: out.to_path_buf(),
+            jobs,
         };
         let mut first = None;
         let mut lines = |l: &str| {
@@ -496,7 +509,11 @@ mod tests {
     #[test]
     fn the_bound_register_overrun_is_found_and_minimized_to_one_position() {
         let out = temp("fuzz-bound");
-        let (s, first) = fuzz(examples().join("bound_register/scenario.toml"), 300, &out);
+        let (s, first) = fuzz(
+            examples().join("bound_register/scenario.toml"),
+            (300, 2),
+            &out,
+        );
         println!("the overrun was found in case {first:?}");
         assert_eq!(s.findings.len(), 1, "{}", s.line());
         let (f, dir) = &s.findings[0];
@@ -559,10 +576,11 @@ mod tests {
     fn a_route_skipping_at_the_bound_is_caught() {
         let dir = temp("fuzz-plant");
         let scenario = tight_bound(&dir);
-        let (clean, _) = fuzz(scenario.clone(), 300, &dir.join("out-clean"));
+        let (clean, _) = fuzz(scenario.clone(), (300, 2), &dir.join("out-clean"));
         assert_eq!(clean.findings.len(), 0, "{}", clean.line());
         plant::set_skip_at_bound(true);
-        let (s, first) = fuzz(scenario, 300, &dir.join("out"));
+        // one thread, this one: the plant is per thread, so tests running beside stay clean
+        let (s, first) = fuzz(scenario, (300, 1), &dir.join("out"));
         plant::set_skip_at_bound(false);
         println!("the skip-at-bound mutant was caught in case {first:?}");
         assert_eq!(s.findings.len(), 1, "{}", s.line());
@@ -582,7 +600,7 @@ mod tests {
         // bound_register is the example of a finding (its bound register is twice its
         // table): the test above fuzzes it
         for name in EXAMPLES.into_iter().filter(|&n| n != "bound_register") {
-            let (s, _) = fuzz(examples().join(name).join("scenario.toml"), 12, &out);
+            let (s, _) = fuzz(examples().join(name).join("scenario.toml"), (12, 2), &out);
             let found: Vec<&str> = s.findings.iter().map(|(f, _)| f.what.as_str()).collect();
             assert_eq!(found, Vec::<&str>::new(), "{name}");
             assert_eq!(s.cases, 12);
@@ -595,7 +613,7 @@ mod tests {
     #[test]
     fn a_skipped_scalar_offset_is_tallied_as_skipped_under_its_policy() {
         let out = temp("fuzz-moe");
-        let (s, _) = fuzz(examples().join("moe_expert/scenario.toml"), 12, &out);
+        let (s, _) = fuzz(examples().join("moe_expert/scenario.toml"), (12, 2), &out);
         let inactive: Vec<_> = s.tally.iter().filter(|(k, _)| k.0 == 1).collect();
         assert!(!inactive.is_empty(), "{}", s.table());
         for ((_, _, _, policy), [_, _, skipped, _]) in inactive {
