@@ -23,7 +23,7 @@ pub struct Ran {
 
 /// What [`in_order`] runs: each thread's state, made on that thread, and one case.
 pub struct Work<S, C> {
-    /// A thread's own state (its routes).
+    /// Makes a thread's own state (its routes), on that thread.
     pub state: S,
     /// Runs case `index` with the thread's state.
     pub case: C,

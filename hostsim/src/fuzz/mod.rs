@@ -19,7 +19,8 @@
 //!
 //! [`Target::All`] takes the five in turn. A case is a pure function of its seed
 //! ([`Rng::case_seed`] of the run seed and the case number) or, for libFuzzer, of its
-//! bytes ([`case_from_bytes`]). Panics are caught and count as mismatches. A
+//! bytes ([`case_from_bytes`]). [`jobs`] runs cases on several threads and hands them
+//! back in case order. Panics are caught and count as mismatches. A
 //! [`Finding`] carries the whole input so [`repro`] can write a self-contained
 //! reproducer.
 
