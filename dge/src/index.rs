@@ -281,7 +281,8 @@ impl IndexPort {
     }
 
     /// Reads the windows holding `size`-byte elements at every address of `addrs` (any
-    /// order). A window never crosses a fabric region; one off the fabric is an error.
+    /// order). A window never crosses a fabric region; one off the fabric, or an element
+    /// ending past 2^64, is an error.
     pub fn read_listed(fabric: &Fabric, addrs: &[u64], size: u64) -> Result<IndexPort, Error> {
         let sorted: std::borrow::Cow<[u64]> = match addrs.is_sorted() {
             true => addrs.into(),
@@ -291,19 +292,27 @@ impl IndexPort {
                 v.into()
             }
         };
-        let mut iter = sorted.iter().copied();
-        let Some(first) = iter.next() else {
+        let (Some(&first), Some(&last)) = (sorted.first(), sorted.last()) else {
             return Ok(IndexPort::default());
         };
+        // only the highest address can end past 2^64: refused with the bytes asked for (a
+        // window cut short at 2^64 would name fewer)
+        if last.checked_add(size).is_none() {
+            let overflow = dma::Error::AddressOverflow {
+                addr: last,
+                len: size,
+            };
+            return Err(overflow.into());
+        }
         let mut windows = Vec::with_capacity(sorted.len());
-        let (mut lo, mut hi) = (first, first.saturating_add(size));
-        for a in iter {
+        let (mut lo, mut hi) = (first, first + size);
+        for &a in &sorted[1..] {
             if a <= hi.saturating_add(WINDOW_GAP) && region_slot(a) == region_slot(lo) {
-                hi = hi.max(a.saturating_add(size));
+                hi = hi.max(a + size);
                 continue;
             }
             windows.push((lo, hi - lo));
-            (lo, hi) = (a, a.saturating_add(size));
+            (lo, hi) = (a, a + size);
         }
         windows.push((lo, hi - lo));
         IndexPort::read_windows(fabric, &windows)
@@ -570,6 +579,26 @@ mod tests {
             empty.addresses("source", 0, 1),
             Err(Error::IndexPatternShape { dims: 1, .. })
         ));
+    }
+
+    #[test]
+    fn an_index_past_the_end_of_64_bits_names_its_size_and_address() {
+        let f = Fabric::new(Generation::Cayman);
+        let cases: [(&[u64], &str); 3] = [
+            (&[0xffff_ffff_ffff_fffe], "0xfffffffffffffffe"),
+            (&[u64::MAX, SBUF_BASE], "0xffffffffffffffff"),
+            (
+                &[SBUF_BASE, u64::MAX - 3, u64::MAX - 1],
+                "0xfffffffffffffffe",
+            ),
+        ];
+        for (addrs, at) in cases {
+            let e = IndexPort::read_listed(&f, addrs, 4)
+                .unwrap_err()
+                .to_string();
+            let want = format!("access of 0x4 bytes at {at} overflows the 64-bit address space");
+            assert_eq!(e, want);
+        }
     }
 
     #[test]

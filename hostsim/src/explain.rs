@@ -1116,18 +1116,13 @@ mod tests {
             gone(&path);
             e.ops.into_iter().next().unwrap()
         };
-        let op = explained(-1);
-        assert!(codes(&op).contains(&"negative-scalar"), "{:?}", codes(&op));
-        let lint = op
-            .lints
-            .iter()
-            .find(|l| l.code == "negative-scalar")
-            .unwrap();
-        assert!(
-            lint.message.starts_with("dst scalar_offset p = -1 moves the walk back 1 elements (1 x the dim's stride 1) from its offset"),
-            "{}",
-            lint.message
-        );
+        for (value, back) in [(-1, "1 element (1"), (-2, "2 elements (2")] {
+            let op = explained(value);
+            assert!(codes(&op).contains(&"negative-scalar"), "{:?}", codes(&op));
+            let lint = op.lints.iter().find(|l| l.code == "negative-scalar");
+            let want = format!("dst scalar_offset p = {value} moves the walk back {back} x the dim's stride 1) from its offset");
+            assert!(lint.unwrap().message.starts_with(&want), "{lint:?}");
+        }
         for value in [0, 3] {
             assert!(
                 !codes(&explained(value)).contains(&"negative-scalar"),

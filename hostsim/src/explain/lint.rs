@@ -413,11 +413,12 @@ fn nki_compute(f: &Facts) -> Option<Lint> {
 fn negative_scalar(f: &Facts) -> Option<Lint> {
     let s = f.scalars.iter().find(|s| s.value < 0)?;
     let (side, tensor, value) = (s.side, &s.tensor, s.value);
+    let back = u128::from(value.unsigned_abs()) * u128::from(s.stride);
+    let plural = if back == 1 { "" } else { "s" };
     Some(Lint {
         code: "negative-scalar",
         message: format!(
-            "{side} scalar_offset {tensor} = {value} moves the walk back {} elements ({} x the dim's stride {}) from its offset: NKI checks the value against the tensor, not the picked dim (a negative vector_offset index would be out of bounds)",
-            u128::from(value.unsigned_abs()) * u128::from(s.stride),
+            "{side} scalar_offset {tensor} = {value} moves the walk back {back} element{plural} ({} x the dim's stride {}) from its offset: NKI checks the value against the tensor, not the picked dim (a negative vector_offset index would be out of bounds)",
             value.unsigned_abs(),
             s.stride
         ),

@@ -38,6 +38,7 @@ pub mod place;
 pub mod queues;
 pub mod sanitize;
 pub mod session;
+mod toml_text;
 
 use std::path::{Path, PathBuf};
 
@@ -50,6 +51,7 @@ pub use place::Placed;
 
 use crate::error::{Error, ErrorKind};
 use crate::runtime::Mechanism;
+use toml_text::{string_at, Entry};
 
 /// DMA queues used when neither the command line nor anything else says.
 pub const DEFAULT_QUEUES: usize = 16;
@@ -157,27 +159,52 @@ fn toml_error(file: &str, text: &str, e: &toml::de::Error) -> Error {
         let (line, column) = line_column(text, at);
         return syntax(file, line, column, &fault.describe(message));
     }
+    let entries = toml_text::entries(text);
     let name = e.message().strip_prefix("unknown field `");
     let name = name.and_then(|n| n.split('`').next());
-    let at = name.and_then(|n| key_at(text, span.clone(), n));
-    let at = at.map_or(span.start, |(key, _)| key);
+    // the misspelt key's own line, inside the span of the table serde names
+    let key = |k: &&Entry| span.contains(&k.at) && k.keys.last().map(String::as_str) == name;
+    let at = name
+        .and(entries.iter().find(key))
+        .map_or(span.start, |k| k.at);
     let (line, column) = line_column(text, at);
-    let context = table_context(text, at);
+    let context = TableContext::of(&entries, text, at);
     syntax(file, line, column, &context.describe(text, at, message))
 }
 
 /// Where in an `[[op]]` or `[[tensor]]` table of TOML `text` an error is that neither serde
 /// nor [`TableFault`] places (a tensor's field, or a number TOML cannot hold, which fails
 /// the document before any op is read): the table, and the keys its byte is written under
-/// on its line.
+/// in it.
 struct TableContext {
     /// `op N (kind)` or `tensor N (name)` (none outside them).
     table: Option<String>,
-    /// The line's key and, inside its inline table, the innermost key before the byte.
+    /// The key path of the line (with the sub-table's, `[op.src]`, or a dotted key's)
+    /// and, inside its inline table, the innermost key before the byte.
     keys: Vec<String>,
 }
 
 impl TableContext {
+    /// The context of byte `at` of TOML `text`, whose [`toml_text::entries`] are `entries`.
+    fn of(entries: &[Entry], text: &str, at: usize) -> TableContext {
+        let Some(entry) = entries.iter().take_while(|e| e.at <= at).last() else {
+            return TableContext {
+                table: None,
+                keys: Vec::new(),
+            };
+        };
+        let before = entry.value.and_then(|v| text.get(v..at));
+        let inner = before.and_then(inner_key);
+        let inner = inner.filter(|k| entry.keys.last() != Some(k));
+        TableContext {
+            table: entry
+                .table
+                .as_ref()
+                .and_then(|t| table_label(entries, text, t)),
+            keys: entry.keys.iter().cloned().chain(inner).collect(),
+        }
+    }
+
     /// `message` naming the table and the keys, with the number and TOML's range when the
     /// parser could not hold it.
     fn describe(&self, text: &str, at: usize, message: &str) -> String {
@@ -202,68 +229,44 @@ impl TableContext {
     }
 }
 
-/// The [`TableContext`] of byte `at` of TOML `text`: its `[[op]]` or `[[tensor]]` table
-/// if it lies in one, and its keys.
-fn table_context(text: &str, at: usize) -> TableContext {
-    let start = text
-        .get(..at)
-        .and_then(|t| t.rfind('\n'))
-        .map_or(0, |n| n + 1);
-    TableContext {
-        table: table_at(text, at),
-        keys: text.get(start..at).map(keys_before).unwrap_or_default(),
-    }
-}
-
-/// `op N (kind)` or `tensor N (name)`: the table of TOML `text` holding byte `at`, if one
-/// of those.
-fn table_at(text: &str, at: usize) -> Option<String> {
-    const KINDS: [(&str, &str, &str); 2] =
-        [("[[op]]", "op", "op"), ("[[tensor]]", "tensor", "name")];
-    let (mut offset, mut seen, mut current) = (0, [0usize; 2], None);
-    for line in text.split_inclusive('\n') {
-        if offset > at {
-            break;
-        }
-        if let Some(head) = table_header(line) {
-            current = KINDS.iter().position(|k| k.0 == head).map(|k| {
-                seen[k] += 1;
-                (k, seen[k] - 1)
-            });
-        }
-        offset += line.len();
-    }
-    let (k, index) = current?;
-    let (header, kind, label_key) = KINDS[k];
-    let span = table_span(text, header, index)?;
-    let label = key_at(text, span, label_key).and_then(|(_, value)| {
-        let quoted = text.get(value..)?.strip_prefix('"')?;
-        quoted.split('"').next()
-    });
-    Some(format!("{kind} {index} ({})", label.unwrap_or("?")))
-}
-
-/// The keys of a TOML line's text before some byte: its own key, and the last key of an
-/// inline table when that is another.
-fn keys_before(prefix: &str) -> Vec<String> {
-    let key = |s: &str| {
-        let s = s.trim_end();
-        let k = s
-            .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .next();
-        k.filter(|k| !k.is_empty()).map(str::to_string)
+/// `op N (kind)` or `tensor N (name)`: element `index` of the `[[op]]` or `[[tensor]]`
+/// tables, labelled by its kind or name (decoded); none for another table.
+fn table_label(entries: &[Entry], text: &str, (table, index): &(String, usize)) -> Option<String> {
+    let label_key = match table.as_str() {
+        "op" => "op",
+        "tensor" => "name",
+        _ => return None,
     };
-    let mut keys: Vec<String> = prefix
-        .split_once('=')
-        .and_then(|(k, _)| key(k))
-        .into_iter()
-        .collect();
-    if let Some(inner) = prefix.rsplit_once('=').and_then(|(k, _)| key(k)) {
-        if keys.last() != Some(&inner) {
-            keys.push(inner);
-        }
-    }
-    keys
+    let value = key_in(entries, (table.as_str(), *index), label_key).map(|(_, value)| value);
+    let label = value
+        .and_then(|v| string_at(text, v))
+        .map(|(label, _)| label);
+    Some(format!(
+        "{table} {index} ({})",
+        label.as_deref().unwrap_or("?")
+    ))
+}
+
+/// The innermost key of an inline table in `value` (a value's text up to some byte).
+fn inner_key(value: &str) -> Option<String> {
+    let (before, _) = value.rsplit_once('=')?;
+    let key = before
+        .trim_end()
+        .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .next();
+    key.filter(|k| !k.is_empty()).map(str::to_string)
+}
+
+/// Where field `name` of element `index` of the `[[table]]` tables is written: the byte of
+/// its key (or its sub-table's header, `[op.src]`) and of its value (or that header).
+fn key_in(entries: &[Entry], (table, index): (&str, usize), name: &str) -> Option<(usize, usize)> {
+    let e = entries.iter().find(|e| {
+        e.table
+            .as_ref()
+            .is_some_and(|(t, i)| t.as_str() == table && *i == index)
+            && e.keys.first().map(String::as_str) == Some(name)
+    })?;
+    Some((e.at, e.value.unwrap_or(e.at)))
 }
 
 fn syntax(file: &str, line: usize, column: usize, message: &str) -> Error {
@@ -364,58 +367,15 @@ impl TableFault {
     /// Where in TOML `text` the fault is: the misspelt key of an unknown field, else the
     /// value of the field (of `op` when no one field is at fault), inside the op's table.
     fn toml_at(&self, text: &str, message: &str) -> Option<usize> {
-        let table = table_span(text, "[[op]]", self.index)?;
         let field = self.field.as_deref().unwrap_or("op");
-        let (key, value) = key_at(text, table, field)?;
+        let entries = toml_text::entries(text);
+        let (key, value) = key_in(&entries, ("op", self.index), field)?;
         Some(if message.starts_with("unknown field") {
             key
         } else {
             value
         })
     }
-}
-
-/// The table header a TOML line is, without its blanks (`[[op]]`), if it is one: a line
-/// of a bracket pair holding no comma (a multi-line array's element line, `[1, 4],`,
-/// holds one or ends past its bracket).
-fn table_header(line: &str) -> Option<String> {
-    let head = line.split('#').next().unwrap_or("").trim();
-    let header = head.starts_with('[') && head.ends_with(']') && !head.contains(',');
-    header.then(|| head.replace(char::is_whitespace, ""))
-}
-
-/// The bytes of the `index`-th `header` (such as `[[op]]`) table of TOML `text`: from its
-/// header to the next table header.
-fn table_span(text: &str, header: &str, index: usize) -> Option<std::ops::Range<usize>> {
-    let mut offset = 0;
-    let mut headers = Vec::new();
-    for line in text.split_inclusive('\n') {
-        if let Some(head) = table_header(line) {
-            headers.push((offset, head == header));
-        }
-        offset += line.len();
-    }
-    let ops: Vec<usize> = (0..headers.len()).filter(|&h| headers[h].1).collect();
-    let &h = ops.get(index)?;
-    let end = headers.get(h + 1).map_or(text.len(), |next| next.0);
-    Some(headers[h].0..end)
-}
-
-/// Where key `name` is written inside `span` of `text` (a line `name = value`): the byte
-/// of the key and of its value.
-fn key_at(text: &str, span: std::ops::Range<usize>, name: &str) -> Option<(usize, usize)> {
-    let table = text.get(span.clone())?;
-    let mut offset = span.start;
-    for line in table.split_inclusive('\n') {
-        let key = line.trim_start();
-        let rest = key.strip_prefix(name).map(str::trim_start);
-        if let Some(value) = rest.and_then(|r| r.strip_prefix('=')) {
-            let key_at = offset + (line.len() - key.len());
-            return Some((key_at, offset + line.len() - value.trim_start().len()));
-        }
-        offset += line.len();
-    }
-    None
 }
 
 /// The byte of the closing brace of the `index`-th element of the top-level `"op"` array
@@ -681,12 +641,14 @@ dst = "t"
         for (text, at, want) in cases {
             placed(&text, at, want);
         }
-        // a multi-line array's element lines are no table headers; a number outside any
-        // table still gets its value and TOML's range
+        // a multi-line array's element lines are no table headers, and its keys are the
+        // ones its first line names; a number outside any table still gets its value and
+        // TOML's range
         let lines = copy.replace("[[1, 4]]", "[\n  [1, 4],\n  [1, 99999999999999999999]\n]");
         let (_, _, message) = syntax_error(&lines, Format::Toml);
         assert!(
-            message.starts_with("op 1 (dma_copy): `99999999999999999999`: number too large"),
+            message
+                .starts_with("op 1 (dma_copy): src: ap: `99999999999999999999`: number too large"),
             "{message}"
         );
         let top = GOOD.replace(
@@ -702,13 +664,11 @@ dst = "t"
             message.ends_with("(a TOML integer is -2^63 ..= 2^63 - 1)"),
             "{message}"
         );
-        assert_eq!(table_header(" [[ op ]] # x\n"), Some("[[op]]".into()));
-        assert_eq!(table_header("  [1, 4],\n"), None);
         assert_eq!(
-            keys_before("src = { tensor = \"t\", ap = [[1, "),
-            ["src", "ap"]
+            inner_key("{ tensor = \"t\", ap = [[1, ").as_deref(),
+            Some("ap")
         );
-        assert_eq!(keys_before("shape = ["), ["shape"]);
+        assert_eq!(inner_key("[4, "), None);
         // a JSON scenario's tensor faults name the tensor and the field too
         for (text, want) in [
             (
@@ -729,7 +689,78 @@ dst = "t"
             let (_, _, message) = syntax_error(&json, Format::Json);
             assert!(message.starts_with(want), "{message}");
         }
-        assert!(keys_before("  ").is_empty());
+    }
+
+    /// GOOD and a second op, a `dma_copy` whose `src` is `src` (the rest of a line).
+    fn with_copy(header: &str, src: &str) -> String {
+        format!("{GOOD}{header}\nop = \"dma_copy\"\ndst = \"t\"\nsrc{src}\n")
+    }
+
+    const TOO_LARGE: &str = "`99999999999999999999`: number too large to fit in target type (a TOML integer is -2^63 ..= 2^63 - 1)";
+
+    #[test]
+    fn quoted_headers_count_and_headers_inside_strings_do_not() {
+        let ap = " = { tensor = \"t\", ap = [[1, 99999999999999999999]] }";
+        let want = format!("op 1 (dma_copy): src: ap: {TOO_LARGE}");
+        for header in ["[[\"op\"]]", "[[ 'op' ]]", "[[\"o\\u0070\"]] # [[op]]"] {
+            let (_, _, message) = syntax_error(&with_copy(header, ap), Format::Toml);
+            assert_eq!(message, want, "{header}");
+        }
+        // text of a multi-line string is no header
+        for quotes in ["\"\"\"", "'''"] {
+            let name = format!("name = {quotes}\n[[op]]\nop = \"dma_scatter\"\\\"\"\"\n{quotes}");
+            let text = with_copy("[[op]]", ap).replacen(
+                "dst = \"t\"\n",
+                &format!("dst = \"t\"\n{name}\n"),
+                1,
+            );
+            let (_, _, message) = syntax_error(&text, Format::Toml);
+            assert_eq!(message, want, "{quotes}");
+        }
+        // a schema error in a quoted header's op is placed there
+        let mul = with_copy("[['op']]", " = \"t\"\ncompute = \"mul\"");
+        placed(
+            &mul,
+            (18, 11),
+            "op 1 (dma_copy): compute: unknown variant `mul`",
+        );
+    }
+
+    #[test]
+    fn a_tables_label_is_its_name_decoded() {
+        for (name, label) in [
+            ("\"a\\\"b\"", "a\"b"),
+            ("'c\"d'", "c\"d"),
+            ("\"\\u00e9\"", "é"),
+        ] {
+            let text = GOOD
+                .replace("name = \"t\"", &format!("name = {name}"))
+                .replace("init = \"iota\"", "addr = 99999999999999999999");
+            let (_, _, message) = syntax_error(&text, Format::Toml);
+            assert_eq!(message, format!("tensor 0 ({label}): addr: {TOO_LARGE}"));
+        }
+    }
+
+    #[test]
+    fn sub_tables_and_dotted_keys_name_the_op_and_the_key_path() {
+        let want = format!("op 1 (dma_copy): src: ap: {TOO_LARGE}");
+        let sub = with_copy("[[op]]", "").replace(
+            "\nsrc\n",
+            "\n[op.src]\ntensor = \"t\"\nap = [[1, 99999999999999999999]]\n",
+        );
+        let dotted = with_copy(
+            "[[op]]",
+            ".tensor = \"t\"\nsrc.ap = [[1, 99999999999999999999]]",
+        );
+        for text in [sub, dotted] {
+            let (_, _, message) = syntax_error(&text, Format::Toml);
+            assert_eq!(message, want, "{text}");
+        }
+        // a schema error inside [op.src]: named by TableFault, placed at its header
+        let bad = with_copy("[[op]]", "")
+            .replace("\nsrc\n", "\n[op.src]\ntensor = \"t\"\nindirect_dim = -1\n");
+        let want = "op 1 (dma_copy): src: indirect_dim: invalid value: integer `-1`, expected u32";
+        assert_eq!(syntax_error(&bad, Format::Toml), (17, 1, want.to_string()));
     }
 
     #[test]
