@@ -250,20 +250,22 @@ fn main() -> ExitCode {
     }
 }
 
-/// `hostsim fuzz`: Ctrl-C raises the stop flag (a second one exits at once), caught
-/// panics stay quiet (each is reported as a mismatch), exit 1 on any mismatch.
+/// `hostsim fuzz`: Ctrl-C raises the stop flag (another press, not the same one's echo,
+/// exits at once: [`Interrupts`](hostsim::fuzz::command::Interrupts)), caught panics
+/// stay quiet (each is reported as a mismatch), exit 1 on any mismatch.
 fn run_fuzz(opts: &hostsim::fuzz::command::Options) -> ExitCode {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use hostsim::fuzz::command::Interrupts;
     use std::sync::Arc;
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
+    let presses = Arc::new(Interrupts::default());
+    let handler = Arc::clone(&presses);
     let _ = ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
+        if handler.press(std::time::Instant::now()) {
             std::process::exit(130);
         }
     });
     std::panic::set_hook(Box::new(|_| {}));
-    let result = hostsim::fuzz::command::execute(opts, &stop, &mut |line| println!("{line}"));
+    let print = &mut |line: &str| println!("{line}");
+    let result = hostsim::fuzz::command::execute(opts, &presses.stop, print);
     let _ = std::panic::take_hook();
     match result {
         Ok(s) if s.findings > 0 => ExitCode::FAILURE,

@@ -2,7 +2,9 @@
 //! CLI prints the lines this module hands it (nothing here prints).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use dma::Generation;
 
@@ -49,6 +51,29 @@ pub struct Options {
     /// routes; findings are minimized into DIR/case-K/.
     #[arg(long, value_name = "FILE", conflicts_with = "target")]
     pub scenario: Option<PathBuf>,
+}
+
+/// Ctrl-C presses during a run. The first raises the stop flag: the run ends once the
+/// cases in flight are done, and prints its summary. Another press at least
+/// [`Interrupts::AGAIN`] later means "exit at once". Signals closer together are one
+/// press: `timeout -s INT` signals the process and then its group.
+#[derive(Debug, Default)]
+pub struct Interrupts {
+    /// The stop flag the run looks at.
+    pub stop: AtomicBool,
+    first: OnceLock<Instant>,
+}
+
+impl Interrupts {
+    /// How long after the first press another one exits at once.
+    pub const AGAIN: Duration = Duration::from_millis(500);
+
+    /// A press at `now`: raises the stop flag; `true` if the run should exit at once.
+    pub fn press(&self, now: Instant) -> bool {
+        self.stop.store(true, Ordering::SeqCst);
+        let first = *self.first.get_or_init(|| now);
+        now.saturating_duration_since(first) >= Interrupts::AGAIN
+    }
 }
 
 /// How a run ended: its findings and whether it was interrupted.
@@ -221,6 +246,21 @@ mod tests {
             seed: 1,
             ..Options::default()
         }
+    }
+
+    #[test]
+    fn only_a_second_press_apart_from_the_first_exits_at_once() {
+        let presses = Interrupts::default();
+        let t0 = Instant::now();
+        let late = Interrupts::AGAIN;
+        assert!(!presses.stop.load(Ordering::SeqCst));
+        let got = [
+            presses.press(t0),
+            presses.press(t0 + Duration::from_millis(5)),
+            presses.press(t0 + late),
+        ];
+        assert_eq!(got, [false, false, true]);
+        assert!(presses.stop.load(Ordering::SeqCst));
     }
 
     #[test]
