@@ -237,7 +237,7 @@ fn table_label(entries: &[Entry], text: &str, (table, index): &(String, usize)) 
         "tensor" => "name",
         _ => return None,
     };
-    let value = key_in(entries, (table.as_str(), *index), label_key).map(|(_, value)| value);
+    let value = key_in(entries, (table.as_str(), *index), &[label_key]).map(|(_, value)| value);
     let label = value
         .and_then(|v| string_at(text, v))
         .map(|(label, _)| label);
@@ -257,16 +257,45 @@ fn inner_key(value: &str) -> Option<String> {
     key.filter(|k| !k.is_empty()).map(str::to_string)
 }
 
-/// Where field `name` of element `index` of the `[[table]]` tables is written: the byte of
-/// its key (or its sub-table's header, `[op.src]`) and of its value (or that header).
-fn key_in(entries: &[Entry], (table, index): (&str, usize), name: &str) -> Option<(usize, usize)> {
-    let e = entries.iter().find(|e| {
-        e.table
-            .as_ref()
-            .is_some_and(|(t, i)| t.as_str() == table && *i == index)
-            && e.keys.first().map(String::as_str) == Some(name)
-    })?;
+/// Where the key `path` (a field and the keys inside it) of element `index` of the
+/// `[[table]]` tables is written: the byte of its key and of its value. The entry of the
+/// field matching most of `path` wins (`src.offset = ...` over `src.tensor = ...`, a key
+/// under `[op.src]` over the header), the first of equals.
+fn key_in(
+    entries: &[Entry],
+    (table, index): (&str, usize),
+    path: &[&str],
+) -> Option<(usize, usize)> {
+    let matched = |e: &Entry| e.keys.iter().zip(path).take_while(|(k, p)| k == *p).count();
+    let e = entries
+        .iter()
+        .filter(|e| {
+            e.table
+                .as_ref()
+                .is_some_and(|(t, i)| t.as_str() == table && *i == index)
+        })
+        .map(|e| (matched(e), e))
+        .filter(|&(n, _)| n > 0)
+        .max_by_key(|&(n, e)| (n, std::cmp::Reverse(e.at)))?
+        .1;
     Some((e.at, e.value.unwrap_or(e.at)))
+}
+
+/// The keys inside field `field` that a schema `message` names: the leading `key: `
+/// parts (`offset: invalid type ...`), or an unknown field's name.
+fn message_path<'m>(field: &'m str, message: &'m str) -> Vec<&'m str> {
+    let is_key =
+        |k: &str| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let mut path = vec![field];
+    let mut parts = message.split(": ").peekable();
+    while let Some(k) = parts.next_if(|k| is_key(k)) {
+        path.push(k);
+    }
+    let unknown = message
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split('`').next());
+    path.extend(unknown.filter(|k| *k != field));
+    path
 }
 
 fn syntax(file: &str, line: usize, column: usize, message: &str) -> Error {
@@ -369,7 +398,8 @@ impl TableFault {
     fn toml_at(&self, text: &str, message: &str) -> Option<usize> {
         let field = self.field.as_deref().unwrap_or("op");
         let entries = toml_text::entries(text);
-        let (key, value) = key_in(&entries, ("op", self.index), field)?;
+        let path = message_path(field, message);
+        let (key, value) = key_in(&entries, ("op", self.index), &path)?;
         Some(if message.starts_with("unknown field") {
             key
         } else {
@@ -756,11 +786,21 @@ dst = "t"
             let (_, _, message) = syntax_error(&text, Format::Toml);
             assert_eq!(message, want, "{text}");
         }
-        // a schema error inside [op.src]: named by TableFault, placed at its header
+        // a schema error inside [op.src], or on a dotted key after another of its field:
+        // named by TableFault, placed at its own value (an unknown key at the key)
+        let want = "op 1 (dma_copy): src: indirect_dim: invalid value: integer `-1`, expected u32";
         let bad = with_copy("[[op]]", "")
             .replace("\nsrc\n", "\n[op.src]\ntensor = \"t\"\nindirect_dim = -1\n");
-        let want = "op 1 (dma_copy): src: indirect_dim: invalid value: integer `-1`, expected u32";
-        assert_eq!(syntax_error(&bad, Format::Toml), (17, 1, want.to_string()));
+        assert_eq!(syntax_error(&bad, Format::Toml), (19, 16, want.to_string()));
+        let dotted = with_copy("[[op]]", ".tensor = \"t\"\nsrc.indirect_dim = -1");
+        assert_eq!(
+            syntax_error(&dotted, Format::Toml),
+            (18, 20, want.to_string())
+        );
+        let unknown = with_copy("[[op]]", ".tensor = \"t\"\nsrc.offsett = 3");
+        let (line, column, message) = syntax_error(&unknown, Format::Toml);
+        assert_eq!((line, column), (18, 1), "{message}");
+        assert!(message.starts_with("op 1 (dma_copy): src: unknown field `offsett`"));
     }
 
     #[test]
