@@ -209,12 +209,12 @@ impl TableContext {
     /// parser could not hold it.
     fn describe(&self, text: &str, at: usize, message: &str) -> String {
         let mut parts: Vec<String> = self.table.iter().cloned().collect();
-        parts.extend(
-            self.keys
-                .iter()
-                .filter(|k| !message.contains(&format!("`{k}`")))
-                .cloned(),
-        );
+        // the keys down to the one the message names (`foo.bar = 3`: unknown field `foo`)
+        let named = self
+            .keys
+            .iter()
+            .position(|k| message.contains(&format!("`{k}`")));
+        parts.extend_from_slice(&self.keys[..named.unwrap_or(self.keys.len())]);
         let rule = match message.starts_with("number too") {
             true => {
                 let rest = text.get(at..).unwrap_or_default();
@@ -769,6 +769,22 @@ dst = "t"
             let (_, _, message) = syntax_error(&text, Format::Toml);
             assert_eq!(message, format!("tensor 0 ({label}): addr: {TOO_LARGE}"));
         }
+    }
+
+    #[test]
+    fn a_dotted_unknown_key_and_a_plain_op_table_are_named_as_written() {
+        // `foo.bar = 3` in a tensor: the unknown field is `foo`, placed at its line, and
+        // `bar` (under it) is no key of the message
+        let dotted = GOOD.replacen("name = \"t\"\n", "name = \"t\"\nfoo.bar = 3\n", 1);
+        let (line, column, message) = syntax_error(&dotted, Format::Toml);
+        assert_eq!((line, column), (5, 1), "{message}");
+        assert!(
+            message.starts_with("tensor 0 (t): unknown field `foo`"),
+            "{message}"
+        );
+        // `[op]` after the ops is a table of the document root, not of the last op
+        let (_, _, message) = syntax_error(&format!("{GOOD}[op]\n"), Format::Toml);
+        assert!(message.starts_with("invalid table header"), "{message}");
     }
 
     #[test]

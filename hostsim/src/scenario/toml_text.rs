@@ -55,7 +55,9 @@ impl Tables {
                 self.current = Some((name.clone(), *n - 1));
                 self.prefix.clear();
             }
-            [name, sub @ ..] if Some(name) == inside => self.prefix = sub.to_vec(),
+            [name, sub @ ..] if Some(name) == inside && !sub.is_empty() => {
+                self.prefix = sub.to_vec()
+            }
             _ => (self.current, self.prefix) = (None, keys),
         }
         Entry {
