@@ -51,7 +51,7 @@ pub use place::Placed;
 
 use crate::error::{Error, ErrorKind};
 use crate::runtime::Mechanism;
-use toml_text::{string_at, Entry};
+use toml_text::{string_at, Entry, Step};
 
 /// DMA queues used when neither the command line nor anything else says.
 pub const DEFAULT_QUEUES: usize = 16;
@@ -193,15 +193,14 @@ impl TableContext {
                 keys: Vec::new(),
             };
         };
-        let before = entry.value.and_then(|v| text.get(v..at));
-        let inner = before.and_then(inner_key);
-        let inner = inner.filter(|k| entry.keys.last() != Some(k));
         TableContext {
             table: entry
                 .table
                 .as_ref()
                 .and_then(|t| table_label(entries, text, t)),
-            keys: entry.keys.iter().cloned().chain(inner).collect(),
+            keys: entry
+                .value
+                .map_or_else(|| entry.keys.clone(), |v| keys_at(entry, text, v, at)),
         }
     }
 
@@ -237,7 +236,8 @@ fn table_label(entries: &[Entry], text: &str, (table, index): &(String, usize)) 
         "tensor" => "name",
         _ => return None,
     };
-    let value = key_in(entries, (table.as_str(), *index), &[label_key]).map(|(_, value)| value);
+    let entry = key_in(entries, (table.as_str(), *index), &[label_key]);
+    let value = entry.map(|e| e.value.unwrap_or(e.at));
     let label = value
         .and_then(|v| string_at(text, v))
         .map(|(label, _)| label);
@@ -247,25 +247,48 @@ fn table_label(entries: &[Entry], text: &str, (table, index): &(String, usize)) 
     ))
 }
 
-/// The innermost key of an inline table in `value` (a value's text up to some byte).
-fn inner_key(value: &str) -> Option<String> {
-    let (before, _) = value.rsplit_once('=')?;
-    let key = before
-        .trim_end()
-        .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .next();
-    key.filter(|k| !k.is_empty()).map(str::to_string)
+/// The keys byte `at` is written under, at or after key line `entry` (its value at byte
+/// `value`): in the value, the line's keys and the inline keys around the byte; on a later
+/// line (one TOML could not read as a key line), the keys that line starts with.
+fn keys_at(entry: &Entry, text: &str, value: usize, at: usize) -> Vec<String> {
+    let (inner, end) = toml_text::inner(text, value);
+    if text.get(end..at).is_some_and(|after| after.contains('\n')) {
+        let own = toml_text::line_keys(text, entry.at).len();
+        let table = &entry.keys[..entry.keys.len().saturating_sub(own)];
+        return [table.to_vec(), toml_text::line_keys(text, at)].concat();
+    }
+    let around =
+        |r: &std::ops::Range<usize>| r.contains(&at) || (r.end == text.len() && at == r.end);
+    let steps = inner
+        .iter()
+        .rev()
+        .find(|i| around(&i.value))
+        .map(|i| i.path.as_slice());
+    with_steps(entry.keys.clone(), steps.unwrap_or_default())
+}
+
+/// `keys` followed by `steps` as a message names them: an element as `[i]` after its
+/// array's key (`bounds[0]`), elements after the last key left out.
+fn with_steps(mut keys: Vec<String>, steps: &[Step]) -> Vec<String> {
+    let last_key = steps.iter().rposition(|s| matches!(s, Step::Key(_)));
+    for step in &steps[..last_key.map_or(0, |k| k + 1)] {
+        match (step, keys.last_mut()) {
+            (Step::Key(k), _) => keys.push(k.clone()),
+            (Step::Element(i), Some(key)) => key.push_str(&format!("[{i}]")),
+            (Step::Element(i), None) => keys.push(format!("[{i}]")),
+        }
+    }
+    keys
 }
 
 /// Where the key `path` (a field and the keys inside it) of element `index` of the
-/// `[[table]]` tables is written: the byte of its key and of its value. The entry of the
-/// field matching most of `path` wins (`src.offset = ...` over `src.tensor = ...`, a key
+/// `[[table]]` tables is written: the entry of the field matching most of `path` wins (`src.offset = ...` over `src.tensor = ...`, a key
 /// under `[op.src]` over the header), the first of equals.
-fn key_in(
-    entries: &[Entry],
+fn key_in<'e>(
+    entries: &'e [Entry],
     (table, index): (&str, usize),
     path: &[&str],
-) -> Option<(usize, usize)> {
+) -> Option<&'e Entry> {
     let matched = |e: &Entry| e.keys.iter().zip(path).take_while(|(k, p)| k == *p).count();
     let e = entries
         .iter()
@@ -276,9 +299,8 @@ fn key_in(
         })
         .map(|e| (matched(e), e))
         .filter(|&(n, _)| n > 0)
-        .max_by_key(|&(n, e)| (n, std::cmp::Reverse(e.at)))?
-        .1;
-    Some((e.at, e.value.unwrap_or(e.at)))
+        .max_by_key(|&(n, e)| (n, std::cmp::Reverse(e.at)))?;
+    Some(e.1)
 }
 
 /// The keys inside field `field` that a schema `message` names: the leading `key: `
@@ -329,6 +351,8 @@ struct TableFault {
     /// The op's kind, or the tensor's name.
     kind: String,
     field: Option<String>,
+    /// Inside the field, the steps down to the element or key at fault.
+    steps: Vec<Step>,
 }
 
 impl TableFault {
@@ -367,11 +391,17 @@ impl TableFault {
             rest.remove(*k);
             !fails(&serde_json::Value::Object(rest))
         });
+        // inside the field too, unless the message names keys itself (an `.ap()` table's)
+        let named = |f: &&String| message_path(f, message).len() - 1;
+        let unknown = usize::from(message.starts_with("unknown field"));
+        let steps = field.filter(|f| named(f) == unknown);
+        let steps = steps.map_or_else(Vec::new, |f| culprit(item, f, &fails));
         Some(TableFault {
             table,
             index,
             kind: kind.to_string(),
             field: field.cloned(),
+            steps,
         })
     }
 
@@ -386,26 +416,100 @@ impl TableFault {
         let TableFault {
             table, index, kind, ..
         } = self;
-        let rule = match &self.field {
-            Some(f) if !message.contains(&format!("`{f}`")) => format!("{f}: {message}"),
-            _ => message.to_string(),
-        };
-        (format!("{table} {index} ({kind})"), rule)
+        let keys = with_steps(self.field.iter().cloned().collect(), &self.steps);
+        // the keys down to the one the message names (an unknown field)
+        let named = keys
+            .iter()
+            .position(|k| message.contains(&format!("`{k}`")));
+        let mut parts = keys[..named.unwrap_or(keys.len())].to_vec();
+        parts.push(message.to_string());
+        (format!("{table} {index} ({kind})"), parts.join(": "))
     }
 
     /// Where in TOML `text` the fault is: the misspelt key of an unknown field, else the
-    /// value of the field (of `op` when no one field is at fault), inside the op's table.
+    /// value of the field (of `op` when no one field is at fault), inside the op's table;
+    /// inside that value, the element or key at fault.
     fn toml_at(&self, text: &str, message: &str) -> Option<usize> {
         let field = self.field.as_deref().unwrap_or("op");
         let entries = toml_text::entries(text);
-        let path = message_path(field, message);
-        let (key, value) = key_in(&entries, ("op", self.index), &path)?;
-        Some(if message.starts_with("unknown field") {
-            key
+        // the steps inside the field: found by `culprit`, or the keys the message names
+        let named = message_path(field, message).into_iter().skip(1);
+        let named: Vec<_> = named.map(|k| Step::Key(k.to_string())).collect();
+        let steps = if self.steps.is_empty() {
+            &named
         } else {
-            value
-        })
+            &self.steps
+        };
+        let keys = steps.iter().map_while(|s| match s {
+            Step::Key(k) => Some(k.as_str()),
+            Step::Element(_) => None,
+        });
+        let path: Vec<&str> = std::iter::once(field).chain(keys).collect();
+        let entry = key_in(&entries, ("op", self.index), &path)?;
+        // the steps below what the entry's line writes (`src.vector_offset = { ap = .. }`)
+        let written = entry.keys.iter().skip(1).zip(steps);
+        let written = written.take_while(|(k, s)| **s == Step::Key(k.to_string()));
+        let below = &steps[written.count()..];
+        let value = entry.value.unwrap_or(entry.at);
+        let key = message.starts_with("unknown field");
+        let (inner, _) = toml_text::inner(text, value);
+        Some(
+            match inner.iter().find(|i| !below.is_empty() && i.path == below) {
+                Some(i) if key => i.at,
+                Some(i) => i.value.start,
+                None if key => entry.at,
+                None => value,
+            },
+        )
     }
+}
+
+/// The steps inside `field` of `item` down to what the error `fails` tells is about: while
+/// the value there is an array or a table, the element or key without which the error
+/// goes away (an element replaced by its neighbour, so that a fixed length still holds;
+/// a key removed).
+fn culprit(
+    item: &serde_json::Value,
+    field: &str,
+    fails: &impl Fn(&serde_json::Value) -> bool,
+) -> Vec<Step> {
+    let mut steps = Vec::new();
+    loop {
+        let pointer = json_pointer(field, &steps);
+        let children: Vec<Step> = match item.pointer(&pointer) {
+            Some(serde_json::Value::Array(a)) => (0..a.len()).map(Step::Element).collect(),
+            Some(serde_json::Value::Object(o)) => o.keys().cloned().map(Step::Key).collect(),
+            _ => return steps,
+        };
+        let without = |step: &Step| {
+            let mut rest = item.clone();
+            match (rest.pointer_mut(&pointer), step) {
+                (Some(serde_json::Value::Array(a)), Step::Element(i)) if a.len() > 1 => {
+                    a[*i] = a[(i + 1) % a.len()].clone()
+                }
+                (Some(serde_json::Value::Array(a)), Step::Element(i)) => _ = a.remove(*i),
+                (Some(serde_json::Value::Object(o)), Step::Key(k)) => _ = o.remove(k),
+                _ => return false,
+            }
+            !fails(&rest)
+        };
+        match children.into_iter().find(without) {
+            Some(step) => steps.push(step),
+            None => return steps,
+        }
+    }
+}
+
+/// The JSON pointer of `steps` inside `field` of an item.
+fn json_pointer(field: &str, steps: &[Step]) -> String {
+    let escape = |k: &str| k.replace('~', "~0").replace('/', "~1");
+    let steps = steps.iter().map(|s| match s {
+        Step::Key(k) => format!("/{}", escape(k)),
+        Step::Element(i) => format!("/{i}"),
+    });
+    std::iter::once(format!("/{}", escape(field)))
+        .chain(steps)
+        .collect()
 }
 
 /// The byte of the closing brace of the `index`-th element of the top-level `"op"` array
@@ -694,11 +798,6 @@ dst = "t"
             message.ends_with("(a TOML integer is -2^63 ..= 2^63 - 1)"),
             "{message}"
         );
-        assert_eq!(
-            inner_key("{ tensor = \"t\", ap = [[1, ").as_deref(),
-            Some("ap")
-        );
-        assert_eq!(inner_key("[4, "), None);
         // a JSON scenario's tensor faults name the tensor and the field too
         for (text, want) in [
             (
@@ -787,6 +886,91 @@ dst = "t"
         assert!(message.starts_with("invalid table header"), "{message}");
     }
 
+    /// Asserts that TOML `text` fails at its first `mark` with the message `want`.
+    fn placed_at(text: &str, mark: &str, want: &str) {
+        let at = line_column(text, text.find(mark).expect("the mark is in the text"));
+        assert_eq!(
+            syntax_error(text, Format::Toml),
+            (at.0, at.1, want.to_string())
+        );
+    }
+
+    #[test]
+    fn errors_in_and_after_inline_values_name_the_keys_as_written() {
+        // a line without its `=`: its own key, not the line's before
+        let bare = with_copy("[[op]]", " = \"t\"\noob   \"skip\"");
+        placed_at(&bare, "\"skip", "op 1 (dma_copy): oob: expected `.`, `=`");
+        // text after an inline table: its field, not the table's last key
+        let after = with_copy("[[op]]", " = { tensor = \"t\", ap = [[1, 4]] } junk");
+        placed_at(
+            &after,
+            "junk",
+            "op 1 (dma_copy): src: expected newline, `#`",
+        );
+        // a string that never closes: its field, not a key inside the string
+        let open = with_copy("[[op]]", " = \"\"\"abc\nx = 1");
+        let (_, _, message) = syntax_error(&open, Format::Toml);
+        assert!(
+            message.starts_with("op 1 (dma_copy): src: invalid multiline"),
+            "{message}"
+        );
+        // nested inline tables: every key down to the number
+        let nested = " = { tensor = \"t\", vector_offset = { tensor = \"t\", ap = [[1, 99999999999999999999]] } }";
+        placed_at(
+            &with_copy("[[op]]", nested),
+            "999",
+            &format!("op 1 (dma_copy): src: vector_offset: ap: {TOO_LARGE}"),
+        );
+    }
+
+    #[test]
+    fn schema_errors_in_arrays_of_inline_tables_name_the_element_and_key() {
+        let isa = |bounds: &str| format!("{GOOD}[[op]]\nop = \"isa\"\nbounds = {bounds}\n");
+        placed_at(
+            &isa("[{ reg = 0, bound = 1 }, { reg = 2, bound = \"x\" }]"),
+            "\"x\"",
+            "op 1 (isa): bounds[1]: bound: invalid type: string \"x\", expected u64",
+        );
+        let (line, column, message) =
+            syntax_error(&isa("[{ reg = 0, bound = 1, foo = 2 }]"), Format::Toml);
+        assert!(
+            message.starts_with("op 1 (isa): bounds[0]: unknown field `foo`"),
+            "{message}"
+        );
+        let text = isa("[{ reg = 0, bound = 1, foo = 2 }]");
+        assert_eq!(
+            (line, column),
+            line_column(&text, text.find("foo").unwrap())
+        );
+        // an element of a fixed length: the wrong one, not the first
+        let shapes = format!(
+            "{GOOD}[[op]]\nop = \"isa\"\nshapes = [{{ reg = 8, xyzw = [16, 4, \"x\", 1] }}]\n"
+        );
+        placed_at(
+            &shapes,
+            "\"x\"",
+            "op 1 (isa): shapes[0]: xyzw: invalid type: string \"x\", expected u32",
+        );
+        // a wrong length: the array, not its first element
+        let short = shapes.replace("[16, 4, \"x\", 1]", "[16, 4, 2]");
+        let (line, column, message) = syntax_error(&short, Format::Toml);
+        assert!(
+            message.starts_with("op 1 (isa): shapes[0]: xyzw: invalid length 3"),
+            "{message}"
+        );
+        assert_eq!(
+            (line, column),
+            line_column(&short, short.find("[16").unwrap())
+        );
+        // a JSON scenario's message is the same
+        let json = r#"{"generation": "sunda", "op": [{"op": "isa", "bounds": [{"reg": 0, "bound": "x"}]}]}"#;
+        let (_, _, message) = syntax_error(json, Format::Json);
+        assert_eq!(
+            message,
+            "op 0 (isa): bounds[0]: bound: invalid type: string \"x\", expected u64"
+        );
+    }
+
     #[test]
     fn sub_tables_and_dotted_keys_name_the_op_and_the_key_path() {
         let want = format!("op 1 (dma_copy): src: ap: {TOO_LARGE}");
@@ -858,11 +1042,12 @@ dst = "t"
             let (_, _, message) = syntax_error(&json, Format::Json);
             assert!(message.starts_with(want), "{message}");
         }
-        // a bad value inside a dma_copy side's .ap() table: the side's line, its key named
+        // a bad value inside a dma_copy side's .ap() table: its key named, at its value
         let copy = format!("{GOOD}[[op]]\nop = \"dma_copy\"\nsrc = {{ tensor = \"t\", ap = [[1, 4]], indirect_dim = -1 }}\ndst = \"t\"\n");
         let (line, column, message) = syntax_error(&copy, Format::Toml);
         let want = "op 1 (dma_copy): src: indirect_dim: invalid value: integer `-1`, expected u32";
-        assert_eq!((line, column, message.as_str()), (16, 7, want));
+        let at = line_column(&copy, copy.find("-1").unwrap());
+        assert_eq!((line, column, message.as_str()), (at.0, at.1, want));
         // a tensor's fault is not taken for an op's
         let tensor = two.replace("dtype = \"f32\"", "dtype = \"f64\"");
         let (line, _, message) = syntax_error(&tensor, Format::Toml);

@@ -3,8 +3,9 @@
 //! A TOML error is placed and described from the text itself, which may not parse at
 //! all. [`entries`] scans it as TOML reads it: table headers and key lines, their keys
 //! decoded (`[["op"]]` is `[[op]]`), strings skipped (a `[[op]]` inside a `"""` or `'''`
-//! string is no header), and so are a multi-line array's element lines. [`string_at`]
-//! decodes a one-line string, such as a tensor's `name`.
+//! string is no header), and so are a multi-line array's element lines. [`inner`] walks
+//! one value's inline tables and arrays, [`line_keys`] reads the keys a line starts with,
+//! and [`string_at`] decodes a one-line string, such as a tensor's `name`.
 
 use std::str::CharIndices;
 
@@ -75,6 +76,125 @@ impl Tables {
             value: Some(value),
             table: self.current.clone(),
             keys: [self.prefix.clone(), keys].concat(),
+        }
+    }
+}
+
+/// A step into an inline value: a key of an inline table, or an element of an array.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    Key(String),
+    Element(usize),
+}
+
+/// A key or an element inside an inline value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Inner {
+    /// The steps to it from the value.
+    pub path: Vec<Step>,
+    /// The byte of its key (an element's: its value's).
+    pub at: usize,
+    /// The bytes of its value.
+    pub value: std::ops::Range<usize>,
+}
+
+/// The keys and elements inside the value at byte `at` of TOML `text` (which need not
+/// parse: the walk stops where it cannot read on), in order, and the byte after the value.
+pub(super) fn inner(text: &str, at: usize) -> (Vec<Inner>, usize) {
+    let mut walk = Walk {
+        text,
+        out: Vec::new(),
+    };
+    let end = walk.value(at, &[]);
+    (walk.out, end)
+}
+
+/// The keys the line holding byte `at` starts with (none if it starts with no key).
+pub(super) fn line_keys(text: &str, at: usize) -> Vec<String> {
+    let start = text
+        .get(..at)
+        .map_or(0, |t| t.rfind('\n').map_or(0, |n| n + 1));
+    dotted_keys(text, start).map_or_else(Vec::new, |(keys, _)| keys)
+}
+
+/// [`inner`]'s walk, recording what it passes.
+struct Walk<'t> {
+    text: &'t str,
+    out: Vec<Inner>,
+}
+
+impl Walk<'_> {
+    /// Inline values nested deeper than this are not walked into.
+    const DEPTH: usize = 32;
+
+    /// Walks the value at byte `at`, reached by `path`; the byte after it.
+    fn value(&mut self, at: usize, path: &[Step]) -> usize {
+        let deep = path.len() >= Walk::DEPTH;
+        match self.text.as_bytes().get(at) {
+            Some(b'{') if !deep => self.items(at + 1, path, b'}'),
+            Some(b'[') if !deep => self.items(at + 1, path, b']'),
+            Some(b'"' | b'\'') => string_end(self.text, at),
+            _ => {
+                let rest = self.text.get(at..).unwrap_or_default();
+                let end = rest.find([',', ']', '}', '\n', '#']).unwrap_or(rest.len());
+                at + rest[..end].trim_end().len()
+            }
+        }
+    }
+
+    /// Walks an inline table's keys (`close` a brace) or an array's elements from byte
+    /// `at`, after the opening bracket; the byte after the closing one.
+    fn items(&mut self, mut at: usize, path: &[Step], close: u8) -> usize {
+        let mut element = 0;
+        loop {
+            at = self.blank_lines(at);
+            let (steps, value) = match self.text.as_bytes().get(at) {
+                None => return at,
+                Some(&c) if c == close => return at + 1,
+                Some(b',') => {
+                    element += 1;
+                    at += 1;
+                    continue;
+                }
+                Some(_) if close == b']' => (vec![Step::Element(element)], at),
+                Some(_) => {
+                    let Some((keys, end)) = dotted_keys(self.text, at) else {
+                        return at;
+                    };
+                    if !self.text.get(end..).unwrap_or_default().starts_with('=') {
+                        return end;
+                    }
+                    (
+                        keys.into_iter().map(Step::Key).collect(),
+                        blanks(self.text, end + 1),
+                    )
+                }
+            };
+            let path = [path, &steps].concat();
+            let next = self.out.len();
+            self.out.push(Inner {
+                path: path.clone(),
+                at,
+                value: value..value,
+            });
+            let end = self.value(value, &path);
+            self.out[next].value.end = end;
+            if end == at {
+                return end;
+            }
+            at = end;
+        }
+    }
+
+    /// The first byte from `at` that is no blank, newline or comment.
+    fn blank_lines(&self, mut at: usize) -> usize {
+        loop {
+            at = blanks(self.text, at);
+            match self.text.as_bytes().get(at) {
+                Some(b'\n' | b'\r') => at += 1,
+                Some(b'#') => at = line_end(self.text, at),
+                _ => return at,
+            }
         }
     }
 }
@@ -261,11 +381,45 @@ mod tests {
         assert_eq!(entries(text)[2].value, Some(text.find("[\n").unwrap()));
     }
 
+    #[test]
+    fn an_inline_values_keys_and_elements_are_walked_in_order() {
+        let text = "x = { a = [1, { b.c = 'd]' }], # note\n e = \"}\" } tail";
+        let (inner, end) = inner(text, 4);
+        let key = |k: &str| Step::Key(k.to_string());
+        let got: Vec<_> = inner
+            .iter()
+            .map(|i| (i.path.clone(), &text[i.value.clone()]))
+            .collect();
+        let want = vec![
+            (vec![key("a")], "[1, { b.c = 'd]' }]"),
+            (vec![key("a"), Step::Element(0)], "1"),
+            (vec![key("a"), Step::Element(1)], "{ b.c = 'd]' }"),
+            (vec![key("a"), Step::Element(1), key("b"), key("c")], "'d]'"),
+            (vec![key("e")], "\"}\""),
+        ];
+        assert_eq!(got, want);
+        assert_eq!(&text[end..], " tail");
+        assert_eq!(inner[3].at, text.find("b.c").unwrap());
+        // unclosed, or not a key: the walk stops there
+        assert_eq!(super::inner("{ a = [1, 2", 0).1, 11);
+        assert_eq!(super::inner("{ a b }", 0).1, 4);
+        let deep = "[".repeat(1000);
+        assert!(super::inner(&deep, 0).0.len() < 100);
+        assert_eq!(line_keys("a = 1\n  b.'c' 2", 12), ["b", "c"]);
+        assert!(line_keys("a = 1\n[x]", 8).is_empty());
+    }
+
     proptest::proptest! {
         #[test]
         fn scanning_never_panics(text in "[\\[\\]{}\"'\\\\ =.#\na-fu0-9é]{0,120}") {
             for e in entries(&text) {
                 let _ = string_at(&text, e.value.unwrap_or(e.at));
+                let (inner, end) = inner(&text, e.value.unwrap_or(e.at));
+                proptest::prop_assert!(end <= text.len());
+                for i in inner {
+                    proptest::prop_assert!(i.at <= i.value.start && i.value.end <= end);
+                    let _ = line_keys(&text, i.value.end);
+                }
             }
         }
     }
