@@ -90,11 +90,23 @@ impl Progress {
 
     /// Draws the final state and ends the line (a hidden bar does nothing).
     pub fn finish(&mut self) {
-        if self.sink.is_some() {
-            self.draw("\r");
-            self.write("\n");
-        }
+        self.end_line();
         self.sink = None;
+    }
+
+    /// Draws the current state and ends the line.
+    fn end_line(&mut self) {
+        self.draw("\r");
+        self.write("\n");
+    }
+
+    /// Runs `f`, which writes lines of its own, with the bar out of their way: the bar's
+    /// line is ended before and the bar drawn again on the next line after.
+    pub fn aside<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        self.end_line();
+        let out = f();
+        self.draw("");
+        out
     }
 
     /// What a redraw depends on: the percent, or the count's bit length.
@@ -106,6 +118,9 @@ impl Progress {
     }
 
     fn draw(&mut self, prefix: &str) {
+        if self.sink.is_none() {
+            return;
+        }
         let text = format!("{prefix}{}", line(&self.label, self.done, self.total));
         self.write(&text);
     }
@@ -209,6 +224,22 @@ mod tests {
             "{text:?}"
         );
         assert_eq!(p.done(), 200);
+    }
+
+    #[test]
+    fn lines_written_aside_go_between_the_bar_ended_and_drawn_again() {
+        let out = Shared::default();
+        let mut p = Progress::with_sink(4, "a", Some(Box::new(out.clone())));
+        p.inc(1);
+        let mut aside = out.clone();
+        let got = p.aside(|| aside.write_all(b"finding\n").map(|()| 7));
+        assert_eq!(got.unwrap(), 7);
+        p.inc(1);
+        let bar = |n| line("a", n, 4);
+        let want = format!("\r{}\r{}\nfinding\n{}\r{}", bar(1), bar(1), bar(1), bar(2));
+        assert_eq!(out.text(), want);
+        let mut hidden = Progress::hidden(4, "h");
+        assert_eq!(hidden.aside(|| 5), 5);
     }
 
     #[test]

@@ -39,9 +39,10 @@ pub struct Options {
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Threads that run cases, 1..=256 (default: the machine's cores; 1 runs them on the
-    /// main thread). Any count gives the same cases, findings and output.
+    /// main thread). With --iters any count gives the same output; a --seconds run covers
+    /// a prefix of the same cases.
     #[arg(long, short = 'j', value_name = "N", conflicts_with = "case",
-          value_parser = clap::value_parser!(u16).range(1..=256))]
+          allow_hyphen_values = true, value_parser = thread_count)]
     pub jobs: Option<u16>,
     /// Run only the case of this seed (as a reproducer's finding.txt names it).
     #[arg(long, value_name = "SEED", conflicts_with = "scenario")]
@@ -51,6 +52,21 @@ pub struct Options {
     /// routes; findings are minimized into DIR/case-K/.
     #[arg(long, value_name = "FILE", conflicts_with = "target")]
     pub scenario: Option<PathBuf>,
+}
+
+/// `--jobs`: a thread count written as a whole number 1..=256 (digits only: not `+2`,
+/// `-1` or `1.5`).
+fn thread_count(text: &str) -> Result<u16, String> {
+    let count = text
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| text.parse::<u16>().ok());
+    match count.flatten() {
+        Some(n @ 1..=256) => Ok(n),
+        _ => Err(format!(
+            "`{text}` is no thread count: a whole number 1..=256"
+        )),
+    }
 }
 
 /// Ctrl-C presses during a run. The first raises the stop flag: the run ends once the
@@ -182,8 +198,7 @@ pub fn report(out: &Path, index: u64, finding: &Finding, emit: &mut dyn FnMut(&s
 }
 
 /// Runs `plan` on `jobs` threads ([`run`]) with a progress bar, handing each finding to
-/// `on_finding` in case order (the bar is ended first and drawn again after it, so lines
-/// do not run into it).
+/// `on_finding` in case order, aside from the bar ([`Progress::aside`]).
 fn many_cases(
     plan: &Plan,
     jobs: usize,
@@ -199,11 +214,7 @@ fn many_cases(
     let summary = run(plan, jobs, stop, |index, finding| {
         progress.inc(1);
         if let Some(f) = finding {
-            progress.finish();
-            on_finding(index, f);
-            let done = progress.done();
-            progress = Progress::new(total, &label);
-            progress.inc(done);
+            progress.aside(|| on_finding(index, f));
         }
     });
     progress.finish();
@@ -245,6 +256,19 @@ mod tests {
             iters: Some(iters),
             seed: 1,
             ..Options::default()
+        }
+    }
+
+    #[test]
+    fn a_thread_count_is_a_whole_number_from_1_to_256() {
+        assert_eq!(thread_count("1"), Ok(1));
+        assert_eq!(thread_count("256"), Ok(256));
+        for bad in ["0", "257", "65536", "1.5", "-1", "+2", " 2", ""] {
+            let e = thread_count(bad).unwrap_err();
+            assert_eq!(
+                e,
+                format!("`{bad}` is no thread count: a whole number 1..=256")
+            );
         }
     }
 

@@ -367,18 +367,8 @@ pub fn run(plan: &Plan, stop: &AtomicBool, emit: &mut dyn FnMut(&str)) -> Result
             Came::Found(f) => f,
         };
         summary.found += 1;
-        progress.finish();
-        report(
-            plan,
-            &base,
-            &mut shrinker,
-            (index, m, f),
-            &mut summary,
-            emit,
-        );
-        let done = progress.done();
-        progress = Progress::new(total, "fuzz scenario");
-        progress.inc(done);
+        let finding = (index, m, f);
+        progress.aside(|| report(plan, &base, &mut shrinker, finding, &mut summary, emit));
     });
     summary.interrupted = ran.interrupted;
     progress.finish();
