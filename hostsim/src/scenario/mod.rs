@@ -160,8 +160,7 @@ fn toml_error(file: &str, text: &str, e: &toml::de::Error) -> Error {
         return syntax(file, line, column, &fault.describe(message));
     }
     let entries = toml_text::entries(text);
-    let name = e.message().strip_prefix("unknown field `");
-    let name = name.and_then(|n| n.split('`').next());
+    let name = message_keys(e.message()).1;
     // the misspelt key's own line, inside the span of the table serde names
     let key = |k: &&Entry| span.contains(&k.at) && k.keys.last().map(String::as_str) == name;
     let at = name
@@ -303,21 +302,22 @@ fn key_in<'e>(
     Some(e.1)
 }
 
-/// The keys inside field `field` that a schema `message` names: the leading `key: `
-/// parts (`offset: invalid type ...`), or an unknown field's name.
+/// The keys inside field `field` that a schema `message` names: its leading `key: `
+/// parts (`offset: invalid type ...`), then an unknown field's name.
 fn message_path<'m>(field: &'m str, message: &'m str) -> Vec<&'m str> {
+    let (keys, unknown) = message_keys(message);
+    let unknown = unknown.filter(|k| *k != field);
+    std::iter::once(field).chain(keys).chain(unknown).collect()
+}
+
+/// A schema `message`'s leading `key: ` parts, and the unknown field it names after them.
+fn message_keys(message: &str) -> (Vec<&str>, Option<&str>) {
     let is_key =
         |k: &str| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    let mut path = vec![field];
     let mut parts = message.split(": ").peekable();
-    while let Some(k) = parts.next_if(|k| is_key(k)) {
-        path.push(k);
-    }
-    let unknown = message
-        .strip_prefix("unknown field `")
-        .and_then(|rest| rest.split('`').next());
-    path.extend(unknown.filter(|k| *k != field));
-    path
+    let keys = std::iter::from_fn(|| parts.next_if(|k| is_key(k))).collect();
+    let unknown = parts.next().and_then(|p| p.strip_prefix("unknown field `"));
+    (keys, unknown.and_then(|rest| rest.split('`').next()))
 }
 
 fn syntax(file: &str, line: usize, column: usize, message: &str) -> Error {
@@ -392,9 +392,7 @@ impl TableFault {
             !fails(&serde_json::Value::Object(rest))
         });
         // inside the field too, unless the message names keys itself (an `.ap()` table's)
-        let named = |f: &&String| message_path(f, message).len() - 1;
-        let unknown = usize::from(message.starts_with("unknown field"));
-        let steps = field.filter(|f| named(f) == unknown);
+        let steps = field.filter(|_| message_keys(message).0.is_empty());
         let steps = steps.map_or_else(Vec::new, |f| culprit(item, f, &fails));
         Some(TableFault {
             table,
@@ -451,7 +449,7 @@ impl TableFault {
         let written = written.take_while(|(k, s)| **s == Step::Key(k.to_string()));
         let below = &steps[written.count()..];
         let value = entry.value.unwrap_or(entry.at);
-        let key = message.starts_with("unknown field");
+        let key = message_keys(message).1.is_some();
         let (inner, _) = toml_text::inner(text, value);
         Some(
             match inner.iter().find(|i| !below.is_empty() && i.path == below) {
@@ -913,6 +911,24 @@ dst = "t"
         assert!(
             message.starts_with("op 1 (dma_copy): src: invalid multiline"),
             "{message}"
+        );
+        // an op whose kind is an unclosed multi-line string: no label read from it
+        let kind =
+            with_copy("[[op]]", " = \"t\"").replace("op = \"dma_copy\"", "op = \"\"\"dma_copy");
+        let (_, _, message) = syntax_error(&kind, Format::Toml);
+        assert!(
+            message.starts_with("op 1 (?): op: invalid multiline"),
+            "{message}"
+        );
+        // an unknown key in a nested inline table: at the key
+        let foo = " = { tensor = \"t\", vector_offset = { tensor = \"t\", foo = 1 } }";
+        let (line, column, message) = syntax_error(&with_copy("[[op]]", foo), Format::Toml);
+        let want = "op 1 (dma_copy): src: vector_offset: unknown field `foo`";
+        assert!(message.starts_with(want), "{message}");
+        let text = with_copy("[[op]]", foo);
+        assert_eq!(
+            (line, column),
+            line_column(&text, text.find("foo").unwrap())
         );
         // nested inline tables: every key down to the number
         let nested = " = { tensor = \"t\", vector_offset = { tensor = \"t\", ap = [[1, 99999999999999999999]] } }";

@@ -276,9 +276,13 @@ fn key_at(text: &str, at: usize) -> Option<(String, usize)> {
 }
 
 /// The one-line string (basic or literal) at byte `at` of `text`, decoded, and the byte
-/// after its closing quote; none if there is none or it is not well formed.
+/// after its closing quote; none if there is none, it is not well formed, or it is a
+/// multi-line string.
 pub(super) fn string_at(text: &str, at: usize) -> Option<(String, usize)> {
     let rest = text.get(at..)?;
+    if rest.starts_with(r#"""""#) || rest.starts_with("'''") {
+        return None;
+    }
     let quote = rest.chars().next().filter(|&c| c == '"' || c == '\'')?;
     let (mut out, mut chars) = (String::new(), rest.char_indices());
     chars.next();
@@ -439,6 +443,8 @@ mod tests {
             r#""\u+0e9""#,
             "\"ab",
             "'a\nb'",
+            r#""""ab""""#,
+            "'''ab'''",
             "",
             "x",
         ] {
