@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 mod tools_cli;
 
+use tools_cli::print_out;
+
 #[derive(Parser)]
 #[command(
     name = "hostsim",
@@ -30,7 +32,7 @@ enum Command {
     ///
     /// Example: hostsim demo --generation sunda
     Demo {
-        /// Only this generation: sunda | cayman | mariana | maverick (or v2..v5).
+        /// Only this generation: sunda | cayman | mariana | maverick (or v2..v5, trn1..trn3).
         #[arg(long)]
         generation: Option<String>,
     },
@@ -198,13 +200,13 @@ fn main() -> ExitCode {
                 trace: trace.as_deref(),
             };
             hostsim::scenario::commands::run_with(&scenario, outputs, &settings)
-                .map(|text| print!("{text}"))
+                .map(|text| print_out(&text))
         }
         Some(Command::Gen {
             scenario,
             out,
             queues,
-        }) => hostsim::scenario::commands::gen(&scenario, &out, queues).map(|t| print!("{t}")),
+        }) => hostsim::scenario::commands::gen(&scenario, &out, queues).map(|t| print_out(&t)),
         Some(Command::Replay {
             queues,
             scenario,
@@ -217,7 +219,7 @@ fn main() -> ExitCode {
                 timeline: timeline.as_deref(),
                 trace: trace.as_deref(),
             };
-            hostsim::scenario::commands::replay(&queues, &scenario, outputs).map(|t| print!("{t}"))
+            hostsim::scenario::commands::replay(&queues, &scenario, outputs).map(|t| print_out(&t))
         }
         Some(Command::Explain {
             scenario,
@@ -264,7 +266,7 @@ fn run_fuzz(opts: &hostsim::fuzz::command::Options) -> ExitCode {
         }
     });
     std::panic::set_hook(Box::new(|_| {}));
-    let print = &mut |line: &str| println!("{line}");
+    let print = &mut |line: &str| print_out(&format!("{line}\n"));
     let result = hostsim::fuzz::command::execute(opts, &presses.stop, print);
     let _ = std::panic::take_hook();
     match result {
@@ -296,15 +298,15 @@ fn run_explain(
         hostsim::scenario::exec::write_outputs(&[(path, text)], None)?;
     }
     match json {
-        true => print!("{}", explained.to_json()),
-        false => print!("{}", explained.text()),
+        true => print_out(&explained.to_json()),
+        false => print_out(&explained.text()),
     }
     Ok(())
 }
 
 fn run_demo(generation: Option<&str>) -> Result<(), hostsim::Error> {
     let only = generation.map(Generation::from_name).transpose()?;
-    print!("{}", hostsim::demo::run(only)?);
+    print_out(&hostsim::demo::run(only)?);
     Ok(())
 }
 
@@ -322,11 +324,11 @@ fn run_bench(
     };
     bench::selected(&opts)?;
     if !json {
-        print!("{}", bench::table_header());
+        print_out(&bench::table_header());
     }
     let print_row = |row: &bench::BenchRow| {
         if !json {
-            print!("{}", bench::table_line(row));
+            print_out(&bench::table_line(row));
         }
     };
     // Each workload in a child of its own (clean peak memory), unless this is the child.
@@ -336,7 +338,7 @@ fn run_bench(
     };
     if json {
         let text = serde_json::to_string_pretty(&rows).unwrap_or_default();
-        println!("{text}");
+        print_out(&format!("{text}\n"));
     }
     Ok(())
 }

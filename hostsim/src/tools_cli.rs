@@ -36,7 +36,7 @@ pub struct IsaArgs {
     #[command(subcommand)]
     action: Option<IsaAction>,
     /// The generation whose validity contract applies: sunda | cayman | mariana | maverick
-    /// (or v2..v5).
+    /// (or v2..v5, trn1..trn3).
     #[arg(long, global = true, default_value = "cayman")]
     generation: String,
 }
@@ -101,6 +101,21 @@ pub fn init_tracing(verbose: u8) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .try_init();
+}
+
+/// Writes `text` to stdout. A closed pipe (`hostsim isa | head -1`) ends the command
+/// quietly, exit 0, as `inspect` does: the reader has what it asked for. Any other
+/// failure to write exits 1, naming it.
+pub fn print_out(text: &str) {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("hostsim: writing to stdout: {e}");
+            std::process::exit(1)
+        }
+    }
 }
 
 /// Stdout for a listing: buffered, and remembering a closed pipe (`inspect | head`), which
@@ -201,8 +216,8 @@ pub fn isa(args: &IsaArgs) -> Result<(), Error> {
     let generation = Generation::from_name(&args.generation)?;
     match &args.action {
         None | Some(IsaAction::Summary) => {
-            print!("{}", hostsim::demo::fabric_summary(generation));
-            print!("{}", hostsim::isa::summary(generation));
+            print_out(&hostsim::demo::fabric_summary(generation));
+            print_out(&hostsim::isa::summary(generation));
         }
         Some(IsaAction::Decode { hex, format }) => {
             let text = if hex.is_empty() {
@@ -212,8 +227,8 @@ pub fn isa(args: &IsaArgs) -> Result<(), Error> {
             };
             let inst = hostsim::isa::decode(&text::parse_hex(&text)?)?;
             match format {
-                FieldFormat::Json => print!("{}", text::to_json(&inst, Some(generation))),
-                _ => print!("{}", text::to_toml(&inst, Some(generation))),
+                FieldFormat::Json => print_out(&text::to_json(&inst, Some(generation))),
+                _ => print_out(&text::to_toml(&inst, Some(generation))),
             }
         }
         Some(IsaAction::Encode { format }) => {
@@ -227,8 +242,8 @@ pub fn isa(args: &IsaArgs) -> Result<(), Error> {
             } else {
                 text::from_toml(&input)?
             };
-            println!("{}", text::to_hex(&inst.encode()));
-            println!("# {}", text::verdict(&inst, generation));
+            let hex = text::to_hex(&inst.encode());
+            print_out(&format!("{hex}\n# {}\n", text::verdict(&inst, generation)));
         }
     }
     Ok(())

@@ -198,6 +198,54 @@ fn inspect_writes_its_files_when_the_listing_pipe_closes() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `hostsim isa | head -1` and the like: a closed stdout ends every command quietly, exit
+/// 0, with no panic; `run` has written its outputs by then.
+#[test]
+fn every_printing_command_ends_quietly_when_stdout_closes() {
+    let dir = scratch("closed-stdout");
+    let out_dir = dir.join("out");
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/index_column/scenario.toml"
+    );
+    let queues = dir.join("q.dmaq");
+    let commands: [Vec<&str>; 6] = [
+        vec!["isa"],
+        vec!["demo", "--generation", "sunda"],
+        vec!["run", example, "--out", out_dir.to_str().unwrap()],
+        vec!["gen", example, "--out", queues.to_str().unwrap()],
+        vec!["explain", example],
+        vec![
+            "fuzz",
+            "--target",
+            "dge",
+            "--iters",
+            "3",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+    ];
+    for args in commands {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_hostsim"))
+            .args(&args)
+            .env_remove("RUST_LOG")
+            .stdout(writer)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stderr), "", "{args:?}");
+    }
+    assert!(out_dir.join("report.json").is_file());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn inspect_refuses_what_replay_would_refuse_before_printing() {
     // well-formed files that no replay runs: a wait no queue ever satisfies, and a
