@@ -277,10 +277,12 @@ pub enum Error {
         rule: String,
     },
     /// A scenario op (by index and kind) whose fields break a rule.
-    #[error("op {index} ({op}): {rule}")]
+    #[error("op {index} ({op}{name}): {rule}")]
     ScenarioOp {
         index: usize,
         op: &'static str,
+        /// ` name="label"` for an op with a `name`, else empty.
+        name: String,
         rule: String,
     },
     /// A scenario op rejected when it was lowered or validated, before anything ran.
@@ -288,7 +290,8 @@ pub enum Error {
     ScenarioOpInvalid {
         index: usize,
         op: &'static str,
-        /// ` field=tensor` pairs, each after a space (none for an `isa` op).
+        /// ` name="label"` for an op with a `name`, then ` field=tensor` pairs, each after
+        /// a space (none for an `isa` op).
         operands: String,
         source: Box<Error>,
     },

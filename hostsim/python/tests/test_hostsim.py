@@ -832,7 +832,7 @@ def test_invalid_input_changes_nothing():
         (lambda: core.hbm(np.zeros(3)), "dtype float64"),
         (lambda: core.hbm(np.float32(3)), "a 0-d array is no tensor"),
         (lambda: core.hbm(np.zeros(3, np.float32), name="a"), "already taken by tensor"),
-        (lambda: core.sbuf(shape=(129, 4)), "partitions 0..129 do not fit sbuf"),
+        (lambda: core.sbuf(shape=(129, 4)), "partitions 0..=128 do not fit sbuf"),
         (lambda: core.hbm(), "give an array, or a shape"),
     ]
     # arguments of the wrong kind name the call, the argument and the rule

@@ -809,6 +809,19 @@ pub(crate) mod tests {
             msg.ends_with("src index 9 at position 2 is out of bounds (bound 4)"),
             "{msg}"
         );
+        // an op's name labels its errors too, at run time and before
+        let named = format!("{GATHER}name = \"load rows\"\n");
+        let e = prepared(&named, &gather_files(), Overrides::default()).unwrap();
+        let msg = e.execute().unwrap_err().to_string();
+        let want = "op 0 (dma_gather name=\"load rows\" src=table index=idx dst=out) failed";
+        assert!(msg.starts_with(want), "{msg}");
+        let refused = format!("{named}unique_indices = false\n");
+        let msg = prepared(&refused, &gather_files(), Overrides::default()).unwrap_err();
+        assert!(
+            msg.to_string()
+                .starts_with("op 0 (dma_gather name=\"load rows\""),
+            "{msg}"
+        );
     }
 
     #[test]

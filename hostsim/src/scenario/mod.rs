@@ -142,6 +142,7 @@ pub fn parse_op(index: usize, value: serde_json::Value) -> Result<OpSpec, Error>
         let (what, rule) = fault.map_or((format!("op {index}"), message.clone()), |f| {
             f.parts(&message)
         });
+        let rule = plain_types(&rule);
         Error::Scenario { what, rule }
     })
 }
@@ -325,8 +326,22 @@ fn syntax(file: &str, line: usize, column: usize, message: &str) -> Error {
         file: file.to_string(),
         line,
         column,
-        message: message.trim().to_string(),
+        message: plain_types(message.trim()),
     }
+}
+
+/// A serde `message` with the Rust types it names (`expected struct TensorSpec`) put as a
+/// scenario writes them (`expected a [[tensor]] table`).
+fn plain_types(message: &str) -> String {
+    const TYPES: [(&str, &str); 5] = [
+        ("struct TensorSpec", "a [[tensor]] table"),
+        ("internally tagged enum OpSpec", "an [[op]] table"),
+        ("struct BoundSpec", "a table { reg, bound }"),
+        ("struct ShapeSpec", "a table { reg, xyzw }"),
+        ("struct Scenario", "a scenario document"),
+    ];
+    let plain = |m: String, (rust, plain): &(&str, &str)| m.replace(rust, plain);
+    TYPES.iter().fold(message.to_string(), plain)
 }
 
 /// serde_json's message without its trailing " at line L column C".
@@ -1160,6 +1175,29 @@ dst = "t"
         assert_eq!(syntax_error(&one, Format::Json).0, 3);
         assert_eq!(Format::of_path(Path::new("a/b.JSON")), Format::Json);
         assert_eq!(Format::of_path(Path::new("a/b.toml")), Format::Toml);
+    }
+
+    #[test]
+    fn rust_type_names_are_put_as_the_scenario_writes_them() {
+        let text = "generation = \"cayman\"\ntensor = [\"x\"]\n";
+        let (_, _, message) = syntax_error(text, Format::Toml);
+        assert_eq!(
+            message,
+            "tensor: invalid type: string \"x\", expected a [[tensor]] table"
+        );
+        let json = r#"{"tensor": ["op"], "op": []}"#;
+        let (_, _, message) = syntax_error(json, Format::Json);
+        assert!(
+            message.ends_with("expected a [[tensor]] table"),
+            "{message}"
+        );
+        let (_, _, message) = syntax_error(&format!("{GOOD}bounds = [3]\n"), Format::Toml);
+        assert!(
+            !message.contains("struct") && !message.contains("Spec"),
+            "{message}"
+        );
+        let e = parse_op(0, serde_json::json!(3)).unwrap_err().to_string();
+        assert!(e.contains("an [[op]] table"), "{e}");
     }
 
     #[test]

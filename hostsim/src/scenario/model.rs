@@ -383,7 +383,7 @@ pub struct DmaGatherTranspose {
 
 /// `dma_transpose` (NKI's direct one): `dst = src.transpose(axes)` (`crate::nki::transpose`
 /// has the semantics); each side a tensor's name (one pair per dim) or an `.ap()` table
-/// without offsets of its own.
+/// with no `vector_offset` or `scalar_offset`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DmaTranspose {

@@ -60,15 +60,17 @@ pub fn prepare_op(
     tensors: &[Placed],
 ) -> Result<PreparedOp, Error> {
     let kind = op.kind();
-    let operands: String = op
-        .operands()
-        .iter()
-        .map(|(f, t)| format!(" {f}={t}"))
-        .collect();
+    let name = op
+        .name()
+        .map_or_else(String::new, |n| format!(" name={n:?}"));
+    let pairs = op.operands();
+    let pairs = pairs.iter().map(|(f, t)| format!(" {f}={t}"));
+    let operands: String = std::iter::once(name.clone()).chain(pairs).collect();
     let cx = Cx {
         map,
         index,
         kind,
+        name,
         tensors,
     };
     let routed = |lowered: Lowered| {
@@ -91,7 +93,9 @@ pub fn prepare_op(
             index,
             op: kind,
             operands: match &e {
-                Error::NkiArgument { arg, .. } if arg.contains("shape") => cx.views(op),
+                Error::NkiArgument { arg, .. } if arg.contains("shape") => {
+                    cx.name.clone() + &cx.views(op)
+                }
                 _ => operands.clone() + &reshapes(op),
             },
             source: Box::new(e),
@@ -153,6 +157,8 @@ struct Cx<'a> {
     map: &'a AddressMap,
     index: usize,
     kind: &'static str,
+    /// ` name="label"`, or empty.
+    name: String,
     tensors: &'a [Placed],
 }
 
@@ -161,6 +167,7 @@ impl Cx<'_> {
         Error::ScenarioOp {
             index: self.index,
             op: self.kind,
+            name: self.name.clone(),
             rule: rule.into(),
         }
     }

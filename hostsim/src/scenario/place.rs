@@ -309,8 +309,9 @@ fn check_partitions(map: &AddressMap, t: &Placed) -> Result<(), String> {
     let end = u64::from(t.partition) + u64::from(t.view[0]);
     if end > u64::from(have) {
         return Err(format!(
-            "partitions {}..{end} do not fit {} ({have} partitions; shape[0] is the partition count)",
+            "partitions {}..={} do not fit {} ({have} partitions; shape[0] is the partition count)",
             t.partition,
+            end - 1,
             t.space.name()
         ));
     }
@@ -666,7 +667,7 @@ mod tests {
             (
                 vec![spec("p", Space::Sbuf, Dtype::F32, &[129, 1])],
                 0,
-                "partitions 0..129 do not fit sbuf (128 partitions",
+                "partitions 0..=128 do not fit sbuf (128 partitions",
             ),
             (
                 vec![spec("w", Space::Psum, Dtype::F32, &[1, 4097])],
