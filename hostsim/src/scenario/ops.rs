@@ -502,9 +502,10 @@ impl Cx<'_> {
         let dims = match &p.ap {
             Some(ap) => ap
                 .iter()
-                .map(|&[step, num]| {
+                .enumerate()
+                .map(|(k, &[step, num])| {
                     let num = u32::try_from(num).map_err(|_| {
-                        self.error(format!("{field}.ap: num {num} must be 1 ..= 2^32 - 1"))
+                        self.error(format!("{field}.ap[{k}]: num {num} must be 1 ..= 2^32 - 1"))
                     })?;
                     Ok(ApDim { step, num })
                 })
@@ -875,7 +876,7 @@ mod tests {
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[4, -8], [1, 4]] }\ndst = \"tab\"",
-                "op 0 (dma_copy): src.ap: num -8 must be 1 ..= 2^32 - 1",
+                "op 0 (dma_copy): src.ap[0]: num -8 must be 1 ..= 2^32 - 1",
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"out\", offset = 5 }\ndst = \"out\"",
