@@ -786,8 +786,12 @@ fn op_name(call: &str, arg: &str, op: &Bound<'_, PyAny>) -> PyResult<String> {
     ];
     let rule = "must be np.add, np.multiply, np.maximum or np.minimum, or a name: \"add\", \"multiply\", \"max\" or \"min\" (\"none\" copies)";
     if let Ok(name) = op.extract::<String>() {
-        let known = FUNCTIONS.iter().find(|(f, _)| *f == name);
-        return Ok(known.map_or(name, |(_, n)| n.to_string()));
+        let known = FUNCTIONS.iter().find(|(f, n)| *f == name || *n == name);
+        return match known {
+            Some((_, n)) => Ok(n.to_string()),
+            None if name == "none" => Ok(name),
+            None => Err(errors::bad_arg(call, arg, op, rule)),
+        };
     }
     let name = op.getattr("__name__").and_then(|n| n.extract::<String>());
     let known = name
