@@ -339,9 +339,7 @@ impl Engine {
         plan.ahead = true;
         // Page buckets for a run on the caller and the thread pool are dealt now, beside
         // the replay before.
-        let buckets = self
-            .page_buckets(&queues, &plan, false)
-            .map(|grouped| Schedule::page_buckets(&queues, grouped, &self.buckets));
+        let buckets = self.page_buckets(&queues, &plan, false);
         Ok(Validated {
             queues,
             block: None,
@@ -421,17 +419,24 @@ impl Engine {
         validated.queues
     }
 
-    /// Whether in-memory `queues` validated into `plan` run as page buckets (`None`: as
-    /// queue segments), and if so whether grouped by page: where they have no semaphore,
-    /// [`Plan::deals_by_page`], at most [`schedule::DEALT_MAX`] descriptors, and run on
-    /// more than one thread or on the caller alone (`inline`).
-    fn page_buckets(&self, queues: &[Vec<Descriptor>], plan: &Plan, inline: bool) -> Option<bool> {
+    /// In-memory `queues` validated into `plan` dealt into page buckets, grouped by page
+    /// where [`schedule::grouped`] says so, if they run as page buckets (`None`: as queue
+    /// segments): where they have no semaphore, [`Plan::deals_by_page`], at most
+    /// [`schedule::DEALT_MAX`] descriptors, and run on more than one thread or on the
+    /// caller alone (`inline`).
+    fn page_buckets(
+        &self,
+        queues: &[Vec<Descriptor>],
+        plan: &Plan,
+        inline: bool,
+    ) -> Option<Schedule<'static>> {
         let descriptors = queues.iter().map(Vec::len).sum::<usize>();
         let by_page = (inline || self.config.workers > 1)
             && !plan.semaphores
             && plan.deals_by_page()
             && descriptors <= schedule::DEALT_MAX;
-        by_page.then(|| schedule::grouped(descriptors, plan.pages.len()))
+        let grouped = schedule::grouped(descriptors, plan.pages.len());
+        by_page.then(|| Schedule::page_buckets(queues, grouped, &self.buckets))
     }
 
     /// Validate all, reserve, execute: the body of `run` and `replay_file`.
@@ -495,10 +500,9 @@ impl Engine {
         inline: bool,
         beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ExecutionStats, R), Error> {
-        let schedule = match (self.page_buckets(queues, plan, inline), buckets) {
-            (Some(_), Some(buckets)) => buckets,
-            (Some(grouped), None) => Schedule::page_buckets(queues, grouped, &self.buckets),
-            (None, _) => Schedule::segments(queues)?,
+        let schedule = match buckets.or_else(|| self.page_buckets(queues, plan, inline)) {
+            Some(buckets) => buckets,
+            None => Schedule::segments(queues)?,
         };
         let (stats, _, other) = self.execute_schedule(fabric, &schedule, inline, beside);
         self.buckets.keep(schedule);
@@ -531,10 +535,7 @@ impl Engine {
             wall: started.elapsed(),
             workers,
             units: schedule.units().len() as u64,
-            max_buffered: match schedule.by_page() {
-                true => schedule.descriptors(),
-                false => 0,
-            },
+            max_buffered: schedule.buffered(),
             page_buckets: schedule.by_page(),
         });
         (stats, ran.into_inner(), other)
@@ -615,11 +616,7 @@ impl Engine {
         let (pusher, pushes) = Pusher::channel(self.config.channel_depth);
         let engine = Arc::clone(self);
         let run = on_blocking_pool(move || {
-            let serve = |s: &mut Session<'_>| {
-                session::serve(s, pushes);
-                Ok(())
-            };
-            let result = engine.stream(&mut fabric, queues, &destinations, serve);
+            let result = engine.stream(&mut fabric, queues, &destinations, |s| s.serve(pushes));
             (fabric, result)
         });
         (pusher, run)

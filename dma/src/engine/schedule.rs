@@ -280,9 +280,10 @@ impl<'q> Schedule<'q> {
         matches!(self.units.first(), Some(Unit::Bucket(_)))
     }
 
-    /// The descriptors of every unit.
-    pub(crate) fn descriptors(&self) -> usize {
-        self.units.iter().map(Unit::len).sum()
+    /// The descriptors copied into page buckets.
+    pub(crate) fn buffered(&self) -> usize {
+        let buckets = self.units.iter().filter(|u| matches!(u, Unit::Bucket(_)));
+        buckets.map(Unit::len).sum()
     }
 }
 
@@ -487,7 +488,7 @@ mod tests {
         let b1 = &s.units()[1];
         assert_eq!((b1.at(0), b1.at(1)), ((0, 1), (1, 1)));
         assert_eq!(s.units()[0].at(1), (1, 0));
-        assert_eq!(s.descriptors(), 4);
+        assert_eq!(s.buffered(), 4);
     }
 
     use crate::engine::exec::tests::gather_queues;
@@ -498,7 +499,7 @@ mod tests {
         for grouped in [false, true] {
             let s = Schedule::page_buckets(&queues, grouped, &BucketBuffers::default());
             assert_eq!(s.units().len(), PAGE_BUCKETS);
-            assert_eq!(s.descriptors(), queues.iter().map(Vec::len).sum::<usize>());
+            assert_eq!(s.buffered(), queues.iter().map(Vec::len).sum::<usize>());
             for (b, unit) in s.units().iter().enumerate() {
                 let mut last = None;
                 for (i, d) in unit.descriptors().iter().enumerate() {
@@ -597,7 +598,7 @@ mod tests {
                     last = Some(at);
                 }
             }
-            proptest::prop_assert_eq!(buckets.descriptors(), rows.len());
+            proptest::prop_assert_eq!(buckets.buffered(), rows.len());
         }
     }
 }

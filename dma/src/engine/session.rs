@@ -89,6 +89,18 @@ impl Session<'_> {
         self.stopped(queue)
     }
 
+    /// Pushes what arrives on `pushes` until every [`Pusher`] is dropped (the producer of
+    /// [`super::Engine::stream_async`], on a blocking thread); never fails: each push's
+    /// error goes to its pusher.
+    pub(crate) fn serve(&mut self, mut pushes: mpsc::Receiver<Push>) -> Result<(), Error> {
+        while let Some(push) = pushes.blocking_recv() {
+            let result = self.push(push.queue, &push.descriptors);
+            // (a pusher that stopped waiting for the result is not an error)
+            let _ = push.result.send(result);
+        }
+        Ok(())
+    }
+
     /// [`Error::EngineAborted`] (for a push to `queue`) once the run has stopped.
     fn stopped(&self, queue: usize) -> Result<(), Error> {
         match &self.aborted {
@@ -188,16 +200,6 @@ impl Pusher {
         };
         self.pushes.send(push).await.map_err(|_| ended())?;
         answer.await.unwrap_or_else(|_| Err(ended()))
-    }
-}
-
-/// Pushes what arrives on `pushes` into `session` until every [`Pusher`] is dropped (the
-/// producer of [`super::Engine::stream_async`], on a blocking thread).
-pub(crate) fn serve(session: &mut Session<'_>, mut pushes: mpsc::Receiver<Push>) {
-    while let Some(push) = pushes.blocking_recv() {
-        let result = session.push(push.queue, &push.descriptors);
-        // (a pusher that stopped waiting for the result is not an error)
-        let _ = push.result.send(result);
     }
 }
 
