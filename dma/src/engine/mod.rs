@@ -62,7 +62,6 @@ use crate::descriptor::Descriptor;
 use crate::error::Error;
 use crate::fabric::Fabric;
 use crate::queue_file::{VerifiedQueueFile, MAX_BATCH, MAX_QUEUES};
-use crate::timing::QueueTiming;
 use crate::FabricAddr;
 
 pub use report::{ExecutionStats, ReplayReport, ReplaySummary};
@@ -289,7 +288,7 @@ impl Engine {
         let plan = from_start(fabric.generation(), file, |source| {
             self.plan(fabric, source)
         })?;
-        let summary = ReplaySummary::new(fabric.generation(), plan.timeline.clone(), 0);
+        let summary = plan.summary.clone();
         self.keep(plan);
         Ok(summary)
     }
@@ -447,8 +446,7 @@ impl Engine {
     ) -> Result<ReplayReport, Error> {
         let plan = self.plan(fabric, source)?;
         // small enough to run on the caller alone (EngineConfig::inline)?
-        let sum = |f: fn(&QueueTiming) -> u64| plan.timeline.queues.iter().map(f).sum();
-        let inline = (self.config.inline).admits(sum(|q| q.descriptors), sum(|q| q.bytes));
+        let inline = (self.config.inline).admits(plan.summary.descriptors, plan.summary.bytes);
         source.rewind();
         let (report, ()) = self.execute(fabric, &plan, |fabric| match source.in_memory() {
             Some(queues) => self.run_queues(fabric, queues, &plan, None, inline, |_| ()),
@@ -484,7 +482,7 @@ impl Engine {
         plan.pages.reopen(fabric, plan.footprint.read_pages())?;
         let fabric = fabric.lend(plan.footprint.read_pages());
         let (execution, other) = run(&fabric)?;
-        let summary = ReplaySummary::new(fabric.generation(), plan.timeline.clone(), 0);
+        let summary = plan.summary.clone();
         Ok((ReplayReport { summary, execution }, other))
     }
 
@@ -525,7 +523,10 @@ impl Engine {
         let ran = std::sync::atomic::AtomicU64::new(0);
         let run = |unit: &schedule::Unit<'_>| exec::run_unit(fabric, unit, &ran);
         let (outcome, (workers, other)) = executor::execute(schedule, run, |job| {
-            let meanwhile = || beside(&mut Beside::new(fabric));
+            let meanwhile = || {
+                let open_reads = fabric.open_reads();
+                beside(&mut Beside { fabric, open_reads })
+            };
             match inline {
                 true => (1, pool::beside_then_job(job, meanwhile)),
                 false => self.pool.run(job, meanwhile),
@@ -534,7 +535,7 @@ impl Engine {
         let stats = outcome.map(|()| ExecutionStats {
             wall: started.elapsed(),
             workers,
-            units: schedule.units().len() as u64,
+            units: schedule.units.len() as u64,
             max_buffered: schedule.buffered(),
             page_buckets: schedule.by_page(),
         });
@@ -702,13 +703,6 @@ pub struct Beside<'f> {
 }
 
 impl<'f> Beside<'f> {
-    pub(crate) fn new(fabric: &'f Fabric) -> Beside<'f> {
-        Beside {
-            fabric,
-            open_reads: fabric.open_reads(),
-        }
-    }
-
     /// The fabric, to read (see [`Beside::read_the_replay`]). Its shared write forms
     /// ([`Fabric::write_reserved`] and the like) reach only the replay's pages, and
     /// writing those beside the replay races with it: do not.

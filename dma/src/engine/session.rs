@@ -275,7 +275,7 @@ impl Pending {
         let (stats, ran, other) =
             engine.execute_schedule(fabric, &schedule, inline, |_| beside(&left));
         self.executed += ran;
-        self.units += schedule.units().len() as u64;
+        self.units += schedule.units.len() as u64;
         self.workers = self.workers.max(stats.as_ref().map_or(1, |s| s.workers));
         stats?;
         self.progress.advance(ready());

@@ -20,10 +20,11 @@ use crate::descriptor::{Descriptor, SemaphoreLedger};
 use crate::error::Error;
 use crate::fabric::{Fabric, PAGE_BYTES};
 use crate::queue_file::MAX_BATCH;
-use crate::timing::{QueueTimeline, TimelineReport, TimingModel};
+use crate::timing::{QueueTimeline, TimingModel};
 use crate::FabricAddr;
 
 use super::race::RaceRecorder;
+use super::report::ReplaySummary;
 use super::source::QueueSource;
 use super::{EngineConfig, RaceCheck};
 
@@ -33,7 +34,8 @@ pub(crate) const VALIDATE_BATCH: usize = MAX_BATCH;
 /// What validation proved and found.
 #[derive(Debug)]
 pub(crate) struct Plan {
-    pub timeline: TimelineReport,
+    /// The summary of the replay (no descriptor fails).
+    pub summary: ReplaySummary,
     pub pages: PageSet,
     /// Whether some descriptor waits or signals.
     pub semaphores: bool,
@@ -472,7 +474,7 @@ impl<'f> Validator<'f> {
             race.check()?;
         }
         Ok(Plan {
-            timeline,
+            summary: ReplaySummary::new(self.fabric.generation(), timeline, 0),
             pages: self.pages,
             semaphores: !self.ledger.is_empty(),
             footprint: self.footprint,
@@ -837,11 +839,11 @@ mod tests {
         assert_eq!(a.join(Footprint::default()), a);
     }
 
-    /// A plan as comparable values: timeline, the sorted written pages.
-    fn summary(plan: &Plan) -> (TimelineReport, Vec<u64>) {
+    /// A plan as comparable values: summary, the sorted written pages.
+    fn summary(plan: &Plan) -> (ReplaySummary, Vec<u64>) {
         let mut pages: Vec<u64> = plan.pages.entries().map(|(page, ..)| page).collect();
         pages.sort_unstable();
-        (plan.timeline.clone(), pages)
+        (plan.summary.clone(), pages)
     }
 
     /// One descriptor of the split test: a copy inside HBM (or, `bad`, from the gap below
