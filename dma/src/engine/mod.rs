@@ -69,7 +69,7 @@ pub use sequential::execute_sequential;
 pub use session::{Pusher, Session};
 
 use schedule::Schedule;
-use source::{FileSource, QueueSource, Slices};
+use source::{from_start, QueueSource, Slices};
 use validate::Plan;
 
 #[cfg(doc)]
@@ -635,26 +635,6 @@ async fn on_blocking_pool<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'sta
             Err(e) => panic!("the replay task did not finish: {e}"),
         },
     }
-}
-
-/// `pass` over `file` read from its start, rewound again after; a queue file replays only
-/// on a fabric of its generation (`fabric`).
-fn from_start<R: Read + Seek + Send, T>(
-    fabric: crate::Generation,
-    file: &mut VerifiedQueueFile<R>,
-    pass: impl FnOnce(&mut FileSource<'_, R>) -> Result<T, Error>,
-) -> Result<T, Error> {
-    let generation = file.header().generation();
-    if generation != fabric {
-        return Err(Error::GenerationMismatch {
-            file: generation.name(),
-            fabric: fabric.name(),
-        });
-    }
-    file.rewind();
-    let result = pass(&mut FileSource::new(file));
-    file.rewind();
-    result
 }
 
 /// A generation and an engine configuration, as [`Error::NotValidatedHere`] names them.
