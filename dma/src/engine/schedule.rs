@@ -174,13 +174,7 @@ impl<'q> Schedule<'q> {
             };
             let list = &signals[w.sem.index()];
             let Some(&signaller) = usize::try_from(nth).ok().and_then(|n| list.get(n)) else {
-                return Err(Error::SemaphoreDeadlock {
-                    queue,
-                    index,
-                    sem: w.sem.get(),
-                    count: w.count.get(),
-                    reached: before + list.len() as u64,
-                });
+                return Err(Error::deadlock(queue, index, w, before + list.len() as u64));
             };
             s.order(signaller, unit);
         }

@@ -80,13 +80,8 @@ fn schedule(queues: &[Vec<Descriptor>]) -> Result<Vec<(usize, Range<usize>)>, Er
     // the first queue (lowest index) left waiting is a deadlock
     for (queue, (descs, &cursor)) in queues.iter().zip(&cursors).enumerate() {
         if let Some(w) = descs.get(cursor).and_then(Descriptor::wait) {
-            return Err(Error::SemaphoreDeadlock {
-                queue,
-                index: cursor as u64,
-                sem: w.sem.get(),
-                count: w.count.get(),
-                reached: signals.get(w.sem.index()).copied().unwrap_or(0),
-            });
+            let reached = signals.get(w.sem.index()).copied().unwrap_or(0);
+            return Err(Error::deadlock(queue, cursor as u64, w, reached));
         }
     }
     Ok(runs)
