@@ -293,29 +293,6 @@ impl Engine {
         Ok(summary)
     }
 
-    /// Streams descriptors from `produce` into `queues` (1..=`config.queues`) queues while
-    /// they execute. `destinations` declares every range the descriptors may write: they are
-    /// checked and reserved up front (contents unchanged), and a pushed descriptor that
-    /// writes outside them is rejected. See [`Session`] for the per-push guarantee. Returns
-    /// once every accepted descriptor has run: `produce`'s error if it failed (after
-    /// running what it had pushed), else the report. Not available with [`RaceCheck::On`].
-    pub fn stream<F>(
-        &self,
-        fabric: &mut Fabric,
-        queues: usize,
-        destinations: &[(FabricAddr, u64)],
-        produce: F,
-    ) -> Result<ReplayReport, Error>
-    where
-        F: FnOnce(&mut Session<'_>) -> Result<(), Error>,
-    {
-        if self.config.race_check == RaceCheck::On {
-            return Err(Error::RaceCheckStreaming);
-        }
-        self.check_queue_count(queues)?;
-        session::stream(self, fabric, queues, destinations, produce)
-    }
-
     fn check_queue_count(&self, count: usize) -> Result<(), Error> {
         if !(1..=self.config.queues).contains(&count) {
             return Err(Error::QueueCount {
@@ -344,26 +321,6 @@ impl Engine {
             block: None,
             plan,
             buckets: std::sync::Mutex::new(buckets),
-            generation: fabric.generation(),
-            config: self.config,
-        })
-    }
-
-    /// [`Engine::validate`] of `block`'s queues ([`Block::queues`]), without building them
-    /// where its rows can be checked whole (see [`crate::block`]): the same checks, plan
-    /// and report, and the same error for a bad descriptor (found in the expansion).
-    pub fn validate_block(&self, fabric: &Fabric, block: Block) -> Result<Validated, Error> {
-        self.check_queue_count(block.queue_count())?;
-        let Some(footprint) = validate::block_footprint(fabric, &block, &self.config) else {
-            return self.validate(fabric, block.queues());
-        };
-        let kept = lock(&self.kept).take().unwrap_or_default();
-        let plan = validate::validate_block(fabric, &block, footprint, &self.config, kept)?;
-        Ok(Validated {
-            queues: Vec::new(),
-            block: Some(block),
-            plan,
-            buckets: std::sync::Mutex::new(None),
             generation: fabric.generation(),
             config: self.config,
         })

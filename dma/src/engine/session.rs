@@ -19,7 +19,7 @@ use super::report::{ExecutionStats, ReplayReport, ReplaySummary};
 use super::schedule::{Progress, Schedule};
 use super::source::QueueSource;
 use super::validate::{check_ranges, replay_error};
-use super::Engine;
+use super::{Engine, RaceCheck};
 
 /// The producer's handle on a streaming replay, lent to the closure given to
 /// [`Engine::stream`].
@@ -386,53 +386,64 @@ fn declare(
     Ok(merged)
 }
 
-/// The body of [`Engine::stream`] (config and queue count already checked).
-pub(crate) fn stream<F>(
-    engine: &Engine,
-    fabric: &mut Fabric,
-    queues: usize,
-    destinations: &[(FabricAddr, u64)],
-    produce: F,
-) -> Result<ReplayReport, Error>
-where
-    F: FnOnce(&mut Session<'_>) -> Result<(), Error>,
-{
-    let generation = fabric.generation();
-    let timeline = QueueTimeline::new(TimingModel::new(generation), queues, false)?;
-    let declared = declare(fabric, destinations)?;
-    let started = Instant::now();
-    let mut session = Session {
-        engine,
-        fabric,
-        declared,
-        ledger: SemaphoreLedger::new(),
-        next: vec![0; queues],
-        timeline,
-        pending: Pending::new(queues),
-        rejected: 0,
-        aborted: None,
-    };
-    let produced = catch_unwind(AssertUnwindSafe(|| produce(&mut session)));
-    // Every accepted descriptor runs, whatever the producer did.
-    session.run_held();
-    let produced = produced.unwrap_or_else(|panic| resume_unwind(panic));
-    let executed = session.pending.executed;
-    // Rejected pushes, and accepted descriptors an aborted run never reached.
-    let accepted = session.next.iter().sum::<u64>();
-    let failed = session.rejected + accepted.saturating_sub(executed);
-    if let Some(source) = session.aborted {
-        return Err(Error::StreamAborted {
-            executed,
-            failed,
-            source: Box::new(source),
-        });
+impl Engine {
+    /// Streams descriptors from `produce` into `queues` (1..=`config.queues`) queues while
+    /// they execute. `destinations` declares every range the descriptors may write: they are
+    /// checked and reserved up front (contents unchanged), and a pushed descriptor that
+    /// writes outside them is rejected. See [`Session`] for the per-push guarantee. Returns
+    /// once every accepted descriptor has run: `produce`'s error if it failed (after
+    /// running what it had pushed), else the report. Not available with [`RaceCheck::On`].
+    pub fn stream<F>(
+        &self,
+        fabric: &mut Fabric,
+        queues: usize,
+        destinations: &[(FabricAddr, u64)],
+        produce: F,
+    ) -> Result<ReplayReport, Error>
+    where
+        F: FnOnce(&mut Session<'_>) -> Result<(), Error>,
+    {
+        if self.config.race_check == RaceCheck::On {
+            return Err(Error::RaceCheckStreaming);
+        }
+        self.check_queue_count(queues)?;
+        let generation = fabric.generation();
+        let timeline = QueueTimeline::new(TimingModel::new(generation), queues, false)?;
+        let declared = declare(fabric, destinations)?;
+        let started = Instant::now();
+        let mut session = Session {
+            engine: self,
+            fabric,
+            declared,
+            ledger: SemaphoreLedger::new(),
+            next: vec![0; queues],
+            timeline,
+            pending: Pending::new(queues),
+            rejected: 0,
+            aborted: None,
+        };
+        let produced = catch_unwind(AssertUnwindSafe(|| produce(&mut session)));
+        // Every accepted descriptor runs, whatever the producer did.
+        session.run_held();
+        let produced = produced.unwrap_or_else(|panic| resume_unwind(panic));
+        let executed = session.pending.executed;
+        // Rejected pushes, and accepted descriptors an aborted run never reached.
+        let accepted = session.next.iter().sum::<u64>();
+        let failed = session.rejected + accepted.saturating_sub(executed);
+        if let Some(source) = session.aborted {
+            return Err(Error::StreamAborted {
+                executed,
+                failed,
+                source: Box::new(source),
+            });
+        }
+        produced?;
+        let execution = session.pending.stats(started.elapsed());
+        Ok(ReplayReport {
+            summary: ReplaySummary::new(generation, session.timeline.finish()?, failed),
+            execution,
+        })
     }
-    produced?;
-    let execution = session.pending.stats(started.elapsed());
-    Ok(ReplayReport {
-        summary: ReplaySummary::new(generation, session.timeline.finish()?, failed),
-        execution,
-    })
 }
 
 #[cfg(test)]

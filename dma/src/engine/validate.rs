@@ -26,7 +26,7 @@ use crate::FabricAddr;
 use super::race::RaceRecorder;
 use super::report::ReplaySummary;
 use super::source::QueueSource;
-use super::{EngineConfig, RaceCheck};
+use super::{lock, Engine, EngineConfig, RaceCheck, Validated};
 
 /// Descriptors per validation batch.
 pub(crate) const VALIDATE_BATCH: usize = MAX_BATCH;
@@ -287,7 +287,7 @@ pub(crate) fn block_footprint(
     Some(Footprint {
         reads,
         writes,
-        // [`validate_block`] finds it as it adds the pages
+        // Engine::validate_block finds it as it adds the pages
         one_page_writes: true,
         bytes_written: rows as u64 * written,
     })
@@ -305,35 +305,45 @@ fn row_hull(side: &Rows, rows: usize, len: u64) -> Option<(u64, u64)> {
     Some((lo, hi.checked_add(len - 1)?))
 }
 
-/// [`validate`] of `block`'s expansion, whose `footprint` ([`block_footprint`]) proved its
-/// ranges: the same plan (the same pages, listed in row order; queues timed in one step
-/// each), its descriptors never built.
-pub(crate) fn validate_block(
-    fabric: &Fabric,
-    block: &Block,
-    mut footprint: Footprint,
-    config: &EngineConfig,
-    kept: Kept,
-) -> Result<Plan, Error> {
-    let counts = block.per_queue(block.queue_count());
-    let mut v = Validator::new(fabric, counts.len(), config, kept)?;
-    if let (_, &Rows::Strided { start, stride }) = block.sides() {
-        let (len, rows, dealt) = (stride, block.rows() as u64, block.deal().len() > 1);
-        let written = block.template().dest_range().1;
-        footprint.one_page_writes = match stride == written {
-            true => v.pages.add_contiguous(start, rows, len, dealt),
-            false => {
-                let starts = (0..rows).map(|i| start + i * stride);
-                v.pages.add_ascending(starts, written, dealt)
-            }
+impl Engine {
+    /// [`Engine::validate`] of `block`'s queues ([`Block::queues`]), without building them
+    /// where its rows can be checked whole (see [`crate::block`]): the same checks, plan
+    /// and report, and the same error for a bad descriptor (found in the expansion).
+    pub fn validate_block(&self, fabric: &Fabric, block: Block) -> Result<Validated, Error> {
+        self.check_queue_count(block.queue_count())?;
+        let Some(mut footprint) = block_footprint(fabric, &block, &self.config) else {
+            return self.validate(fabric, block.queues());
         };
+        // The plan of the expansion, whose footprint proved its ranges, its descriptors
+        // never built: the same pages, listed in row order; queues timed in one step each.
+        let counts = block.per_queue(block.queue_count());
+        let kept = lock(&self.kept).take().unwrap_or_default();
+        let mut v = Validator::new(fabric, counts.len(), &self.config, kept)?;
+        if let (_, &Rows::Strided { start, stride }) = block.sides() {
+            let (len, rows, dealt) = (stride, block.rows() as u64, block.deal().len() > 1);
+            let written = block.template().dest_range().1;
+            footprint.one_page_writes = match stride == written {
+                true => v.pages.add_contiguous(start, rows, len, dealt),
+                false => {
+                    let starts = (0..rows).map(|i| start + i * stride);
+                    v.pages.add_ascending(starts, written, dealt)
+                }
+            };
+        }
+        for (queue, &count) in counts.iter().enumerate() {
+            v.timeline.push_equal(queue, &block.template(), count);
+            v.timeline.close(queue)?;
+        }
+        v.footprint = footprint;
+        Ok(Validated {
+            queues: Vec::new(),
+            block: Some(block),
+            plan: v.finish()?,
+            buckets: std::sync::Mutex::new(None),
+            generation: fabric.generation(),
+            config: self.config,
+        })
     }
-    for (queue, &count) in counts.iter().enumerate() {
-        v.timeline.push_equal(queue, &block.template(), count);
-        v.timeline.close(queue)?;
-    }
-    v.footprint = footprint;
-    v.finish()
 }
 
 struct Validator<'f> {
