@@ -124,10 +124,8 @@ where
                         }
                     }
                 }
-                match st.finished == units.len() {
-                    true => notify(&st, wake, usize::MAX),
-                    false => notify(&st, wake, woken),
-                }
+                let all = st.finished == units.len();
+                notify(&st, wake, if all { usize::MAX } else { woken });
             }
             Err((at, e)) => {
                 if st.failed.as_ref().is_none_or(|(first, _)| at < *first) {

@@ -376,14 +376,15 @@ fn declare(
         fabric.reserve(addr, len)?;
     }
     ranges.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
-    for (lo, end) in ranges {
-        match merged.last_mut() {
-            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(end),
-            _ => merged.push((lo, end)),
+    // a range that starts inside or right after the one before joins it
+    ranges.dedup_by(|&mut (lo, end), last| {
+        let joins = lo <= last.1.saturating_add(1);
+        if joins {
+            last.1 = last.1.max(end);
         }
-    }
-    Ok(merged)
+        joins
+    });
+    Ok(ranges)
 }
 
 impl Engine {
