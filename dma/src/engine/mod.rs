@@ -413,14 +413,6 @@ impl Engine {
         Ok(report)
     }
 
-    /// The validation pass over `source` (left at its end), with the buffers kept from
-    /// the last replay.
-    fn plan<S: QueueSource>(&self, fabric: &Fabric, source: &mut S) -> Result<Plan, Error> {
-        self.check_queue_count(source.queues())?;
-        let kept = lock(&self.kept).take();
-        validate::validate(fabric, source, &self.config, kept.unwrap_or_default())
-    }
-
     /// Keeps `plan`'s buffers, emptied, for the next replay's validation.
     fn keep(&self, plan: Plan) {
         *lock(&self.kept) = Some(plan.into_kept());

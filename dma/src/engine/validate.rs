@@ -233,28 +233,6 @@ impl RangeRule {
     }
 }
 
-/// Runs the whole validation pass over `source` (which it leaves at the end): queues fed a
-/// batch at a time, round-robin, as the timeline lets them. The plan is filled into `kept`
-/// (buffers kept from an earlier replay, or new ones).
-pub(crate) fn validate<S: QueueSource>(
-    fabric: &Fabric,
-    source: &mut S,
-    config: &EngineConfig,
-    kept: Kept,
-) -> Result<Plan, Error> {
-    let mut v = Validator::new(fabric, source.queues(), config, kept)?;
-    let mut done = vec![false; source.queues()];
-    while v.timed_pass(source, &mut done)? {}
-    for (queue, finished) in done.iter_mut().enumerate() {
-        while !*finished {
-            let batch = source.next(queue, VALIDATE_BATCH)?;
-            *finished = batch.is_empty();
-            v.push(queue, batch, false)?;
-        }
-    }
-    v.finish()
-}
-
 /// The footprint of `block` if validation may take it whole, without building its
 /// descriptors: no race check; a strided destination whose rows are at least a row apart
 /// (so no two rows write one byte); both sides' row addresses ascending without wrapping
@@ -306,6 +284,29 @@ fn row_hull(side: &Rows, rows: usize, len: u64) -> Option<(u64, u64)> {
 }
 
 impl Engine {
+    /// The whole validation pass over `source` (which it leaves at the end): queues fed a
+    /// batch at a time, round-robin, as the timeline lets them. The plan is filled into
+    /// the buffers kept from the last replay (or new ones).
+    pub(crate) fn plan<S: QueueSource>(
+        &self,
+        fabric: &Fabric,
+        source: &mut S,
+    ) -> Result<Plan, Error> {
+        self.check_queue_count(source.queues())?;
+        let kept = lock(&self.kept).take().unwrap_or_default();
+        let mut v = Validator::new(fabric, source.queues(), &self.config, kept)?;
+        let mut done = vec![false; source.queues()];
+        while v.timed_pass(source, &mut done)? {}
+        for (queue, finished) in done.iter_mut().enumerate() {
+            while !*finished {
+                let batch = source.next(queue, VALIDATE_BATCH)?;
+                *finished = batch.is_empty();
+                v.push(queue, batch, false)?;
+            }
+        }
+        v.finish()
+    }
+
     /// [`Engine::validate`] of `block`'s queues ([`Block::queues`]), without building them
     /// where its rows can be checked whole (see [`crate::block`]): the same checks, plan
     /// and report, and the same error for a bad descriptor (found in the expansion).
@@ -887,17 +888,18 @@ mod tests {
         ) {
             let f = Fabric::new(Generation::Cayman);
             let config = EngineConfig { workers: 2, ..EngineConfig::default() };
-            let in_order =
-                validate(&f, &mut Slices::new(&queues), &config, Kept::default());
+            let in_order = Engine::new(config).unwrap().plan(&f, &mut Slices::new(&queues));
             // buffers kept from another replay (fewer queues, its bad descriptors left
             // out) change nothing
             let valid = |q: &Vec<Descriptor>| -> Vec<Descriptor> {
                 q.iter().filter(|d| check_ranges(&f, d).is_ok()).copied().collect()
             };
             let other: Vec<_> = queues[1..].iter().rev().map(valid).collect();
-            let kept = validate(&f, &mut Slices::new(&other), &config, Kept::default())
-                .map_or_else(|_| Kept::default(), Plan::into_kept);
-            let again = validate(&f, &mut Slices::new(&queues), &config, kept);
+            let e = Engine::new(config).unwrap();
+            if let Ok(plan) = e.plan(&f, &mut Slices::new(&other)) {
+                e.keep(plan);
+            }
+            let again = e.plan(&f, &mut Slices::new(&queues));
             let want = format!("{:?}", in_order.as_ref().map(summary));
             prop_assert_eq!(format!("{:?}", again.map(|p| summary(&p))), want);
         }
@@ -1024,8 +1026,8 @@ mod tests {
             vec![copy(0, 64, 8), copy(gap, 64, 16)],
             vec![copy(0, gap, 4)],
         ];
-        let config = EngineConfig::default();
-        let e = validate(&f, &mut Slices::new(&queues), &config, Kept::default());
+        let e = Engine::new(EngineConfig::default()).unwrap();
+        let e = e.plan(&f, &mut Slices::new(&queues));
         let Err(Error::ReplayDescriptor {
             queue, index, what, ..
         }) = e
