@@ -321,7 +321,6 @@ impl Engine {
             block: None,
             plan,
             buckets: std::sync::Mutex::new(buckets),
-            generation: fabric.generation(),
             config: self.config,
         })
     }
@@ -347,11 +346,11 @@ impl Engine {
         validated: &Validated,
         beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ReplayReport, R), Error> {
-        let here = (fabric.generation(), self.config);
-        if (validated.generation, validated.config) != here {
+        let generation = validated.plan.summary.generation;
+        if (generation, validated.config) != (fabric.generation(), self.config) {
             return Err(Error::NotValidatedHere {
-                validated: describe(validated.generation, &validated.config),
-                running: describe(here.0, &here.1),
+                validated: describe(generation, &validated.config),
+                running: describe(fabric.generation(), &self.config),
             });
         }
         let plan = &validated.plan;
@@ -601,7 +600,7 @@ pub struct Validated {
     plan: Plan,
     /// The queues dealt by destination page, for the first run (see [`Engine::validate`]).
     buckets: std::sync::Mutex<Option<Schedule<'static>>>,
-    generation: crate::Generation,
+    /// The configuration it was validated with (its generation is its summary's).
     config: EngineConfig,
 }
 

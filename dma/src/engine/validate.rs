@@ -341,7 +341,6 @@ impl Engine {
             block: Some(block),
             plan: v.finish()?,
             buckets: std::sync::Mutex::new(None),
-            generation: fabric.generation(),
             config: self.config,
         })
     }
@@ -579,10 +578,8 @@ impl PageSet {
     pub(crate) fn add(&mut self, (dst, len): (FabricAddr, u64), queue: usize) {
         // check_ranges proved `len >= 1` and that `dst + len - 1` does not overflow.
         let (lo, hi) = (dst.0 / PAGE_BYTES, (dst.0 + (len - 1)) / PAGE_BYTES);
-        if self
-            .last
-            .is_some_and(|(a, b, q)| a <= lo && hi <= b && q == queue)
-        {
+        let cached = |(a, b, q): (u64, u64, usize)| a <= lo && hi <= b && q == queue;
+        if self.last.is_some_and(cached) {
             return;
         }
         self.last = Some((lo, hi, queue));
