@@ -25,12 +25,8 @@ pub fn execute_sequential(fabric: &mut Fabric, queues: &[Vec<Descriptor>]) -> Re
         }
     }
     for (queue, run) in schedule(queues)? {
-        let descs = queues
-            .get(queue)
-            .and_then(|q| q.get(run.clone()))
-            .unwrap_or_default();
-        for (i, d) in descs.iter().enumerate() {
-            let index = (run.start + i) as u64;
+        let descs = queues.get(queue).and_then(|q| q.get(run.clone()));
+        for (index, d) in (run.start as u64..).zip(descs.unwrap_or_default()) {
             apply(fabric, d).map_err(|e| replay_error(queue, index, "execution", e))?;
         }
     }

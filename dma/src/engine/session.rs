@@ -253,18 +253,9 @@ impl Pending {
         beside: impl FnOnce(&[usize]) -> R,
     ) -> Result<R, Error> {
         let cut = self.progress.runnable(&self.queues);
-        let left: Vec<usize> = self
-            .queues
-            .iter()
-            .zip(&cut)
-            .map(|(q, &n)| q.len() - n)
-            .collect();
-        let ready = || {
-            self.queues
-                .iter()
-                .zip(&cut)
-                .map(|(q, &n)| q.get(..n).unwrap_or(q))
-        };
+        let cuts = || self.queues.iter().zip(&cut);
+        let left: Vec<usize> = cuts().map(|(q, &n)| q.len() - n).collect();
+        let ready = || cuts().map(|(q, &n)| q.get(..n).unwrap_or(q));
         let descriptors = cut.iter().sum::<usize>() as u64;
         if descriptors == 0 {
             return Err(Error::RunAborted);
@@ -349,14 +340,10 @@ fn check_declared(declared: &[(u64, u64)], d: &Descriptor) -> Result<(), Error> 
     // check_ranges proved `len >= 1` and no overflow.
     let end = dst.0 + (len - 1);
     let at = declared.partition_point(|&(lo, _)| lo <= dst.0);
-    let inside = at
-        .checked_sub(1)
-        .and_then(|i| declared.get(i))
-        .is_some_and(|&(_, e)| end <= e);
-    if inside {
-        return Ok(());
+    match at.checked_sub(1).and_then(|i| declared.get(i)) {
+        Some(&(_, e)) if end <= e => Ok(()),
+        _ => Err(Error::UndeclaredDestination { addr: dst.0, len }),
     }
-    Err(Error::UndeclaredDestination { addr: dst.0, len })
 }
 
 /// Checks and reserves the declared destinations; returns them sorted and merged.
