@@ -287,13 +287,9 @@ impl Progress {
                 let sems = list.iter().take(n).filter_map(Descriptor::signal);
                 sems.for_each(|sem| signals[sem.index()] += 1);
             }
-            let unmet = |d: &Descriptor| {
-                d.wait()
-                    .is_some_and(|w| signals[w.sem.index()] < u64::from(w.count.get()))
-            };
             let mut changed = false;
             for (list, n) in pending.iter().zip(&mut cut) {
-                if let Some(i) = list.iter().take(*n).position(unmet) {
+                if let Some(i) = list.iter().take(*n).position(|d| d.waits_beyond(&signals)) {
                     (*n, changed) = (i, true);
                 }
             }

@@ -54,10 +54,7 @@ fn schedule(queues: &[Vec<Descriptor>]) -> Result<Vec<(usize, Range<usize>)>, Er
         for (queue, (descs, cursor)) in queues.iter().zip(cursors.iter_mut()).enumerate() {
             let start = *cursor;
             while let Some(d) = descs.get(*cursor) {
-                // SemId guarantees index < SEMAPHORES.
-                if d.wait()
-                    .is_some_and(|w| signals[w.sem.index()] < u64::from(w.count.get()))
-                {
+                if d.waits_beyond(&signals) {
                     break;
                 }
                 if let Some(s) = d.signal() {
