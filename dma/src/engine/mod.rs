@@ -294,13 +294,11 @@ impl Engine {
     }
 
     fn check_queue_count(&self, count: usize) -> Result<(), Error> {
-        if !(1..=self.config.queues).contains(&count) {
-            return Err(Error::QueueCount {
-                count,
-                max: self.config.queues,
-            });
+        let max = self.config.queues;
+        match (1..=max).contains(&count) {
+            true => Ok(()),
+            false => Err(Error::QueueCount { count, max }),
         }
-        Ok(())
     }
 
     /// Validates in-memory `queues` for a later [`Engine::run_beside`] (the same checks as

@@ -232,13 +232,11 @@ impl Pending {
 
     /// Holds `descriptors` at the end of `queue` (checked to exist); how many it holds.
     fn push(&mut self, queue: usize, descriptors: &[Descriptor]) -> usize {
-        let Some(list) = self.queues.get_mut(queue) else {
-            return 0;
-        };
-        list.extend_from_slice(descriptors);
-        let held = list.len();
+        if let Some(list) = self.queues.get_mut(queue) {
+            list.extend_from_slice(descriptors);
+        }
         self.most = self.most.max(self.held());
-        held
+        self.queues.get(queue).map_or(0, Vec::len)
     }
 
     /// Runs the next window on `fabric` (its destinations reserved): what of each queue

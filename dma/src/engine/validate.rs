@@ -130,7 +130,7 @@ impl Footprint {
     /// Whether every destination lies inside one page and no byte read is a byte written
     /// (the hulls do not meet): then descriptors on different destination pages touch no
     /// common byte.
-    pub(crate) fn pages_independent(&self) -> bool {
+    fn pages_independent(&self) -> bool {
         let (r, w) = (self.reads, self.writes);
         self.one_page_writes && (r.0 > r.1 || w.0 > w.1 || r.1 < w.0 || w.1 < r.0)
     }
@@ -184,7 +184,7 @@ pub(crate) fn check_ranges(fabric: &Fabric, d: &Descriptor) -> Result<(), (&'sta
 /// [`check_ranges`] for a run of descriptors: the last region of each side is cached, so
 /// that descriptors inside the regions of the one before are checked with a few compares.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct RangeRule {
+struct RangeRule {
     source: RegionCache,
     destination: RegionCache,
 }
@@ -192,11 +192,7 @@ pub(crate) struct RangeRule {
 impl RangeRule {
     /// [`check_ranges`] (use one rule with one fabric's map only).
     #[inline]
-    pub(crate) fn check(
-        &mut self,
-        fabric: &Fabric,
-        d: &Descriptor,
-    ) -> Result<(), (&'static str, Error)> {
+    fn check(&mut self, fabric: &Fabric, d: &Descriptor) -> Result<(), (&'static str, Error)> {
         let map = fabric.map();
         if let Some((src, len)) = d.source_range() {
             let checked = self.source.check(map, src, len);
@@ -239,11 +235,7 @@ impl RangeRule {
 /// (or listed); every row inside one region on each side (the hull, or failing that row
 /// by row); and no byte read is written. `None`: validate its expansion instead, which
 /// names a bad descriptor.
-pub(crate) fn block_footprint(
-    fabric: &Fabric,
-    block: &Block,
-    config: &EngineConfig,
-) -> Option<Footprint> {
+fn block_footprint(fabric: &Fabric, block: &Block, config: &EngineConfig) -> Option<Footprint> {
     let (d, rows) = (block.template(), block.rows());
     let (src, dst) = block.sides();
     let ((_, read), (_, written)) = (d.source_range()?, d.dest_range());
@@ -592,12 +584,7 @@ impl PageSet {
     /// Adds the pages of ranges of `len` bytes at `starts`, ascending and apart (a block's
     /// strided destinations, into an empty set), each written by another queue than the
     /// one before it if `dealt`; whether each range lies inside one page.
-    pub(crate) fn add_ascending(
-        &mut self,
-        starts: impl Iterator<Item = u64>,
-        len: u64,
-        dealt: bool,
-    ) -> bool {
+    fn add_ascending(&mut self, starts: impl Iterator<Item = u64>, len: u64, dealt: bool) -> bool {
         let (mut one_page, mut met, mut next) = (true, false, 0);
         for at in starts {
             let (lo, hi) = (at / PAGE_BYTES, (at + (len - 1)) / PAGE_BYTES);
@@ -619,7 +606,7 @@ impl PageSet {
     /// `start`, in closed form: every page of their hull, each with its first byte inside
     /// them; two rows meet on a page unless each row is whole pages; a row crosses a page
     /// edge unless every edge inside the hull falls between two rows.
-    pub(crate) fn add_contiguous(&mut self, start: u64, rows: u64, len: u64, dealt: bool) -> bool {
+    fn add_contiguous(&mut self, start: u64, rows: u64, len: u64, dealt: bool) -> bool {
         let end = start + rows * len;
         let (lo, hi) = (start / PAGE_BYTES, (end - 1) / PAGE_BYTES);
         for page in lo..hi + 1 {
@@ -643,7 +630,7 @@ impl PageSet {
 
     /// Whether two of the pages differ modulo `buckets` (fall in two buckets of a run dealt
     /// by page).
-    pub(crate) fn spans_buckets(&self, buckets: u64) -> bool {
+    fn spans_buckets(&self, buckets: u64) -> bool {
         let mut pages = self.list.iter().map(|&(page, _)| page % buckets.max(1));
         let first = pages.next();
         pages.any(|bucket| Some(bucket) != first)
