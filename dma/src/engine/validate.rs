@@ -285,8 +285,7 @@ impl Engine {
         source: &mut S,
     ) -> Result<Plan, Error> {
         self.check_queue_count(source.queues())?;
-        let kept = lock(&self.kept).take().unwrap_or_default();
-        let mut v = Validator::new(fabric, source.queues(), &self.config, kept)?;
+        let mut v = Validator::new(self, fabric, source.queues())?;
         let mut done = vec![false; source.queues()];
         while v.timed_pass(source, &mut done)? {}
         for (queue, finished) in done.iter_mut().enumerate() {
@@ -310,8 +309,7 @@ impl Engine {
         // The plan of the expansion, whose footprint proved its ranges, its descriptors
         // never built: the same pages, listed in row order; queues timed in one step each.
         let counts = block.per_queue(block.queue_count());
-        let kept = lock(&self.kept).take().unwrap_or_default();
-        let mut v = Validator::new(fabric, counts.len(), &self.config, kept)?;
+        let mut v = Validator::new(self, fabric, counts.len())?;
         if let (_, &Rows::Strided { start, stride }) = block.sides() {
             let (len, rows, dealt) = (stride, block.rows() as u64, block.deal().len() > 1);
             let written = block.template().dest_range().1;
@@ -350,13 +348,10 @@ struct Validator<'f> {
 }
 
 impl<'f> Validator<'f> {
-    /// A validator filling the buffers of `kept` (its page set empty).
-    fn new(
-        fabric: &'f Fabric,
-        queues: usize,
-        config: &EngineConfig,
-        kept: Kept,
-    ) -> Result<Validator<'f>, Error> {
+    /// A validator of `queues` queues for `engine`, filling the buffers it kept from its
+    /// last replay (or new ones).
+    fn new(engine: &Engine, fabric: &'f Fabric, queues: usize) -> Result<Validator<'f>, Error> {
+        let kept = lock(&engine.kept).take().unwrap_or_default();
         let model = TimingModel::new(fabric.generation());
         let timeline = match kept.timeline {
             Some(mut timeline) => timeline.reset(model, queues).map(|()| timeline),
@@ -367,7 +362,7 @@ impl<'f> Validator<'f> {
             next: vec![0; queues],
             ledger: SemaphoreLedger::new(),
             timeline: timeline?,
-            race: (config.race_check == RaceCheck::On).then(|| RaceRecorder::new(queues)),
+            race: (engine.config.race_check == RaceCheck::On).then(|| RaceRecorder::new(queues)),
             pages: kept.pages,
             footprint: Footprint::default(),
             ranges: RangeRule::default(),
@@ -750,8 +745,8 @@ mod tests {
             ),
         ) {
             let fabric = Fabric::new(Generation::Cayman);
-            let config = EngineConfig::default();
-            let new = || Validator::new(&fabric, 3, &config, Kept::default()).unwrap();
+            let engine = Engine::new(EngineConfig::default()).unwrap();
+            let new = || Validator::new(&engine, &fabric, 3).unwrap();
             let (mut whole, mut each) = (new(), new());
             for (queue, regions, batch) in batches {
                 let batch: Vec<Descriptor> =
@@ -781,8 +776,8 @@ mod tests {
     #[test]
     fn a_batch_is_checked_whole_when_each_side_stays_in_one_region_and_nothing_waits() {
         let fabric = Fabric::new(Generation::Cayman);
-        let config = EngineConfig::default();
-        let mut v = Validator::new(&fabric, 2, &config, Kept::default()).unwrap();
+        let engine = Engine::new(EngineConfig::default()).unwrap();
+        let mut v = Validator::new(&engine, &fabric, 2).unwrap();
         let in_hbm = [copy(0, 5 * P, 64), copy(3 * P, 9 * P + 8, 4)];
         assert!(v.check_whole(0, &in_hbm));
         assert_eq!(v.pages.len(), 2);
