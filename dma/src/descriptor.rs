@@ -539,6 +539,14 @@ impl Descriptor {
         (self.signal != NO_SIGNAL).then_some(SemId(self.signal))
     }
 
+    /// Whether the descriptor WAITs for more SIGNALs than `signals` (per semaphore, the
+    /// signals so far) hold.
+    pub(crate) fn waits_beyond(&self, signals: &[u64; SEMAPHORES as usize]) -> bool {
+        // SemId guarantees index < SEMAPHORES.
+        self.wait()
+            .is_some_and(|w| signals[w.sem.index()] < u64::from(w.count.get()))
+    }
+
     /// Whether the descriptor WAITs or SIGNALs.
     #[inline(always)]
     pub fn synchronises(&self) -> bool {

@@ -2,6 +2,8 @@
 
 use thiserror::Error;
 
+use crate::descriptor::SemWait;
+
 /// Whether a racing descriptor reads or writes the contested bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AccessKind {
@@ -207,4 +209,18 @@ pub enum Error {
         count: u32,
         pushed: u64,
     },
+}
+
+impl Error {
+    /// [`Error::SemaphoreDeadlock`]: descriptor `index` of `queue` waits on `wait`, whose
+    /// semaphore every queue stalls with at `reached` signals.
+    pub(crate) fn deadlock(queue: usize, index: u64, wait: SemWait, reached: u64) -> Error {
+        Error::SemaphoreDeadlock {
+            queue,
+            index,
+            sem: wait.sem.get(),
+            count: wait.count.get(),
+            reached,
+        }
+    }
 }

@@ -594,13 +594,8 @@ impl QueueTimeline {
     pub(crate) fn take_report(&mut self) -> Result<TimelineReport, Error> {
         for (queue, state) in self.queues.iter().enumerate() {
             if let Some(w) = state.pending.front().and_then(|p| p.wait) {
-                return Err(Error::SemaphoreDeadlock {
-                    queue,
-                    index: state.timing.descriptors,
-                    sem: w.sem.get(),
-                    count: w.count.get(),
-                    reached: self.signal_ends[w.sem.index()].count(),
-                });
+                let reached = self.signal_ends[w.sem.index()].count();
+                return Err(Error::deadlock(queue, state.timing.descriptors, w, reached));
             }
         }
         let timings = self

@@ -46,6 +46,9 @@ thread_local! {
 /// Executes cast descriptor `d`: its whole source is read first (so a source that
 /// overlaps the destination is read as it was, as a copy's is), then, for a reduction,
 /// its destination; the result ([`cast::cast`]) is written. A FILL never casts.
+// Out of line: casts are rare, and inlined into the engine's per-descriptor dispatch
+// (`exec::execute_descriptor`) its frame would cost every descriptor a prologue.
+#[inline(never)]
 pub(crate) fn execute_cast(mem: &mut impl CastMemory, d: &Descriptor) -> Result<(), Error> {
     let (Some((src, src_len)), Some(op)) = (d.source_range(), d.op().compute_op()) else {
         return Ok(());

@@ -50,8 +50,8 @@ pub(crate) fn execute<'q, F, T>(
 where
     F: Fn(&Unit<'q>) -> Result<(), ((usize, u64), Error)> + Sync,
 {
-    let units = schedule.units();
-    let before = schedule.before().to_vec();
+    let units = &schedule.units;
+    let before = schedule.before.clone();
     let ready = (0..units.len() as u32)
         .filter(|&u| before.get(u as usize) == Some(&0))
         .collect();
@@ -77,7 +77,7 @@ fn work<'q, F>(schedule: &Schedule<'q>, run: &F, state: &Mutex<State>, wake: &Co
 where
     F: Fn(&Unit<'q>) -> Result<(), ((usize, u64), Error)> + Sync,
 {
-    let units = schedule.units();
+    let units = &schedule.units;
     let mut st = lock(state);
     loop {
         if st.failed.is_some() || st.finished == units.len() {
@@ -115,7 +115,7 @@ where
         match outcome {
             Ok(()) => {
                 let mut woken = 0;
-                for &next in schedule.then(u as usize) {
+                for &next in schedule.then.get(u as usize).into_iter().flatten() {
                     if let Some(n) = st.before.get_mut(next as usize) {
                         *n -= 1;
                         if *n == 0 {
@@ -124,10 +124,8 @@ where
                         }
                     }
                 }
-                match st.finished == units.len() {
-                    true => notify(&st, wake, usize::MAX),
-                    false => notify(&st, wake, woken),
-                }
+                let all = st.finished == units.len();
+                notify(&st, wake, if all { usize::MAX } else { woken });
             }
             Err((at, e)) => {
                 if st.failed.as_ref().is_none_or(|(first, _)| at < *first) {

@@ -62,7 +62,6 @@ use crate::descriptor::Descriptor;
 use crate::error::Error;
 use crate::fabric::Fabric;
 use crate::queue_file::{VerifiedQueueFile, MAX_BATCH, MAX_QUEUES};
-use crate::timing::QueueTiming;
 use crate::FabricAddr;
 
 pub use report::{ExecutionStats, ReplayReport, ReplaySummary};
@@ -70,7 +69,7 @@ pub use sequential::execute_sequential;
 pub use session::{Pusher, Session};
 
 use schedule::Schedule;
-use source::{FileSource, QueueSource, Slices};
+use source::{from_start, QueueSource, Slices};
 use validate::Plan;
 
 #[cfg(doc)]
@@ -289,42 +288,17 @@ impl Engine {
         let plan = from_start(fabric.generation(), file, |source| {
             self.plan(fabric, source)
         })?;
-        let summary = ReplaySummary::new(fabric.generation(), plan.timeline.clone(), 0);
+        let summary = plan.summary.clone();
         self.keep(plan);
         Ok(summary)
     }
 
-    /// Streams descriptors from `produce` into `queues` (1..=`config.queues`) queues while
-    /// they execute. `destinations` declares every range the descriptors may write: they are
-    /// checked and reserved up front (contents unchanged), and a pushed descriptor that
-    /// writes outside them is rejected. See [`Session`] for the per-push guarantee. Returns
-    /// once every accepted descriptor has run: `produce`'s error if it failed (after
-    /// running what it had pushed), else the report. Not available with [`RaceCheck::On`].
-    pub fn stream<F>(
-        &self,
-        fabric: &mut Fabric,
-        queues: usize,
-        destinations: &[(FabricAddr, u64)],
-        produce: F,
-    ) -> Result<ReplayReport, Error>
-    where
-        F: FnOnce(&mut Session<'_>) -> Result<(), Error>,
-    {
-        if self.config.race_check == RaceCheck::On {
-            return Err(Error::RaceCheckStreaming);
-        }
-        self.check_queue_count(queues)?;
-        session::stream(self, fabric, queues, destinations, produce)
-    }
-
     fn check_queue_count(&self, count: usize) -> Result<(), Error> {
-        if !(1..=self.config.queues).contains(&count) {
-            return Err(Error::QueueCount {
-                count,
-                max: self.config.queues,
-            });
+        let max = self.config.queues;
+        match (1..=max).contains(&count) {
+            true => Ok(()),
+            false => Err(Error::QueueCount { count, max }),
         }
-        Ok(())
     }
 
     /// Validates in-memory `queues` for a later [`Engine::run_beside`] (the same checks as
@@ -339,35 +313,12 @@ impl Engine {
         plan.ahead = true;
         // Page buckets for a run on the caller and the thread pool are dealt now, beside
         // the replay before.
-        let buckets = self
-            .page_buckets(&queues, &plan, false)
-            .map(|grouped| Schedule::page_buckets(&queues, grouped, &self.buckets));
+        let buckets = self.page_buckets(&queues, &plan, false);
         Ok(Validated {
             queues,
             block: None,
             plan,
             buckets: std::sync::Mutex::new(buckets),
-            generation: fabric.generation(),
-            config: self.config,
-        })
-    }
-
-    /// [`Engine::validate`] of `block`'s queues ([`Block::queues`]), without building them
-    /// where its rows can be checked whole (see [`crate::block`]): the same checks, plan
-    /// and report, and the same error for a bad descriptor (found in the expansion).
-    pub fn validate_block(&self, fabric: &Fabric, block: Block) -> Result<Validated, Error> {
-        self.check_queue_count(block.queue_count())?;
-        let Some(footprint) = validate::block_footprint(fabric, &block, &self.config) else {
-            return self.validate(fabric, block.queues());
-        };
-        let kept = lock(&self.kept).take().unwrap_or_default();
-        let plan = validate::validate_block(fabric, &block, footprint, &self.config, kept)?;
-        Ok(Validated {
-            queues: Vec::new(),
-            block: Some(block),
-            plan,
-            buckets: std::sync::Mutex::new(None),
-            generation: fabric.generation(),
             config: self.config,
         })
     }
@@ -393,11 +344,11 @@ impl Engine {
         validated: &Validated,
         beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ReplayReport, R), Error> {
-        let here = (fabric.generation(), self.config);
-        if (validated.generation, validated.config) != here {
+        let generation = validated.plan.summary.generation;
+        if (generation, validated.config) != (fabric.generation(), self.config) {
             return Err(Error::NotValidatedHere {
-                validated: describe(validated.generation, &validated.config),
-                running: describe(here.0, &here.1),
+                validated: describe(generation, &validated.config),
+                running: describe(fabric.generation(), &self.config),
             });
         }
         let plan = &validated.plan;
@@ -421,17 +372,24 @@ impl Engine {
         validated.queues
     }
 
-    /// Whether in-memory `queues` validated into `plan` run as page buckets (`None`: as
-    /// queue segments), and if so whether grouped by page: where they have no semaphore,
-    /// [`Plan::deals_by_page`], at most [`schedule::DEALT_MAX`] descriptors, and run on
-    /// more than one thread or on the caller alone (`inline`).
-    fn page_buckets(&self, queues: &[Vec<Descriptor>], plan: &Plan, inline: bool) -> Option<bool> {
+    /// In-memory `queues` validated into `plan` dealt into page buckets, grouped by page
+    /// where [`schedule::grouped`] says so, if they run as page buckets (`None`: as queue
+    /// segments): where they have no semaphore, [`Plan::deals_by_page`], at most
+    /// [`schedule::DEALT_MAX`] descriptors, and run on more than one thread or on the
+    /// caller alone (`inline`).
+    fn page_buckets(
+        &self,
+        queues: &[Vec<Descriptor>],
+        plan: &Plan,
+        inline: bool,
+    ) -> Option<Schedule<'static>> {
         let descriptors = queues.iter().map(Vec::len).sum::<usize>();
         let by_page = (inline || self.config.workers > 1)
             && !plan.semaphores
             && plan.deals_by_page()
             && descriptors <= schedule::DEALT_MAX;
-        by_page.then(|| schedule::grouped(descriptors, plan.pages.len()))
+        let grouped = schedule::grouped(descriptors, plan.pages.len());
+        by_page.then(|| Schedule::page_buckets(queues, grouped, &self.buckets))
     }
 
     /// Validate all, reserve, execute: the body of `run` and `replay_file`.
@@ -442,8 +400,7 @@ impl Engine {
     ) -> Result<ReplayReport, Error> {
         let plan = self.plan(fabric, source)?;
         // small enough to run on the caller alone (EngineConfig::inline)?
-        let sum = |f: fn(&QueueTiming) -> u64| plan.timeline.queues.iter().map(f).sum();
-        let inline = (self.config.inline).admits(sum(|q| q.descriptors), sum(|q| q.bytes));
+        let inline = (self.config.inline).admits(plan.summary.descriptors, plan.summary.bytes);
         source.rewind();
         let (report, ()) = self.execute(fabric, &plan, |fabric| match source.in_memory() {
             Some(queues) => self.run_queues(fabric, queues, &plan, None, inline, |_| ()),
@@ -451,14 +408,6 @@ impl Engine {
         })?;
         self.keep(plan);
         Ok(report)
-    }
-
-    /// The validation pass over `source` (left at its end), with the buffers kept from
-    /// the last replay.
-    fn plan<S: QueueSource>(&self, fabric: &Fabric, source: &mut S) -> Result<Plan, Error> {
-        self.check_queue_count(source.queues())?;
-        let kept = lock(&self.kept).take();
-        validate::validate(fabric, source, &self.config, kept.unwrap_or_default())
     }
 
     /// Keeps `plan`'s buffers, emptied, for the next replay's validation.
@@ -479,7 +428,7 @@ impl Engine {
         plan.pages.reopen(fabric, plan.footprint.read_pages())?;
         let fabric = fabric.lend(plan.footprint.read_pages());
         let (execution, other) = run(&fabric)?;
-        let summary = ReplaySummary::new(fabric.generation(), plan.timeline.clone(), 0);
+        let summary = plan.summary.clone();
         Ok((ReplayReport { summary, execution }, other))
     }
 
@@ -495,10 +444,9 @@ impl Engine {
         inline: bool,
         beside: impl FnOnce(&mut Beside<'_>) -> R,
     ) -> Result<(ExecutionStats, R), Error> {
-        let schedule = match (self.page_buckets(queues, plan, inline), buckets) {
-            (Some(_), Some(buckets)) => buckets,
-            (Some(grouped), None) => Schedule::page_buckets(queues, grouped, &self.buckets),
-            (None, _) => Schedule::segments(queues)?,
+        let schedule = match buckets.or_else(|| self.page_buckets(queues, plan, inline)) {
+            Some(buckets) => buckets,
+            None => Schedule::segments(queues)?,
         };
         let (stats, _, other) = self.execute_schedule(fabric, &schedule, inline, beside);
         self.buckets.keep(schedule);
@@ -521,7 +469,10 @@ impl Engine {
         let ran = std::sync::atomic::AtomicU64::new(0);
         let run = |unit: &schedule::Unit<'_>| exec::run_unit(fabric, unit, &ran);
         let (outcome, (workers, other)) = executor::execute(schedule, run, |job| {
-            let meanwhile = || beside(&mut Beside::new(fabric));
+            let meanwhile = || {
+                let open_reads = fabric.open_reads();
+                beside(&mut Beside { fabric, open_reads })
+            };
             match inline {
                 true => (1, pool::beside_then_job(job, meanwhile)),
                 false => self.pool.run(job, meanwhile),
@@ -530,11 +481,8 @@ impl Engine {
         let stats = outcome.map(|()| ExecutionStats {
             wall: started.elapsed(),
             workers,
-            units: schedule.units().len() as u64,
-            max_buffered: match schedule.by_page() {
-                true => schedule.descriptors(),
-                false => 0,
-            },
+            units: schedule.units.len() as u64,
+            max_buffered: schedule.buffered(),
             page_buckets: schedule.by_page(),
         });
         (stats, ran.into_inner(), other)
@@ -615,11 +563,7 @@ impl Engine {
         let (pusher, pushes) = Pusher::channel(self.config.channel_depth);
         let engine = Arc::clone(self);
         let run = on_blocking_pool(move || {
-            let serve = |s: &mut Session<'_>| {
-                session::serve(s, pushes);
-                Ok(())
-            };
-            let result = engine.stream(&mut fabric, queues, &destinations, serve);
+            let result = engine.stream(&mut fabric, queues, &destinations, |s| s.serve(pushes));
             (fabric, result)
         });
         (pusher, run)
@@ -639,26 +583,6 @@ async fn on_blocking_pool<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'sta
     }
 }
 
-/// `pass` over `file` read from its start, rewound again after; a queue file replays only
-/// on a fabric of its generation (`fabric`).
-fn from_start<R: Read + Seek + Send, T>(
-    fabric: crate::Generation,
-    file: &mut VerifiedQueueFile<R>,
-    pass: impl FnOnce(&mut FileSource<'_, R>) -> Result<T, Error>,
-) -> Result<T, Error> {
-    let generation = file.header().generation();
-    if generation != fabric {
-        return Err(Error::GenerationMismatch {
-            file: generation.name(),
-            fabric: fabric.name(),
-        });
-    }
-    file.rewind();
-    let result = pass(&mut FileSource::new(file));
-    file.rewind();
-    result
-}
-
 /// A generation and an engine configuration, as [`Error::NotValidatedHere`] names them.
 fn describe(generation: crate::Generation, config: &EngineConfig) -> String {
     format!("{} with {config:?}", generation.name())
@@ -674,7 +598,7 @@ pub struct Validated {
     plan: Plan,
     /// The queues dealt by destination page, for the first run (see [`Engine::validate`]).
     buckets: std::sync::Mutex<Option<Schedule<'static>>>,
-    generation: crate::Generation,
+    /// The configuration it was validated with (its generation is its summary's).
     config: EngineConfig,
 }
 
@@ -705,13 +629,6 @@ pub struct Beside<'f> {
 }
 
 impl<'f> Beside<'f> {
-    pub(crate) fn new(fabric: &'f Fabric) -> Beside<'f> {
-        Beside {
-            fabric,
-            open_reads: fabric.open_reads(),
-        }
-    }
-
     /// The fabric, to read (see [`Beside::read_the_replay`]). Its shared write forms
     /// ([`Fabric::write_reserved`] and the like) reach only the replay's pages, and
     /// writing those beside the replay races with it: do not.

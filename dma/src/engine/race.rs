@@ -231,19 +231,16 @@ impl RaceRecorder {
     /// The error for a segment whose WAIT never resolves (validation reports wait cycles
     /// and unreachable counts before the race check runs, so this is a backstop).
     fn stalled(&self, id: usize) -> Error {
-        let (queue, index, sem, count) = self.segments.get(id).map_or((0, 0, 0, 0), |s| {
-            let (sem, count) = s.wait.map_or((0, 0), |w| (w.sem.get(), w.count.get()));
-            (s.queue, s.first, sem, count)
-        });
+        let s = self.segments.get(id);
+        let wait = s.and_then(|s| s.wait);
+        let sem = wait.map_or(0, |w| w.sem.get());
+        let reached = self.signals.get(usize::from(sem)).map_or(0, Vec::len);
         Error::SemaphoreDeadlock {
-            queue,
-            index,
+            queue: s.map_or(0, |s| s.queue),
+            index: s.map_or(0, |s| s.first),
             sem,
-            count,
-            reached: self
-                .signals
-                .get(usize::from(sem))
-                .map_or(0, |s| s.len() as u64),
+            count: wait.map_or(0, |w| w.count.get()),
+            reached: reached as u64,
         }
     }
 }
@@ -257,13 +254,12 @@ struct Active {
 
 impl Active {
     fn new(x: Access) -> Active {
-        let mut a = Active {
+        let kinds = [AccessKind::Read, AccessKind::Write];
+        Active {
             segment: x.segment,
             queue: x.queue,
-            reach: [None; 2],
-        };
-        a.add(x);
-        a
+            reach: kinds.map(|kind| (kind == x.kind).then_some(x)),
+        }
     }
 
     fn add(&mut self, x: Access) {

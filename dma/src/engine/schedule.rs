@@ -103,11 +103,11 @@ impl Unit<'_> {
 /// Units of work and the order between them.
 #[derive(Debug, Clone)]
 pub(crate) struct Schedule<'q> {
-    units: Vec<Unit<'q>>,
+    pub units: Vec<Unit<'q>>,
     /// Per unit, how many units must finish before it may start.
-    before: Vec<u32>,
+    pub before: Vec<u32>,
     /// Per unit, the units waiting for it.
-    then: Vec<Vec<u32>>,
+    pub then: Vec<Vec<u32>>,
 }
 
 impl<'q> Schedule<'q> {
@@ -174,13 +174,7 @@ impl<'q> Schedule<'q> {
             };
             let list = &signals[w.sem.index()];
             let Some(&signaller) = usize::try_from(nth).ok().and_then(|n| list.get(n)) else {
-                return Err(Error::SemaphoreDeadlock {
-                    queue,
-                    index,
-                    sem: w.sem.get(),
-                    count: w.count.get(),
-                    reached: before + list.len() as u64,
-                });
+                return Err(Error::deadlock(queue, index, w, before + list.len() as u64));
             };
             s.order(signaller, unit);
         }
@@ -260,29 +254,15 @@ impl<'q> Schedule<'q> {
         }
     }
 
-    /// The units.
-    pub(crate) fn units(&self) -> &[Unit<'q>] {
-        &self.units
-    }
-
-    /// How many units must finish before each may start.
-    pub(crate) fn before(&self) -> &[u32] {
-        &self.before
-    }
-
-    /// The units that wait for unit `u`.
-    pub(crate) fn then(&self, u: usize) -> &[u32] {
-        self.then.get(u).map_or(&[], Vec::as_slice)
-    }
-
     /// Whether the units are page buckets.
     pub(crate) fn by_page(&self) -> bool {
         matches!(self.units.first(), Some(Unit::Bucket(_)))
     }
 
-    /// The descriptors of every unit.
-    pub(crate) fn descriptors(&self) -> usize {
-        self.units.iter().map(Unit::len).sum()
+    /// The descriptors copied into page buckets.
+    pub(crate) fn buffered(&self) -> usize {
+        let buckets = self.units.iter().filter(|u| matches!(u, Unit::Bucket(_)));
+        buckets.map(Unit::len).sum()
     }
 }
 
@@ -307,13 +287,9 @@ impl Progress {
                 let sems = list.iter().take(n).filter_map(Descriptor::signal);
                 sems.for_each(|sem| signals[sem.index()] += 1);
             }
-            let unmet = |d: &Descriptor| {
-                d.wait()
-                    .is_some_and(|w| signals[w.sem.index()] < u64::from(w.count.get()))
-            };
             let mut changed = false;
             for (list, n) in pending.iter().zip(&mut cut) {
-                if let Some(i) = list.iter().take(*n).position(unmet) {
+                if let Some(i) = list.iter().take(*n).position(|d| d.waits_beyond(&signals)) {
                     (*n, changed) = (i, true);
                 }
             }
@@ -450,14 +426,14 @@ mod tests {
         ];
         let s = Schedule::segments(&queues).unwrap();
         let shape: Vec<_> = s
-            .units()
+            .units
             .iter()
             .map(|u| (u.at(0), u.descriptors().len()))
             .collect();
         assert_eq!(shape, [((0, 0), 2), ((0, 2), 2), ((1, 0), 1), ((1, 1), 2)]);
-        assert_eq!(s.before(), [0, 1, 0, 2]);
-        assert_eq!(s.then(1), [3]);
-        assert_eq!(s.units()[3].at(1), (1, 2));
+        assert_eq!(s.before, [0, 1, 0, 2]);
+        assert_eq!(s.then[1], [3]);
+        assert_eq!(s.units[3].at(1), (1, 2));
     }
 
     #[test]
@@ -482,12 +458,12 @@ mod tests {
             vec![fill(8), fill(PAGE_BYTES * 17)],
         ];
         let s = Schedule::page_buckets(&queues, true, &BucketBuffers::default());
-        assert_eq!(s.units().len(), PAGE_BUCKETS);
-        assert!(s.before().iter().all(|&n| n == 0));
-        let b1 = &s.units()[1];
+        assert_eq!(s.units.len(), PAGE_BUCKETS);
+        assert!(s.before.iter().all(|&n| n == 0));
+        let b1 = &s.units[1];
         assert_eq!((b1.at(0), b1.at(1)), ((0, 1), (1, 1)));
-        assert_eq!(s.units()[0].at(1), (1, 0));
-        assert_eq!(s.descriptors(), 4);
+        assert_eq!(s.units[0].at(1), (1, 0));
+        assert_eq!(s.buffered(), 4);
     }
 
     use crate::engine::exec::tests::gather_queues;
@@ -497,9 +473,9 @@ mod tests {
         let queues = gather_queues();
         for grouped in [false, true] {
             let s = Schedule::page_buckets(&queues, grouped, &BucketBuffers::default());
-            assert_eq!(s.units().len(), PAGE_BUCKETS);
-            assert_eq!(s.descriptors(), queues.iter().map(Vec::len).sum::<usize>());
-            for (b, unit) in s.units().iter().enumerate() {
+            assert_eq!(s.units.len(), PAGE_BUCKETS);
+            assert_eq!(s.buffered(), queues.iter().map(Vec::len).sum::<usize>());
+            for (b, unit) in s.units.iter().enumerate() {
                 let mut last = None;
                 for (i, d) in unit.descriptors().iter().enumerate() {
                     assert_eq!(page_slot(d).0, b);
@@ -514,7 +490,7 @@ mod tests {
                 }
             }
             let none = Schedule::page_buckets(&[], grouped, &BucketBuffers::default());
-            assert!(none.units().iter().all(|u| u.descriptors().is_empty()));
+            assert!(none.units.iter().all(|u| u.descriptors().is_empty()));
         }
     }
 
@@ -524,7 +500,7 @@ mod tests {
         let buffers = BucketBuffers::default();
         let first = Schedule::page_buckets(&queues, true, &buffers);
         let want: Vec<Vec<Descriptor>> = first
-            .units()
+            .units
             .iter()
             .map(|u| u.descriptors().to_vec())
             .collect();
@@ -542,7 +518,7 @@ mod tests {
         ));
         let again = Schedule::page_buckets(&queues, true, &buffers);
         let got: Vec<Vec<Descriptor>> = again
-            .units()
+            .units
             .iter()
             .map(|u| u.descriptors().to_vec())
             .collect();
@@ -571,7 +547,7 @@ mod tests {
                 lists[i % queues].push(d.unwrap());
             }
             let plain = Schedule::page_buckets(&lists, false, &BucketBuffers::default());
-            for unit in plain.units() {
+            for unit in plain.units {
                 let at: Vec<(usize, u64)> = (0..unit.descriptors().len()).map(|i| unit.at(i)).collect();
                 proptest::prop_assert!(at.iter().map(|&(q, r)| (r, q)).is_sorted());
                 for (&(q, r), d) in at.iter().zip(unit.descriptors()) {
@@ -580,7 +556,7 @@ mod tests {
             }
             let buckets = Schedule::page_buckets(&lists, true, &BucketBuffers::default());
             let page = |d: &Descriptor| d.dest_range().0 .0 / PAGE_BYTES;
-            for (b, unit) in buckets.units().iter().enumerate() {
+            for (b, unit) in buckets.units.iter().enumerate() {
                 let descs = unit.descriptors();
                 let runs: Vec<u64> = descs.chunk_by(|x, y| page(x) == page(y)).map(|run| page(&run[0])).collect();
                 let distinct: std::collections::BTreeSet<u64> = runs.iter().copied().collect();
@@ -597,7 +573,7 @@ mod tests {
                     last = Some(at);
                 }
             }
-            proptest::prop_assert_eq!(buckets.descriptors(), rows.len());
+            proptest::prop_assert_eq!(buckets.buffered(), rows.len());
         }
     }
 }

@@ -25,12 +25,8 @@ pub fn execute_sequential(fabric: &mut Fabric, queues: &[Vec<Descriptor>]) -> Re
         }
     }
     for (queue, run) in schedule(queues)? {
-        let descs = queues
-            .get(queue)
-            .and_then(|q| q.get(run.clone()))
-            .unwrap_or_default();
-        for (i, d) in descs.iter().enumerate() {
-            let index = (run.start + i) as u64;
+        let descs = queues.get(queue).and_then(|q| q.get(run.clone()));
+        for (index, d) in (run.start as u64..).zip(descs.unwrap_or_default()) {
             apply(fabric, d).map_err(|e| replay_error(queue, index, "execution", e))?;
         }
     }
@@ -58,10 +54,7 @@ fn schedule(queues: &[Vec<Descriptor>]) -> Result<Vec<(usize, Range<usize>)>, Er
         for (queue, (descs, cursor)) in queues.iter().zip(cursors.iter_mut()).enumerate() {
             let start = *cursor;
             while let Some(d) = descs.get(*cursor) {
-                // SemId guarantees index < SEMAPHORES.
-                if d.wait()
-                    .is_some_and(|w| signals[w.sem.index()] < u64::from(w.count.get()))
-                {
+                if d.waits_beyond(&signals) {
                     break;
                 }
                 if let Some(s) = d.signal() {
@@ -80,13 +73,8 @@ fn schedule(queues: &[Vec<Descriptor>]) -> Result<Vec<(usize, Range<usize>)>, Er
     // the first queue (lowest index) left waiting is a deadlock
     for (queue, (descs, &cursor)) in queues.iter().zip(&cursors).enumerate() {
         if let Some(w) = descs.get(cursor).and_then(Descriptor::wait) {
-            return Err(Error::SemaphoreDeadlock {
-                queue,
-                index: cursor as u64,
-                sem: w.sem.get(),
-                count: w.count.get(),
-                reached: signals.get(w.sem.index()).copied().unwrap_or(0),
-            });
+            let reached = signals.get(w.sem.index()).copied().unwrap_or(0);
+            return Err(Error::deadlock(queue, cursor as u64, w, reached));
         }
     }
     Ok(runs)

@@ -19,7 +19,7 @@ use super::report::{ExecutionStats, ReplayReport, ReplaySummary};
 use super::schedule::{Progress, Schedule};
 use super::source::QueueSource;
 use super::validate::{check_ranges, replay_error};
-use super::Engine;
+use super::{Engine, RaceCheck};
 
 /// The producer's handle on a streaming replay, lent to the closure given to
 /// [`Engine::stream`].
@@ -58,13 +58,16 @@ use super::Engine;
 pub struct Session<'e> {
     engine: &'e Engine,
     fabric: &'e Fabric,
-    checker: PushChecker,
+    /// Declared destinations, sorted, merged, as inclusive `(lo, end)`.
+    declared: Vec<(u64, u64)>,
+    ledger: SemaphoreLedger,
+    /// Per queue, the descriptors of its accepted pushes (all of them run unless the run
+    /// aborts).
+    next: Vec<u64>,
     timeline: QueueTimeline,
     pending: Pending,
     /// Descriptors of rejected pushes.
     rejected: u64,
-    /// Descriptors of accepted pushes (all of them run unless the run aborts).
-    accepted: u64,
     /// Why the run stopped, once it has.
     aborted: Option<Error>,
 }
@@ -72,15 +75,11 @@ pub struct Session<'e> {
 impl Session<'_> {
     /// Checks `descriptors` as a whole and appends them to `queue` (see the type docs).
     pub fn push(&mut self, queue: usize, descriptors: &[Descriptor]) -> Result<(), Error> {
-        let checked = self
-            .stopped(queue)
-            .and_then(|()| self.checker.check(self.fabric, queue, descriptors));
-        if let Err(e) = checked {
+        if let Err(e) = self.check(queue, descriptors) {
             self.rejected += descriptors.len() as u64;
             return Err(e);
         }
-        self.accepted += descriptors.len() as u64;
-        // The checker proved the one-signalling-queue rule the timeline enforces.
+        // The checks proved the one-signalling-queue rule the timeline enforces.
         self.timeline.push_all(queue, descriptors)?;
         let held = self.pending.push(queue, descriptors);
         let config = self.engine.config();
@@ -88,6 +87,18 @@ impl Session<'_> {
             self.run_held();
         }
         self.stopped(queue)
+    }
+
+    /// Pushes what arrives on `pushes` until every [`Pusher`] is dropped (the producer of
+    /// [`super::Engine::stream_async`], on a blocking thread); never fails: each push's
+    /// error goes to its pusher.
+    pub(crate) fn serve(&mut self, mut pushes: mpsc::Receiver<Push>) -> Result<(), Error> {
+        while let Some(push) = pushes.blocking_recv() {
+            let result = self.push(push.queue, &push.descriptors);
+            // (a pusher that stopped waiting for the result is not an error)
+            let _ = push.result.send(result);
+        }
+        Ok(())
     }
 
     /// [`Error::EngineAborted`] (for a push to `queue`) once the run has stopped.
@@ -99,6 +110,42 @@ impl Session<'_> {
                 reason: format!("the run stopped: {e}"),
             }),
         }
+    }
+
+    /// The per-push checks: the run goes on, ranges, declared destinations, semaphore
+    /// ownership and order.
+    fn check(&mut self, queue: usize, descriptors: &[Descriptor]) -> Result<(), Error> {
+        self.stopped(queue)?;
+        let queues = self.next.len();
+        let Some(&first) = self.next.get(queue) else {
+            return Err(Error::NoSuchQueue { queue, queues });
+        };
+        let mut ledger = self.ledger.clone();
+        for (i, d) in descriptors.iter().enumerate() {
+            let index = first + i as u64;
+            check_ranges(self.fabric, d)
+                .map_err(|(what, e)| replay_error(queue, index, what, e))?;
+            check_declared(&self.declared, d)
+                .map_err(|e| replay_error(queue, index, "destination range", e))?;
+            if let Some(w) = d.wait() {
+                let pushed = ledger.signals(w.sem);
+                if pushed < u64::from(w.count.get()) {
+                    return Err(Error::SemaphoreOrder {
+                        queue,
+                        index,
+                        sem: w.sem.get(),
+                        count: w.count.get(),
+                        pushed,
+                    });
+                }
+            }
+            ledger.record(queue, index, d)?;
+        }
+        self.ledger = ledger;
+        if let Some(next) = self.next.get_mut(queue) {
+            *next += descriptors.len() as u64;
+        }
+        Ok(())
     }
 
     /// Runs everything held, unless the run has stopped: a window's error stops it (what
@@ -156,16 +203,6 @@ impl Pusher {
     }
 }
 
-/// Pushes what arrives on `pushes` into `session` until every [`Pusher`] is dropped (the
-/// producer of [`super::Engine::stream_async`], on a blocking thread).
-pub(crate) fn serve(session: &mut Session<'_>, mut pushes: mpsc::Receiver<Push>) {
-    while let Some(push) = pushes.blocking_recv() {
-        let result = session.push(push.queue, &push.descriptors);
-        // (a pusher that stopped waiting for the result is not an error)
-        let _ = push.result.send(result);
-    }
-}
-
 /// A streamed replay's descriptors held and not yet run, per queue, and what ran.
 #[derive(Default)]
 pub(crate) struct Pending {
@@ -195,13 +232,11 @@ impl Pending {
 
     /// Holds `descriptors` at the end of `queue` (checked to exist); how many it holds.
     fn push(&mut self, queue: usize, descriptors: &[Descriptor]) -> usize {
-        let Some(list) = self.queues.get_mut(queue) else {
-            return 0;
-        };
-        list.extend_from_slice(descriptors);
-        let held = list.len();
+        if let Some(list) = self.queues.get_mut(queue) {
+            list.extend_from_slice(descriptors);
+        }
         self.most = self.most.max(self.held());
-        held
+        self.queues.get(queue).map_or(0, Vec::len)
     }
 
     /// Runs the next window on `fabric` (its destinations reserved): what of each queue
@@ -216,18 +251,9 @@ impl Pending {
         beside: impl FnOnce(&[usize]) -> R,
     ) -> Result<R, Error> {
         let cut = self.progress.runnable(&self.queues);
-        let left: Vec<usize> = self
-            .queues
-            .iter()
-            .zip(&cut)
-            .map(|(q, &n)| q.len() - n)
-            .collect();
-        let ready = || {
-            self.queues
-                .iter()
-                .zip(&cut)
-                .map(|(q, &n)| q.get(..n).unwrap_or(q))
-        };
+        let cuts = || self.queues.iter().zip(&cut);
+        let left: Vec<usize> = cuts().map(|(q, &n)| q.len() - n).collect();
+        let ready = || cuts().map(|(q, &n)| q.get(..n).unwrap_or(q));
         let descriptors = cut.iter().sum::<usize>() as u64;
         if descriptors == 0 {
             return Err(Error::RunAborted);
@@ -238,7 +264,7 @@ impl Pending {
         let (stats, ran, other) =
             engine.execute_schedule(fabric, &schedule, inline, |_| beside(&left));
         self.executed += ran;
-        self.units += schedule.units().len() as u64;
+        self.units += schedule.units.len() as u64;
         self.workers = self.workers.max(stats.as_ref().map_or(1, |s| s.workers));
         stats?;
         self.progress.advance(ready());
@@ -271,20 +297,33 @@ pub(crate) fn run_source<S: QueueSource>(
     source: &mut S,
 ) -> Result<ExecutionStats, Error> {
     let started = Instant::now();
-    let mut pending = Pending::new(source.queues());
-    let config = engine.config();
-    let mut reader = WindowReader {
-        batch: config.batch,
-        window: config.batch.saturating_mul(config.channel_depth),
-        ended: vec![false; source.queues()],
+    let queues = source.queues();
+    let mut pending = Pending::new(queues);
+    let (batch, depth) = (engine.config().batch, engine.config().channel_depth);
+    let window = batch.saturating_mul(depth);
+    let mut ended = vec![false; queues];
+    // appends to `into` (per queue), batch by batch, what each queue that `held` that many
+    // descriptors still needs to hold a window
+    let mut read = |into: &mut [Vec<Descriptor>], held: &[usize]| -> Result<(), Error> {
+        let queues = into.iter_mut().zip(&mut ended).zip(held);
+        for (queue, ((list, ended), &held)) in queues.enumerate() {
+            let mut read = held;
+            while read < window && !*ended {
+                let next = source.next(queue, batch.min(window - read))?;
+                list.extend_from_slice(next);
+                read += next.len();
+                *ended = next.is_empty();
+            }
+        }
+        Ok(())
     };
-    let mut ahead = vec![Vec::new(); source.queues()];
-    reader.read(source, &mut pending.queues, &vec![0; source.queues()])?;
+    let mut ahead = vec![Vec::new(); queues];
+    read(&mut pending.queues, &vec![0; queues])?;
     while pending.held() > 0 {
-        let window = pending.held();
-        let read = pending.run(engine, fabric, |left| reader.read(source, &mut ahead, left))?;
+        let held = pending.held();
+        let read = pending.run(engine, fabric, |left| read(&mut ahead, left))?;
         let next = ahead.iter().map(Vec::len).sum::<usize>();
-        pending.most = pending.most.max(window + next);
+        pending.most = pending.most.max(held + next);
         for (list, next) in pending.queues.iter_mut().zip(&mut ahead) {
             list.append(next);
         }
@@ -293,97 +332,15 @@ pub(crate) fn run_source<S: QueueSource>(
     Ok(pending.stats(started.elapsed()))
 }
 
-/// Reads a streamed source's windows: up to a window's descriptors of each queue not yet
-/// done.
-struct WindowReader {
-    batch: usize,
-    window: usize,
-    ended: Vec<bool>,
-}
-
-impl WindowReader {
-    /// Appends to `into` (per queue), batch by batch, what each queue that `held` that
-    /// many descriptors still needs to hold a window.
-    fn read<S: QueueSource>(
-        &mut self,
-        source: &mut S,
-        into: &mut [Vec<Descriptor>],
-        held: &[usize],
-    ) -> Result<(), Error> {
-        let queues = into.iter_mut().zip(&mut self.ended).zip(held);
-        for (queue, ((list, ended), &held)) in queues.enumerate() {
-            let mut read = held;
-            while read < self.window && !*ended {
-                let batch = source.next(queue, self.batch.min(self.window - read))?;
-                list.extend_from_slice(batch);
-                read += batch.len();
-                *ended = batch.is_empty();
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The per-push checks: ranges, declared destinations, semaphore ownership and order.
-struct PushChecker {
-    /// Declared destinations, sorted, merged, as inclusive `(lo, end)`.
-    declared: Vec<(u64, u64)>,
-    ledger: SemaphoreLedger,
-    next: Vec<u64>,
-}
-
-impl PushChecker {
-    fn check(
-        &mut self,
-        fabric: &Fabric,
-        queue: usize,
-        descriptors: &[Descriptor],
-    ) -> Result<(), Error> {
-        let queues = self.next.len();
-        let Some(&first) = self.next.get(queue) else {
-            return Err(Error::NoSuchQueue { queue, queues });
-        };
-        let mut ledger = self.ledger.clone();
-        for (i, d) in descriptors.iter().enumerate() {
-            let index = first + i as u64;
-            check_ranges(fabric, d).map_err(|(what, e)| replay_error(queue, index, what, e))?;
-            self.check_declared(d)
-                .map_err(|e| replay_error(queue, index, "destination range", e))?;
-            if let Some(w) = d.wait() {
-                let pushed = ledger.signals(w.sem);
-                if pushed < u64::from(w.count.get()) {
-                    return Err(Error::SemaphoreOrder {
-                        queue,
-                        index,
-                        sem: w.sem.get(),
-                        count: w.count.get(),
-                        pushed,
-                    });
-                }
-            }
-            ledger.record(queue, index, d)?;
-        }
-        self.ledger = ledger;
-        if let Some(next) = self.next.get_mut(queue) {
-            *next += descriptors.len() as u64;
-        }
-        Ok(())
-    }
-
-    /// Whether the destination (checked in-region) lies inside one declared range.
-    fn check_declared(&self, d: &Descriptor) -> Result<(), Error> {
-        let (dst, len) = d.dest_range();
-        // check_ranges proved `len >= 1` and no overflow.
-        let end = dst.0 + (len - 1);
-        let at = self.declared.partition_point(|&(lo, _)| lo <= dst.0);
-        let inside = at
-            .checked_sub(1)
-            .and_then(|i| self.declared.get(i))
-            .is_some_and(|&(_, e)| end <= e);
-        if inside {
-            return Ok(());
-        }
-        Err(Error::UndeclaredDestination { addr: dst.0, len })
+/// Whether the destination (checked in-region) lies inside one `declared` range.
+fn check_declared(declared: &[(u64, u64)], d: &Descriptor) -> Result<(), Error> {
+    let (dst, len) = d.dest_range();
+    // check_ranges proved `len >= 1` and no overflow.
+    let end = dst.0 + (len - 1);
+    let at = declared.partition_point(|&(lo, _)| lo <= dst.0);
+    match at.checked_sub(1).and_then(|i| declared.get(i)) {
+        Some(&(_, e)) if end <= e => Ok(()),
+        _ => Err(Error::UndeclaredDestination { addr: dst.0, len }),
     }
 }
 
@@ -404,65 +361,75 @@ fn declare(
         fabric.reserve(addr, len)?;
     }
     ranges.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
-    for (lo, end) in ranges {
-        match merged.last_mut() {
-            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(end),
-            _ => merged.push((lo, end)),
+    // a range that starts inside or right after the one before joins it
+    ranges.dedup_by(|&mut (lo, end), last| {
+        let joins = lo <= last.1.saturating_add(1);
+        if joins {
+            last.1 = last.1.max(end);
         }
-    }
-    Ok(merged)
+        joins
+    });
+    Ok(ranges)
 }
 
-/// The body of [`Engine::stream`] (config and queue count already checked).
-pub(crate) fn stream<F>(
-    engine: &Engine,
-    fabric: &mut Fabric,
-    queues: usize,
-    destinations: &[(FabricAddr, u64)],
-    produce: F,
-) -> Result<ReplayReport, Error>
-where
-    F: FnOnce(&mut Session<'_>) -> Result<(), Error>,
-{
-    let generation = fabric.generation();
-    let timeline = QueueTimeline::new(TimingModel::new(generation), queues, false)?;
-    let declared = declare(fabric, destinations)?;
-    let started = Instant::now();
-    let mut session = Session {
-        engine,
-        fabric,
-        checker: PushChecker {
+impl Engine {
+    /// Streams descriptors from `produce` into `queues` (1..=`config.queues`) queues while
+    /// they execute. `destinations` declares every range the descriptors may write: they are
+    /// checked and reserved up front (contents unchanged), and a pushed descriptor that
+    /// writes outside them is rejected. See [`Session`] for the per-push guarantee. Returns
+    /// once every accepted descriptor has run: `produce`'s error if it failed (after
+    /// running what it had pushed), else the report. Not available with [`RaceCheck::On`].
+    pub fn stream<F>(
+        &self,
+        fabric: &mut Fabric,
+        queues: usize,
+        destinations: &[(FabricAddr, u64)],
+        produce: F,
+    ) -> Result<ReplayReport, Error>
+    where
+        F: FnOnce(&mut Session<'_>) -> Result<(), Error>,
+    {
+        if self.config.race_check == RaceCheck::On {
+            return Err(Error::RaceCheckStreaming);
+        }
+        self.check_queue_count(queues)?;
+        let generation = fabric.generation();
+        let timeline = QueueTimeline::new(TimingModel::new(generation), queues, false)?;
+        let declared = declare(fabric, destinations)?;
+        let started = Instant::now();
+        let mut session = Session {
+            engine: self,
+            fabric,
             declared,
             ledger: SemaphoreLedger::new(),
             next: vec![0; queues],
-        },
-        timeline,
-        pending: Pending::new(queues),
-        rejected: 0,
-        accepted: 0,
-        aborted: None,
-    };
-    let produced = catch_unwind(AssertUnwindSafe(|| produce(&mut session)));
-    // Every accepted descriptor runs, whatever the producer did.
-    session.run_held();
-    let produced = produced.unwrap_or_else(|panic| resume_unwind(panic));
-    let executed = session.pending.executed;
-    // Rejected pushes, and accepted descriptors an aborted run never reached.
-    let failed = session.rejected + session.accepted.saturating_sub(executed);
-    if let Some(source) = session.aborted {
-        return Err(Error::StreamAborted {
-            executed,
-            failed,
-            source: Box::new(source),
-        });
+            timeline,
+            pending: Pending::new(queues),
+            rejected: 0,
+            aborted: None,
+        };
+        let produced = catch_unwind(AssertUnwindSafe(|| produce(&mut session)));
+        // Every accepted descriptor runs, whatever the producer did.
+        session.run_held();
+        let produced = produced.unwrap_or_else(|panic| resume_unwind(panic));
+        let executed = session.pending.executed;
+        // Rejected pushes, and accepted descriptors an aborted run never reached.
+        let accepted = session.next.iter().sum::<u64>();
+        let failed = session.rejected + accepted.saturating_sub(executed);
+        if let Some(source) = session.aborted {
+            return Err(Error::StreamAborted {
+                executed,
+                failed,
+                source: Box::new(source),
+            });
+        }
+        produced?;
+        let execution = session.pending.stats(started.elapsed());
+        Ok(ReplayReport {
+            summary: ReplaySummary::new(generation, session.timeline.finish()?, failed),
+            execution,
+        })
     }
-    produced?;
-    let execution = session.pending.stats(started.elapsed());
-    Ok(ReplayReport {
-        summary: ReplaySummary::new(generation, session.timeline.finish()?, failed),
-        execution,
-    })
 }
 
 #[cfg(test)]
@@ -846,15 +813,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(declared, vec![(0, 149), (400, 409)]);
-        let checker = PushChecker {
-            declared,
-            ledger: SemaphoreLedger::new(),
-            next: vec![0],
-        };
-        assert_eq!(checker.check_declared(&fill(0, 150, 1)), Ok(()));
-        assert_eq!(checker.check_declared(&fill(402, 8, 1)), Ok(()));
-        assert!(checker.check_declared(&fill(140, 20, 1)).is_err());
-        assert!(checker.check_declared(&fill(405, 8, 1)).is_err());
-        assert!(checker.check_declared(&fill(200, 1, 1)).is_err());
+        assert_eq!(check_declared(&declared, &fill(0, 150, 1)), Ok(()));
+        assert_eq!(check_declared(&declared, &fill(402, 8, 1)), Ok(()));
+        assert!(check_declared(&declared, &fill(140, 20, 1)).is_err());
+        assert!(check_declared(&declared, &fill(405, 8, 1)).is_err());
+        assert!(check_declared(&declared, &fill(200, 1, 1)).is_err());
     }
 }

@@ -71,15 +71,6 @@ pub(crate) struct FileSource<'a, R> {
     buffer: Vec<Descriptor>,
 }
 
-impl<'a, R> FileSource<'a, R> {
-    pub(crate) fn new(file: &'a mut VerifiedQueueFile<R>) -> FileSource<'a, R> {
-        FileSource {
-            file,
-            buffer: Vec::new(),
-        }
-    }
-}
-
 impl<R: Read + Seek + Send> QueueSource for FileSource<'_, R> {
     fn queues(&self) -> usize {
         self.file.header().queues()
@@ -93,6 +84,29 @@ impl<R: Read + Seek + Send> QueueSource for FileSource<'_, R> {
     fn rewind(&mut self) {
         self.file.rewind();
     }
+}
+
+/// `pass` over `file` read from its start, rewound again after; a queue file replays only
+/// on a fabric of its generation (`fabric`).
+pub(crate) fn from_start<R: Read + Seek + Send, T>(
+    fabric: crate::Generation,
+    file: &mut VerifiedQueueFile<R>,
+    pass: impl FnOnce(&mut FileSource<'_, R>) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let generation = file.header().generation();
+    if generation != fabric {
+        return Err(Error::GenerationMismatch {
+            file: generation.name(),
+            fabric: fabric.name(),
+        });
+    }
+    file.rewind();
+    let result = pass(&mut FileSource {
+        file,
+        buffer: Vec::new(),
+    });
+    file.rewind();
+    result
 }
 
 #[cfg(test)]
@@ -147,7 +161,10 @@ mod tests {
         }
         let bytes = w.finish().unwrap().into_inner();
         let mut file = VerifiedQueueFile::open(Cursor::new(bytes)).unwrap();
-        let mut s = FileSource::new(&mut file);
+        let mut s = FileSource {
+            file: &mut file,
+            buffer: Vec::new(),
+        };
         assert_eq!(s.queues(), 2);
         assert_eq!(drain(&mut s, 1, 2), vec![vec![16, 24], vec![32]]);
         assert_eq!(drain(&mut s, 0, 8), vec![vec![0, 8]]);

@@ -20,12 +20,13 @@ use crate::descriptor::{Descriptor, SemaphoreLedger};
 use crate::error::Error;
 use crate::fabric::{Fabric, PAGE_BYTES};
 use crate::queue_file::MAX_BATCH;
-use crate::timing::{QueueTimeline, TimelineReport, TimingModel};
+use crate::timing::{QueueTimeline, TimingModel};
 use crate::FabricAddr;
 
 use super::race::RaceRecorder;
+use super::report::ReplaySummary;
 use super::source::QueueSource;
-use super::{EngineConfig, RaceCheck};
+use super::{lock, Engine, EngineConfig, RaceCheck, Validated};
 
 /// Descriptors per validation batch.
 pub(crate) const VALIDATE_BATCH: usize = MAX_BATCH;
@@ -33,7 +34,8 @@ pub(crate) const VALIDATE_BATCH: usize = MAX_BATCH;
 /// What validation proved and found.
 #[derive(Debug)]
 pub(crate) struct Plan {
-    pub timeline: TimelineReport,
+    /// The summary of the replay (no descriptor fails).
+    pub summary: ReplaySummary,
     pub pages: PageSet,
     /// Whether some descriptor waits or signals.
     pub semaphores: bool,
@@ -128,7 +130,7 @@ impl Footprint {
     /// Whether every destination lies inside one page and no byte read is a byte written
     /// (the hulls do not meet): then descriptors on different destination pages touch no
     /// common byte.
-    pub(crate) fn pages_independent(&self) -> bool {
+    fn pages_independent(&self) -> bool {
         let (r, w) = (self.reads, self.writes);
         self.one_page_writes && (r.0 > r.1 || w.0 > w.1 || r.1 < w.0 || w.1 < r.0)
     }
@@ -182,7 +184,7 @@ pub(crate) fn check_ranges(fabric: &Fabric, d: &Descriptor) -> Result<(), (&'sta
 /// [`check_ranges`] for a run of descriptors: the last region of each side is cached, so
 /// that descriptors inside the regions of the one before are checked with a few compares.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct RangeRule {
+struct RangeRule {
     source: RegionCache,
     destination: RegionCache,
 }
@@ -190,11 +192,7 @@ pub(crate) struct RangeRule {
 impl RangeRule {
     /// [`check_ranges`] (use one rule with one fabric's map only).
     #[inline]
-    pub(crate) fn check(
-        &mut self,
-        fabric: &Fabric,
-        d: &Descriptor,
-    ) -> Result<(), (&'static str, Error)> {
+    fn check(&mut self, fabric: &Fabric, d: &Descriptor) -> Result<(), (&'static str, Error)> {
         let map = fabric.map();
         if let Some((src, len)) = d.source_range() {
             let checked = self.source.check(map, src, len);
@@ -231,39 +229,13 @@ impl RangeRule {
     }
 }
 
-/// Runs the whole validation pass over `source` (which it leaves at the end): queues fed a
-/// batch at a time, round-robin, as the timeline lets them. The plan is filled into `kept`
-/// (buffers kept from an earlier replay, or new ones).
-pub(crate) fn validate<S: QueueSource>(
-    fabric: &Fabric,
-    source: &mut S,
-    config: &EngineConfig,
-    kept: Kept,
-) -> Result<Plan, Error> {
-    let mut v = Validator::new(fabric, source.queues(), config, kept)?;
-    let mut done = vec![false; source.queues()];
-    while v.timed_pass(source, &mut done)? {}
-    for (queue, finished) in done.iter_mut().enumerate() {
-        while !*finished {
-            let batch = source.next(queue, VALIDATE_BATCH)?;
-            *finished = batch.is_empty();
-            v.push(queue, batch, false)?;
-        }
-    }
-    v.finish()
-}
-
 /// The footprint of `block` if validation may take it whole, without building its
 /// descriptors: no race check; a strided destination whose rows are at least a row apart
 /// (so no two rows write one byte); both sides' row addresses ascending without wrapping
 /// (or listed); every row inside one region on each side (the hull, or failing that row
 /// by row); and no byte read is written. `None`: validate its expansion instead, which
 /// names a bad descriptor.
-pub(crate) fn block_footprint(
-    fabric: &Fabric,
-    block: &Block,
-    config: &EngineConfig,
-) -> Option<Footprint> {
+fn block_footprint(fabric: &Fabric, block: &Block, config: &EngineConfig) -> Option<Footprint> {
     let (d, rows) = (block.template(), block.rows());
     let (src, dst) = block.sides();
     let ((_, read), (_, written)) = (d.source_range()?, d.dest_range());
@@ -285,7 +257,7 @@ pub(crate) fn block_footprint(
     Some(Footprint {
         reads,
         writes,
-        // [`validate_block`] finds it as it adds the pages
+        // Engine::validate_block finds it as it adds the pages
         one_page_writes: true,
         bytes_written: rows as u64 * written,
     })
@@ -303,35 +275,65 @@ fn row_hull(side: &Rows, rows: usize, len: u64) -> Option<(u64, u64)> {
     Some((lo, hi.checked_add(len - 1)?))
 }
 
-/// [`validate`] of `block`'s expansion, whose `footprint` ([`block_footprint`]) proved its
-/// ranges: the same plan (the same pages, listed in row order; queues timed in one step
-/// each), its descriptors never built.
-pub(crate) fn validate_block(
-    fabric: &Fabric,
-    block: &Block,
-    mut footprint: Footprint,
-    config: &EngineConfig,
-    kept: Kept,
-) -> Result<Plan, Error> {
-    let counts = block.per_queue(block.queue_count());
-    let mut v = Validator::new(fabric, counts.len(), config, kept)?;
-    if let (_, &Rows::Strided { start, stride }) = block.sides() {
-        let (len, rows, dealt) = (stride, block.rows() as u64, block.deal().len() > 1);
-        let written = block.template().dest_range().1;
-        footprint.one_page_writes = match stride == written {
-            true => v.pages.add_contiguous(start, rows, len, dealt),
-            false => {
-                let starts = (0..rows).map(|i| start + i * stride);
-                v.pages.add_ascending(starts, written, dealt)
+impl Engine {
+    /// The whole validation pass over `source` (which it leaves at the end): queues fed a
+    /// batch at a time, round-robin, as the timeline lets them. The plan is filled into
+    /// the buffers kept from the last replay (or new ones).
+    pub(crate) fn plan<S: QueueSource>(
+        &self,
+        fabric: &Fabric,
+        source: &mut S,
+    ) -> Result<Plan, Error> {
+        self.check_queue_count(source.queues())?;
+        let mut v = Validator::new(self, fabric, source.queues())?;
+        let mut done = vec![false; source.queues()];
+        while v.timed_pass(source, &mut done)? {}
+        for (queue, finished) in done.iter_mut().enumerate() {
+            while !*finished {
+                let batch = source.next(queue, VALIDATE_BATCH)?;
+                *finished = batch.is_empty();
+                v.push(queue, batch, false)?;
             }
+        }
+        v.finish()
+    }
+
+    /// [`Engine::validate`] of `block`'s queues ([`Block::queues`]), without building them
+    /// where its rows can be checked whole (see [`crate::block`]): the same checks, plan
+    /// and report, and the same error for a bad descriptor (found in the expansion).
+    pub fn validate_block(&self, fabric: &Fabric, block: Block) -> Result<Validated, Error> {
+        self.check_queue_count(block.queue_count())?;
+        let Some(mut footprint) = block_footprint(fabric, &block, &self.config) else {
+            return self.validate(fabric, block.queues());
         };
+        // The plan of the expansion, whose footprint proved its ranges, its descriptors
+        // never built: the same pages, listed in row order; queues timed in one step each.
+        let counts = block.per_queue(block.queue_count());
+        let mut v = Validator::new(self, fabric, counts.len())?;
+        if let (_, &Rows::Strided { start, stride }) = block.sides() {
+            let (len, rows, dealt) = (stride, block.rows() as u64, block.deal().len() > 1);
+            let written = block.template().dest_range().1;
+            footprint.one_page_writes = match stride == written {
+                true => v.pages.add_contiguous(start, rows, len, dealt),
+                false => {
+                    let starts = (0..rows).map(|i| start + i * stride);
+                    v.pages.add_ascending(starts, written, dealt)
+                }
+            };
+        }
+        for (queue, &count) in counts.iter().enumerate() {
+            v.timeline.push_equal(queue, &block.template(), count);
+            v.timeline.close(queue)?;
+        }
+        v.footprint = footprint;
+        Ok(Validated {
+            queues: Vec::new(),
+            block: Some(block),
+            plan: v.finish()?,
+            buckets: std::sync::Mutex::new(None),
+            config: self.config,
+        })
     }
-    for (queue, &count) in counts.iter().enumerate() {
-        v.timeline.push_equal(queue, &block.template(), count);
-        v.timeline.close(queue)?;
-    }
-    v.footprint = footprint;
-    v.finish()
 }
 
 struct Validator<'f> {
@@ -346,13 +348,10 @@ struct Validator<'f> {
 }
 
 impl<'f> Validator<'f> {
-    /// A validator filling the buffers of `kept` (its page set empty).
-    fn new(
-        fabric: &'f Fabric,
-        queues: usize,
-        config: &EngineConfig,
-        kept: Kept,
-    ) -> Result<Validator<'f>, Error> {
+    /// A validator of `queues` queues for `engine`, filling the buffers it kept from its
+    /// last replay (or new ones).
+    fn new(engine: &Engine, fabric: &'f Fabric, queues: usize) -> Result<Validator<'f>, Error> {
+        let kept = lock(&engine.kept).take().unwrap_or_default();
         let model = TimingModel::new(fabric.generation());
         let timeline = match kept.timeline {
             Some(mut timeline) => timeline.reset(model, queues).map(|()| timeline),
@@ -363,7 +362,7 @@ impl<'f> Validator<'f> {
             next: vec![0; queues],
             ledger: SemaphoreLedger::new(),
             timeline: timeline?,
-            race: (config.race_check == RaceCheck::On).then(|| RaceRecorder::new(queues)),
+            race: (engine.config.race_check == RaceCheck::On).then(|| RaceRecorder::new(queues)),
             pages: kept.pages,
             footprint: Footprint::default(),
             ranges: RangeRule::default(),
@@ -472,7 +471,7 @@ impl<'f> Validator<'f> {
             race.check()?;
         }
         Ok(Plan {
-            timeline,
+            summary: ReplaySummary::new(self.fabric.generation(), timeline, 0),
             pages: self.pages,
             semaphores: !self.ledger.is_empty(),
             footprint: self.footprint,
@@ -566,10 +565,8 @@ impl PageSet {
     pub(crate) fn add(&mut self, (dst, len): (FabricAddr, u64), queue: usize) {
         // check_ranges proved `len >= 1` and that `dst + len - 1` does not overflow.
         let (lo, hi) = (dst.0 / PAGE_BYTES, (dst.0 + (len - 1)) / PAGE_BYTES);
-        if self
-            .last
-            .is_some_and(|(a, b, q)| a <= lo && hi <= b && q == queue)
-        {
+        let cached = |(a, b, q): (u64, u64, usize)| a <= lo && hi <= b && q == queue;
+        if self.last.is_some_and(cached) {
             return;
         }
         self.last = Some((lo, hi, queue));
@@ -582,12 +579,7 @@ impl PageSet {
     /// Adds the pages of ranges of `len` bytes at `starts`, ascending and apart (a block's
     /// strided destinations, into an empty set), each written by another queue than the
     /// one before it if `dealt`; whether each range lies inside one page.
-    pub(crate) fn add_ascending(
-        &mut self,
-        starts: impl Iterator<Item = u64>,
-        len: u64,
-        dealt: bool,
-    ) -> bool {
+    fn add_ascending(&mut self, starts: impl Iterator<Item = u64>, len: u64, dealt: bool) -> bool {
         let (mut one_page, mut met, mut next) = (true, false, 0);
         for at in starts {
             let (lo, hi) = (at / PAGE_BYTES, (at + (len - 1)) / PAGE_BYTES);
@@ -609,7 +601,7 @@ impl PageSet {
     /// `start`, in closed form: every page of their hull, each with its first byte inside
     /// them; two rows meet on a page unless each row is whole pages; a row crosses a page
     /// edge unless every edge inside the hull falls between two rows.
-    pub(crate) fn add_contiguous(&mut self, start: u64, rows: u64, len: u64, dealt: bool) -> bool {
+    fn add_contiguous(&mut self, start: u64, rows: u64, len: u64, dealt: bool) -> bool {
         let end = start + rows * len;
         let (lo, hi) = (start / PAGE_BYTES, (end - 1) / PAGE_BYTES);
         for page in lo..hi + 1 {
@@ -633,7 +625,7 @@ impl PageSet {
 
     /// Whether two of the pages differ modulo `buckets` (fall in two buckets of a run dealt
     /// by page).
-    pub(crate) fn spans_buckets(&self, buckets: u64) -> bool {
+    fn spans_buckets(&self, buckets: u64) -> bool {
         let mut pages = self.list.iter().map(|&(page, _)| page % buckets.max(1));
         let first = pages.next();
         pages.any(|bucket| Some(bucket) != first)
@@ -753,8 +745,8 @@ mod tests {
             ),
         ) {
             let fabric = Fabric::new(Generation::Cayman);
-            let config = EngineConfig::default();
-            let new = || Validator::new(&fabric, 3, &config, Kept::default()).unwrap();
+            let engine = Engine::new(EngineConfig::default()).unwrap();
+            let new = || Validator::new(&engine, &fabric, 3).unwrap();
             let (mut whole, mut each) = (new(), new());
             for (queue, regions, batch) in batches {
                 let batch: Vec<Descriptor> =
@@ -784,8 +776,8 @@ mod tests {
     #[test]
     fn a_batch_is_checked_whole_when_each_side_stays_in_one_region_and_nothing_waits() {
         let fabric = Fabric::new(Generation::Cayman);
-        let config = EngineConfig::default();
-        let mut v = Validator::new(&fabric, 2, &config, Kept::default()).unwrap();
+        let engine = Engine::new(EngineConfig::default()).unwrap();
+        let mut v = Validator::new(&engine, &fabric, 2).unwrap();
         let in_hbm = [copy(0, 5 * P, 64), copy(3 * P, 9 * P + 8, 4)];
         assert!(v.check_whole(0, &in_hbm));
         assert_eq!(v.pages.len(), 2);
@@ -837,11 +829,11 @@ mod tests {
         assert_eq!(a.join(Footprint::default()), a);
     }
 
-    /// A plan as comparable values: timeline, the sorted written pages.
-    fn summary(plan: &Plan) -> (TimelineReport, Vec<u64>) {
+    /// A plan as comparable values: summary, the sorted written pages.
+    fn summary(plan: &Plan) -> (ReplaySummary, Vec<u64>) {
         let mut pages: Vec<u64> = plan.pages.entries().map(|(page, ..)| page).collect();
         pages.sort_unstable();
-        (plan.timeline.clone(), pages)
+        (plan.summary.clone(), pages)
     }
 
     /// One descriptor of the split test: a copy inside HBM (or, `bad`, from the gap below
@@ -875,17 +867,18 @@ mod tests {
         ) {
             let f = Fabric::new(Generation::Cayman);
             let config = EngineConfig { workers: 2, ..EngineConfig::default() };
-            let in_order =
-                validate(&f, &mut Slices::new(&queues), &config, Kept::default());
+            let in_order = Engine::new(config).unwrap().plan(&f, &mut Slices::new(&queues));
             // buffers kept from another replay (fewer queues, its bad descriptors left
             // out) change nothing
             let valid = |q: &Vec<Descriptor>| -> Vec<Descriptor> {
                 q.iter().filter(|d| check_ranges(&f, d).is_ok()).copied().collect()
             };
             let other: Vec<_> = queues[1..].iter().rev().map(valid).collect();
-            let kept = validate(&f, &mut Slices::new(&other), &config, Kept::default())
-                .map_or_else(|_| Kept::default(), Plan::into_kept);
-            let again = validate(&f, &mut Slices::new(&queues), &config, kept);
+            let e = Engine::new(config).unwrap();
+            if let Ok(plan) = e.plan(&f, &mut Slices::new(&other)) {
+                e.keep(plan);
+            }
+            let again = e.plan(&f, &mut Slices::new(&queues));
             let want = format!("{:?}", in_order.as_ref().map(summary));
             prop_assert_eq!(format!("{:?}", again.map(|p| summary(&p))), want);
         }
@@ -1012,8 +1005,8 @@ mod tests {
             vec![copy(0, 64, 8), copy(gap, 64, 16)],
             vec![copy(0, gap, 4)],
         ];
-        let config = EngineConfig::default();
-        let e = validate(&f, &mut Slices::new(&queues), &config, Kept::default());
+        let e = Engine::new(EngineConfig::default()).unwrap();
+        let e = e.plan(&f, &mut Slices::new(&queues));
         let Err(Error::ReplayDescriptor {
             queue, index, what, ..
         }) = e
