@@ -282,8 +282,9 @@ fn with_steps(mut keys: Vec<String>, steps: &[Step]) -> Vec<String> {
 }
 
 /// Where the key `path` (a field and the keys inside it) of element `index` of the
-/// `[[table]]` tables is written: the entry of the field matching most of `path` wins (`src.offset = ...` over `src.tensor = ...`, a key
-/// under `[op.src]` over the header), the first of equals.
+/// `[[table]]` tables is written: the entry of the field matching most of `path` wins
+/// (`src.offset = ...` over `src.tensor = ...`, a key under `[op.src]` over the header),
+/// the first of equals.
 fn key_in<'e>(
     entries: &'e [Entry],
     (table, index): (&str, usize),
@@ -480,7 +481,8 @@ impl TableFault {
 /// The steps inside `field` of `item` down to what the error `fails` tells is about: while
 /// the value there is an array or a table, the element or key without which the error
 /// goes away (an element replaced by its neighbour, so that a fixed length still holds;
-/// a key removed).
+/// a key removed). A value of more than [`CULPRIT_CHILDREN`] is not searched: each try
+/// reads the whole item again.
 fn culprit(
     item: &serde_json::Value,
     field: &str,
@@ -494,6 +496,9 @@ fn culprit(
             Some(serde_json::Value::Object(o)) => o.keys().cloned().map(Step::Key).collect(),
             _ => return steps,
         };
+        if children.len() > CULPRIT_CHILDREN {
+            return steps;
+        }
         let without = |step: &Step| {
             let mut rest = item.clone();
             match (rest.pointer_mut(&pointer), step) {
@@ -512,6 +517,9 @@ fn culprit(
         }
     }
 }
+
+/// The most elements or keys of one value [`culprit`] searches.
+const CULPRIT_CHILDREN: usize = 64;
 
 /// The JSON pointer of `steps` inside `field` of an item.
 fn json_pointer(field: &str, steps: &[Step]) -> String {
@@ -981,6 +989,14 @@ dst = "t"
             &shapes,
             "\"x\"",
             "op 1 (isa): shapes[0]: xyzw: invalid type: string \"x\", expected u32",
+        );
+        // an array too long to search: the field alone
+        let many = vec!["{ reg = 0, bound = 1 }"; CULPRIT_CHILDREN].join(", ");
+        let many = isa(&format!("[{many}, {{ reg = 2, bound = \"x\" }}]"));
+        let (_, _, message) = syntax_error(&many, Format::Toml);
+        assert_eq!(
+            message,
+            "op 1 (isa): bounds: invalid type: string \"x\", expected u64"
         );
         // a wrong length: the array, not its first element
         let short = shapes.replace("[16, 4, \"x\", 1]", "[16, 4, 2]");
