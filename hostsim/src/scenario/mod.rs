@@ -142,7 +142,6 @@ pub fn parse_op(index: usize, value: serde_json::Value) -> Result<OpSpec, Error>
         let (what, rule) = fault.map_or((format!("op {index}"), message.clone()), |f| {
             f.parts(&message)
         });
-        let rule = plain_types(&rule);
         Error::Scenario { what, rule }
     })
 }
@@ -327,22 +326,8 @@ fn syntax(file: &str, line: usize, column: usize, message: &str) -> Error {
         file: file.to_string(),
         line,
         column,
-        message: plain_types(message.trim()),
+        message: message.trim().to_string(),
     }
-}
-
-/// A serde `message` with the Rust types it names (`expected struct TensorSpec`) put as a
-/// scenario writes them (`expected a [[tensor]] table`).
-fn plain_types(message: &str) -> String {
-    const TYPES: [(&str, &str); 5] = [
-        ("struct TensorSpec", "a [[tensor]] table"),
-        ("internally tagged enum OpSpec", "an [[op]] table"),
-        ("struct BoundSpec", "a table { reg, bound }"),
-        ("struct ShapeSpec", "a table { reg, xyzw }"),
-        ("struct Scenario", "a scenario document"),
-    ];
-    let plain = |m: String, (rust, plain): &(&str, &str)| m.replace(rust, plain);
-    TYPES.iter().fold(message.to_string(), plain)
 }
 
 /// serde_json's message without its trailing " at line L column C".
@@ -1194,7 +1179,7 @@ dst = "t"
     }
 
     #[test]
-    fn rust_type_names_are_put_as_the_scenario_writes_them() {
+    fn a_table_of_the_wrong_type_is_named_as_the_scenario_writes_it() {
         let text = "generation = \"cayman\"\ntensor = [\"x\"]\n";
         let (_, _, message) = syntax_error(text, Format::Toml);
         assert_eq!(

@@ -15,7 +15,7 @@ use crate::runtime::Mechanism;
 
 /// A whole scenario: the target, its tensors and its ops, in file order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a scenario document")]
 pub struct Scenario {
     /// The generation (default cayman).
     #[serde(default)]
@@ -154,7 +154,7 @@ impl From<Init> for String {
 
 /// One `[[tensor]]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [[tensor]] table")]
 pub struct TensorSpec {
     /// The name ops refer to and the output file's stem (`[A-Za-z0-9_-]`).
     pub name: String,
@@ -259,7 +259,7 @@ fn is_one(n: &u32) -> bool {
 
 /// One `[[op]]`, tagged by its `op` field.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[serde(tag = "op", rename_all = "snake_case", expecting = "an [[op]] table")]
 pub enum OpSpec {
     DmaGather(RowDma),
     DmaScatter(RowDma),
@@ -643,7 +643,7 @@ pub struct EmbeddingUpdate {
 
 /// One bound register setting an `isa` op needs (BOUND_CHECK_REG `reg`, `reg + 1`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table { reg, bound }")]
 pub struct BoundSpec {
     pub reg: u8,
     pub bound: u64,
@@ -652,7 +652,7 @@ pub struct BoundSpec {
 /// One shape register setting an `isa` op needs (DMA_INDIRECT's shape register `reg`:
 /// registers `reg..=reg + 3` hold X, Y, Z, W).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table { reg, xyzw }")]
 pub struct ShapeSpec {
     pub reg: u8,
     pub xyzw: [u32; 4],
