@@ -311,8 +311,9 @@ pub fn stages(fabric: &Fabric, req: &Request) -> Result<Stages, Error> {
 pub type QueueIds = smallvec::SmallVec<[u8; QUEUES]>;
 
 /// Stage 7: the descriptor loop and the spray. Disjoint destinations are dealt
-/// round-robin as they come; if the bytes read and written turn out to share an address
-/// range, the runs are walked again: without a byte both read and written they are
+/// round-robin as they come; if the bytes read and written share an address range
+/// (known before a row move is walked, after any other), the runs are walked again
+/// (for the first time, for a row move): without a byte both read and written they are
 /// grouped; with one, a [`ElementOrder::Sequential`] request is cut into phases and any
 /// other is rejected (one request does not order its reads after its own writes). Out of
 /// line: inlined into `generate_into`, the row loop measured 5 instructions more per
@@ -329,23 +330,27 @@ fn spray_runs(
         let mut next = RoundRobin::new(queues);
         let (sb, db) = (bases(s), bases(d));
         match RowMove::of((&s.shape, sb), (&d.shape, db)) {
+            // a row move's hulls are known before its runs: dealt only if apart
             Some(rows) => {
-                let bytes = rows.for_each_run(&mut Deal {
-                    emitter,
-                    next: &mut next,
-                });
                 let (src, dst) = rows.hulls();
-                emitter.widen(src, dst, bytes);
+                if !src.meets(dst) {
+                    let bytes = rows.for_each_run(&mut Deal {
+                        emitter,
+                        next: &mut next,
+                    });
+                    emitter.widen(src, dst, bytes);
+                    return Ok(());
+                }
             }
             None => {
                 let (mut src, mut dst) = (Walker::new(&s.shape, sb), Walker::new(&d.shape, db));
                 for_each_run_batch(&mut src, &mut dst, |runs| emitter.push_all(runs, &mut next));
+                if !emitter.hulls_meet() {
+                    return Ok(());
+                }
+                emitter.clear();
             }
         }
-        if !emitter.hulls_meet() {
-            return Ok(());
-        }
-        emitter.clear();
     }
     let mut runs = Vec::new();
     let span = walk(s, d, |r| runs.push(r));

@@ -139,14 +139,10 @@ impl DgeRoute {
         DgeRoute::default()
     }
 
-    /// Forgets every recorded window and buffer (a fresh core); a recording in progress
-    /// goes on.
+    /// Forgets every recorded window (a fresh core); a recording in progress goes on, and
+    /// the descriptor buffers stay for the next instructions (each is emptied at its use).
     pub fn reset(&mut self) {
-        *self = DgeRoute {
-            recorded: self.recorded.take(),
-            requests: std::mem::take(&mut self.requests),
-            ..DgeRoute::default()
-        };
+        self.windows = WindowSources::default();
     }
 
     /// Starts (`true`, keeping what was recorded) or stops (`false`, dropping it)

@@ -44,15 +44,12 @@ pub(super) fn indirect_copy(fabric: &mut Fabric, ic: &S4d4Ic) -> Result<Outcome,
     let out = read_outputs(fabric, &src, &geo, channels)?;
     let dst_at = FieldPath::new("S4D4_IC", "dst.t");
     let dst = Pattern::new(dst_at, &ic.dst().tensor(), geo.size)?;
-    dst.check(fabric, channels)?;
-    let mut addrs = Vec::with_capacity(dst.len());
+    // every address is found (or refused) before anything is written
+    let addrs = dst.all_addrs(fabric, channels)?;
     // Validation proved total >= 1 and size >= 1, so the chunk lengths are non-zero.
-    for (k, row) in (0..channels).zip(out.chunks_exact(geo.total * geo.size)) {
-        addrs.clear();
-        for addr in dst.addrs(fabric, k) {
-            addrs.push(addr?);
-        }
-        super::write_each(fabric, &addrs, row, geo.size)?;
+    let rows = out.chunks_exact(geo.total * geo.size);
+    for (addrs, row) in addrs.chunks(dst.len().max(1)).zip(rows) {
+        super::write_each(fabric, addrs, row, geo.size)?;
     }
     Ok(Outcome {
         bytes_written: out.len() as u64,

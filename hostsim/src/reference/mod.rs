@@ -144,9 +144,10 @@ impl Pattern {
         located(fabric, self.at, loc, self.elem_size)
     }
 
-    /// Checks every element address of active channels `0..channels`.
-    fn check(&self, fabric: &Fabric, channels: u32) -> Result<(), Error> {
-        (0..channels).try_for_each(|k| self.addrs(fabric, k).try_for_each(|a| a.map(drop)))
+    /// Every element address of active channels `0..channels`, channel after channel
+    /// (each channel's [`Pattern::len`] of them); the first that fails is the error.
+    fn all_addrs(&self, fabric: &Fabric, channels: u32) -> Result<Vec<FabricAddr>, Error> {
+        (0..channels).flat_map(|k| self.addrs(fabric, k)).collect()
     }
 }
 
@@ -309,8 +310,9 @@ mod tests {
         assert_eq!(ch0, [8, 16, 24].map(|o| FabricAddr(p3 + o)));
         let ch2: Vec<_> = p.addrs(&fabric, 2).map(Result::unwrap).collect();
         assert_eq!(ch2[1], FabricAddr(sbuf + 5 * stride + 16));
-        assert!(p.check(&fabric, 125).is_ok());
-        assert!(p.check(&fabric, 126).is_err());
+        let all = p.all_addrs(&fabric, 125).unwrap();
+        assert_eq!((all.len(), &all[6..9]), (375, &ch2[..]));
+        assert!(p.all_addrs(&fabric, 126).is_err());
         let below = Pattern::new(at, &Tensor4d::new(a, [-4, 0, 0, 0], [2, 1, 1, 1]), 4).unwrap();
         let e = below.addrs(&fabric, 0).nth(1).unwrap().unwrap_err();
         assert_eq!(e.rule(), Some(Rule::PatternBelowPartition));
