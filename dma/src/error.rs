@@ -150,6 +150,8 @@ pub enum Error {
     },
     #[error("queue file I/O error at byte {offset}: {message}")]
     QueueFileIo { offset: u64, message: String },
+    #[error("the queue file cannot be opened: {message}")]
+    QueueFileOpen { message: String },
     #[error("replay queue {queue} descriptor {index}: {what} rejected: {source}")]
     ReplayDescriptor {
         queue: usize,

@@ -856,7 +856,10 @@ impl<R: Read + Seek> VerifiedQueueFile<R> {
 impl VerifiedQueueFile<File> {
     /// Opens and verifies the file at `path`.
     pub fn open_path(path: &Path) -> Result<VerifiedQueueFile<File>, Error> {
-        VerifiedQueueFile::open(File::open(path).map_err(|e| io_error(0, e))?)
+        let file = File::open(path).map_err(|e| Error::QueueFileOpen {
+            message: e.to_string(),
+        })?;
+        VerifiedQueueFile::open(file)
     }
 }
 
@@ -1755,6 +1758,18 @@ mod tests {
         }
         assert_eq!(f.max_buffered(), 1000);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_opened_is_named_as_such_not_by_a_byte() {
+        let path = std::env::temp_dir().join("hostsim-no-such-queue-file.dmaq");
+        let e = VerifiedQueueFile::open_path(&path).map(|_| ()).unwrap_err();
+        assert!(matches!(e, Error::QueueFileOpen { .. }), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with("the queue file cannot be opened: "),
+            "{e}"
+        );
     }
 
     #[test]
