@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 mod tools_cli;
 
-use tools_cli::print_out;
+use tools_cli::{print_kept, print_out};
 
 #[derive(Parser)]
 #[command(
@@ -100,6 +100,9 @@ enum Command {
         /// DMA queues, 1..=16 (default 16).
         #[arg(long, value_name = "N")]
         queues: Option<usize>,
+        /// Override the scenario's generation: sunda | cayman | mariana | maverick.
+        #[arg(long, value_name = "G")]
+        generation: Option<String>,
     },
     /// Replay a queue file over a scenario's initial tensors; with --out write the same
     /// outputs as run.
@@ -111,6 +114,10 @@ enum Command {
         /// The scenario whose tensors the file runs over.
         #[arg(long, value_name = "SCENARIO")]
         scenario: std::path::PathBuf,
+        /// Override the scenario's generation (as gen was given it): sunda | cayman |
+        /// mariana | maverick.
+        #[arg(long, value_name = "G")]
+        generation: Option<String>,
         /// Write the final tensors and report.json here (only if the replay succeeds).
         #[arg(long, value_name = "DIR")]
         out: Option<std::path::PathBuf>,
@@ -206,10 +213,19 @@ fn main() -> ExitCode {
             scenario,
             out,
             queues,
-        }) => hostsim::scenario::commands::gen(&scenario, &out, queues).map(|t| print_out(&t)),
+            generation,
+        }) => {
+            let settings = hostsim::scenario::commands::Settings {
+                generation,
+                queues,
+                ..Default::default()
+            };
+            hostsim::scenario::commands::gen(&scenario, &out, &settings).map(|t| print_out(&t))
+        }
         Some(Command::Replay {
             queues,
             scenario,
+            generation,
             out,
             timeline,
             trace,
@@ -219,7 +235,12 @@ fn main() -> ExitCode {
                 timeline: timeline.as_deref(),
                 trace: trace.as_deref(),
             };
-            hostsim::scenario::commands::replay(&queues, &scenario, outputs).map(|t| print_out(&t))
+            let settings = hostsim::scenario::commands::Settings {
+                generation,
+                ..Default::default()
+            };
+            hostsim::scenario::commands::replay(&queues, &scenario, &settings, outputs)
+                .map(|t| print_out(&t))
         }
         Some(Command::Explain {
             scenario,
@@ -254,7 +275,8 @@ fn main() -> ExitCode {
 
 /// `hostsim fuzz`: Ctrl-C raises the stop flag (another press, not the same one's echo,
 /// exits at once: [`Interrupts`](hostsim::fuzz::command::Interrupts)), caught panics
-/// stay quiet (each is reported as a mismatch), exit 1 on any mismatch.
+/// stay quiet (each is reported as a mismatch), exit 1 on any mismatch, closed stdout
+/// or not.
 fn run_fuzz(opts: &hostsim::fuzz::command::Options) -> ExitCode {
     use hostsim::fuzz::command::Interrupts;
     use std::sync::Arc;
@@ -266,7 +288,9 @@ fn run_fuzz(opts: &hostsim::fuzz::command::Options) -> ExitCode {
         }
     });
     std::panic::set_hook(Box::new(|_| {}));
-    let print = &mut |line: &str| print_out(&format!("{line}\n"));
+    // a closed stdout stops the lines, not the run: the exit code still tells the findings
+    let mut reader = true;
+    let print = &mut |line: &str| reader = reader && print_kept(&format!("{line}\n"));
     let result = hostsim::fuzz::command::execute(opts, &presses.stop, print);
     let _ = std::panic::take_hook();
     match result {

@@ -107,10 +107,19 @@ pub fn init_tracing(verbose: u8) {
 /// quietly, exit 0, as `inspect` does: the reader has what it asked for. Any other
 /// failure to write exits 1, naming it.
 pub fn print_out(text: &str) {
+    if !print_kept(text) {
+        std::process::exit(0)
+    }
+}
+
+/// Writes `text` to stdout: `false` if its reader has gone (a closed pipe), for a
+/// command that goes on without one (`fuzz`, whose exit code tells its findings). Any
+/// other failure to write exits 1, naming it.
+pub fn print_kept(text: &str) -> bool {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => false,
         Err(e) => {
             eprintln!("hostsim: writing to stdout: {e}");
             std::process::exit(1)

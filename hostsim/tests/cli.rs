@@ -252,6 +252,68 @@ fn gen_then_replay_gives_the_run_s_tensors() {
         &example("embedding"),
     ]);
     assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("missing.dmaq: the queue file cannot be opened: "),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `gen --generation G` records the queues of the scenario run on G (the file's header
+/// says G); `replay` runs it over the scenario on G when told so, as `run --generation G`
+/// does, and names the generations otherwise.
+#[test]
+fn gen_and_replay_take_the_generation_as_run_does() {
+    let dir = scratch("gen-generation");
+    let (scenario, queues) = (example("embedding"), dir.join("m.dmaq"));
+    let o = hostsim(&[
+        "gen",
+        &scenario,
+        "-o",
+        s(&queues),
+        "--generation",
+        "mariana",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(" on mariana"));
+    let file = dma::VerifiedQueueFile::open_path(&queues).unwrap();
+    assert_eq!(file.header().generation(), dma::Generation::Mariana);
+    let o = hostsim(&["replay", s(&queues), "--scenario", &scenario]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("mariana"), "{}", stderr(&o));
+    let (replayed, ran) = (dir.join("replayed"), dir.join("ran"));
+    let o = hostsim(&[
+        "replay",
+        s(&queues),
+        "--scenario",
+        &scenario,
+        "--generation",
+        "mariana",
+        "--out",
+        s(&replayed),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = hostsim(&[
+        "run",
+        &scenario,
+        "--generation",
+        "mariana",
+        "--out",
+        s(&ran),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let npys: Vec<String> = files(&ran)
+        .into_iter()
+        .filter(|f| f.ends_with(".npy"))
+        .collect();
+    assert!(!npys.is_empty());
+    for f in npys {
+        let (a, b) = (ran.join(&f), replayed.join(&f));
+        assert_eq!(std::fs::read(a).unwrap(), std::fs::read(b).unwrap(), "{f}");
+    }
+    let o = hostsim(&["gen", &scenario, "-o", s(&queues), "--generation", "trn9"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

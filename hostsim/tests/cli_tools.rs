@@ -199,7 +199,8 @@ fn inspect_writes_its_files_when_the_listing_pipe_closes() {
 }
 
 /// `hostsim isa | head -1` and the like: a closed stdout ends every command quietly, exit
-/// 0, with no panic; `run` has written its outputs by then.
+/// 0, with no panic (`fuzz` runs its cases to the end, its exit code telling its
+/// findings); `run` has written its outputs by then.
 #[test]
 fn every_printing_command_ends_quietly_when_stdout_closes() {
     let dir = scratch("closed-stdout");

@@ -127,13 +127,10 @@ pub fn run_with(
     )
 }
 
-/// `hostsim gen`: records the scenario's DGE queues into the queue file `out`.
-pub fn gen(scenario: &Path, out: &Path, queue_count: Option<usize>) -> Result<String, Error> {
-    let settings = Settings {
-        queues: queue_count,
-        ..Settings::default()
-    };
-    let p = prepared(scenario, &settings)?;
+/// `hostsim gen`: records the scenario's DGE queues into the queue file `out`, on the
+/// generation and queue count `settings` give (the mechanism is the DGE's).
+pub fn gen(scenario: &Path, out: &Path, settings: &Settings) -> Result<String, Error> {
+    let p = prepared(scenario, settings)?;
     let set = queues::generate(&p)?;
     queues::write_queue_file(out, &set, Some(p.origin(&p.initial_fabric()?)))?;
     let counts = set.counts();
@@ -152,11 +149,17 @@ pub fn gen(scenario: &Path, out: &Path, queue_count: Option<usize>) -> Result<St
     Ok(text)
 }
 
-/// `hostsim replay`: replays the queue file over the scenario's initial tensors and
-/// writes the outputs asked for (only on success).
-pub fn replay(file: &Path, scenario: &Path, outputs: Outputs<'_>) -> Result<String, Error> {
+/// `hostsim replay`: replays the queue file over the scenario's initial tensors (on the
+/// generation `settings` gives; the file gives the queue count) and writes the outputs
+/// asked for (only on success).
+pub fn replay(
+    file: &Path,
+    scenario: &Path,
+    settings: &Settings,
+    outputs: Outputs<'_>,
+) -> Result<String, Error> {
     outputs.check()?;
-    let p = prepared(scenario, &Settings::default())?;
+    let p = prepared(scenario, settings)?;
     // The replay runs on a tokio runtime, through the engine's async face.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
