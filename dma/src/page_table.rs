@@ -31,9 +31,41 @@ const WINDOW_KEYS: u64 = SBUF_KEYS + PSUM_KEYS;
 
 /// Pages of type `P` by page key.
 pub(crate) struct PageTable<P> {
-    dir: Vec<Option<Box<[Option<P>]>>>,
+    dir: Vec<Option<Leaf<P>>>,
     hbm_keys: u64,
     len: usize,
+}
+
+/// One leaf: its entries, and a bit per entry that holds a page (an entry is never
+/// emptied), so that walking or mapping a table costs what its pages number, not what
+/// its leaves hold.
+struct Leaf<P> {
+    pages: Box<[Option<P>]>,
+    held: [u64; LEAF / 64],
+}
+
+impl<P> Leaf<P> {
+    fn new() -> Leaf<P> {
+        Leaf {
+            pages: std::iter::repeat_with(|| None).take(LEAF).collect(),
+            held: [0; LEAF / 64],
+        }
+    }
+
+    /// The offsets of the entries that hold a page, ascending.
+    fn held(&self) -> impl Iterator<Item = usize> + '_ {
+        self.held.iter().enumerate().flat_map(|(w, &bits)| {
+            let rest = |&b: &u64| (b & (b - 1) != 0).then(|| b & (b - 1));
+            std::iter::successors((bits != 0).then_some(bits), rest)
+                .map(move |b| w * 64 + b.trailing_zeros() as usize)
+        })
+    }
+
+    /// The page at offset `j` and its key's dense index, for each held entry.
+    fn pages(&self, d: usize) -> impl Iterator<Item = (usize, &P)> + '_ {
+        self.held()
+            .filter_map(move |j| Some(((d << LEAF_SHIFT) + j, self.pages.get(j)?.as_ref()?)))
+    }
 }
 
 impl<P> PageTable<P> {
@@ -82,14 +114,14 @@ impl<P> PageTable<P> {
     #[inline(always)]
     pub(crate) fn get(&self, key: u64) -> Option<&P> {
         let i = self.dense(key)?;
-        let leaf = self.dir.get(i >> LEAF_SHIFT)?.as_deref()?;
-        leaf.get(i & (LEAF - 1))?.as_ref()
+        let leaf = self.dir.get(i >> LEAF_SHIFT)?.as_ref()?;
+        leaf.pages.get(i & (LEAF - 1))?.as_ref()
     }
 
     /// The page at dense index `i` ([`PageTable::dense`]), if it has one.
     pub(crate) fn get_dense_mut(&mut self, i: usize) -> Option<&mut P> {
-        let leaf = self.dir.get_mut(i >> LEAF_SHIFT)?.as_deref_mut()?;
-        leaf.get_mut(i & (LEAF - 1))?.as_mut()
+        let leaf = self.dir.get_mut(i >> LEAF_SHIFT)?.as_mut()?;
+        leaf.pages.get_mut(i & (LEAF - 1))?.as_mut()
     }
 
     /// The page of `key`, made by `make` if it has none; `None` for a key in no window.
@@ -103,13 +135,12 @@ impl<P> PageTable<P> {
         if self.dir.len() <= d {
             self.dir.resize_with(d + 1, || None);
         }
-        let leaf = self
-            .dir
-            .get_mut(d)?
-            .get_or_insert_with(|| std::iter::repeat_with(|| None).take(LEAF).collect());
-        let slot = leaf.get_mut(i & (LEAF - 1))?;
+        let leaf = self.dir.get_mut(d)?.get_or_insert_with(Leaf::new);
+        let j = i & (LEAF - 1);
+        let slot = leaf.pages.get_mut(j)?;
         if slot.is_none() {
             self.len += 1;
+            leaf.held[j / 64] |= 1 << (j % 64);
         }
         Some(slot.get_or_insert_with(make))
     }
@@ -127,14 +158,12 @@ impl<P> PageTable<P> {
         self.dir
             .iter()
             .enumerate()
-            .filter_map(|(d, leaf)| Some((d, leaf.as_deref()?)))
+            .filter_map(|(d, leaf)| Some((d, leaf.as_ref()?)))
             .flat_map(move |(d, leaf)| {
                 let range = range.clone();
-                leaf.iter().enumerate().filter_map(move |(j, page)| {
-                    let i = (d << LEAF_SHIFT) + j;
-                    range.contains(&i).then_some(())?;
-                    Some((self.key(i), page.as_ref()?))
-                })
+                leaf.pages(d)
+                    .filter(move |(i, _)| range.contains(i))
+                    .map(|(i, page)| (self.key(i), page))
             })
     }
 
@@ -145,12 +174,15 @@ impl<P> PageTable<P> {
             .iter()
             .enumerate()
             .map(|(d, leaf)| {
-                let slot = |(j, p): (usize, &Option<P>)| {
-                    let key = self.key((d << LEAF_SHIFT) + j);
-                    p.as_ref().map(|p| f(key, p))
-                };
-                leaf.as_deref()
-                    .map(|l| l.iter().enumerate().map(slot).collect())
+                let leaf = leaf.as_ref()?;
+                let mut mapped = Leaf::new();
+                for (i, page) in leaf.pages(d) {
+                    if let Some(slot) = mapped.pages.get_mut(i & (LEAF - 1)) {
+                        *slot = Some(f(self.key(i), page));
+                    }
+                }
+                mapped.held = leaf.held;
+                Some(mapped)
             })
             .collect();
         PageTable {
