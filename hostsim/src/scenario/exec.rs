@@ -285,28 +285,47 @@ impl Report {
         serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
     }
 
-    /// A short fixed-width table: one line per op and the total.
+    /// A short table: one line per op and the total, the op and mechanism columns as wide
+    /// as their longest entry (22 and 16 at least), so that the numbers stay aligned.
     pub fn table(&self) -> String {
-        let mut out = format!(
-            "{:<4} {:<22} {:<16} {:>6} {:>11} {:>13} {:>8} {:>14}\n",
-            "#", "op", "mechanism", "insts", "descriptors", "bytes", "skipped", "estimated ns"
-        );
-        for (i, o) in self.ops.iter().enumerate() {
-            let op = match &o.name {
-                Some(name) => format!("{} ({name})", o.op),
-                None => o.op.clone(),
-            };
-            out += &format!(
-                "{:<4} {:<22} {:<16} {:>6} {:>11} {:>13} {:>8} {:>14}\n",
-                i,
+        let label = |o: &OpReport| match &o.name {
+            Some(name) => format!("{} ({name})", o.op),
+            None => o.op.clone(),
+        };
+        let labels: Vec<String> = self.ops.iter().map(label).collect();
+        let ow = labels
+            .iter()
+            .map(|l| l.chars().count())
+            .fold(22, usize::max);
+        let mw = self.ops.iter().map(|o| o.mechanism.chars().count());
+        let mw = mw.fold(16, usize::max);
+        let line = |cells: [&dyn std::fmt::Display; 8]| {
+            let [i, op, mech, insts, descs, bytes, skipped, ns] = cells;
+            format!(
+                "{i:<4} {op:<ow$} {mech:<mw$} {insts:>6} {descs:>11} {bytes:>13} {skipped:>8} {ns:>14}\n"
+            )
+        };
+        let mut out = line([
+            &"#",
+            &"op",
+            &"mechanism",
+            &"insts",
+            &"descriptors",
+            &"bytes",
+            &"skipped",
+            &"estimated ns",
+        ]);
+        for (i, (o, op)) in self.ops.iter().zip(&labels).enumerate() {
+            out += &line([
+                &i,
                 op,
-                o.mechanism,
-                o.instructions,
-                o.descriptors,
-                o.bytes,
-                o.oob_skipped,
-                o.estimated_ns
-            );
+                &o.mechanism,
+                &o.instructions,
+                &o.descriptors,
+                &o.bytes,
+                &o.oob_skipped,
+                &o.estimated_ns,
+            ]);
         }
         for (i, o) in self.ops.iter().enumerate() {
             for w in &o.warnings {
@@ -314,10 +333,17 @@ impl Report {
             }
         }
         let t = &self.total;
-        out + &format!(
-            "{:<4} {:<22} {:<16} {:>6} {:>11} {:>13} {:>8} {:>14}\nexecution took {:.6} s (wall clock)\n",
-            "", "total", "", "", t.descriptors, t.bytes, t.oob_skipped, t.estimated_ns, t.wall_seconds
-        )
+        out += &line([
+            &"",
+            &"total",
+            &"",
+            &"",
+            &t.descriptors,
+            &t.bytes,
+            &t.oob_skipped,
+            &t.estimated_ns,
+        ]);
+        out + &format!("execution took {:.6} s (wall clock)\n", t.wall_seconds)
     }
 }
 
@@ -577,6 +603,41 @@ pub(crate) mod tests {
     /// [`GATHER`]'s index file: rows 2, 0 and 9 (out of range).
     fn gather_files() -> [(&'static str, NpyArray); 1] {
         [("idx.npy", u32_array(&[1, 3], &[2, 0, 9]))]
+    }
+
+    #[test]
+    fn the_table_widens_its_text_columns_to_the_longest_entry() {
+        let op = |name: Option<&str>, mechanism: &str| OpReport {
+            op: "dma_copy".into(),
+            name: name.map(String::from),
+            mechanism: mechanism.into(),
+            dge: None,
+            instructions: 1,
+            descriptors: 128,
+            bytes: 32768,
+            oob_skipped: 0,
+            oob_notifications: 0,
+            estimated_ns: 1402,
+            warnings: Vec::new(),
+        };
+        let short = Report::with_total(vec![op(None, "dge")], 0.0).table();
+        let row = short.lines().nth(1).unwrap();
+        assert_eq!(row.find("dge"), Some(28), "{short}");
+        let long = vec![
+            op(Some("load_the_embedding_rows_into_the_tile"), "dge"),
+            op(None, "reference+pool+dge+more"),
+        ];
+        let table = Report::with_total(long, 0.0).table();
+        let lines: Vec<&str> = table.lines().collect();
+        // every line's numbers end where the header's columns do
+        let ends = |l: &str| l.len();
+        assert!(
+            lines[1..4].iter().all(|l| ends(l) == ends(lines[0])),
+            "{table}"
+        );
+        let mech = lines[0].find("mechanism").unwrap();
+        assert_eq!(lines[1].find("dge"), Some(mech), "{table}");
+        assert_eq!(lines[2].find("reference"), Some(mech), "{table}");
     }
 
     #[test]
