@@ -38,17 +38,17 @@ pub(crate) struct PageTable<P> {
 
 /// One leaf: its entries, and a bit per entry that holds a page (an entry is never
 /// emptied), so that walking or mapping a table costs what its pages number, not what
-/// its leaves hold.
+/// its leaves hold. Both boxed: a directory entry stays three words.
 struct Leaf<P> {
     pages: Box<[Option<P>]>,
-    held: [u64; LEAF / 64],
+    held: Box<[u64; LEAF / 64]>,
 }
 
 impl<P> Leaf<P> {
     fn new() -> Leaf<P> {
         Leaf {
             pages: std::iter::repeat_with(|| None).take(LEAF).collect(),
-            held: [0; LEAF / 64],
+            held: Box::new([0; LEAF / 64]),
         }
     }
 
@@ -61,7 +61,7 @@ impl<P> Leaf<P> {
         })
     }
 
-    /// The page at offset `j` and its key's dense index, for each held entry.
+    /// Each held entry's dense index (this being leaf `d`) and page, ascending.
     fn pages(&self, d: usize) -> impl Iterator<Item = (usize, &P)> + '_ {
         self.held()
             .filter_map(move |j| Some(((d << LEAF_SHIFT) + j, self.pages.get(j)?.as_ref()?)))
@@ -181,7 +181,7 @@ impl<P> PageTable<P> {
                         *slot = Some(f(self.key(i), page));
                     }
                 }
-                mapped.held = leaf.held;
+                *mapped.held = *leaf.held;
                 Some(mapped)
             })
             .collect();
