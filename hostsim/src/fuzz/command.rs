@@ -10,7 +10,7 @@ use dma::Generation;
 
 use crate::error::Error;
 use crate::fuzz::{
-    repro, run, scenario, seed_case, Budget, Checker, Finding, Plan, Summary, Target,
+    case_result, repro, run, scenario, Budget, CaseResult, Checker, Finding, Plan, Summary, Target,
 };
 use crate::progress::Progress;
 
@@ -165,14 +165,13 @@ pub fn execute(
         });
     }
     let plan = opts.plan()?;
-    let mut on_finding = |index: u64, f: &Finding| report(&out, index, f, &mut *emit);
     let summary = match opts.case {
-        Some(seed) => one_case(&plan, seed, &mut on_finding)?,
-        None => many_cases(&plan, opts.jobs(), stop, &mut on_finding),
+        Some(seed) => one_case(&plan, seed, &out, emit)?,
+        None => many_cases(&plan, opts.jobs(), stop, &out, emit),
     };
     emit(&summary.line());
     Ok(Ended {
-        findings: summary.findings.len(),
+        findings: summary.findings.len() + summary.generator_panics.len(),
         interrupted: summary.interrupted,
     })
 }
@@ -197,13 +196,15 @@ pub fn report(out: &Path, index: u64, finding: &Finding, emit: &mut dyn FnMut(&s
     }
 }
 
-/// Runs `plan` on `jobs` threads ([`run`]) with a progress bar, handing each finding to
-/// `on_finding` in case order, aside from the bar ([`Progress::aside`]).
+/// Runs `plan` on `jobs` threads ([`run`]) with a progress bar, reporting each finding
+/// ([`report`], reproducers under `out`) and each generator panic in case order, aside
+/// from the bar ([`Progress::aside`]).
 fn many_cases(
     plan: &Plan,
     jobs: usize,
     stop: &AtomicBool,
-    on_finding: &mut dyn FnMut(u64, &Finding),
+    out: &Path,
+    emit: &mut dyn FnMut(&str),
 ) -> Summary {
     let total = match plan.budget {
         Budget::Iters(n) => n,
@@ -211,10 +212,12 @@ fn many_cases(
     };
     let label = format!("fuzz {}", plan.target.name());
     let mut progress = Progress::new(total, &label);
-    let summary = run(plan, jobs, stop, |index, finding| {
+    let summary = run(plan, jobs, stop, |index, result| {
         progress.inc(1);
-        if let Some(f) = finding {
-            progress.aside(|| on_finding(index, f));
+        match result {
+            CaseResult::Passed => {}
+            CaseResult::Found(f) => progress.aside(|| report(out, index, f, &mut *emit)),
+            CaseResult::GeneratorPanicked(p) => progress.aside(|| emit(&p.line(index))),
         }
     });
     progress.finish();
@@ -224,7 +227,8 @@ fn many_cases(
 fn one_case(
     plan: &Plan,
     seed: u64,
-    on_finding: &mut dyn FnMut(u64, &Finding),
+    out: &Path,
+    emit: &mut dyn FnMut(&str),
 ) -> Result<Summary, Error> {
     if plan.target == Target::All {
         return Err(Error::FuzzOption {
@@ -232,22 +236,24 @@ fn one_case(
             rule: "a case seed belongs to one target: name it",
         });
     }
-    let input = seed_case(plan.target, seed, plan.generation);
-    let finding = Checker::new().finding(seed, plan.generation, input);
-    if let Some(f) = &finding {
-        on_finding(0, f);
+    let result = case_result(&mut Checker::new(), plan.target, seed, plan.generation);
+    match &result {
+        CaseResult::Passed => {}
+        CaseResult::Found(f) => report(out, 0, f, emit),
+        CaseResult::GeneratorPanicked(p) => emit(&p.line(0)),
     }
-    Ok(Summary {
+    let mut summary = Summary {
         cases: 1,
-        findings: finding.into_iter().collect(),
-        interrupted: false,
-    })
+        ..Summary::default()
+    };
+    summary.record(result);
+    Ok(summary)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fuzz::plan_case;
+    use crate::fuzz::{plan_case, seed_case};
     use crate::runtime::Mechanism;
 
     fn opts(target: &str, iters: u64) -> Options {
@@ -257,6 +263,46 @@ mod tests {
             seed: 1,
             ..Options::default()
         }
+    }
+
+    /// A case whose generator panics is reported with the seed that makes it again and
+    /// counted, and the run goes on (many cases on threads, and `--case`); without the
+    /// catch the process died at the thread's join, its panic message silenced.
+    #[test]
+    fn a_generator_panic_is_reported_counted_and_the_run_goes_on() {
+        use crate::fuzz::plant::GENERATOR_PANICS_AT;
+        let mut o = opts("dge", 6);
+        o.seed = 0x5eed_0049;
+        o.jobs = Some(2);
+        o.out = Some(std::env::temp_dir().join("hostsim-generator-panic"));
+        let (seed, _) = plan_case(&o.plan().unwrap(), 3);
+        GENERATOR_PANICS_AT.store(seed, Ordering::Relaxed);
+        let stop = AtomicBool::new(false);
+        let mut lines = Vec::new();
+        let ended = execute(&o, &stop, &mut |l: &str| lines.push(l.to_string()));
+        let rerun = format!("`hostsim fuzz --target dge --case {seed}`");
+        let want = format!("generator panic in case 3 (dge): planted: the generator fails; make it again with {rerun}");
+        o.case = Some(seed);
+        let mut one = Vec::new();
+        let alone = execute(&o, &stop, &mut |l: &str| one.push(l.to_string()));
+        GENERATOR_PANICS_AT.store(0, Ordering::Relaxed);
+        let found = Ended {
+            findings: 1,
+            interrupted: false,
+        };
+        assert_eq!(ended.unwrap(), found);
+        assert_eq!(
+            lines,
+            [
+                want,
+                "fuzz: 6 cases, 0 mismatches, 1 generator panics".into()
+            ]
+        );
+        assert_eq!(alone.unwrap(), found);
+        assert!(
+            one[0].starts_with("generator panic in case 0 (dge): planted"),
+            "{one:?}"
+        );
     }
 
     #[test]

@@ -303,61 +303,161 @@ pub struct Summary {
     pub cases: u64,
     /// Mismatches and panics found (every one is in `findings`).
     pub findings: Vec<Finding>,
+    /// Cases whose generator panicked (a fault of the fuzzer itself).
+    pub generator_panics: Vec<GeneratorPanic>,
     /// Whether the run stopped early (the stop flag was raised).
     pub interrupted: bool,
 }
 
 impl Summary {
-    /// The summary line: `fuzz: N cases, M mismatches`.
+    /// Keeps what a case found.
+    pub fn record(&mut self, result: CaseResult) {
+        match result {
+            CaseResult::Passed => {}
+            CaseResult::Found(f) => self.findings.push(f),
+            CaseResult::GeneratorPanicked(p) => self.generator_panics.push(p),
+        }
+    }
+
+    /// The summary line: `fuzz: N cases, M mismatches`, and `, K generator panics` when
+    /// there were any.
     pub fn line(&self) -> String {
+        let panics = match self.generator_panics.len() {
+            0 => String::new(),
+            k => format!(", {k} generator panics"),
+        };
         format!(
-            "fuzz: {} cases, {} mismatches",
+            "fuzz: {} cases, {} mismatches{panics}",
             self.cases,
             self.findings.len()
         )
     }
 }
 
+/// A case whose input could not be made: its generator panicked. There is no input to
+/// write a reproducer of; the case seed makes it again (`hostsim fuzz --target T --case
+/// SEED`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GeneratorPanic {
+    pub target: Target,
+    pub case_seed: u64,
+    pub message: String,
+}
+
+impl GeneratorPanic {
+    /// The line that reports it.
+    pub fn line(&self, index: u64) -> String {
+        format!(
+            "generator panic in case {index} ({}): {}; make it again with `hostsim fuzz --target {} --case {}`",
+            self.target.name(),
+            self.message,
+            self.target.name(),
+            self.case_seed
+        )
+    }
+}
+
+/// What one case gave.
+#[derive(Clone, Debug)]
+pub enum CaseResult {
+    /// Every check held.
+    Passed,
+    /// A mismatch or a panic of a check.
+    Found(Finding),
+    /// The input could not be made.
+    GeneratorPanicked(GeneratorPanic),
+}
+
 /// The input a single case seed gives on the concrete `target` (what `hostsim fuzz
 /// --case SEED` replays).
 pub fn seed_case(target: Target, seed: u64, generation: Option<Generation>) -> Input {
+    #[cfg(test)]
+    plant::generator_panic(seed);
     Input::generate(target, Rng::new(seed), generation)
 }
 
-/// The input of case `index` of `plan`.
-pub fn plan_case(plan: &Plan, index: u64) -> (u64, Input) {
-    let seed = Rng::case_seed(plan.seed, index);
-    (
-        seed,
-        seed_case(plan.target.of_case(index), seed, plan.generation),
-    )
+/// [`seed_case`], a panic of the generator caught and returned.
+fn caught_seed_case(
+    target: Target,
+    seed: u64,
+    generation: Option<Generation>,
+) -> Result<Input, GeneratorPanic> {
+    catch_unwind(|| seed_case(target, seed, generation)).map_err(|p| GeneratorPanic {
+        target,
+        case_seed: seed,
+        message: routes::panic_message(p.as_ref()),
+    })
+}
+
+/// Planted bugs for the tests: a generator that panics.
+#[cfg(test)]
+pub(crate) mod plant {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// The case seed whose generation panics (0: none). Process-wide, as the cases
+    /// run on threads: only a test that owns the seed may set it.
+    pub static GENERATOR_PANICS_AT: AtomicU64 = AtomicU64::new(0);
+
+    pub fn generator_panic(seed: u64) {
+        let at = GENERATOR_PANICS_AT.load(Ordering::Relaxed);
+        assert!(at == 0 || seed != at, "planted: the generator fails");
+    }
+}
+
+/// The input of case `index` of `plan` (as [`run`] makes it).
+#[cfg(test)]
+pub(crate) fn plan_case(plan: &Plan, index: u64) -> (u64, Input) {
+    let (target, seed) = plan_seed(plan, index);
+    (seed, seed_case(target, seed, plan.generation))
+}
+
+/// The target and the case seed of case `index` of `plan`.
+fn plan_seed(plan: &Plan, index: u64) -> (Target, u64) {
+    (plan.target.of_case(index), Rng::case_seed(plan.seed, index))
+}
+
+/// The case of `seed` on the concrete `target` made and checked by `checker`; a
+/// generator panic is caught.
+pub fn case_result(
+    checker: &mut Checker,
+    target: Target,
+    seed: u64,
+    generation: Option<Generation>,
+) -> CaseResult {
+    match caught_seed_case(target, seed, generation) {
+        Ok(input) => match checker.finding(seed, generation, input) {
+            Some(f) => CaseResult::Found(f),
+            None => CaseResult::Passed,
+        },
+        Err(p) => CaseResult::GeneratorPanicked(p),
+    }
 }
 
 /// Runs `plan` on `jobs` threads ([`jobs::in_order`], each with its own [`Checker`])
 /// until its budget is spent or `stop` is raised, calling `each` after every case, in
-/// case order, with the finding it made, if any: any `jobs` gives the same calls.
+/// case order, with what it gave: any `jobs` gives the same calls.
 pub fn run(
     plan: &Plan,
     jobs: usize,
     stop: &AtomicBool,
-    mut each: impl FnMut(u64, Option<&Finding>),
+    mut each: impl FnMut(u64, &CaseResult),
 ) -> Summary {
-    let mut findings = Vec::new();
     let work = jobs::Work {
         state: Checker::new,
         case: |checker: &mut Checker, index| {
-            let (seed, input) = plan_case(plan, index);
-            checker.finding(seed, plan.generation, input)
+            let (target, seed) = plan_seed(plan, index);
+            case_result(checker, target, seed, plan.generation)
         },
     };
-    let ran = jobs::in_order(jobs, plan.budget, stop, work, |index, finding| {
-        each(index, finding.as_ref());
-        findings.extend(finding);
+    let mut summary = Summary::default();
+    let ran = jobs::in_order(jobs, plan.budget, stop, work, |index, result| {
+        each(index, &result);
+        summary.record(result);
     });
     Summary {
         cases: ran.cases,
-        findings,
         interrupted: ran.interrupted,
+        ..summary
     }
 }
 
