@@ -196,6 +196,15 @@ pub fn report(out: &Path, index: u64, finding: &Finding, emit: &mut dyn FnMut(&s
     }
 }
 
+/// Reports what case `index` gave: a finding ([`report`]) or a generator panic's line.
+fn report_result(out: &Path, index: u64, result: &CaseResult, emit: &mut dyn FnMut(&str)) {
+    match result {
+        CaseResult::Passed => {}
+        CaseResult::Found(f) => report(out, index, f, emit),
+        CaseResult::GeneratorPanicked(p) => emit(&p.line(index)),
+    }
+}
+
 /// Runs `plan` on `jobs` threads ([`run`]) with a progress bar, reporting each finding
 /// ([`report`], reproducers under `out`) and each generator panic in case order, aside
 /// from the bar ([`Progress::aside`]).
@@ -214,10 +223,8 @@ fn many_cases(
     let mut progress = Progress::new(total, &label);
     let summary = run(plan, jobs, stop, |index, result| {
         progress.inc(1);
-        match result {
-            CaseResult::Passed => {}
-            CaseResult::Found(f) => progress.aside(|| report(out, index, f, &mut *emit)),
-            CaseResult::GeneratorPanicked(p) => progress.aside(|| emit(&p.line(index))),
+        if !matches!(result, CaseResult::Passed) {
+            progress.aside(|| report_result(out, index, result, &mut *emit));
         }
     });
     progress.finish();
@@ -237,11 +244,7 @@ fn one_case(
         });
     }
     let result = case_result(&mut Checker::new(), plan.target, seed, plan.generation);
-    match &result {
-        CaseResult::Passed => {}
-        CaseResult::Found(f) => report(out, 0, f, emit),
-        CaseResult::GeneratorPanicked(p) => emit(&p.line(0)),
-    }
+    report_result(out, 0, &result, emit);
     let mut summary = Summary {
         cases: 1,
         ..Summary::default()
