@@ -160,7 +160,7 @@ pub fn execute(
         };
         let s = scenario::run(&plan, stop, emit)?;
         return Ok(Ended {
-            findings: s.findings.len(),
+            findings: s.findings.len() + s.generator_panics as usize,
             interrupted: s.interrupted,
         });
     }

@@ -10,7 +10,8 @@
 //!   error (an independent count of the repeats);
 //! - every route agrees with the reference, byte for byte and in the kind of error
 //!   ([`super::routes::Routes`], the one cross-route comparison, which the `oob` target
-//!   and the conformance suite use too).
+//!   and the conformance suite use too);
+//! - preparing and checking the edited scenario does not panic.
 //!
 //! A finding is shrunk (by `shrink`) to the fewest edits of the user's values and the
 //! fewest ops that still show it, and written to `DIR/case-K/` as a runnable scenario.
@@ -22,13 +23,14 @@ mod shrink;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use dma::{Fabric, Generation};
 
 use super::case::{Case, Op};
-use super::routes::Routes;
+use super::routes::{panic_message, Routes};
 use super::{jobs, Budget, Rng};
 use crate::error::Error;
 use crate::nki::ApDma;
@@ -251,15 +253,22 @@ pub struct Summary {
     pub found: u64,
     /// Distinct findings (check, op, route), each with its reproducer folder.
     pub findings: Vec<(Found, PathBuf)>,
+    /// Cases whose edits could not be drawn: the draw panicked.
+    pub generator_panics: u64,
     pub interrupted: bool,
     tally: Tally,
 }
 
 impl Summary {
-    /// The last line: `fuzz: N cases, M findings`.
+    /// The last line: `fuzz: N cases, M findings`, and `, K generator panics` when
+    /// there were any.
     pub fn line(&self) -> String {
+        let panics = match self.generator_panics {
+            0 => String::new(),
+            k => format!(", {k} generator panics"),
+        };
         format!(
-            "fuzz: {} cases, {} findings",
+            "fuzz: {} cases, {} findings{panics}",
             self.cases,
             self.findings.len()
         )
@@ -350,15 +359,31 @@ pub fn run(plan: &Plan, stop: &AtomicBool, emit: &mut dyn FnMut(&str)) -> Result
     let mut summary = Summary::default();
     let work = jobs::Work {
         state: Checker::default,
-        case: |checker: &mut Checker, index| {
-            let m = base.draw(&mut Rng::new(Rng::case_seed(plan.seed, index)));
+        case: |checker: &mut Checker, index| -> Result<(Mutation, Came), String> {
+            let m = drawn(&base, Rng::case_seed(plan.seed, index))?;
             let came = case(&base, checker, &m);
-            (m, came)
+            Ok((m, came))
         },
     };
-    let ran = jobs::in_order(plan.jobs, plan.budget, stop, work, |index, (m, came)| {
+    let ran = jobs::in_order(plan.jobs, plan.budget, stop, work, |index, drawn| {
         summary.cases += 1;
         progress.inc(1);
+        let (m, came) = match drawn {
+            Ok(case) => case,
+            Err(message) => {
+                summary.generator_panics += 1;
+                let again = format!(
+                    "hostsim fuzz --scenario {} --seed {} --iters {}",
+                    plan.scenario.display(),
+                    plan.seed,
+                    index + 1
+                );
+                let line = format!(
+                    "generator panic in case {index}: {message}; make it again with `{again}`"
+                );
+                return progress.aside(|| emit(&line));
+            }
+        };
         let f = match came {
             Came::Refused => return summary.refused += 1,
             Came::Clean(scenario, fates) => {
@@ -377,6 +402,13 @@ pub fn run(plan: &Plan, stop: &AtomicBool, emit: &mut dyn FnMut(&str)) -> Result
     Ok(summary)
 }
 
+/// The case of `seed` drawn from `base`, or the message of the draw's panic (a fault of
+/// the fuzzer itself: there is no scenario to write a reproducer of).
+fn drawn(base: &Base, seed: u64) -> Result<Mutation, String> {
+    catch_unwind(AssertUnwindSafe(|| base.draw(&mut Rng::new(seed))))
+        .map_err(|payload| panic_message(payload.as_ref()))
+}
+
 /// What a case came to, on the thread that ran it.
 enum Came {
     /// Its edits made a scenario the CLI refuses.
@@ -387,14 +419,25 @@ enum Came {
     Found(Found),
 }
 
-/// Runs case `m`.
+/// Runs case `m`. A panic while its scenario is prepared or checked (bad input must get
+/// an error, never a panic) is a finding; `checker` is then built again, as the panic may
+/// have left its routes half-way through an op.
 fn case(base: &Base, checker: &mut Checker, m: &Mutation) -> Came {
-    let Some((scenario, p)) = base.prepare(m) else {
-        return Came::Refused;
-    };
-    match checker.check(&scenario, &p) {
-        Verdict::Clean(fates) => Came::Clean(scenario, fates),
-        Verdict::Finding(f) => Came::Found(f.with_original_op(&m.keep)),
+    let ran = catch_unwind(AssertUnwindSafe(|| {
+        let (scenario, p) = base.prepare(m)?;
+        Some(match checker.check(&scenario, &p) {
+            Verdict::Clean(fates) => Came::Clean(scenario, fates),
+            Verdict::Finding(f) => Came::Found(f.with_original_op(&m.keep)),
+        })
+    }));
+    match ran {
+        Ok(came) => came.unwrap_or(Came::Refused),
+        Err(payload) => {
+            *checker = Checker::default();
+            let message = panic_message(payload.as_ref());
+            let what = format!("preparing or checking the edited scenario panicked: {message}");
+            Came::Found(found("panic", None, None, what))
+        }
     }
 }
 
@@ -582,6 +625,64 @@ mod tests {
         assert_eq!((f.check, f.mechanism), ("routes", Some(Mechanism::Dge)));
         assert!(f.what.contains("IndexOutOfBounds"), "{}", f.what);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A planted panic in the preparation of every edited scenario: each case is a
+    /// finding, shrunk to one edit and written, and the run goes on to its budget.
+    #[test]
+    fn a_panic_preparing_an_edited_scenario_is_a_finding_and_the_run_goes_on() {
+        let out = temp("fuzz-prepare-panic");
+        mutate::plant::EDITED_PANICS.with(|p| p.set(true));
+        let (s, first) = fuzz(examples().join("embedding/scenario.toml"), (20, 1), &out);
+        mutate::plant::EDITED_PANICS.with(|p| p.set(false));
+        assert_eq!((s.cases, s.found, first), (20, 20, Some(0)), "{}", s.line());
+        assert_eq!(s.findings.len(), 1, "{}", s.line());
+        let (f, dir) = &s.findings[0];
+        assert_eq!((f.check, f.op, f.mechanism), ("panic", None, None));
+        assert!(
+            f.what
+                .contains("planted: an edited scenario's preparation fails"),
+            "{}",
+            f.what
+        );
+        let text = std::fs::read_to_string(dir.join("finding.txt")).unwrap();
+        let changes = text.split("changes from").nth(1).unwrap_or_default();
+        let edits = changes.lines().filter(|l| l.starts_with("  ")).count();
+        assert_eq!(edits, 1, "{text}");
+        assert!(dir.join("scenario.toml").exists());
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// A planted panic in the draw: counted, reported with the command that makes the
+    /// case again, and the run goes on to its budget.
+    #[test]
+    fn a_panic_drawing_a_case_is_reported_and_counted() {
+        let out = temp("fuzz-draw-panic");
+        let scenario = examples().join("embedding/scenario.toml");
+        let plan = Plan {
+            scenario: scenario.clone(),
+            seed: 5,
+            budget: Budget::Iters(3),
+            generation: None,
+            out: out.clone(),
+            jobs: 1,
+        };
+        let mut lines = Vec::new();
+        mutate::plant::DRAW_PANICS.with(|p| p.set(true));
+        let s = run(&plan, &AtomicBool::new(false), &mut |l: &str| {
+            lines.push(l.to_string())
+        });
+        mutate::plant::DRAW_PANICS.with(|p| p.set(false));
+        let s = s.unwrap();
+        assert_eq!((s.cases, s.generator_panics, s.findings.len()), (3, 3, 0));
+        assert_eq!(s.line(), "fuzz: 3 cases, 0 findings, 3 generator panics");
+        let again = format!(
+            "hostsim fuzz --scenario {} --seed 5 --iters 3",
+            scenario.display()
+        );
+        let third = "generator panic in case 2: planted: the draw fails; make it again with";
+        assert!(lines.contains(&format!("{third} `{again}`")), "{lines:?}");
+        assert!(!out.exists(), "nothing to write");
     }
 
     #[test]

@@ -135,6 +135,8 @@ impl Base {
 
     /// Draws a case from `rng`.
     pub fn draw(&self, rng: &mut Rng) -> Mutation {
+        #[cfg(test)]
+        plant::draw();
         let generation = rng
             .pick_from(&self.generations)
             .unwrap_or(Generation::Cayman);
@@ -282,6 +284,8 @@ impl Base {
     /// The scenario `m` makes, prepared (`None` when the edits make a scenario the CLI
     /// would refuse).
     pub fn prepare(&self, m: &Mutation) -> Option<(Scenario, Prepared)> {
+        #[cfg(test)]
+        plant::prepare(m);
         let (s, arrays) = self.apply(m);
         let p = self.prepare_on(&s, m.generation, &arrays).ok()?;
         Some((s, p))
@@ -520,5 +524,26 @@ fn signed(dtype: Dtype, c: &[u8]) -> i64 {
     match matches!(dtype, Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64) {
         true => ((v << (64 - bits)) as i64) >> (64 - bits),
         false => v as i64,
+    }
+}
+
+/// Planted bugs for the tests, per thread (run the fuzzer on one job): a draw that
+/// panics, and a preparation that panics on any edited scenario.
+#[cfg(test)]
+pub(crate) mod plant {
+    use std::cell::Cell;
+
+    thread_local! {
+        pub static DRAW_PANICS: Cell<bool> = const { Cell::new(false) };
+        pub static EDITED_PANICS: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub fn draw() {
+        assert!(!DRAW_PANICS.with(Cell::get), "planted: the draw fails");
+    }
+
+    pub fn prepare(m: &super::Mutation) {
+        let planted = EDITED_PANICS.with(Cell::get) && !m.edits.is_empty();
+        assert!(!planted, "planted: an edited scenario's preparation fails");
     }
 }

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::{shown, Base, Checker, Found, Mutation, Verdict};
+use super::{shown, Base, Came, Checker, Found, Mutation};
 use crate::error::Error;
 use crate::scenario::exec::write_atomic;
 
@@ -21,15 +21,9 @@ pub fn shrink(
     mut f: Found,
 ) -> (Mutation, Found) {
     let signature = f.signature();
-    let mut still = |t: &Mutation| -> Option<Found> {
-        let (scenario, p) = base.prepare(t)?;
-        match checker.check(&scenario, &p) {
-            Verdict::Finding(g) => {
-                let g = g.with_original_op(&t.keep);
-                (g.signature() == signature).then_some(g)
-            }
-            _ => None,
-        }
+    let mut still = |t: &Mutation| match super::case(base, checker, t) {
+        Came::Found(g) => (g.signature() == signature).then_some(g),
+        _ => None,
     };
     let mut i = 0;
     while i < m.edits.len() {
