@@ -773,6 +773,16 @@ dst = "t"
                 "op 1 (dma_copy): src: ap: `99999999999999999999`: number too large",
             ),
             (
+                copy.replace("[[1, 4]]", "[[1, 4], [2]]"),
+                (16, 29),
+                "op 1 (dma_copy): src: ap: [1] (a [step, num] pair): invalid length 1, expected an array of length 2",
+            ),
+            (
+                copy.replace("[[1, 4]]", "[[1, 4], 7]"),
+                (16, 29),
+                "op 1 (dma_copy): src: ap: [1] (a [step, num] pair): invalid type: integer `7`",
+            ),
+            (
                 copy.replace("indirect_dim = 0", "indirect_dim = -99999999999999999999"),
                 (16, 53),
                 "op 1 (dma_copy): src: indirect_dim: `-99999999999999999999`: number too small",

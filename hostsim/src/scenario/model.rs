@@ -494,7 +494,8 @@ fn read_pattern<'de, M: serde::de::MapAccess<'de>>(mut m: M) -> Result<ApPattern
             "tensor" => p.tensor = m.next_value().map_err(named)?,
             "dtype" => p.dtype = Some(m.next_value().map_err(named)?),
             "shape" => p.shape = Some(m.next_value().map_err(named)?),
-            "ap" => p.ap = Some(m.next_value().map_err(named)?),
+            // (the line's keys name `ap` in front of a bad pair's error)
+            "ap" => p.ap = Some(m.next_value::<ApPairs>()?.0),
             "offset" => p.offset = m.next_value().map_err(named)?,
             "vector_offset" => p.vector_offset = Some(m.next_value().map_err(named)?),
             "indirect_dim" => p.indirect_dim = Some(m.next_value().map_err(named)?),
@@ -504,6 +505,37 @@ fn read_pattern<'de, M: serde::de::MapAccess<'de>>(mut m: M) -> Result<ApPattern
     match seen.contains(&"tensor") {
         true => Ok(p),
         false => Err(M::Error::missing_field("tensor")),
+    }
+}
+
+/// An `.ap()` table's `ap`, read pair by pair, so that a bad pair's error names its
+/// position (`ap: [1] (a [step, num] pair): ...`).
+struct ApPairs(Vec<[i64; 2]>);
+
+impl<'de> Deserialize<'de> for ApPairs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ApPairs, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ApPairs;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("`ap` as a list of [step, num] pairs")
+            }
+            fn visit_seq<S: serde::de::SeqAccess<'de>>(self, mut s: S) -> Result<ApPairs, S::Error> {
+                use serde::de::Error as _;
+                let mut pairs = Vec::new();
+                loop {
+                    match s.next_element::<[i64; 2]>() {
+                        Ok(Some(pair)) => pairs.push(pair),
+                        Ok(None) => return Ok(ApPairs(pairs)),
+                        Err(e) => {
+                            let k = pairs.len();
+                            return Err(S::Error::custom(format!("[{k}] (a [step, num] pair): {e}")));
+                        }
+                    }
+                }
+            }
+        }
+        d.deserialize_seq(Visitor)
     }
 }
 
