@@ -45,6 +45,7 @@ use std::path::{Path, PathBuf};
 use dma::{AddressMap, Generation};
 
 pub use exec::{Execution, OpReport, Report, TotalReport};
+use model::TableOnly;
 pub use model::{OpSpec, Scenario, TensorSpec};
 pub use ops::PreparedOp;
 pub use place::Placed;
@@ -102,7 +103,7 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
 /// Parses scenario text; `file` names it in errors.
 pub fn parse(file: &str, text: &str, format: Format) -> Result<Scenario, Error> {
     match format {
-        Format::Toml => toml::from_str(text).map_err(|e| {
+        Format::Toml => toml::from_str(text).map(|t: TableOnly<Scenario>| t.0).map_err(|e| {
             let e = toml_error(file, text, &e);
             // JSON read as TOML fails at its first brace: say why
             match (e, text.trim_start().starts_with('{')) {
@@ -115,7 +116,7 @@ pub fn parse(file: &str, text: &str, format: Format) -> Result<Scenario, Error> 
                 (e, _) => e,
             }
         }),
-        Format::Json => serde_json::from_str(text).map_err(|e| {
+        Format::Json => serde_json::from_str(text).map(|t: TableOnly<Scenario>| t.0).map_err(|e| {
             let message = strip_position(&e.to_string());
             let doc = serde_json::from_str::<serde_json::Value>(text).ok();
             let table = |key| doc.as_ref().and_then(|d| d.get(key));
@@ -135,15 +136,17 @@ pub fn parse(file: &str, text: &str, format: Format) -> Result<Scenario, Error> 
 /// One op from the value an `[[op]]` table holds, as op `index` of its scenario; a
 /// schema error names the op and its field as [`parse`] does.
 pub fn parse_op(index: usize, value: serde_json::Value) -> Result<OpSpec, Error> {
-    serde_json::from_value::<OpSpec>(value.clone()).map_err(|e| {
-        let message = e.to_string();
-        let ops = serde_json::Value::Array(vec![value]);
-        let fault = TableFault::find(&ops, &message).map(|f| TableFault { index, ..f });
-        let (what, rule) = fault.map_or((format!("op {index}"), message.clone()), |f| {
-            f.parts(&message)
-        });
-        Error::Scenario { what, rule }
-    })
+    serde_json::from_value::<TableOnly<OpSpec>>(value.clone())
+        .map(|t| t.0)
+        .map_err(|e| {
+            let message = e.to_string();
+            let ops = serde_json::Value::Array(vec![value]);
+            let fault = TableFault::find(&ops, &message).map(|f| TableFault { index, ..f });
+            let (what, rule) = fault.map_or((format!("op {index}"), message.clone()), |f| {
+                f.parts(&message)
+            });
+            Error::Scenario { what, rule }
+        })
 }
 
 /// A TOML error at the line and column of what it is about: the field of an op (found
@@ -169,6 +172,12 @@ fn toml_error(file: &str, text: &str, e: &toml::de::Error) -> Error {
     let (line, column) = line_column(text, at);
     let context = TableContext::of(&entries, text, at);
     syntax(file, line, column, &context.describe(text, at, message))
+}
+
+/// Whether an error's `message` names `key` itself: `` `key` `` (an unknown field), or
+/// `key[i] ...` (a bad element of it).
+fn names_key(message: &str, key: &str) -> bool {
+    message.contains(&format!("`{key}`")) || message.starts_with(&format!("{key}["))
 }
 
 /// Where in an `[[op]]` or `[[tensor]]` table of TOML `text` an error is that neither serde
@@ -208,10 +217,7 @@ impl TableContext {
     fn describe(&self, text: &str, at: usize, message: &str) -> String {
         let mut parts: Vec<String> = self.table.iter().cloned().collect();
         // the keys down to the one the message names (`foo.bar = 3`: unknown field `foo`)
-        let named = self
-            .keys
-            .iter()
-            .position(|k| message.contains(&format!("`{k}`")));
+        let named = self.keys.iter().position(|k| names_key(message, k));
         parts.extend_from_slice(&self.keys[..named.unwrap_or(self.keys.len())]);
         let rule = match message.starts_with("number too") {
             true => {
@@ -417,9 +423,7 @@ impl TableFault {
         } = self;
         let keys = with_steps(self.field.iter().cloned().collect(), &self.steps);
         // the keys down to the one the message names (an unknown field)
-        let named = keys
-            .iter()
-            .position(|k| message.contains(&format!("`{k}`")));
+        let named = keys.iter().position(|k| names_key(message, k));
         let mut parts = keys[..named.unwrap_or(keys.len())].to_vec();
         parts.push(message.to_string());
         (format!("{table} {index} ({kind})"), parts.join(": "))
@@ -725,6 +729,37 @@ dst = "t"
         assert_eq!(empty.generation.0, Generation::Cayman);
     }
 
+    /// serde's derived forms take a positional array for a table, which would fill its
+    /// fields by their order in the source, unnamed: refused wherever a table belongs.
+    #[test]
+    fn positional_arrays_are_refused_where_tables_belong() {
+        let table = "invalid type: sequence, expected a";
+        let cases = [
+            ("tensor = [[\"t\", \"hbm\", \"f32\", [4, 2]]]\n", Format::Toml, (1, 11)),
+            (
+                "[[tensor]]\nname = \"t\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [4]\n[[op]]\nop = \"isa\"\nhex = \"00\"\nbounds = [[0, 100]]\n",
+                Format::Toml,
+                (9, 11),
+            ),
+            ("[\"sunda\", \"reference\"]", Format::Json, (1, 1)),
+        ];
+        for (text, format, at) in cases {
+            let (line, column, message) = syntax_error(text, format);
+            assert!(message.contains(table), "{message}");
+            assert_eq!((line, column), at, "{message}");
+        }
+        let op = serde_json::json!(["dma_copy", "a", "b", "add"]);
+        let e = parse_op(0, op).unwrap_err().to_string();
+        assert!(e.contains(table), "{e}");
+        // the named forms still read
+        let json = r#"{"tensor": [{"name": "t", "space": "hbm", "dtype": "f32", "shape": [4]}]}"#;
+        assert_eq!(
+            parse("s.json", json, Format::Json).unwrap().tensors.len(),
+            1
+        );
+        assert_eq!(parse("s.toml", GOOD, Format::Toml).unwrap().ops.len(), 1);
+    }
+
     #[test]
     fn toml_errors_point_at_line_and_column() {
         let bad_value = GOOD.replace("dtype = \"f32\"", "dtype = \"f64\"");
@@ -775,12 +810,12 @@ dst = "t"
             (
                 copy.replace("[[1, 4]]", "[[1, 4], [2]]"),
                 (16, 29),
-                "op 1 (dma_copy): src: ap: [1] (a [step, num] pair): invalid length 1, expected an array of length 2",
+                "op 1 (dma_copy): src: ap[1] (a [step, num] pair): invalid length 1, expected an array of length 2",
             ),
             (
                 copy.replace("[[1, 4]]", "[[1, 4], 7]"),
                 (16, 29),
-                "op 1 (dma_copy): src: ap: [1] (a [step, num] pair): invalid type: integer `7`",
+                "op 1 (dma_copy): src: ap[1] (a [step, num] pair): invalid type: integer `7`",
             ),
             (
                 copy.replace("indirect_dim = 0", "indirect_dim = -99999999999999999999"),
@@ -1134,8 +1169,11 @@ dst = "t"
             e.contains("vector_offset: invalid type: integer `3`"),
             "{e}"
         );
-        let e = ap("ap", serde_json::json!([[1]]));
-        assert!(e.contains("ap: invalid length 1"), "{e}");
+        let e = ap("ap", serde_json::json!([[1, 2], [1]]));
+        assert!(
+            e.contains("src: ap[1] (a [step, num] pair): invalid length 1"),
+            "{e}"
+        );
         let e = ap("offst", serde_json::json!(1));
         assert!(e.contains("unknown field `offst`, expected one of"), "{e}");
         let e = copy(serde_json::json!({"ap": [[1, 4]]}));

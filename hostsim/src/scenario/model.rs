@@ -24,11 +24,76 @@ pub struct Scenario {
     #[serde(default)]
     pub mechanism: MechanismName,
     /// `[[tensor]]` tables.
-    #[serde(default, rename = "tensor", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "tables",
+        rename = "tensor",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub tensors: Vec<TensorSpec>,
     /// `[[op]]` tables, executed in order.
-    #[serde(default, rename = "op", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "tables",
+        rename = "op",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub ops: Vec<OpSpec>,
+}
+
+/// A `T` read only from a table of named fields: serde's derived forms also take a
+/// positional array (`["a", "hbm", "f32", [8, 4]]`), which would fill fields by their
+/// order in the source code, unnamed.
+pub struct TableOnly<T>(pub T);
+
+/// What a [`TableOnly`] table is called in the error for anything else.
+pub trait Table {
+    const EXPECTING: &'static str;
+}
+
+impl<'de, T: Deserialize<'de> + Table> Deserialize<'de> for TableOnly<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<TableOnly<T>, D::Error> {
+        struct Visitor<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + Table> serde::de::Visitor<'de> for Visitor<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(T::EXPECTING)
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, m: M) -> Result<T, M::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+            }
+        }
+        d.deserialize_map(Visitor(std::marker::PhantomData))
+            .map(TableOnly)
+    }
+}
+
+/// A list of tables ([`TableOnly`]).
+fn tables<'de, D: serde::Deserializer<'de>, T: Deserialize<'de> + Table>(
+    d: D,
+) -> Result<Vec<T>, D::Error> {
+    let tables = Vec::<TableOnly<T>>::deserialize(d)?;
+    Ok(tables.into_iter().map(|t| t.0).collect())
+}
+
+impl Table for Scenario {
+    const EXPECTING: &'static str = "a scenario document (a table of named fields)";
+}
+
+impl Table for TensorSpec {
+    const EXPECTING: &'static str = "a [[tensor]] table";
+}
+
+impl Table for OpSpec {
+    const EXPECTING: &'static str = "an [[op]] table";
+}
+
+impl Table for BoundSpec {
+    const EXPECTING: &'static str = "a table { reg, bound }";
+}
+
+impl Table for ShapeSpec {
+    const EXPECTING: &'static str = "a table { reg, xyzw }";
 }
 
 impl Scenario {
@@ -494,7 +559,7 @@ fn read_pattern<'de, M: serde::de::MapAccess<'de>>(mut m: M) -> Result<ApPattern
             "tensor" => p.tensor = m.next_value().map_err(named)?,
             "dtype" => p.dtype = Some(m.next_value().map_err(named)?),
             "shape" => p.shape = Some(m.next_value().map_err(named)?),
-            // (the line's keys name `ap` in front of a bad pair's error)
+            // (a bad pair's error names `ap` and the pair itself)
             "ap" => p.ap = Some(m.next_value::<ApPairs>()?.0),
             "offset" => p.offset = m.next_value().map_err(named)?,
             "vector_offset" => p.vector_offset = Some(m.next_value().map_err(named)?),
@@ -509,7 +574,7 @@ fn read_pattern<'de, M: serde::de::MapAccess<'de>>(mut m: M) -> Result<ApPattern
 }
 
 /// An `.ap()` table's `ap`, read pair by pair, so that a bad pair's error names its
-/// position (`ap: [1] (a [step, num] pair): ...`).
+/// position (`ap[1] (a [step, num] pair): ...`).
 struct ApPairs(Vec<[i64; 2]>);
 
 impl<'de> Deserialize<'de> for ApPairs {
@@ -520,7 +585,10 @@ impl<'de> Deserialize<'de> for ApPairs {
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("`ap` as a list of [step, num] pairs")
             }
-            fn visit_seq<S: serde::de::SeqAccess<'de>>(self, mut s: S) -> Result<ApPairs, S::Error> {
+            fn visit_seq<S: serde::de::SeqAccess<'de>>(
+                self,
+                mut s: S,
+            ) -> Result<ApPairs, S::Error> {
                 use serde::de::Error as _;
                 let mut pairs = Vec::new();
                 loop {
@@ -529,7 +597,9 @@ impl<'de> Deserialize<'de> for ApPairs {
                         Ok(None) => return Ok(ApPairs(pairs)),
                         Err(e) => {
                             let k = pairs.len();
-                            return Err(S::Error::custom(format!("[{k}] (a [step, num] pair): {e}")));
+                            return Err(S::Error::custom(format!(
+                                "ap[{k}] (a [step, num] pair): {e}"
+                            )));
                         }
                     }
                 }
@@ -701,10 +771,18 @@ pub struct IsaOp {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fields: Option<toml::Table>,
     /// Bound registers to set before the instruction runs.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "tables",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub bounds: Vec<BoundSpec>,
     /// Shape registers to set before the instruction runs (after the bounds).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "tables",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub shapes: Vec<ShapeSpec>,
     /// A label for the op (NKI's `name=`): the report and `explain` show it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
