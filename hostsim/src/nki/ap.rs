@@ -960,24 +960,28 @@ pub(super) fn check_side(op: &'static str, name: &'static str, s: &ApSide) -> Re
     }
 }
 
+/// Why tile `name` cannot hold a DMA's indices (its dtype or its space), if it cannot.
+pub fn index_tile_fault(name: &str, dtype: Dtype, space: Space) -> Option<String> {
+    if !matches!(dtype, Dtype::U32 | Dtype::I32) {
+        return Some(format!(
+            "{name} has dtype {dtype}; index tiles are u32 or i32"
+        ));
+    }
+    if space != Space::Sbuf {
+        let space = space.name();
+        return Some(format!("{name} is in {space}; index tiles are in SBUF"));
+    }
+    None
+}
+
 /// A u32/i32 index tile in SBUF holding `N` indices, `N` the indirect dim's count: a whole
 /// `[1, N]` or `(N, 1)` tile, or an `.ap()` of any tile whose walk stays inside it (the
 /// side rules, [`ApSide::extent_error`]) and visits `N` elements.
 fn check_index_tile(s: &ApSide, v: &IndexAp) -> Result<(), String> {
     let n = u64::from(s.dims[s.indirect_dim].num);
     let t = &v.tensor;
-    if !matches!(t.dtype, Dtype::U32 | Dtype::I32) {
-        return Err(format!(
-            "vector_offset {} has dtype {}; index tiles are u32 or i32",
-            t.name, t.dtype
-        ));
-    }
-    if t.space != Space::Sbuf {
-        return Err(format!(
-            "vector_offset {} is in {}; index tiles are in SBUF",
-            t.name,
-            t.space.name()
-        ));
+    if let Some(fault) = index_tile_fault(&t.name, t.dtype, t.space) {
+        return Err(format!("vector_offset {fault}"));
     }
     let limit = u64::from(dge::indirection::MAX_INDICES);
     if n > limit {

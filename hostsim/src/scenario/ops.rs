@@ -226,10 +226,11 @@ impl Cx<'_> {
 
     /// `dma_gather` (`scatter` false) or `dma_scatter`.
     fn row_dma(&self, o: &RowDma, scatter: bool) -> Result<Lowered, Error> {
-        if let (false, Some(u)) = (scatter, o.unique_indices) {
-            return Err(self.error(format!(
-                "unique_indices = {u}: applies to dma_scatter only (a gather writes each destination row once)"
-            )));
+        // NKI's default (true) may be spelt out on a gather, as on any copy
+        if let (false, Some(false)) = (scatter, o.unique_indices) {
+            return Err(self.error(
+                "unique_indices = false: applies to dma_scatter only (a gather writes each destination row once)",
+            ));
         }
         let unique = o.unique_indices.unwrap_or(true);
         // A plain scatter under unique_indices lands last-index-wins with a warning, which
@@ -285,6 +286,11 @@ impl Cx<'_> {
         scatter: bool,
         opts: ApOptions,
     ) -> Result<Lowered, Error> {
+        // named as the shorthand names it, not as the side's vector_offset it becomes
+        let t = self.tensor("index", index)?;
+        if let Some(fault) = crate::nki::ap::index_tile_fault(index, t.dtype, t.space) {
+            return Err(self.error(format!("index: {fault}")));
+        }
         let idx = self.ap_tensor("index", index)?;
         let vector = idx.clone();
         let n = u32::try_from(idx.elements()).unwrap_or(u32::MAX);
@@ -903,6 +909,20 @@ mod tests {
                 "op = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx\"\ndst = \"out\"\nunique_indices = false",
                 "op 0 (dma_gather): unique_indices = false: applies to dma_scatter only",
             ),
+            // a shorthand's index tile is named as the shorthand names it (found by an
+            // audit: `src: vector_offset ...`, the .ap() side it lowers to)
+            (
+                "op = \"dma_gather\"\nsrc = \"tab\"\nindex = \"out\"\ndst = \"rows\"",
+                "op 0 (dma_gather): index: out has dtype f32; index tiles are u32 or i32",
+            ),
+            (
+                "op = \"dma_scatter\"\nsrc = \"rows\"\nindex = \"ints\"\ndst = \"tab\"",
+                "op 0 (dma_scatter): index: ints is in hbm; index tiles are in SBUF",
+            ),
+            (
+                "op = \"embedding_update\"\ntable = \"tab\"\nindex = \"lidx\"\ndata = \"rows\"\nreduce = \"add\"",
+                "op 0 (embedding_update): index: lidx has dtype u16; index tiles are u32 or i32",
+            ),
             ("op = \"isa\"", "op 0 (isa): give exactly one of hex or fields"),
             (
                 "op = \"isa\"\nhex = \"b8\"",
@@ -917,6 +937,15 @@ mod tests {
             let got = rejection(op);
             assert!(got.starts_with(want), "want {want}\n got {got}");
         }
+    }
+
+    /// NKI's default `unique_indices = true` may be spelt out on a gather, as on any
+    /// copy (found by an audit: it was refused while `false` alone has no meaning there).
+    #[test]
+    fn nki_defaults_may_be_spelt_out_on_a_gather() {
+        let op = "op = \"dma_gather\"\nsrc = \"tab\"\nindex = \"idx\"\ndst = \"out\"\nunique_indices = true";
+        let text = format!("{TENSORS}[[op]]\n{op}\n");
+        assert!(prepared(&text, &[], Overrides::default()).is_ok());
     }
 
     #[test]
