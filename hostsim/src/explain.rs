@@ -45,7 +45,21 @@ pub struct Explanation {
     pub generation: String,
     pub queues: usize,
     pub ops: Vec<OpExplained>,
+    /// The asked-for ops after the one that fails, which never run (none when no op
+    /// fails).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_reached: Vec<NotReached>,
     pub total: Total,
+}
+
+/// An op after the one that fails: it never runs, so it is not explained.
+#[derive(Clone, Debug, Serialize)]
+pub struct NotReached {
+    pub index: usize,
+    pub op: String,
+    /// The op that fails before it, and why.
+    pub failing_op: usize,
+    pub error: String,
 }
 
 /// One op explained.
@@ -222,9 +236,27 @@ pub fn explain_prepared(
         generation: p.generation.to_string(),
         queues: p.queues,
         ops,
+        not_reached: not_reached(p, op, &runs),
         total,
     };
     Ok((explanation, trace))
+}
+
+/// The ops (all, or only op `op`) after the one of `runs` that fails.
+fn not_reached(p: &Prepared, op: Option<usize>, runs: &[OpRun<'_>]) -> Vec<NotReached> {
+    let Some((failing, Err(e))) = runs.last().map(|r| (r.op.index, &r.result)) else {
+        return Vec::new();
+    };
+    let after = p.ops.iter().skip(failing + 1);
+    let asked = after.filter(|o| op.is_none_or(|k| k == o.index));
+    asked
+        .map(|o| NotReached {
+            index: o.index,
+            op: o.kind.to_string(),
+            failing_op: failing,
+            error: e.to_string(),
+        })
+        .collect()
 }
 
 /// `--op k` names an op of the scenario.
@@ -596,6 +628,18 @@ impl Explanation {
         let mut out = format!("explain on {}, {} queues\n", self.generation, self.queues);
         for op in &self.ops {
             op_text(&mut out, op);
+        }
+        for n in &self.not_reached {
+            // the failing op's error is above when it was explained too
+            let why = match self.ops.iter().any(|o| o.index == n.failing_op) {
+                true => String::new(),
+                false => format!(": {}", n.error),
+            };
+            let _ = writeln!(
+                out,
+                "\nop {} ({}): not explained: op {} fails before it runs{why}",
+                n.index, n.op, n.failing_op
+            );
         }
         let t = &self.total;
         let _ = writeln!(
@@ -986,6 +1030,48 @@ mod tests {
             messages[1],
             "1 scalar offsets out of bounds skipped (oob = skip: each copy moved nothing): src scalar_offset 9"
         );
+    }
+
+    /// The ops after the one that fails are named as not reached, with why where the
+    /// failing op is not shown (found by an audit: `--op 1` printed nothing at all).
+    #[test]
+    fn ops_after_a_failing_op_are_named_as_not_reached() {
+        let text = tensor("t", "hbm", "[8, 4]", "iota")
+            + &index("i", 2)
+            + &tensor("o", "hbm", "[2, 4]", "zeros")
+            + "[[op]]\nop = \"dma_gather\"\nsrc = \"t\"\nindex = \"i\"\ndst = \"o\"\n"
+            + "[[op]]\nop = \"dma_copy\"\nsrc = \"o\"\ndst = \"o\"\n";
+        let path = scenario("not-reached", &text, &[("i.npy", &[1, 30])]);
+        let (all, _) = explain(&path, &Options::default(), false).unwrap();
+        let one = Options {
+            op: Some(1),
+            ..Options::default()
+        };
+        let (second, _) = explain(&path, &one, false).unwrap();
+        gone(&path);
+        assert_eq!(all.ops.len(), 1);
+        let n = &all.not_reached;
+        assert_eq!((n.len(), n[0].index, n[0].failing_op), (1, 1, 0));
+        assert!(
+            n[0].error.contains("src index 30 at position 1"),
+            "{}",
+            n[0].error
+        );
+        assert!(
+            all.text()
+                .contains("\nop 1 (dma_copy): not explained: op 0 fails before it runs\n"),
+            "{}",
+            all.text()
+        );
+        assert!(second.ops.is_empty());
+        let text = second.text();
+        assert!(
+            text.contains(
+                "op 1 (dma_copy): not explained: op 0 fails before it runs: op 0 (dma_gather"
+            ),
+            "{text}"
+        );
+        assert!(second.to_json().contains("\"not_reached\""));
     }
 
     /// An i32 index tile's skipped -1 reads -1, not its bits as u32.
