@@ -33,7 +33,7 @@ enum Command {
     /// Example: hostsim demo --generation sunda
     Demo {
         /// Only this generation: sunda | cayman | mariana | maverick (or v2..v5, trn1..trn3).
-        #[arg(long)]
+        #[arg(long, value_parser = hostsim::scenario::generation_arg)]
         generation: Option<String>,
     },
     /// Measure the workloads of the performance harness, each against a memcpy of the
@@ -69,7 +69,7 @@ enum Command {
         #[arg(long, value_name = "N")]
         queues: Option<usize>,
         /// Override the scenario's generation: sunda | cayman | mariana | maverick.
-        #[arg(long, value_name = "G")]
+        #[arg(long, value_name = "G", value_parser = hostsim::scenario::generation_arg)]
         generation: Option<String>,
         /// Override the scenario's mechanism: auto | pool | dge | reference.
         #[arg(long, value_name = "M")]
@@ -101,7 +101,7 @@ enum Command {
         #[arg(long, value_name = "N")]
         queues: Option<usize>,
         /// Override the scenario's generation: sunda | cayman | mariana | maverick.
-        #[arg(long, value_name = "G")]
+        #[arg(long, value_name = "G", value_parser = hostsim::scenario::generation_arg)]
         generation: Option<String>,
     },
     /// Replay a queue file over a scenario's initial tensors; with --out write the same
@@ -116,7 +116,7 @@ enum Command {
         scenario: std::path::PathBuf,
         /// Override the scenario's generation (as gen was given it): sunda | cayman |
         /// mariana | maverick.
-        #[arg(long, value_name = "G")]
+        #[arg(long, value_name = "G", value_parser = hostsim::scenario::generation_arg)]
         generation: Option<String>,
         /// Write the final tensors and report.json here (only if the replay succeeds).
         #[arg(long, value_name = "DIR")]
@@ -143,7 +143,7 @@ enum Command {
         #[arg(long, value_name = "N")]
         op: Option<usize>,
         /// Override the scenario's generation: sunda | cayman | mariana | maverick.
-        #[arg(long, value_name = "G")]
+        #[arg(long, value_name = "G", value_parser = hostsim::scenario::generation_arg)]
         generation: Option<String>,
         /// DMA queues, 1..=16 (default 16).
         #[arg(long, value_name = "N")]

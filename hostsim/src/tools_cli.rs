@@ -37,15 +37,22 @@ pub struct IsaArgs {
     action: Option<IsaAction>,
     /// The generation whose validity contract applies: sunda | cayman | mariana | maverick
     /// (or v2..v5, trn1..trn3).
-    #[arg(long, global = true, default_value = "cayman")]
+    #[arg(long, global = true, default_value = "cayman", value_parser = hostsim::scenario::generation_arg)]
     generation: String,
 }
 
-/// The text format of an instruction's fields.
+/// The text format of an instruction's fields read by `isa encode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum FieldFormat {
-    /// JSON if the text starts with `{`, else TOML (encode only).
+    /// JSON if the text starts with `{`, else TOML.
     Auto,
+    Toml,
+    Json,
+}
+
+/// The text format `isa decode` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PrintFormat {
     Toml,
     Json,
 }
@@ -68,7 +75,7 @@ enum IsaAction {
         hex: Vec<String>,
         /// toml (default) or json.
         #[arg(long, value_enum, default_value = "toml")]
-        format: FieldFormat,
+        format: PrintFormat,
     },
     /// Encode one instruction from its fields by name on stdin (TOML or JSON: `opcode`
     /// or `op` by name, plus every field `isa decode` prints), print its 64 bytes in hex,
@@ -236,8 +243,8 @@ pub fn isa(args: &IsaArgs) -> Result<(), Error> {
             };
             let inst = hostsim::isa::decode(&text::parse_hex(&text)?)?;
             match format {
-                FieldFormat::Json => print_out(&text::to_json(&inst, Some(generation))),
-                _ => print_out(&text::to_toml(&inst, Some(generation))),
+                PrintFormat::Json => print_out(&text::to_json(&inst, Some(generation))),
+                PrintFormat::Toml => print_out(&text::to_toml(&inst, Some(generation))),
             }
         }
         Some(IsaAction::Encode { format }) => {

@@ -456,6 +456,11 @@ fn decode_then_encode_gives_the_same_hex() {
             assert_eq!(again, hex, "{fields}");
             assert!(lines.next().unwrap().starts_with("# "), "{out}");
         }
+        // auto is encode's reading of its input; decode prints toml or json (found by an
+        // audit: accepted, then printed as toml)
+        let auto = hostsim(&["isa", "decode", &hex, "--format", "auto"], None);
+        assert_eq!(auto.status.code(), Some(2));
+        assert!(text(&auto.stderr).contains("[possible values: toml, json]"));
     }
 }
 

@@ -32,7 +32,8 @@ pub struct Options {
     /// The run seed: the same seed gives the same cases.
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
-    /// Use this generation for every case: sunda | cayman | mariana | maverick.
+    /// Use this generation for every case: sunda | cayman | mariana | maverick (targets
+    /// dge, dma, oob and all; ivp and isa cases take none).
     #[arg(long, value_name = "G")]
     pub generation: Option<String>,
     /// Write reproducers of mismatches here (default fuzz-out).
@@ -107,6 +108,19 @@ impl Options {
             Some(g) => Some(Generation::from_name(g)?),
             None => None,
         };
+        // ivp and isa cases take no generation (`all`: it applies to the targets that do)
+        let rule = "ivp cases run the IVP core, which has no generation, and isa cases check each struct under every generation; --generation applies to dge, dma, oob and all";
+        match (target, generation) {
+            (Target::Ivp, Some(_)) => Err(Error::FuzzOption {
+                option: "--generation with --target ivp",
+                rule,
+            }),
+            (Target::Isa, Some(_)) => Err(Error::FuzzOption {
+                option: "--generation with --target isa",
+                rule,
+            }),
+            _ => Ok(()),
+        }?;
         Ok(Plan {
             target,
             seed: self.seed,
@@ -361,6 +375,22 @@ mod tests {
             ..opts("all", 1)
         };
         assert!(matches!(bad.plan(), Err(Error::Dma(_))));
+        // found by an audit: accepted, then never used
+        for target in ["ivp", "isa"] {
+            let ignored = Options {
+                generation: Some("sunda".into()),
+                ..opts(target, 1)
+            };
+            let e = ignored.plan().unwrap_err().to_string();
+            let want =
+                format!("fuzz --generation with --target {target}: ivp cases run the IVP core");
+            assert!(e.starts_with(&want), "{e}");
+        }
+        let all = Options {
+            generation: Some("sunda".into()),
+            ..opts("all", 1)
+        };
+        assert_eq!(all.plan().unwrap().generation, Some(Generation::Sunda));
     }
 
     #[test]

@@ -100,6 +100,14 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
     })
 }
 
+/// A `--generation` value, checked as the command line is read so that the error names
+/// the flag: a generation's name, kept as written.
+pub fn generation_arg(name: &str) -> Result<String, String> {
+    dma::Generation::from_name(name)
+        .map(|_| name.to_string())
+        .map_err(|e| e.to_string())
+}
+
 /// Parses scenario text; `file` names it in errors.
 pub fn parse(file: &str, text: &str, format: Format) -> Result<Scenario, Error> {
     match format {

@@ -52,6 +52,16 @@ pub fn prepare(
 }
 
 /// Checks and lowers `op`, number `index` of its scenario, over the placed `tensors`
+/// Why `name` cannot label an op (it is shown in the run table, `explain` and errors),
+/// if it cannot.
+fn label_fault(name: &str) -> Option<String> {
+    let chars = name.chars().count();
+    let fits = (1..=200).contains(&chars) && !name.chars().any(char::is_control);
+    (!fits).then(|| {
+        format!("name = {name:?}: a label is 1 to 200 characters, none a control character")
+    })
+}
+
 /// (what [`prepare`] does for each op; a session that adds ops one at a time calls it).
 pub fn prepare_op(
     (map, mechanism): (&AddressMap, Mechanism),
@@ -60,6 +70,14 @@ pub fn prepare_op(
     tensors: &[Placed],
 ) -> Result<PreparedOp, Error> {
     let kind = op.kind();
+    if let Some(rule) = op.name().and_then(label_fault) {
+        return Err(Error::ScenarioOp {
+            index,
+            op: kind,
+            name: String::new(),
+            rule,
+        });
+    }
     let name = op
         .name()
         .map_or_else(String::new, |n| format!(" name={n:?}"));
@@ -924,6 +942,15 @@ mod tests {
                 "op 0 (embedding_update): index: lidx has dtype u16; index tiles are u32 or i32",
             ),
             ("op = \"isa\"", "op 0 (isa): give exactly one of hex or fields"),
+            // found by an audit: an empty label was accepted
+            (
+                "op = \"dma_copy\"\nsrc = \"out\"\ndst = \"out\"\nname = \"\"",
+                "op 0 (dma_copy): name = \"\": a label is 1 to 200 characters, none a control character",
+            ),
+            (
+                "op = \"dma_copy\"\nsrc = \"out\"\ndst = \"out\"\nname = \"a\\nb\"",
+                "op 0 (dma_copy): name = \"a\\nb\": a label is 1 to 200",
+            ),
             (
                 "op = \"isa\"\nhex = \"b8\"",
                 "op 0 (isa): instruction is 1 bytes",
