@@ -508,7 +508,7 @@ impl<'de> Deserialize<'de> for ApSpec {
         impl<'de> serde::de::Visitor<'de> for Visitor {
             type Value = ApSpec;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a tensor name or a table { tensor, ap, offset, vector_offset, indirect_dim, scalar_offset }")
+                f.write_str("a tensor name or an .ap() table { tensor, dtype, shape, ap, offset, vector_offset, indirect_dim, scalar_offset }")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ApSpec, E> {
                 Ok(ApSpec::Whole(v.to_string()))

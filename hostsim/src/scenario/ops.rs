@@ -138,17 +138,10 @@ pub fn prepare_op(
 fn reshapes(op: &OpSpec) -> String {
     let seen = |field: &str, spec: &ApSpec| match spec {
         ApSpec::Pattern(p) if p.shape.is_some() || p.dtype.is_some() => {
-            let dtype = p
-                .dtype
-                .as_ref()
-                .map(|d| format!("{} ", d.0))
-                .unwrap_or_default();
-            let shape = p
-                .shape
-                .as_ref()
-                .map(|s| format!("{s:?}"))
-                .unwrap_or("its bytes".into());
-            Some(format!("{field} seen as {dtype}{shape}"))
+            let dtype = p.dtype.as_ref().map(|d| d.0.to_string());
+            let shape = p.shape.as_ref().map(|s| format!("{s:?}"));
+            let seen: Vec<String> = dtype.into_iter().chain(shape).collect();
+            Some(format!("{field} seen as {}", seen.join(" ")))
         }
         _ => None,
     };
@@ -589,7 +582,7 @@ impl Cx<'_> {
     fn reshaped(&self, field: &str, t: &ApTensor, shape: &[u64]) -> Result<Vec<u64>, Error> {
         let count = shape.iter().try_fold(1u64, |p, &s| p.checked_mul(s));
         let rule = if shape.is_empty() || shape.contains(&0) {
-            "sizes are at least 1, one at least"
+            "a shape has one size or more, each at least 1"
         } else if count != Some(t.elements()) {
             "a reshape keeps the tensor's element count"
         } else if t.space != Space::Hbm && shape[0] != t.shape[0] {
@@ -856,7 +849,7 @@ mod tests {
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", shape = [32, 0], ap = [[1, 8]] }\ndst = { tensor = \"out\", ap = [[1, 8]] }",
-                "op 0 (dma_copy): src.shape [32, 0]: tab is [8, 4] (32 elements); sizes are at least 1, one at least",
+                "op 0 (dma_copy): src.shape [32, 0]: tab is [8, 4] (32 elements); a shape has one size or more, each at least 1",
             ),
             (
                 "op = \"dma_copy\"\nsrc = { tensor = \"tab\", ap = [[1, 1], [1, 1], [1, 1], [1, 1], [1, 1], [1, 1]] }\ndst = \"out\"",
