@@ -92,6 +92,13 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
         rule: format!("the scenario cannot be read: {e}"),
     })?;
     let scenario = parse(&file, &text, Format::of_path(path))?;
+    // an empty or wrong file would otherwise run nothing and succeed
+    if scenario.ops.is_empty() {
+        return Err(Error::Scenario {
+            what: file,
+            rule: "the scenario has no [[op]]: a scenario runs at least one op".into(),
+        });
+    }
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     Ok(Loaded {
         scenario,
@@ -735,6 +742,29 @@ dst = "t"
         );
         let empty = parse("e.toml", "", Format::Toml).unwrap();
         assert_eq!(empty.generation.0, Generation::Cayman);
+    }
+
+    /// An empty file (or one of tensors only) would run nothing and succeed (found by an
+    /// audit): refused, naming the file.
+    #[test]
+    fn a_scenario_file_without_ops_is_refused() {
+        let dir = std::env::temp_dir().join(format!("hostsim-no-ops-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in [
+            ("empty.toml", ""),
+            ("tensors.toml", GOOD.split("[[op]]").next().unwrap()),
+        ] {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            let e = load(&path).unwrap_err().to_string();
+            assert!(
+                e.ends_with(&format!(
+                    "{name}: the scenario has no [[op]]: a scenario runs at least one op"
+                )),
+                "{e}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// serde's derived forms take a positional array for a table, which would fill its
