@@ -539,7 +539,8 @@ fn outputs_are_written_all_or_none() {
     let long = "b".repeat(201);
     let text = format!(
         "[[tensor]]\nname = \"a\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [1, 4]\n\
-         [[tensor]]\nname = \"{long}\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [1, 4]\n"
+         [[tensor]]\nname = \"{long}\"\nspace = \"hbm\"\ndtype = \"f32\"\nshape = [1, 4]\n\
+         [[op]]\nop = \"dma_copy\"\nsrc = \"a\"\ndst = \"{long}\"\n"
     );
     std::fs::write(&scenario, text).unwrap();
     let fresh = dir.join("fresh");

@@ -284,14 +284,20 @@ fn keys_at(entry: &Entry, text: &str, value: usize, at: usize) -> Vec<String> {
         .rev()
         .find(|i| around(&i.value))
         .map(|i| i.path.as_slice());
-    with_steps(entry.keys.clone(), steps.unwrap_or_default())
+    with_steps(entry.keys.clone(), steps.unwrap_or_default(), false)
 }
 
 /// `keys` followed by `steps` as a message names them: an element as `[i]` after its
-/// array's key (`bounds[0]`), elements after the last key left out.
-fn with_steps(mut keys: Vec<String>, steps: &[Step]) -> Vec<String> {
+/// array's key (`bounds[0]`), elements after the last key left out unless `all` (the
+/// element is then the table the message is about).
+fn with_steps(mut keys: Vec<String>, steps: &[Step], all: bool) -> Vec<String> {
     let last_key = steps.iter().rposition(|s| matches!(s, Step::Key(_)));
-    for step in &steps[..last_key.map_or(0, |k| k + 1)] {
+    let shown = if all {
+        steps.len()
+    } else {
+        last_key.map_or(0, |k| k + 1)
+    };
+    for step in &steps[..shown] {
         match (step, keys.last_mut()) {
             (Step::Key(k), _) => keys.push(k.clone()),
             (Step::Element(i), Some(key)) => key.push_str(&format!("[{i}]")),
@@ -415,7 +421,9 @@ impl TableFault {
         });
         // inside the field too, unless the message names keys itself (an `.ap()` table's)
         let steps = field.filter(|_| message_keys(message).0.is_empty());
-        let steps = steps.map_or_else(Vec::new, |f| culprit(item, f, &fails));
+        // (an incomplete table is at fault itself, not one of the keys it has)
+        let keys = !message.contains(model::INCOMPLETE);
+        let steps = steps.map_or_else(Vec::new, |f| culprit(item, f, keys, &fails));
         Some(TableFault {
             table,
             index,
@@ -436,7 +444,12 @@ impl TableFault {
         let TableFault {
             table, index, kind, ..
         } = self;
-        let keys = with_steps(self.field.iter().cloned().collect(), &self.steps);
+        let incomplete = message.contains(model::INCOMPLETE);
+        let keys = with_steps(
+            self.field.iter().cloned().collect(),
+            &self.steps,
+            incomplete,
+        );
         // the keys down to the one the message names (an unknown field)
         let named = keys.iter().position(|k| names_key(message, k));
         let mut parts = keys[..named.unwrap_or(keys.len())].to_vec();
@@ -483,13 +496,14 @@ impl TableFault {
 }
 
 /// The steps inside `field` of `item` down to what the error `fails` tells is about: while
-/// the value there is an array or a table, the element or key without which the error
-/// goes away (an element replaced by its neighbour, so that a fixed length still holds;
-/// a key removed). A value of more than [`CULPRIT_CHILDREN`] is not searched: each try
+/// the value there is an array or (with `keys`) a table, the element or key without which
+/// the error goes away (an element replaced by its neighbour, so that a fixed length
+/// still holds; a key removed). A value of more than [`CULPRIT_CHILDREN`] is not searched: each try
 /// reads the whole item again.
 fn culprit(
     item: &serde_json::Value,
     field: &str,
+    keys: bool,
     fails: &impl Fn(&serde_json::Value) -> bool,
 ) -> Vec<Step> {
     let mut steps = Vec::new();
@@ -497,7 +511,9 @@ fn culprit(
         let pointer = json_pointer(field, &steps);
         let children: Vec<Step> = match item.pointer(&pointer) {
             Some(serde_json::Value::Array(a)) => (0..a.len()).map(Step::Element).collect(),
-            Some(serde_json::Value::Object(o)) => o.keys().cloned().map(Step::Key).collect(),
+            Some(serde_json::Value::Object(o)) if keys => {
+                o.keys().cloned().map(Step::Key).collect()
+            }
             _ => return steps,
         };
         if children.len() > CULPRIT_CHILDREN {
@@ -844,6 +860,18 @@ dst = "t"
                 copy.replace("[[1, 4]]", "[[1, 99999999999999999999]]"),
                 (16, 33),
                 "op 1 (dma_copy): src: ap: `99999999999999999999`: number too large",
+            ),
+            // a table inside an op that lacks a field is named, not the op (found by an
+            // audit: `op 1 (dma_copy): missing field `tensor``)
+            (
+                copy.replace("tensor = \"t\", ap", "ap"),
+                (16, 7),
+                "op 1 (dma_copy): src: incomplete table: missing field `tensor`",
+            ),
+            (
+                format!("{GOOD}[[op]]\nop = \"isa\"\nhex = \"00\"\nbounds = [{{ reg = 0, bound = 9 }}, {{ reg = 2 }}]\n"),
+                (17, 35),
+                "op 1 (isa): bounds[1]: incomplete table: missing field `bound`",
             ),
             (
                 copy.replace("[[1, 4]]", "[[1, 4], [2]]"),

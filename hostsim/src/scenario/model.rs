@@ -46,10 +46,16 @@ pub struct Scenario {
 /// order in the source code, unnamed.
 pub struct TableOnly<T>(pub T);
 
-/// What a [`TableOnly`] table is called in the error for anything else.
+/// What a [`TableOnly`] table is called in the error for anything else, and whether it
+/// sits inside an op (its missing field is then said to be the table's, so that the
+/// error is placed at it, not taken for a field the op lacks).
 pub trait Table {
     const EXPECTING: &'static str;
+    const NESTED: bool = false;
 }
+
+/// The error of a table inside an op that lacks a field, before the field's name.
+pub(crate) const INCOMPLETE: &str = "incomplete table: missing field ";
 
 impl<'de, T: Deserialize<'de> + Table> Deserialize<'de> for TableOnly<T> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<TableOnly<T>, D::Error> {
@@ -60,7 +66,14 @@ impl<'de, T: Deserialize<'de> + Table> Deserialize<'de> for TableOnly<T> {
                 f.write_str(T::EXPECTING)
             }
             fn visit_map<M: serde::de::MapAccess<'de>>(self, m: M) -> Result<T, M::Error> {
-                T::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+                use serde::de::Error as _;
+                let read = T::deserialize(serde::de::value::MapAccessDeserializer::new(m));
+                read.map_err(|e| match e.to_string().split_once("missing field ") {
+                    Some((_, field)) if T::NESTED => {
+                        M::Error::custom(INCOMPLETE.to_string() + field)
+                    }
+                    _ => e,
+                })
             }
         }
         d.deserialize_map(Visitor(std::marker::PhantomData))
@@ -90,10 +103,12 @@ impl Table for OpSpec {
 
 impl Table for BoundSpec {
     const EXPECTING: &'static str = "a table { reg, bound }";
+    const NESTED: bool = true;
 }
 
 impl Table for ShapeSpec {
     const EXPECTING: &'static str = "a table { reg, xyzw }";
+    const NESTED: bool = true;
 }
 
 impl Scenario {
@@ -569,7 +584,9 @@ fn read_pattern<'de, M: serde::de::MapAccess<'de>>(mut m: M) -> Result<ApPattern
     }
     match seen.contains(&"tensor") {
         true => Ok(p),
-        false => Err(M::Error::missing_field("tensor")),
+        // not serde's own message: it would be taken for the op's (a field it lacks),
+        // so the error would not be placed at this table
+        false => Err(M::Error::custom(INCOMPLETE.to_string() + "`tensor`")),
     }
 }
 
