@@ -280,7 +280,7 @@ fn key_at(text: &str, at: usize) -> Option<(String, usize)> {
 /// multi-line string.
 pub(super) fn string_at(text: &str, at: usize) -> Option<(String, usize)> {
     let rest = text.get(at..)?;
-    if rest.starts_with(r#"""""#) || rest.starts_with("'''") {
+    if triple_quotes(rest.as_bytes()).is_some() {
         return None;
     }
     let quote = rest.chars().next().filter(|&c| c == '"' || c == '\'')?;
@@ -295,6 +295,14 @@ pub(super) fn string_at(text: &str, at: usize) -> Option<(String, usize)> {
         }
     }
     None
+}
+
+/// The three quotes `rest` starts with if it starts a multi-line string (basic or
+/// literal).
+fn triple_quotes(rest: &[u8]) -> Option<&'static [u8; 3]> {
+    [b"\"\"\"", b"'''"]
+        .into_iter()
+        .find(|q| rest.starts_with(*q))
 }
 
 /// The character a basic string's escape (after its `\`) stands for.
@@ -321,10 +329,7 @@ fn escape(chars: &mut CharIndices<'_>) -> Option<char> {
 /// literal); the end of its line, or of the text, if it does not close.
 fn string_end(text: &str, at: usize) -> usize {
     let rest = text.get(at..).unwrap_or_default().as_bytes();
-    let Some(quotes) = [b"\"\"\"", b"'''"]
-        .into_iter()
-        .find(|q| rest.starts_with(*q))
-    else {
+    let Some(quotes) = triple_quotes(rest) else {
         return string_at(text, at).map_or(line_end(text, at), |(_, end)| end);
     };
     let mut i = 3;
