@@ -439,8 +439,8 @@ impl Core {
             |v: Option<&Bound<'_, PyAny>>| v.map(|v| convert::from_python(py, v)).transpose();
         let fields = vec![
             (form, json(Some(hex_or_fields))?),
-            ("bounds", json(bounds)?),
-            ("shapes", json(shapes)?),
+            ("bounds", json(bounds)?.map(|b| registers(b, "bound"))),
+            ("shapes", json(shapes)?.map(|s| registers(s, "xyzw"))),
             ("name", label("isa", name)?),
         ];
         run_op(slf, ("isa", "isa"), fields)
@@ -800,5 +800,24 @@ fn op_name(call: &str, arg: &str, op: &Bound<'_, PyAny>) -> PyResult<String> {
     match known {
         Some((_, n)) if op.is_callable() => Ok(n.to_string()),
         _ => Err(errors::bad_arg(call, arg, op, rule)),
+    }
+}
+
+/// An `isa` op's register settings as the scenario's tables: each `(reg, value)` pair
+/// becomes `{"reg": reg, value_key: value}` (a scenario takes named tables only); a dict,
+/// or anything else, is passed on as it is for the scenario's own checks.
+fn registers(list: serde_json::Value, value_key: &str) -> serde_json::Value {
+    match list {
+        serde_json::Value::Array(items) => items
+            .into_iter()
+            .map(|item| match item {
+                serde_json::Value::Array(pair) if pair.len() == 2 => {
+                    let [reg, value] = [&pair[0], &pair[1]].map(Clone::clone);
+                    json!({ "reg": reg, value_key: value })
+                }
+                other => other,
+            })
+            .collect(),
+        other => other,
     }
 }

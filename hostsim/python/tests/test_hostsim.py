@@ -781,6 +781,14 @@ def test_isa_runs_a_raw_instruction_given_as_fields_or_hex():
             assert (e.value.op, e.value.op_index, e.value.position, e.value.value, e.value.bound) == ("isa", 2, 1, 99, 40)
             assert snapshot([out]) == before
     assert len(seen) == 1
+    # register settings as (reg, value) pairs or as the scenario's tables, alike
+    for shapes in [[(8, (16, 4, 2, 1))], [{"reg": 8, "xyzw": [16, 4, 2, 1]}]]:
+        core = hostsim.Core("cayman")
+        t, i, out = core.hbm(table), core.sbuf(ids), core.hbm(shape=(8, 4), dtype=np.float32)
+        core.isa(gather_fields(t, i, out, 8), bounds=[(0, 100)], shapes=shapes)
+        assert np.array_equal(out.numpy(), table[ids[0]])
+    with pytest.raises(hostsim.InvalidInput, match="xyzw"):
+        core.isa(gather_fields(t, i, out, 8), bounds=[(0, 100)], shapes=[(8, (16, 4, 2))])
     core = hostsim.Core("cayman")
     with pytest.raises(hostsim.InvalidInput, match="instruction is 1 bytes"):
         core.isa("b8")
