@@ -752,8 +752,13 @@ fn op_text(out: &mut String, op: &OpExplained) {
 
 fn side_text(out: &mut String, name: &str, s: &SideStages) {
     let indices = s.indices.map_or(String::new(), |i| {
+        // the first failing index stops the DGE (IndexCounts)
+        let unchecked = match i.count.saturating_sub(i.in_bounds + i.skipped + i.failing) {
+            0 => String::new(),
+            n => format!(", {n} not checked (the DGE stops at the failing one)"),
+        };
         format!(
-            "; {} indices: {} in bounds, {} skipped, {} failing",
+            "; {} indices: {} in bounds, {} skipped, {} failing{unchecked}",
             i.count, i.in_bounds, i.skipped, i.failing
         )
     });
@@ -962,6 +967,14 @@ mod tests {
             "{m}"
         );
         assert_eq!(error.stages[0].src.indices.unwrap().failing, 1);
+        // position 2 is not checked: the text says so, so that the counts add up (found
+        // by an audit: "3 indices: 1 in bounds, 0 skipped, 1 failing")
+        let mut sides = String::new();
+        side_text(&mut sides, "src", &error.stages[0].src);
+        assert!(
+            sides.contains("3 indices: 1 in bounds, 0 skipped, 1 failing, 1 not checked"),
+            "{sides}"
+        );
         let clean = op0("oob-clean", &text, &[("idx.npy", &[2, 3, 0])]);
         assert_eq!(codes(&clean), Vec::<&str>::new());
     }
