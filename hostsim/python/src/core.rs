@@ -812,8 +812,7 @@ fn registers(list: serde_json::Value, value_key: &str) -> serde_json::Value {
             .into_iter()
             .map(|item| match item {
                 serde_json::Value::Array(pair) if pair.len() == 2 => {
-                    let [reg, value] = [&pair[0], &pair[1]].map(Clone::clone);
-                    json!({ "reg": reg, value_key: value })
+                    json!({ "reg": pair[0], value_key: pair[1] })
                 }
                 other => other,
             })
