@@ -396,20 +396,31 @@ impl TableFault {
 
     /// The fault among `items`, each read as a `T`, whose error is `message`; `table` and
     /// the key whose value labels an item.
-    fn find_in<T: serde::de::DeserializeOwned>(
+    fn find_in<T: serde::de::DeserializeOwned + model::Table>(
         items: &serde_json::Value,
         message: &str,
         (table, label): (&'static str, &str),
     ) -> Option<TableFault> {
         let fails = |item: &serde_json::Value| {
-            serde_json::from_value::<T>(item.clone()).is_err_and(|e| e.to_string() == message)
+            let read = serde_json::from_value::<TableOnly<T>>(item.clone());
+            read.is_err_and(|e| e.to_string() == message)
         };
         let (index, item) = items
             .as_array()?
             .iter()
             .enumerate()
             .find(|(_, item)| fails(item))?;
-        let fields = item.as_object()?;
+        // an item that is no table at all is at fault whole (it has no kind or fields)
+        let Some(fields) = item.as_object() else {
+            let (kind, field, steps) = (String::new(), None, Vec::new());
+            return Some(TableFault {
+                table,
+                index,
+                kind,
+                field,
+                steps,
+            });
+        };
         let kind = fields.get(label).and_then(|k| k.as_str()).unwrap_or("?");
         // a missing field is no field's fault (and removing another required one would
         // change which is reported missing)
@@ -454,7 +465,11 @@ impl TableFault {
         let named = keys.iter().position(|k| names_key(message, k));
         let mut parts = keys[..named.unwrap_or(keys.len())].to_vec();
         parts.push(message.to_string());
-        (format!("{table} {index} ({kind})"), parts.join(": "))
+        let label = match kind.is_empty() {
+            true => format!("{table} {index}"),
+            false => format!("{table} {index} ({kind})"),
+        };
+        (label, parts.join(": "))
     }
 
     /// Where in TOML `text` the fault is: the misspelt key of an unknown field, else the
@@ -805,6 +820,19 @@ dst = "t"
         let op = serde_json::json!(["dma_copy", "a", "b", "add"]);
         let e = parse_op(0, op).unwrap_err().to_string();
         assert!(e.contains(table), "{e}");
+        // in JSON an item that is no table is named by its place (found by a re-check)
+        let ops = r#"{"op": [{"op": "dma_copy", "src": "a", "dst": "a"}, ["x"]]}"#;
+        let (_, _, message) = syntax_error(ops, Format::Json);
+        assert_eq!(
+            message,
+            "op 1: invalid type: sequence, expected an [[op]] table"
+        );
+        let tensors = r#"{"tensor": [["a", "hbm", "f32", [8, 4]]]}"#;
+        let (_, _, message) = syntax_error(tensors, Format::Json);
+        assert!(
+            message.starts_with("tensor 0: invalid type: sequence"),
+            "{message}"
+        );
         // the named forms still read
         let json = r#"{"tensor": [{"name": "t", "space": "hbm", "dtype": "f32", "shape": [4]}]}"#;
         assert_eq!(
