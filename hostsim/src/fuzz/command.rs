@@ -104,7 +104,13 @@ impl Options {
     /// The checked plan: target and generation parsed, one budget.
     pub fn plan(&self) -> Result<Plan, Error> {
         let target = Target::from_name(self.target.as_deref().unwrap_or("all"))?;
-        let generation = match &self.generation {
+        let generation = match self.generation.as_deref() {
+            Some("all") => {
+                return Err(Error::FuzzOption {
+                    option: "--generation all",
+                    rule: "all is --scenario's (the four in turn); without --generation each case of a target draws its generation",
+                })
+            }
             Some(g) => Some(Generation::from_name(g)?),
             None => None,
         };
@@ -375,6 +381,15 @@ mod tests {
             ..opts("all", 1)
         };
         assert!(matches!(bad.plan(), Err(Error::Dma(_))));
+        let all = Options {
+            generation: Some("all".into()),
+            ..opts("dge", 1)
+        };
+        let e = all.plan().unwrap_err().to_string();
+        assert!(
+            e.starts_with("fuzz --generation all: all is --scenario's"),
+            "{e}"
+        );
         // found by an audit: accepted, then never used
         for target in ["ivp", "isa"] {
             let ignored = Options {
